@@ -1,0 +1,58 @@
+"""The FastAPI application: routers, error mapping, and the controller's life with the server."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from rlark import __version__
+from rlark.api.routers import jobs, logs, meta
+from rlark.findings import format_path
+from rlark.services.errors import ServiceError
+from rlark.services.jobs import JobService
+
+
+def create_app(service: JobService, controller=None) -> FastAPI:
+    """The app for ``service``; when a ``controller`` is given it runs while the app runs and
+    shuts down (stopping its Workers) with it."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if controller is not None:
+            controller.start()
+        yield
+        if controller is not None:
+            controller.shutdown()
+
+    app = FastAPI(
+        title="RLark",
+        version=__version__,
+        description="Run RLinf training on real machines: Jobs, Runs, Workers, logs, run records.",
+        lifespan=lifespan,
+    )
+    app.state.jobs = service
+    app.state.controller = controller
+
+    @app.exception_handler(ServiceError)
+    async def service_error(_request: Request, exc: ServiceError):
+        return JSONResponse(status_code=exc.status, content={"detail": exc.to_dict()})
+
+    @app.exception_handler(RequestValidationError)
+    async def request_error(_request: Request, exc: RequestValidationError):
+        errors = []
+        for e in exc.errors():
+            loc = [p for p in e.get("loc", ()) if p not in ("query", "path", "body")]
+            errors.append({"field": format_path(loc), "message": e.get("msg"),
+                           "value": e.get("input")})
+        text = "; ".join(f"{e['field']}={e['value']!r}: {e['message']}" for e in errors)
+        return JSONResponse(status_code=422, content={
+            "detail": {"code": "Invalid", "message": f"bad request parameter: {text}",
+                       "errors": errors}})
+
+    app.include_router(jobs.router)
+    app.include_router(logs.router)
+    app.include_router(meta.router)
+    return app

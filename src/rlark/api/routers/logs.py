@@ -1,0 +1,99 @@
+"""/api/v1/jobs/{name}/logs and /record."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+
+from rlark.api.deps import job_service
+from rlark.record import render
+from rlark.services.jobs import JobService
+from rlark.services.logs import follow_lines, tail_lines
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["logs and records"])
+Service = Annotated[JobService, Depends(job_service)]
+
+
+@router.get("/{name}/logs", summary="Worker logs: tail, or follow as Server-Sent Events")
+def get_logs(
+    name: str,
+    jobs: Service,
+    worker: str | None = None,
+    role: str | None = None,
+    rank: Annotated[int | None, Query(ge=0)] = None,
+    run: Annotated[int | None, Query(ge=1)] = None,
+    tail: Annotated[int | None, Query(ge=0, le=1_000_000, description="last N lines per Worker")] = None,
+    follow: bool = False,
+):
+    """Without ``follow``: ``{"workers": [{"name", "role", "nodeRank", "lines": [...]}]}``.
+    With ``follow``: ``text/event-stream`` of ``line`` events (``{"worker", "line"}``) that ends
+    with an ``end`` event once every chosen Worker has stopped and its log is read."""
+    chosen = jobs.worker_logs(name, run, worker, role, rank)
+    if not follow:
+        out = []
+        for w in chosen:
+            lines, _ = tail_lines(w["log"], tail)
+            out.append({"name": w["name"], "role": w["role"], "nodeRank": w["nodeRank"],
+                        "run": w["run"], "lines": lines})
+        return {"workers": out}
+    return StreamingResponse(_follow(jobs, name, run, chosen, tail), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _follow(jobs: JobService, name: str, run: int | None, chosen: list[dict], tail: int | None):
+    q: queue.Queue = queue.Queue(maxsize=10000)
+    stop = threading.Event()
+
+    def active(worker: str) -> bool:
+        if stop.is_set():
+            return False
+        try:
+            return jobs.worker_logs(name, run, worker, None, None)[0]["active"]
+        except Exception:
+            return False
+
+    def pump(w: dict) -> None:
+        lines, offset = tail_lines(w["log"], 10 if tail is None else tail)
+        for line in lines:
+            q.put((w["name"], line))
+        for line in follow_lines(w["log"], offset, lambda: active(w["name"])):
+            q.put((w["name"], line))
+        q.put((w["name"], None))
+
+    threads = [threading.Thread(target=pump, args=(w,), daemon=True) for w in chosen]
+    for t in threads:
+        t.start()
+    remaining = len(threads)
+    try:
+        while remaining:
+            try:
+                worker, line = q.get(timeout=15)
+            except queue.Empty:
+                yield ": keep-alive\n\n"
+                continue
+            if line is None:
+                remaining -= 1
+                continue
+            yield f"event: line\ndata: {json.dumps({'worker': worker, 'line': line})}\n\n"
+        yield "event: end\ndata: {}\n\n"
+    finally:
+        stop.set()
+
+
+@router.get("/{name}/record", summary="The run record (json, yaml or md)")
+def get_record(
+    name: str,
+    jobs: Service,
+    run: Annotated[int | None, Query(ge=1)] = None,
+    format: Literal["json", "yaml", "md"] = "json",
+):
+    rec = jobs.record(name, run)
+    if format == "json":
+        return rec
+    media = "application/yaml" if format == "yaml" else "text/markdown"
+    return Response(render(rec, format), media_type=media)

@@ -1,0 +1,31 @@
+"""Validation, schema and health."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+
+from rlark import __version__
+from rlark.api.deps import job_service
+from rlark.api.routers.jobs import JOB_BODY, read_document
+from rlark.findings import has_errors
+from rlark.services.jobs import JobService
+from rlark.spec import json_schema
+
+router = APIRouter(tags=["meta"])
+
+
+@router.post("/api/v1/validate", openapi_extra=JOB_BODY, summary="Findings for a Job, nothing stored")
+async def validate(request: Request, jobs: JobService = Depends(job_service)) -> dict:
+    _, findings = jobs.validate(await read_document(request))
+    return {"valid": not has_errors(findings),
+            "findings": [f.model_dump(mode="json") for f in findings]}
+
+
+@router.get("/api/v1/schema", summary="JSON Schema of the Job document")
+def schema() -> dict:
+    return json_schema()
+
+
+@router.get("/healthz", summary="Liveness")
+def healthz(request: Request) -> dict:
+    return {"ok": True, "version": __version__, "runtime": request.app.state.jobs.runtime}

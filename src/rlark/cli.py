@@ -1,0 +1,400 @@
+"""The ``rlark`` command (Typer + Rich). Commands parse, call the REST API (or a local
+function for validate/schema), and render; the logic lives in the services.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from rlark import settings
+from rlark.client import Client, ClientError
+from rlark.findings import Finding, Severity, has_errors
+from rlark.preflight import check_job
+from rlark.spec import dump_job, json_schema, load_job, resolve_relative_paths
+
+HELP = """RLark runs RLinf training Jobs: it starts every Worker (one Ray node each, with its
+RLINF_NODE_RANK), waits for the whole Ray cluster, runs your run script on the head, and keeps
+status, events, logs and a run record.
+
+\b
+Typical session:
+  rlark server &                                    # API + controller (local runtime, SQLite)
+  rlark validate examples/quickstart/job.yaml       # Findings; nothing is started
+  rlark submit examples/quickstart/job.yaml --wait  # run it and watch Workers join
+  rlark describe job quickstart                     # phase, reason, Workers, node ranks, Events
+  rlark logs quickstart --role head                 # the run script's output
+  rlark record quickstart                           # versions, images, ranks, hosts, result
+"""
+
+app = typer.Typer(help=HELP, no_args_is_help=True, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+get_app = typer.Typer(help="List resources.", no_args_is_help=True)
+describe_app = typer.Typer(help="Show one resource in detail.", no_args_is_help=True)
+app.add_typer(get_app, name="get")
+app.add_typer(describe_app, name="describe")
+
+out = Console()
+err = Console(stderr=True)
+
+ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER",
+                         help=f"RLark server URL (default {settings.DEFAULT_SERVER}).")
+TERMINAL = {"Succeeded", "Failed", "Stopped"}
+PHASE_STYLE = {"Succeeded": "green", "Failed": "red", "Running": "cyan", "Starting": "yellow",
+               "Pending": "yellow", "Stopping": "magenta", "Stopped": "magenta"}
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(Text("error: ", style="bold red") + Text(message))
+    raise typer.Exit(code)
+
+
+def _print_findings(findings: list[Finding] | list[dict], console: Console = err) -> None:
+    for f in findings:
+        f = f if isinstance(f, Finding) else Finding.model_validate(f)
+        style = {"error": "red", "warning": "yellow", "info": "blue"}[f.severity.value]
+        line = Text(f"{f.severity.value:7} ", style=f"bold {style}")
+        line.append(f"{f.code:20} ", style=style)
+        line.append(f"{f.message}")
+        console.print(line)
+        if f.hint:
+            console.print(Text(f"        fix: {f.hint}", style="dim"))
+
+
+def _client(server: Optional[str]) -> Client:
+    return Client(server)
+
+
+def _call(fn, *args, **kw):
+    try:
+        return fn(*args, **kw)
+    except ClientError as exc:
+        if exc.findings:
+            _print_findings(exc.findings)
+        _fail(exc.message)
+
+
+def _read_job_file(path: Path):
+    """Load a Job file; relative workingDir and hostPath sources are resolved against the
+    file's directory. Returns (job or None, findings)."""
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror}")
+    job, findings = load_job(text)
+    if job is None:
+        return None, findings
+    job = resolve_relative_paths(job, str(path.resolve().parent))
+    return job, check_job(job)
+
+
+# --- local commands -----------------------------------------------------------------------------
+
+
+@app.command()
+def validate(
+    file: Path = typer.Argument(..., help="Job file (YAML or JSON)."),
+    format: str = typer.Option("text", "--format", "-o", help="text or json"),
+) -> None:
+    """Check a Job file and print its Findings (nothing is started). Exit status 1 on errors.
+
+    JSON output: {"valid": bool, "findings": [{"code", "severity", "path", "message", "hint"}]}.
+    """
+    if format not in ("text", "json"):
+        _fail(f"--format {format!r} is not supported; use text or json")
+    job, findings = _read_job_file(file)
+    valid = job is not None and not has_errors(findings)
+    if format == "json":
+        out.print_json(json.dumps({"valid": valid,
+                                   "findings": [f.model_dump(mode="json") for f in findings]}))
+    else:
+        _print_findings(findings, out)
+        if valid:
+            n = sum(1 for f in findings if f.severity == Severity.warning)
+            out.print(f"[green]valid[/green]: {file} ({job.total_workers} Workers, "
+                      f"{len(job.spec.roles)} roles{f', {n} warnings' if n else ''})")
+        else:
+            out.print(f"[red]invalid[/red]: {file}")
+    raise typer.Exit(0 if valid else 1)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the Job document (for editors and CI checks)."""
+    out.print_json(json.dumps(json_schema()))
+
+
+@app.command()
+def server(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(settings.DEFAULT_PORT, help="Port to listen on."),
+    database_url: Optional[str] = typer.Option(
+        None, envvar="RLARK_DATABASE_URL",
+        help="SQLAlchemy URL (default SQLite under $RLARK_HOME, now "
+             f"{settings.rlark_home()}); PostgreSQL: postgresql://user:pass@host/db"),
+) -> None:
+    """Run the RLark server: REST API (OpenAPI at /docs) and the controller, local runtime.
+
+    Ctrl-C stops the server and every Worker it started.
+    """
+    from rlark.server import serve
+
+    serve(host, port, database_url)
+
+
+# --- API commands -------------------------------------------------------------------------------
+
+
+@app.command()
+def submit(
+    file: Path = typer.Argument(..., help="Job file (YAML or JSON)."),
+    wait: bool = typer.Option(False, "--wait", "-w",
+                              help="Show progress until the Job ends; exit 0 only if it succeeds."),
+    server: Optional[str] = ServerOpt,
+) -> None:
+    """Submit a Job. Relative paths in it (workingDir, hostPath mounts) are resolved against the
+    file's directory. With --wait: live phase and Workers joined k/N, then the result."""
+    job, findings = _read_job_file(file)
+    if job is None or has_errors(findings):
+        _print_findings(findings)
+        _fail(f"{file} is not a valid Job; nothing was submitted")
+    _print_findings([f for f in findings if f.severity != Severity.error])
+    client = _client(server)
+    created = _call(client.post, "/api/v1/jobs", dump_job(job, "json").encode(), "application/json")
+    out.print(f"job/[bold]{created['name']}[/bold] submitted (run {created['currentRun']['number']}, "
+              f"{created['workersTotal']} Workers)")
+    if wait:
+        raise typer.Exit(_wait(client, created["name"]))
+
+
+def _progress_line(job: dict) -> Text:
+    run = job.get("currentRun") or {}
+    phase = job["phase"]
+    text = Text(f"{job['name']}: ")
+    text.append(phase, style=PHASE_STYLE.get(phase, ""))
+    text.append(f"  Workers joined {run.get('workersReady', 0)}/{run.get('workersTotal', 0)}")
+    if run.get("number"):
+        text.append(f"  run {run['number']}")
+    if job.get("reason"):
+        text.append(f"  ({job['reason']})", style="dim")
+    return text
+
+
+def _wait(client: Client, name: str) -> int:
+    started = time.monotonic()
+    job = _call(client.get, f"/api/v1/jobs/{name}")
+    with Live(_progress_line(job), console=err, transient=False, refresh_per_second=8) as live:
+        while True:
+            job = _call(client.get, f"/api/v1/jobs/{name}")
+            line = _progress_line(job)
+            line.append(f"  {time.monotonic() - started:5.1f}s", style="dim")
+            live.update(line)
+            if job["phase"] in TERMINAL:
+                break
+            time.sleep(0.25)
+    phase = job["phase"]
+    if phase == "Succeeded":
+        out.print(f"[green]Succeeded[/green]: {job['message']}")
+        return 0
+    out.print(f"[red]{phase}[/red] ({job['reason']}): {job['message']}")
+    out.print(f"see: rlark describe job {name}; rlark logs {name} --role <role>")
+    return 1
+
+
+@get_app.command("jobs")
+def get_jobs(
+    phase: Optional[str] = typer.Option(None, help="Only Jobs in this phase."),
+    search: Optional[str] = typer.Option(None, "--search", "-q", help="Name contains."),
+    format: str = typer.Option("table", "--format", "-o", help="table or json"),
+    limit: int = typer.Option(100, help="At most this many Jobs."),
+    server: Optional[str] = ServerOpt,
+) -> None:
+    """List Jobs, newest first: phase and reason, Workers joined, roles, age."""
+    data = _call(_client(server).get, "/api/v1/jobs", phase=phase, q=search, limit=limit)
+    if format == "json":
+        out.print_json(json.dumps(data))
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("NAME", "PHASE", "REASON", "WORKERS", "ROLES", "RUN", "CREATED"):
+        table.add_column(col)
+    for j in data["items"]:
+        table.add_row(
+            j["name"], Text(j["phase"], style=PHASE_STYLE.get(j["phase"], "")), j["reason"],
+            f"{j['workersReady']}/{j['workersTotal']}",
+            ",".join(f"{r['name']}x{r['workers']}" for r in j["roles"]),
+            str(j["run"] or ""), (j["createdAt"] or "")[:19].replace("T", " "),
+        )
+    if not data["items"]:
+        out.print("no Jobs" + (f" in phase {phase}" if phase else "") + "; submit one with `rlark submit FILE`")
+    else:
+        out.print(table)
+
+
+@describe_app.command("job")
+def describe_job(
+    name: str = typer.Argument(..., help="Job name."),
+    format: str = typer.Option("text", "--format", "-o", help="text or json"),
+    server: Optional[str] = ServerOpt,
+) -> None:
+    """Phase and reason, Runs, Workers with node ranks, hosts, IPs and Ray node ids, Events."""
+    client = _client(server)
+    job = _call(client.get, f"/api/v1/jobs/{name}")
+    events = _call(client.get, f"/api/v1/jobs/{name}/events")
+    if format == "json":
+        out.print_json(json.dumps({**job, "events": events}))
+        return
+    run = job.get("currentRun") or {}
+    out.print(f"[bold]Name:[/bold]      {job['name']}")
+    out.print(Text("Phase:     ", style="bold") + Text(job["phase"], style=PHASE_STYLE.get(job["phase"], ""))
+              + Text(f"  {job['reason']}: {job['message']}"))
+    out.print(f"[bold]Head role:[/bold] {job['headRole']}    [bold]Runtime:[/bold] {job['runtime']}")
+    out.print(f"[bold]Created:[/bold]   {job['createdAt']}")
+    if run:
+        out.print(f"[bold]Run:[/bold]       {run['number']} ({run['cause']})  started {run['startedAt']}  "
+                  f"running {run['runningAt']}  finished {run['finishedAt']}  exit {run['exitCode']}")
+    for f in job.get("findings", []):
+        out.print(f"[yellow]Finding:[/yellow]   {f['code']} {f['path']}: {f['message']}")
+    table = Table(title="Workers", box=None, header_style="bold", title_justify="left")
+    for col in ("RANK", "NAME", "ROLE", "PHASE", "HOST", "IP", "RAY NODE", "EXIT", "REASON"):
+        table.add_column(col)
+    for w in run.get("workers", []):
+        table.add_row(str(w["nodeRank"]), w["name"], w["role"],
+                      Text(w["phase"], style=PHASE_STYLE.get(w["phase"], "")),
+                      w["host"] or "", w["ip"] or "", (w["rayNodeId"] or "")[:12],
+                      "" if w["exitCode"] is None else str(w["exitCode"]), w["reason"] or "")
+    out.print(table)
+    runs = Table(title="Runs", box=None, header_style="bold", title_justify="left")
+    for col in ("RUN", "CAUSE", "PHASE", "REASON", "EXIT", "STARTED", "FINISHED"):
+        runs.add_column(col)
+    for r in job["runs"]:
+        runs.add_row(str(r["number"]), r["cause"], r["phase"], r["reason"],
+                     "" if r["exitCode"] is None else str(r["exitCode"]),
+                     (r["startedAt"] or "")[:19], (r["finishedAt"] or "")[:19])
+    out.print(runs)
+    ev = Table(title="Events", box=None, header_style="bold", title_justify="left")
+    for col in ("TIME", "RUN", "TYPE", "REASON", "MESSAGE"):
+        ev.add_column(col)
+    for e in events[-30:]:
+        ev.add_row((e["time"] or "")[11:23], str(e["run"] or ""), e["type"], e["reason"], e["message"])
+    out.print(ev)
+
+
+@app.command()
+def logs(
+    name: str = typer.Argument(..., help="Job name."),
+    role: Optional[str] = typer.Option(None, "--role", "-r", help="Only Workers of this role."),
+    rank: Optional[int] = typer.Option(None, "--rank", "-k", help="Only the Worker with this node rank."),
+    worker: Optional[str] = typer.Option(None, "--worker", help="Only this Worker (by name)."),
+    run: Optional[int] = typer.Option(None, "--run", help="Run number (default: the current Run)."),
+    tail: Optional[int] = typer.Option(None, "--tail", "-n", help="Last N lines per Worker."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the Workers end."),
+    server: Optional[str] = ServerOpt,
+) -> None:
+    """Print Worker logs (the bootstrap's lines, Ray's output, and on the head the run script's).
+    Several Workers: each line is prefixed with the Worker's name."""
+    client = _client(server)
+    params = dict(role=role, rank=rank, worker=worker, run=run, tail=tail)
+    if follow:
+        try:
+            for event, data in client.stream_events(f"/api/v1/jobs/{name}/logs", follow="true", **params):
+                if event == "line":
+                    item = json.loads(data)
+                    _emit_line(item["worker"], item["line"], prefix=not (worker or rank is not None))
+        except ClientError as exc:
+            _fail(exc.message)
+        except KeyboardInterrupt:
+            pass
+        return
+    data = _call(client.get, f"/api/v1/jobs/{name}/logs", **params)
+    many = len(data["workers"]) > 1
+    for w in data["workers"]:
+        for line in w["lines"]:
+            _emit_line(w["name"], line, prefix=many)
+
+
+def _emit_line(worker: str, line: str, prefix: bool) -> None:
+    sys.stdout.write(f"[{worker}] {line}\n" if prefix else line + "\n")
+    sys.stdout.flush()
+
+
+def _action(verb: str, name: str, server: Optional[str]) -> dict:
+    client = _client(server)
+    if verb == "delete":
+        return _call(client.delete, f"/api/v1/jobs/{name}")
+    return _call(client.post, f"/api/v1/jobs/{name}/{verb}")
+
+
+@app.command()
+def stop(name: str = typer.Argument(..., help="Job name."), server: Optional[str] = ServerOpt) -> None:
+    """Stop a Job's current Run (SIGTERM to every Worker, SIGKILL after the grace period)."""
+    job = _action("stop", name, server)
+    out.print(f"job/{name} stopping (phase {job['phase']})")
+
+
+@app.command()
+def start(name: str = typer.Argument(..., help="Job name."),
+          wait: bool = typer.Option(False, "--wait", "-w", help="Wait for the result."),
+          server: Optional[str] = ServerOpt) -> None:
+    """Start a new Run of a stopped or finished Job (same spec, same node ranks)."""
+    job = _action("start", name, server)
+    out.print(f"job/{name} started run {job['currentRun']['number']}")
+    if wait:
+        raise typer.Exit(_wait(_client(server), name))
+
+
+@app.command()
+def restart(name: str = typer.Argument(..., help="Job name."),
+            wait: bool = typer.Option(False, "--wait", "-w", help="Wait for the result."),
+            server: Optional[str] = ServerOpt) -> None:
+    """Stop the current Run if it is active, then start a new Run."""
+    job = _action("restart", name, server)
+    out.print(f"job/{name} restarting as run {job['currentRun']['number']}")
+    if wait:
+        raise typer.Exit(_wait(_client(server), name))
+
+
+@app.command()
+def delete(name: str = typer.Argument(..., help="Job name."), server: Optional[str] = ServerOpt) -> None:
+    """Delete a Job with its Runs, Events, records and logs (an active Job is stopped first)."""
+    res = _action("delete", name, server)
+    out.print(f"job/{name} deleted" if res.get("deleted") else f"job/{name} stopping, then deleted")
+
+
+@app.command()
+def record(
+    name: str = typer.Argument(..., help="Job name."),
+    run: Optional[int] = typer.Option(None, "--run", help="Run number (default: the current Run)."),
+    format: str = typer.Option("md", "--format", "-o", help="json, yaml or md"),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write to this file."),
+    server: Optional[str] = ServerOpt,
+) -> None:
+    """The run record: versions, images, RLinf config as given, node ranks, hosts, Ray node ids,
+    mounts, times, result, and where each log is."""
+    if format not in ("json", "yaml", "md"):
+        _fail(f"--format {format!r} is not supported; use json, yaml or md")
+    text = _call(_client(server).get_text, f"/api/v1/jobs/{name}/record", run=run, format=format)
+    if format == "json":
+        text = json.dumps(json.loads(text), indent=2) + "\n"
+    if output:
+        output.write_text(text)
+        out.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

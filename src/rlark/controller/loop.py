@@ -1,0 +1,548 @@
+"""The reconcile loop: desired Job state vs what the Workers report and the runtime observes.
+
+One thread. Each pass takes every Run that is active (or still has Workers to tear down), reads
+the Workers' new lifecycle lines, asks the runtime whether they are alive, lets the pure state
+machine (:mod:`rlark.controller.phases`) decide, and writes the outcome with an Event per
+transition. Services wake it (:meth:`Controller.wake`) so a submit is acted on at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from rlark import settings
+from rlark.controller.lifecycle import read_new_events
+from rlark.controller.phases import (
+    ACTIVE,
+    TERMINAL,
+    Phase,
+    RunView,
+    Transition,
+    WorkerView,
+    decide,
+    worker_phase,
+)
+from rlark.record import build_record
+from rlark.ranks import plan_workers, rank_ranges
+from rlark.runtimes.base import LaunchSpec, bootstrap_env
+from rlark.runtimes.local_ports import can_bind, pick_loopback, pick_port_block, port_layout
+from rlark.spec import Job
+from rlark.store import EventRow, JobRow, RunRow, Store, TaskRow, WorkerRow
+
+log = logging.getLogger("rlark.controller")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_run(job: JobRow, cause: str, runtime: str = "local") -> RunRow:
+    """A Pending Run of ``job`` with the Job's current spec snapshot, a fresh uid, its Tasks and
+    its Workers (names and node ranks fixed by the spec). The caller adds it to a session."""
+    number = max((r.number for r in job.runs), default=0) + 1
+    run = RunRow(
+        job=job,
+        number=number,
+        uid=uuid.uuid4().hex[:12],
+        cause=cause,
+        runtime=runtime,
+        spec=job.spec,
+        phase=Phase.pending.value,
+    )
+    spec = Job.model_validate(job.spec)
+    planned = plan_workers(spec)
+    for role, (lo, hi) in rank_ranges(planned).items():
+        run.tasks.append(TaskRow(role=role, total=hi - lo + 1, first_rank=lo, last_rank=hi))
+    for w in planned:
+        run.workers.append(
+            WorkerRow(
+                name=w.name, role=w.role, index=w.index, node_rank=w.node_rank, is_head=w.is_head
+            )
+        )
+    return run
+
+
+def add_event(
+    s: Session,
+    job_id: int,
+    reason: str,
+    message: str,
+    *,
+    run_number: int | None = None,
+    worker: str | None = None,
+    type: str = "Normal",
+    from_phase: str | None = None,
+    to_phase: str | None = None,
+) -> None:
+    s.add(
+        EventRow(
+            job_id=job_id,
+            run_number=run_number,
+            worker=worker,
+            type=type,
+            reason=reason,
+            message=message,
+            from_phase=from_phase,
+            to_phase=to_phase,
+        )
+    )
+
+
+class Controller:
+    """Runs the reconcile loop in a background thread (``start``/``shutdown``) or step by step
+    (``reconcile_once``, used by tests)."""
+
+    def __init__(self, store: Store, runtime, tick_seconds: float = 0.1):
+        self.store = store
+        self.runtime = runtime
+        self.tick = tick_seconds
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._adopted_checked = False
+
+    # --- thread ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="rlark-controller", daemon=True)
+            self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.reconcile_once()
+            except Exception:  # keep the loop alive; the next pass retries
+                log.exception("reconcile pass failed")
+            self._wake.wait(self.tick)
+            self._wake.clear()
+
+    def shutdown(self, grace: float = 10.0) -> None:
+        """Stop the loop and every Worker this server started: their Runs end ``Stopped`` with
+        reason ``ServerShutdown`` (an embedded server leaves nothing behind)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        with self.store.session() as s:
+            runs = s.scalars(select(RunRow).where(RunRow.phase.in_(ACTIVE))).all()
+            for run in runs:
+                if run.phase != Phase.stopping.value:
+                    self._transition(
+                        s, run, Transition(Phase.stopping.value, "ServerShutdown",
+                                           "the RLark server is shutting down")
+                    )
+                for w in run.workers:
+                    if w.pid and not w.released:
+                        self.runtime.signal_stop(w.pid, w.pid_started)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not self._teardown_pass(force=False):
+                break
+            time.sleep(0.1)
+        self._teardown_pass(force=True)
+        with self.store.session() as s:
+            for run in s.scalars(select(RunRow).where(RunRow.phase == Phase.stopping.value)).all():
+                self._transition(s, run, Transition(Phase.stopped.value, "ServerShutdown",
+                                                    "stopped because the RLark server shut down"))
+                self._finish(s, run)
+
+    def _teardown_pass(self, force: bool) -> bool:
+        """Observe/kill Workers of every Run; return True while some Worker is still alive."""
+        alive = False
+        with self.store.session() as s:
+            for w in s.scalars(select(WorkerRow).where(WorkerRow.released.is_(False))).all():
+                if w.pid is None:
+                    w.released = True
+                    continue
+                if force:
+                    self.runtime.kill(w.pid, w.pid_started)
+                if self._observe_release(w):
+                    continue
+                alive = True
+        return alive
+
+    # --- one pass ---------------------------------------------------------------------------------
+
+    def reconcile_once(self) -> None:
+        """One pass over every Run that needs attention."""
+        if not self._adopted_checked:
+            self._recover_after_restart()
+            self._adopted_checked = True
+        with self.store.session() as s:
+            ids = s.scalars(
+                select(RunRow.id)
+                .where(
+                    or_(
+                        RunRow.phase.in_(ACTIVE),
+                        RunRow.id.in_(
+                            select(WorkerRow.run_id).where(WorkerRow.released.is_(False),
+                                                           WorkerRow.pid.is_not(None))
+                        ),
+                    )
+                )
+                .order_by(RunRow.id)
+            ).all()
+        for run_id in ids:
+            try:
+                with self.store.session() as s:
+                    run = s.get(RunRow, run_id)
+                    if run is not None:
+                        self._reconcile_run(s, run)
+            except Exception:
+                log.exception("reconciling run %s failed", run_id)
+        self._finalize_deletes()
+
+    def _recover_after_restart(self) -> None:
+        """Workers of an earlier server process cannot be watched exactly (no exit codes), so an
+        active Run found at start-up is ended: its surviving processes are killed (verified by PID
+        and start time) and the Run fails with ``ControllerRestarted`` (``Stopped`` if it was
+        stopping). Fail closed: never claim Running for Workers nobody watches."""
+        with self.store.session() as s:
+            runs = s.scalars(
+                select(RunRow).where(RunRow.phase.in_(ACTIVE - {Phase.pending.value}))
+            ).all()
+            for run in runs:
+                for w in run.workers:
+                    if w.pid and not w.released:
+                        self.runtime.kill(w.pid, w.pid_started)
+                if run.phase == Phase.stopping.value:
+                    t = Transition(Phase.stopped.value, "ControllerRestarted",
+                                   "the RLark server restarted while the Run was stopping")
+                else:
+                    t = Transition(Phase.failed.value, "ControllerRestarted",
+                                   "the RLark server restarted while the Run was active; its "
+                                   "Workers were stopped")
+                self._transition(s, run, t)
+                run.stop_deadline = time.time()
+
+    def _reconcile_run(self, s: Session, run: RunRow) -> None:
+        job = run.job
+        if run.phase == Phase.pending.value and not run.stop_requested:
+            if self._previous_runs_busy(s, run):
+                return
+            self._launch(s, run)
+            return
+        if run.phase in ACTIVE:
+            self._observe(s, run)
+            view = self._view(run)
+            for t in decide(view):
+                self._transition(s, run, t)
+        if run.phase in TERMINAL or run.phase == Phase.stopping.value:
+            self._teardown(s, run)
+        if run.phase in TERMINAL and all(w.released or w.pid is None for w in run.workers):
+            self._finish(s, run)
+        self._sync_tasks(run)
+        if job.current_run_id == run.id:
+            job.phase, job.reason, job.message = run.phase, run.reason, run.message
+
+    def _previous_runs_busy(self, s: Session, run: RunRow) -> bool:
+        for other in run.job.runs:
+            if other.id == run.id:
+                continue
+            if other.phase in ACTIVE or any(not w.released and w.pid for w in other.workers):
+                if other.phase in ACTIVE and other.phase != Phase.stopping.value:
+                    other.stop_requested = True  # a restart replaces the active Run
+                return True
+        return False
+
+    # --- launching ----------------------------------------------------------------------------------
+
+    def _launch(self, s: Session, run: RunRow) -> None:
+        job = Job.model_validate(run.spec)
+        planned = {w.node_rank: w for w in plan_workers(job)}
+        # Allocation is serialised by this single controller thread; the store tells which
+        # addresses and port blocks live Workers hold (also those of other Runs).
+        live = s.execute(
+            select(WorkerRow.node_ip, WorkerRow.port_base).where(
+                WorkerRow.released.is_(False), WorkerRow.pid.is_not(None)
+            )
+        ).all()
+        used_ips = {ip for ip, _ in live if ip}
+        used_bases = {b for _, b in live if b is not None}
+        rows = sorted(run.workers, key=lambda w: w.node_rank)
+        for w in rows:
+            w.node_ip = pick_loopback(used_ips)
+            used_ips.add(w.node_ip)
+            w.port_base = pick_port_block(
+                used_bases, lambda base, ip=w.node_ip: can_bind(ip, range(base, base + 64))
+            )
+            used_bases.add(w.port_base)
+        head = rows[0]
+        head_address = f"{head.node_ip}:{port_layout(head.port_base)['gcs']}"
+        log_dir = settings.logs_dir() / run.job.name / str(run.number)
+        tmp_root = Path(settings.ray_tmp_root())
+        self._transition(s, run, Transition(Phase.starting.value, "Launching",
+                                            f"starting {len(rows)} Workers"))
+        run.started_at = utcnow()
+        for w in rows:
+            ports = {k: v for k, v in port_layout(w.port_base).items() if k != "gcs"}
+            w.log_path = str(log_dir / f"{w.name}.log")
+            w.ray_temp_dir = str(tmp_root / f"{run.uid}-{w.node_rank}")
+            role = job.role(w.role)
+            env = bootstrap_env(
+                job,
+                planned[w.node_rank],
+                run_uid=run.uid,
+                head_address=head_address,
+                node_ip=w.node_ip,
+                ray_ports=ports,
+                ray_temp_dir=w.ray_temp_dir,
+            )
+            try:
+                launched = self.runtime.launch(
+                    LaunchSpec(
+                        worker=planned[w.node_rank],
+                        env=env,
+                        log_path=w.log_path,
+                        python=role.local.python if role else None,
+                        node_ip=w.node_ip,
+                        port_base=w.port_base,
+                        ray_temp_dir=w.ray_temp_dir,
+                    )
+                )
+            except Exception as exc:  # e.g. the role's interpreter does not exist
+                w.phase, w.reason, w.message = "Failed", "LaunchFailed", str(exc)
+                w.released = True
+                self._transition(s, run, Transition(Phase.failed.value, "LaunchFailed",
+                                                    f"Worker {w.name}: {exc}"))
+                for other in rows:
+                    if other.pid:
+                        self.runtime.signal_stop(other.pid, other.pid_started)
+                run.stop_deadline = time.time() + self._grace(run)
+                return
+            w.pid, w.pid_started = launched.pid, launched.pid_started
+            w.phase = "Starting"
+            w.started_at = utcnow()
+        add_event(s, run.job_id, "Launched",
+                  f"{len(rows)} Workers started; head {head.name} at {head_address}",
+                  run_number=run.number)
+
+    # --- observing --------------------------------------------------------------------------------
+
+    def _observe(self, s: Session, run: RunRow) -> None:
+        by_rank = {w.node_rank: w for w in run.workers}
+        for w in run.workers:
+            if not w.log_path or w.released:
+                continue
+            events, w.log_offset = read_new_events(w.log_path, w.log_offset)
+            life = dict(w.lifecycle or {})
+            for ev in events:
+                kind = ev.get("event")
+                if kind == "facts":
+                    facts = {k: v for k, v in ev.items() if k not in ("event", "ts")}
+                    w.facts = {**(w.facts or {}), **facts}
+                    w.host = facts.get("hostname")
+                    w.ip = w.ip or facts.get("ip")
+                elif kind == "phase":
+                    life["phase"] = ev.get("phase")
+                    if ev.get("ray_node_id"):
+                        w.ray_node_id = ev["ray_node_id"]
+                        w.facts = {**(w.facts or {}), "ray_node_id": ev["ray_node_id"]}
+                elif kind == "nodes":
+                    self._apply_joined(s, run, by_rank, ev)
+                elif kind in ("failed", "run_finished"):
+                    life[kind] = ev
+                elif kind == "running":
+                    life["running"] = ev.get("ts")
+                elif kind == "stopped":
+                    life["stopped"] = True
+                elif kind == "exit":
+                    life["exit"] = ev.get("code")
+            if events:
+                # _apply_joined may have marked this Worker joined meanwhile: merge, keep both
+                w.lifecycle = {**(w.lifecycle or {}), **life}
+            if w.pid is not None and not life.get("gone"):
+                seen = self.runtime.observe(w.pid, w.pid_started)
+                if not seen.alive:
+                    # read what the Worker wrote just before it ended
+                    events, w.log_offset = read_new_events(w.log_path, w.log_offset)
+                    for ev in events:
+                        if ev.get("event") in ("failed", "run_finished"):
+                            life[ev["event"]] = ev
+                        elif ev.get("event") == "stopped":
+                            life["stopped"] = True
+                        elif ev.get("event") == "exit":
+                            life["exit"] = ev.get("code")
+                    code = seen.exit_code if seen.exit_code is not None else life.get("exit")
+                    life["gone"] = True
+                    w.exit_code = code
+                    w.lifecycle = life
+                    w.finished_at = utcnow()
+
+    def _apply_joined(self, s: Session, run: RunRow, by_rank: dict[int, WorkerRow], ev: dict) -> None:
+        for node in ev.get("joined", []):
+            w = by_rank.get(node.get("node_rank"))
+            if w is None:
+                continue
+            first_time = not (w.lifecycle or {}).get("joined")
+            w.ray_node_id = node.get("ray_node_id") or w.ray_node_id
+            w.ip = node.get("ip") or w.ip
+            w.lifecycle = {**(w.lifecycle or {}), "joined": True}
+            if first_time:
+                add_event(s, run.job_id, "NodeJoined",
+                          f"rank {w.node_rank} ({w.name}) joined as Ray node "
+                          f"{(w.ray_node_id or '?')[:12]} at {w.ip}",
+                          run_number=run.number, worker=w.name)
+
+    def _view(self, run: RunRow) -> RunView:
+        workers = []
+        for w in run.workers:
+            life = w.lifecycle or {}
+            workers.append(
+                WorkerView(
+                    name=w.name,
+                    role=w.role,
+                    node_rank=w.node_rank,
+                    is_head=w.is_head,
+                    launched=w.pid is not None,
+                    alive=w.pid is not None and not life.get("gone"),
+                    exit_code=w.exit_code,
+                    failed=life.get("failed"),
+                    running=bool(life.get("running")),
+                    run_finished=life.get("run_finished"),
+                    stopped=bool(life.get("stopped")),
+                )
+            )
+            wv = workers[-1]
+            w.phase = worker_phase(wv, life.get("phase"), bool(life.get("joined")))
+            if wv.failed:
+                w.reason = wv.failed.get("reason", "")
+                w.message = wv.failed.get("message", "")
+        return RunView(phase=run.phase, stop_requested=run.stop_requested, workers=workers)
+
+    # --- transitions --------------------------------------------------------------------------------
+
+    def _transition(self, s: Session, run: RunRow, t: Transition) -> None:
+        before = run.phase
+        run.phase, run.reason, run.message = t.to, t.reason, t.message
+        if t.exit_code is not None:
+            run.exit_code = t.exit_code
+        now = utcnow()
+        if t.to == Phase.running.value:
+            run.running_at = now
+        if t.to in TERMINAL:
+            run.finished_at = now
+        failed = t.to == Phase.failed.value
+        add_event(s, run.job_id, t.reason, t.message, run_number=run.number,
+                  type="Warning" if failed else "Normal", from_phase=before, to_phase=t.to)
+        job = run.job
+        if job.current_run_id in (None, run.id):
+            job.current_run_id = run.id
+            job.phase, job.reason, job.message = run.phase, run.reason, run.message
+        if t.to in TERMINAL or t.to == Phase.stopping.value:
+            for w in run.workers:
+                # a head whose run script finished is already on its way out: let it exit with
+                # its own code (it is still killed if it outlives the grace period)
+                finishing = (w.lifecycle or {}).get("run_finished") and t.to != Phase.stopping.value
+                if w.pid and not w.released and not finishing:
+                    self.runtime.signal_stop(w.pid, w.pid_started)
+            run.stop_deadline = time.time() + self._grace(run)
+        if failed:
+            self._maybe_retry(s, run)
+
+    def _maybe_retry(self, s: Session, run: RunRow) -> None:
+        job = run.job
+        if job.desired != "Running" or job.delete_requested or run.reason == "ControllerRestarted":
+            return
+        policy = Job.model_validate(run.spec).spec.failure_policy
+        retries = sum(1 for r in job.runs if r.cause == "Retry")
+        if retries >= policy.max_restarts or job.current_run_id != run.id:
+            return
+        nxt = new_run(job, "Retry", run.runtime)
+        s.add(nxt)
+        s.flush()
+        job.current_run_id = nxt.id
+        add_event(s, job.id, "Retry",
+                  f"run {run.number} failed ({run.reason}); starting run {nxt.number} "
+                  f"(restart {retries + 1} of {policy.max_restarts})",
+                  run_number=nxt.number)
+
+    @staticmethod
+    def _grace(run: RunRow) -> float:
+        return float(run.spec.get("spec", {}).get("terminationGracePeriodSeconds", 10))
+
+    # --- teardown ---------------------------------------------------------------------------------
+
+    def _teardown(self, s: Session, run: RunRow) -> None:
+        overdue = run.stop_deadline is not None and time.time() > run.stop_deadline
+        for w in run.workers:
+            if w.released or w.pid is None:
+                continue
+            if overdue:
+                self.runtime.kill(w.pid, w.pid_started)
+            self._observe_release(w)
+
+    def _observe_release(self, w: WorkerRow) -> bool:
+        """Mark the Worker released (ports and address free again) once its processes are gone."""
+        seen = self.runtime.observe(w.pid, w.pid_started)
+        if seen.alive:
+            return False
+        life = dict(w.lifecycle or {})
+        if w.log_path:
+            events, w.log_offset = read_new_events(w.log_path, w.log_offset)
+            for ev in events:
+                if ev.get("event") == "exit":
+                    life["exit"] = ev.get("code")
+        if w.exit_code is None:
+            w.exit_code = seen.exit_code if seen.exit_code is not None else life.get("exit")
+        life["gone"] = True
+        w.lifecycle = life
+        w.finished_at = w.finished_at or utcnow()
+        if w.phase not in ("Failed", "Succeeded"):
+            run_phase = w.run.phase if w.run is not None else None
+            if run_phase in (Phase.succeeded.value, Phase.failed.value):
+                # stopped by RLark because its Run ended: not a failure of this Worker
+                w.phase, w.reason = "Exited", w.reason or "RunEnded"
+            else:
+                w.phase = "Stopped" if life.get("stopped") or w.exit_code in (143, 137) else "Exited"
+        w.released = True
+        if hasattr(self.runtime, "forget"):
+            self.runtime.forget(w.pid)
+        if w.ray_temp_dir and not settings.keep_ray_temp():
+            shutil.rmtree(w.ray_temp_dir, ignore_errors=True)
+        return True
+
+    def _finish(self, s: Session, run: RunRow) -> None:
+        if run.record is None:
+            run.record = build_record(run.job, run, run.workers, settings.logs_dir())
+
+    def _sync_tasks(self, run: RunRow) -> None:
+        for task in run.tasks:
+            members = [w for w in run.workers if w.role == task.role]
+            task.ready = sum(1 for w in members if w.phase in ("Joined", "Running", "Succeeded"))
+            task.total = len(members)
+            if run.phase == Phase.failed.value and any(w.phase == "Failed" for w in members):
+                task.phase = "Failed"
+            else:
+                task.phase = run.phase
+
+    def _finalize_deletes(self) -> None:
+        with self.store.session() as s:
+            jobs = s.scalars(select(JobRow).where(JobRow.delete_requested.is_(True))).all()
+            for job in jobs:
+                busy = any(
+                    r.phase in ACTIVE or any(not w.released and w.pid for w in r.workers)
+                    for r in job.runs
+                )
+                if busy:
+                    for r in job.runs:
+                        if r.phase in ACTIVE and not r.stop_requested:
+                            r.stop_requested = True
+                    continue
+                name = job.name
+                s.delete(job)
+                shutil.rmtree(settings.logs_dir() / name, ignore_errors=True)

@@ -1,0 +1,450 @@
+"""Preflight: Findings about a Job spec, before anything is stored or started.
+
+:func:`check_job` applies the value rules to a structurally valid :class:`~rlark.spec.Job`;
+:func:`validate_document` runs parsing and the rules together, and is what the CLI
+(``rlark validate``), the REST API and the console all call.
+
+Every message names the field path and the bad value; every hint says how to fix it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from decimal import Decimal
+from typing import Iterator
+
+from kubernetes.utils.quantity import parse_quantity
+
+from rlark.findings import Finding, Severity
+from rlark.spec import (
+    DNS1035_LABEL,
+    DNS1123_LABEL,
+    MAX_NAME_LENGTH,
+    RESERVED_ENV,
+    RESERVED_ENV_PREFIX,
+    Job,
+    head_service_name,
+    load_job,
+    worker_name,
+)
+
+# Docker/OCI image reference (github.com/distribution/reference grammar, simplified):
+# [host[:port]/]path-component(/path-component)*[:tag][@algorithm:hex]
+_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?)"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_RE = re.compile(
+    rf"^(?:(?P<host>{_HOST})/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}))?$"
+)
+# Kubernetes label keys: optional DNS-subdomain prefix + '/' + name (63 chars), values 63 chars.
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_MEMORY_BYTES = 2**60
+MAX_CPUS = 100_000
+
+
+def _err(code: str, path: str, message: str, hint: str) -> Finding:
+    return Finding(code=code, severity=Severity.error, path=path, message=message, hint=hint)
+
+
+def _warn(code: str, path: str, message: str, hint: str) -> Finding:
+    return Finding(code=code, severity=Severity.warning, path=path, message=message, hint=hint)
+
+
+def parse_image_reference(image: str) -> dict[str, str | None] | None:
+    """Split an image reference into ``host``, ``path``, ``tag`` and ``digest``.
+
+    Returns None when the reference is malformed. Grammar: github.com/distribution/reference.
+    """
+    m = _IMAGE_RE.match(image or "")
+    return m.groupdict() if m else None
+
+
+def parse_memory_bytes(value: int | str) -> int:
+    """Memory quantity -> bytes. ``'8Gi'`` -> 8589934592, ``'512M'`` -> 512000000, int = bytes.
+
+    Raises:
+        ValueError: the value has no unit (a bare number in a string), an unknown unit, or is
+        not positive. Units are Kubernetes quantities (Ki Mi Gi Ti, k M G T).
+    """
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a memory size")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("must be positive")
+        if value > MAX_MEMORY_BYTES:
+            raise ValueError("is larger than any machine (more than 1 EiB)")
+        return value
+    text = str(value).strip()
+    if re.fullmatch(r"[0-9.]+", text):
+        raise ValueError("has no unit")
+    try:
+        q = parse_quantity(text)
+    except ValueError:
+        raise ValueError("is not a memory quantity") from None
+    if not q.is_finite() or q <= 0:
+        raise ValueError("must be positive and finite")
+    if q > MAX_MEMORY_BYTES:
+        raise ValueError("is larger than any machine (more than 1 EiB)")
+    return int(q.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def parse_cpu(value: float | int | str) -> Decimal:
+    """CPU quantity -> cores as a Decimal: ``2`` -> 2, ``'500m'`` -> 0.5.
+
+    Raises:
+        ValueError: not a Kubernetes CPU quantity, or not positive.
+    """
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a CPU count")
+    try:
+        q = parse_quantity(value if isinstance(value, str) else repr(value))
+    except ValueError:
+        raise ValueError("is not a CPU quantity") from None
+    if not q.is_finite() or q <= 0:
+        raise ValueError("must be positive and finite")
+    if q > MAX_CPUS:
+        raise ValueError(f"is more than {MAX_CPUS} cores")
+    return q
+
+
+def _check_label_map(labels: dict[str, str], path: str, what: str) -> Iterator[Finding]:
+    for key, value in labels.items():
+        prefix, slash, name = key.rpartition("/")
+        bad_key = (
+            not name
+            or len(name) > 63
+            or not _LABEL_NAME.match(name)
+            or (slash and (not prefix or len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)))
+        )
+        if bad_key:
+            yield _err(
+                "InvalidLabel",
+                f"{path}.{key}",
+                f"{path}.{key}: {what} key {key!r} is not a valid Kubernetes label key",
+                "use [prefix/]name with name of at most 63 letters, digits, '-', '_' or '.'",
+            )
+        if len(str(value)) > 63 or not _LABEL_NAME.match(str(value)):
+            yield _err(
+                "InvalidLabel",
+                f"{path}.{key}",
+                f"{path}.{key} = {value!r} is not a valid Kubernetes label value",
+                "use at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric",
+            )
+
+
+def _check_names(job: Job) -> Iterator[Finding]:
+    name = job.metadata.name
+    if not DNS1035_LABEL.match(name):
+        yield _err(
+            "InvalidName",
+            "metadata.name",
+            f"metadata.name = {name!r} is not a DNS-1123 label starting with a letter",
+            "use lower-case letters, digits and '-', starting with a letter, e.g. 'ppo-maniskill'",
+        )
+    if len(head_service_name(name)) > MAX_NAME_LENGTH:
+        yield _err(
+            "NameTooLong",
+            "metadata.name",
+            f"metadata.name = {name!r} makes the head Service name "
+            f"{head_service_name(name)!r} longer than {MAX_NAME_LENGTH} characters",
+            f"shorten the Job name to at most {MAX_NAME_LENGTH - len('-head')} characters",
+        )
+    seen: dict[str, int] = {}
+    for i, role in enumerate(job.spec.roles):
+        path = f"spec.roles[{i}].name"
+        if not DNS1123_LABEL.match(role.name):
+            yield _err(
+                "InvalidName",
+                path,
+                f"{path} = {role.name!r} is not a DNS-1123 label",
+                "use lower-case letters, digits and '-', e.g. 'rollout'",
+            )
+        if role.name in seen:
+            yield _err(
+                "DuplicateRoleName",
+                path,
+                f"{path} = {role.name!r} repeats spec.roles[{seen[role.name]}].name",
+                "give every role its own name",
+            )
+        seen.setdefault(role.name, i)
+        longest = worker_name(name, role.name, max(role.workers, 1) - 1)
+        if len(longest) > MAX_NAME_LENGTH:
+            yield _err(
+                "NameTooLong",
+                path,
+                f"{path} = {role.name!r}: the Worker name {longest!r} is {len(longest)} "
+                f"characters, more than {MAX_NAME_LENGTH}",
+                "shorten the Job or role name so '<job>-<role>-<index>' fits in 63 characters",
+            )
+
+
+def _check_head(job: Job) -> Iterator[Finding]:
+    head = job.spec.head_role
+    names = [r.name for r in job.spec.roles]
+    if not head:
+        yield _err(
+            "HeadRoleMissing",
+            "spec.headRole",
+            "spec.headRole is empty",
+            f"name the role whose first Worker runs the run script, one of {names}",
+        )
+    elif head not in names:
+        yield _err(
+            "HeadRoleUnknown",
+            "spec.headRole",
+            f"spec.headRole = {head!r} is not the name of any role",
+            f"use one of {names}",
+        )
+    if not job.spec.roles:
+        yield _err(
+            "NoRoles",
+            "spec.roles",
+            "spec.roles is empty",
+            "add at least one role (the head role)",
+        )
+
+
+def _check_role(i: int, job: Job) -> Iterator[Finding]:
+    role = job.spec.roles[i]
+    base = f"spec.roles[{i}]"
+    if role.workers < 1:
+        yield _err(
+            "WorkersBelowOne",
+            f"{base}.workers",
+            f"{base}.workers = {role.workers}: a role needs at least 1 Worker",
+            "set workers to 1 or more, or remove the role",
+        )
+    yield from _check_image(role.image, f"{base}.image")
+    res = role.resources
+    if res.cpu is not None:
+        try:
+            parse_cpu(res.cpu)
+        except ValueError as exc:
+            yield _err(
+                "InvalidCpu",
+                f"{base}.resources.cpu",
+                f"{base}.resources.cpu = {res.cpu!r} {exc}",
+                "write cores as a number (2, 0.5) or millicores ('500m')",
+            )
+    if res.memory is not None:
+        try:
+            parse_memory_bytes(res.memory)
+        except ValueError as exc:
+            yield _err(
+                "InvalidMemory",
+                f"{base}.resources.memory",
+                f"{base}.resources.memory = {res.memory!r} {exc}",
+                "write memory with a unit, e.g. '8Gi' or '512Mi' (Ki, Mi, Gi, Ti, k, M, G, T)",
+            )
+    if res.gpu < 0:
+        yield _err(
+            "InvalidGpu",
+            f"{base}.resources.gpu",
+            f"{base}.resources.gpu = {res.gpu} is negative",
+            "set a whole number of GPUs, 0 or more",
+        )
+    for dev, count in res.devices.items():
+        path = f"{base}.resources.devices.{dev}"
+        if dev in {"CPU", "GPU", "memory", "object_store_memory", "cpu", "gpu", "nvidia.com/gpu"}:
+            yield _err(
+                "InvalidDevice",
+                path,
+                f"{path}: {dev!r} is not a named device",
+                "use resources.cpu / resources.gpu / resources.memory for these",
+            )
+        elif count < 1:
+            yield _err(
+                "InvalidDevice",
+                path,
+                f"{path} = {count}: a device count must be at least 1",
+                "set 1 or more, or remove the device",
+            )
+    yield from _check_env(role, base)
+    yield from _check_mounts(role, base)
+    yield from _check_label_map(role.node_selector, f"{base}.nodeSelector", "node selector")
+    if role.local.python is not None and not os.path.isabs(role.local.python):
+        yield _err(
+            "RelativePath",
+            f"{base}.local.python",
+            f"{base}.local.python = {role.local.python!r} is not an absolute path",
+            "give the absolute path of a python executable or virtualenv directory",
+        )
+
+
+def _check_image(image: str, path: str) -> Iterator[Finding]:
+    ref = parse_image_reference(image)
+    if ref is None:
+        yield _err(
+            "InvalidImage",
+            path,
+            f"{path} = {image!r} is not an image reference",
+            "write registry/repository:tag, e.g. 'docker.io/rlinf/rlinf:0.3.0'",
+        )
+        return
+    if ref["tag"] is None and ref["digest"] is None:
+        yield _err(
+            "ImageNoVersion",
+            path,
+            f"{path} = {image!r} has no tag or digest, so every run may get a different image",
+            f"pin a version, e.g. '{image}:<version>' or '{image}@sha256:<digest>'",
+        )
+    elif ref["tag"] == "latest" and ref["digest"] is None:
+        yield _err(
+            "ImageLatestTag",
+            path,
+            f"{path} = {image!r} uses the mutable tag 'latest'",
+            "use an explicit version tag or a digest (@sha256:...)",
+        )
+
+
+def _check_env(role, base: str) -> Iterator[Finding]:
+    seen: set[str] = set()
+    for j, env in enumerate(role.env):
+        path = f"{base}.env[{j}].name"
+        if env.name in RESERVED_ENV or env.name.startswith(RESERVED_ENV_PREFIX):
+            yield _err(
+                "ReservedEnv",
+                path,
+                f"{path} = {env.name!r} is set by RLark on every Worker",
+                "remove it: RLark sets RLINF_NODE_RANK, RAY_ADDRESS and RLARK_* itself "
+                "(node ranks follow spec.headRole and role order)",
+            )
+        elif not _ENV_NAME.match(env.name):
+            yield _err(
+                "InvalidEnvName",
+                path,
+                f"{path} = {env.name!r} is not a valid environment variable name",
+                "use letters, digits and '_', not starting with a digit",
+            )
+        if env.name in seen:
+            yield _warn(
+                "DuplicateEnv",
+                path,
+                f"{path} = {env.name!r} is set more than once; the last value wins",
+                "keep one entry per variable",
+            )
+        seen.add(env.name)
+
+
+def _check_mounts(role, base: str) -> Iterator[Finding]:
+    paths: dict[str, int] = {}
+    names: dict[str, int] = {}
+    for j, mount in enumerate(role.mounts):
+        mp = f"{base}.mounts[{j}]"
+        if not mount.mount_path.startswith("/"):
+            yield _err(
+                "RelativeMountPath",
+                f"{mp}.mountPath",
+                f"{mp}.mountPath = {mount.mount_path!r} is not an absolute path",
+                "write an absolute path inside the Worker, e.g. '/data'",
+            )
+        norm = os.path.normpath(mount.mount_path)
+        if norm in paths:
+            yield _err(
+                "DuplicateMountPath",
+                f"{mp}.mountPath",
+                f"{mp}.mountPath = {mount.mount_path!r} is also the mountPath of "
+                f"{base}.mounts[{paths[norm]}]",
+                "mount each source at its own path",
+            )
+        paths.setdefault(norm, j)
+        if mount.name in names:
+            yield _err(
+                "DuplicateMountName",
+                f"{mp}.name",
+                f"{mp}.name = {mount.name!r} repeats {base}.mounts[{names[mount.name]}].name",
+                "give every mount of a role its own name",
+            )
+        names.setdefault(mount.name, j)
+        if not mount.source.strip():
+            yield _err(
+                "EmptyMountSource",
+                f"{mp}.source",
+                f"{mp}.source is empty",
+                "name the host directory, PVC or object-storage URL to mount",
+            )
+        elif mount.type == "hostPath" and not mount.source.startswith("/"):
+            yield _err(
+                "RelativeMountSource",
+                f"{mp}.source",
+                f"{mp}.source = {mount.source!r}: a hostPath source must be absolute",
+                "write the absolute host directory (`rlark submit` resolves paths relative to "
+                "the Job file for you)",
+            )
+        elif mount.type == "objectStorage" and "://" not in mount.source:
+            yield _err(
+                "InvalidMountSource",
+                f"{mp}.source",
+                f"{mp}.source = {mount.source!r} is not an object-storage URL",
+                "write a URL such as 's3://bucket/prefix'",
+            )
+
+
+def _check_shared(job: Job) -> Iterator[Finding]:
+    spec = job.spec
+    if not spec.run_script.strip():
+        yield _err(
+            "EmptyRunScript",
+            "spec.runScript",
+            "spec.runScript is empty: the head would have nothing to run",
+            "write the command that starts training, e.g. 'python train.py --config-name ppo'",
+        )
+    if spec.working_dir is not None and not os.path.isabs(spec.working_dir):
+        yield _err(
+            "RelativePath",
+            "spec.workingDir",
+            f"spec.workingDir = {spec.working_dir!r} is not an absolute path",
+            "write an absolute path (`rlark submit FILE` resolves it against FILE's directory)",
+        )
+    fp = spec.failure_policy
+    for field, value in (
+        ("joinTimeoutSeconds", fp.join_timeout_seconds),
+        ("prepareTimeoutSeconds", fp.prepare_timeout_seconds),
+    ):
+        if not (0 < value < math.inf):
+            yield _err(
+                "InvalidTimeout",
+                f"spec.failurePolicy.{field}",
+                f"spec.failurePolicy.{field} = {value} must be a finite number of seconds above 0",
+                "give a number of seconds greater than 0",
+            )
+    if fp.max_restarts < 0:
+        yield _err(
+            "InvalidMaxRestarts",
+            "spec.failurePolicy.maxRestarts",
+            f"spec.failurePolicy.maxRestarts = {fp.max_restarts} is negative",
+            "use 0 (no automatic restart) or more",
+        )
+    if not (0 <= spec.termination_grace_period_seconds < math.inf):
+        yield _err(
+            "InvalidTimeout",
+            "spec.terminationGracePeriodSeconds",
+            f"spec.terminationGracePeriodSeconds = {spec.termination_grace_period_seconds} "
+            "is not a finite number of seconds, 0 or more",
+            "give 0 or more seconds",
+        )
+    yield from _check_label_map(job.metadata.labels, "metadata.labels", "label")
+
+
+def check_job(job: Job) -> list[Finding]:
+    """All value rules for a parsed Job. Returns Findings in spec order; empty means valid."""
+    findings = [*_check_names(job), *_check_head(job), *_check_shared(job)]
+    for i in range(len(job.spec.roles)):
+        findings.extend(_check_role(i, job))
+    return findings
+
+
+def validate_document(text: str | bytes) -> tuple[Job | None, list[Finding]]:
+    """Parse and check a Job document (YAML or JSON).
+
+    Returns ``(job, findings)``; ``job`` is None when the document could not be parsed. Callers
+    refuse the Job when :func:`rlark.findings.has_errors` is true.
+    """
+    job, findings = load_job(text)
+    if job is None:
+        return None, findings
+    return job, check_job(job)

@@ -1,0 +1,176 @@
+"""The run record: what ran, where, with which versions and configs, and how it ended.
+
+:func:`build_record` assembles it from stored rows (no I/O); :func:`render_markdown` and
+:func:`render` export it. Record version 1 holds: the spec snapshot, expected vs actual Workers
+with node ranks, hosts, IPs and Ray node ids, each Worker's facts, image references,
+``spec.rlinf`` as given, mount sources and paths, start/end times, result and reason, and where
+each log is.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+RECORD_VERSION = 1
+
+
+def iso(t: datetime | None) -> str | None:
+    """ISO 8601 text of a timestamp, or None."""
+    return t.isoformat() if t else None
+
+
+def _distinct(values) -> list:
+    out = []
+    for v in values:
+        if v is not None and v not in out:
+            out.append(v)
+    return out
+
+
+def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict[str, Any]:
+    """Assemble the run record (a JSON-ready dict) from a Job row, a Run row and its Worker rows.
+
+    Pure: reads attributes only. ``logs_root`` is reported so readers know where logs live.
+    """
+    spec = run.spec or {}
+    body = spec.get("spec", {})
+    roles = body.get("roles", [])
+    joined = [w for w in workers if (w.lifecycle or {}).get("joined")]
+    duration = None
+    if run.started_at and run.finished_at:
+        duration = round((run.finished_at - run.started_at).total_seconds(), 3)
+    worker_entries = []
+    for w in sorted(workers, key=lambda w: w.node_rank):
+        facts = dict(w.facts or {})
+        worker_entries.append(
+            {
+                "name": w.name,
+                "role": w.role,
+                "nodeRank": w.node_rank,
+                "isHead": w.is_head,
+                "host": w.host,
+                "ip": w.ip or w.node_ip,
+                "rayNodeId": w.ray_node_id,
+                "joined": bool((w.lifecycle or {}).get("joined")),
+                "phase": w.phase,
+                "reason": w.reason or None,
+                "exitCode": w.exit_code,
+                "startedAt": iso(w.started_at),
+                "finishedAt": iso(w.finished_at),
+                "log": w.log_path,
+                "facts": facts,
+            }
+        )
+    facts = [w.facts or {} for w in workers]
+    return {
+        "recordVersion": RECORD_VERSION,
+        "job": job.name,
+        "run": run.number,
+        "runUid": run.uid,
+        "cause": run.cause,
+        "runtime": run.runtime,
+        "result": {
+            "phase": run.phase,
+            "reason": run.reason,
+            "message": run.message,
+            "exitCode": run.exit_code,
+        },
+        "times": {
+            "created": iso(run.created_at),
+            "started": iso(run.started_at),
+            "running": iso(run.running_at),
+            "finished": iso(run.finished_at),
+            "durationSeconds": duration,
+        },
+        "headRole": body.get("headRole"),
+        "images": {r.get("name"): r.get("image") for r in roles},
+        "rlinf": body.get("rlinf"),
+        "workingDir": body.get("workingDir"),
+        "mounts": [
+            {"role": r.get("name"), **m} for r in roles for m in r.get("mounts", [])
+        ],
+        "workers": {
+            "expected": sum(int(r.get("workers", 0)) for r in roles),
+            "actual": len(joined),
+            "items": worker_entries,
+        },
+        "versions": {
+            "python": _distinct(f.get("python") for f in facts),
+            "ray": _distinct(f.get("ray") for f in facts),
+            "rlinf": _distinct(f.get("rlinf") for f in facts),
+            "torch": _distinct(f.get("torch") for f in facts),
+        },
+        "logs": {
+            "root": str(logs_root) if logs_root else None,
+            "workers": {w.name: w.log_path for w in workers},
+        },
+        "spec": spec,
+    }
+
+
+def render_markdown(rec: dict[str, Any]) -> str:
+    """A human-readable Markdown view of a run record."""
+    r = rec["result"]
+    lines = [
+        f"# Run record: {rec['job']} run {rec['run']}",
+        "",
+        f"- Result: **{r['phase']}** ({r['reason']}) {r['message']}",
+        f"- Exit code: {r['exitCode']}",
+        f"- Runtime: {rec['runtime']}; run uid `{rec['runUid']}`; cause {rec['cause']}",
+        f"- Started {rec['times']['started']}, running {rec['times']['running']}, "
+        f"finished {rec['times']['finished']} ({rec['times']['durationSeconds']} s)",
+        f"- Workers: {rec['workers']['actual']} joined of {rec['workers']['expected']} expected",
+        f"- Versions: " + ", ".join(
+            f"{k} {'/'.join(map(str, v)) or '-'}" for k, v in rec["versions"].items()
+        ),
+        "",
+        "## Images",
+        "",
+        *[f"- {role}: `{image}`" for role, image in rec["images"].items()],
+        "",
+        "## RLinf config (as given, never rewritten)",
+        "",
+        "```json",
+        json.dumps(rec["rlinf"], indent=2),
+        "```",
+        "",
+        "## Workers",
+        "",
+        "| rank | worker | role | host | IP | Ray node | phase | exit | log |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for w in rec["workers"]["items"]:
+        lines.append(
+            f"| {w['nodeRank']} | {w['name']} | {w['role']} | {w['host'] or ''} | {w['ip'] or ''} "
+            f"| {(w['rayNodeId'] or '')[:12]} | {w['phase']} | "
+            f"{'' if w['exitCode'] is None else w['exitCode']} | {w['log'] or ''} |"
+        )
+    if rec["mounts"]:
+        lines += ["", "## Mounts", "", "| role | name | type | source | mountPath | readOnly |",
+                  "|---|---|---|---|---|---|"]
+        for m in rec["mounts"]:
+            lines.append(
+                f"| {m.get('role')} | {m.get('name')} | {m.get('type')} | {m.get('source')} | "
+                f"{m.get('mountPath')} | {m.get('readOnly', False)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def render(rec: dict[str, Any], fmt: str) -> str:
+    """Export as ``json``, ``yaml`` or ``md``.
+
+    Raises:
+        ValueError: unknown format.
+    """
+    if fmt == "json":
+        return json.dumps(rec, indent=2) + "\n"
+    if fmt == "yaml":
+        return yaml.safe_dump(rec, sort_keys=False)
+    if fmt in ("md", "markdown"):
+        return render_markdown(rec)
+    raise ValueError(f"unknown record format {fmt!r}; use json, yaml or md")

@@ -1,0 +1,169 @@
+"""The Runtime protocol and the pure builders every runtime shares.
+
+A runtime places Workers somewhere (local process groups, Kubernetes Pods) and reports what it
+sees; it never decides a Run's fate (that is the controller's state machine). Every runtime runs
+the same bootstrap program with the same ``RLARK_*`` environment, built by
+:func:`bootstrap_env`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rlark.preflight import parse_cpu, parse_memory_bytes
+from rlark.ranks import PlannedWorker
+from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job, Role
+
+MiB = 1024 * 1024
+#: object store per Ray node: 30 % of the role's memory, between 128 MiB and 4 GiB; 256 MiB when
+#: the role gives no memory (Ray's default would claim ~30 % of the host's /dev/shm per node).
+OBJECT_STORE_FRACTION = 0.3
+OBJECT_STORE_MIN = 128 * MiB
+OBJECT_STORE_MAX = 4096 * MiB
+OBJECT_STORE_DEFAULT = 256 * MiB
+
+
+@dataclass(frozen=True)
+class RayResources:
+    """What ``ray start`` is told about one Worker's node."""
+
+    num_cpus: int | None
+    num_gpus: int
+    memory_bytes: int | None
+    object_store_bytes: int
+    custom: dict[str, float] = field(default_factory=dict)
+
+
+def ray_resources(role: Role) -> RayResources:
+    """Role resources -> Ray node resources.
+
+    ``cpu`` is rounded up to whole CPUs (``ray start --num-cpus`` takes an integer), ``memory``
+    becomes ``--memory`` in bytes, ``gpu`` ``--num-gpus``, named ``devices`` ``--resources``.
+    Assumes a spec that passed preflight.
+    """
+    res = role.resources
+    cpus = math.ceil(parse_cpu(res.cpu)) if res.cpu is not None else None
+    memory = parse_memory_bytes(res.memory) if res.memory is not None else None
+    if memory is None:
+        store = OBJECT_STORE_DEFAULT
+    else:
+        store = int(min(OBJECT_STORE_MAX, max(OBJECT_STORE_MIN, memory * OBJECT_STORE_FRACTION)))
+    return RayResources(
+        num_cpus=cpus,
+        num_gpus=res.gpu,
+        memory_bytes=memory,
+        object_store_bytes=store,
+        custom={k: float(v) for k, v in sorted(res.devices.items())},
+    )
+
+
+def bootstrap_env(
+    job: Job,
+    worker: PlannedWorker,
+    *,
+    run_uid: str,
+    head_address: str,
+    node_ip: str | None = None,
+    ray_ports: dict[str, int] | None = None,
+    ray_temp_dir: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of one Worker's bootstrap (the contract in ``bootstrap/worker.py``).
+
+    The role's own ``env`` comes first; RLark's variables (``RLINF_NODE_RANK``, ``RLARK_*``) are
+    written last so a spec can never override them (preflight refuses such specs anyway).
+    ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`` defaults to 0: when RLark stops a Worker the whole
+    Ray cluster is going away, so draining (30 s by default in Ray 2.60) only delays the stop.
+    """
+    role = job.role(worker.role)
+    assert role is not None, worker.role
+    res = ray_resources(role)
+    env: dict[str, str] = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+    env.update({
+        e.name: e.value for e in role.env
+        if e.name not in RESERVED_ENV and not e.name.startswith(RESERVED_ENV_PREFIX)
+    })
+    env.update(extra or {})
+    env.update(
+        {
+            "RLINF_NODE_RANK": str(worker.node_rank),
+            "RLARK_JOB": job.name,
+            "RLARK_RUN_ID": run_uid,
+            "RLARK_ROLE": worker.role,
+            "RLARK_WORKER": worker.name,
+            "RLARK_NUM_NODES": str(job.total_workers),
+            "RLARK_HEAD_ADDRESS": head_address,
+            "RLARK_NUM_GPUS": str(res.num_gpus),
+            "RLARK_OBJECT_STORE_BYTES": str(res.object_store_bytes),
+            "RLARK_JOIN_TIMEOUT_SECONDS": f"{job.spec.failure_policy.join_timeout_seconds:g}",
+            "RLARK_PREPARE_TIMEOUT_SECONDS": f"{job.spec.failure_policy.prepare_timeout_seconds:g}",
+            "RLARK_PREPARE_SCRIPT": role.prepare_script,
+        }
+    )
+    if worker.is_head:
+        env["RLARK_RUN_SCRIPT"] = job.spec.run_script
+    if res.num_cpus is not None:
+        env["RLARK_NUM_CPUS"] = str(res.num_cpus)
+    if res.memory_bytes is not None:
+        env["RLARK_MEMORY_BYTES"] = str(res.memory_bytes)
+    if res.custom:
+        env["RLARK_RESOURCES"] = json.dumps(res.custom, sort_keys=True)
+    if job.spec.working_dir:
+        env["RLARK_WORKING_DIR"] = job.spec.working_dir
+    if node_ip:
+        env["RLARK_NODE_IP"] = node_ip
+    if ray_ports:
+        env["RLARK_RAY_PORTS"] = json.dumps(ray_ports, sort_keys=True)
+    if ray_temp_dir:
+        env["RLARK_RAY_TEMP_DIR"] = ray_temp_dir
+    return env
+
+
+@dataclass
+class LaunchSpec:
+    """One Worker to start: who it is, its bootstrap environment, where its log goes."""
+
+    worker: PlannedWorker
+    env: dict[str, str]
+    log_path: str
+    python: str | None = None
+    node_ip: str | None = None
+    port_base: int | None = None
+    ray_temp_dir: str | None = None
+
+
+@dataclass
+class Launched:
+    """What a runtime returns for a started Worker (stored on the Worker row)."""
+
+    pid: int | None
+    pid_started: float | None
+
+
+@dataclass
+class Observed:
+    """What a runtime sees of a Worker now."""
+
+    alive: bool
+    exit_code: int | None = None  # None while alive, or when the runtime cannot know
+
+
+class Runtime(Protocol):
+    """Where Workers run. Implementations: ``local`` (process groups), ``kubernetes`` (Pods)."""
+
+    name: str
+
+    def launch(self, spec: LaunchSpec) -> Launched:
+        """Start one Worker; return at once (do not wait for Ray)."""
+
+    def observe(self, pid: int | None, pid_started: float | None) -> Observed:
+        """Is the Worker still alive, and if not, its exit code when known."""
+
+    def signal_stop(self, pid: int | None, pid_started: float | None) -> None:
+        """Ask the Worker to stop (SIGTERM to its group / delete its Pod)."""
+
+    def kill(self, pid: int | None, pid_started: float | None) -> None:
+        """Stop the Worker now (SIGKILL to its group / force-delete its Pod)."""

@@ -1,0 +1,137 @@
+"""The local runtime: every Worker is its own process group on this machine.
+
+As root each Worker also gets its own PID namespace (``unshare --pid --fork --mount-proc``): the
+bootstrap is PID 1 there, Ray's driver discovery only sees that Worker's raylet, and killing the
+namespace's PID 1 takes every process of the Worker with it. Without root the Worker is a plain
+process group (``setsid``). Stopping: SIGTERM to the group, SIGKILL after the grace period.
+Never ``ray stop``: it is host-wide.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from rlark.runtimes.base import LaunchSpec, Launched, Observed
+
+BOOTSTRAP_FILE = Path(__file__).resolve().parent.parent / "bootstrap" / "worker.py"
+
+#: variables of the server's own environment that must not leak into a Worker
+_SCRUB = ("RAY_ADDRESS", "RLINF_NODE_RANK")
+
+
+def use_pid_namespace() -> bool:
+    """True when Workers can get their own PID namespace (root and util-linux ``unshare``)."""
+    return os.geteuid() == 0 and shutil.which("unshare") is not None
+
+
+def python_for(spec_python: str | None) -> str:
+    """The interpreter for a role: the given executable, ``<dir>/bin/python`` for a virtualenv
+    directory, or this process's interpreter."""
+    if not spec_python:
+        return sys.executable
+    path = Path(spec_python)
+    if path.is_dir():
+        return str(path / "bin" / "python")
+    return str(path)
+
+
+def worker_argv(python: str, namespace: bool) -> list[str]:
+    """The command line that starts one Worker's bootstrap (pure)."""
+    argv = [python, str(BOOTSTRAP_FILE)]
+    if namespace:
+        # --kill-child: if unshare itself dies, PID 1 of the namespace gets SIGTERM and stops the
+        # Worker; it also has a handler, so SIGTERM to the group reaches it (pid_namespaces(7)).
+        argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", *argv]
+    return argv
+
+
+class LocalRuntime:
+    """Starts and watches Worker process groups. Keeps the ``Popen`` objects of the Workers it
+    started so exit codes are exact; Workers it did not start (after a server restart) are
+    watched through their PID and start time."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.namespace = use_pid_namespace()
+        self._procs: dict[int, subprocess.Popen] = {}
+
+    def launch(self, spec: LaunchSpec) -> Launched:
+        python = python_for(spec.python)
+        if not os.access(python, os.X_OK):
+            raise FileNotFoundError(
+                f"the Python interpreter {python!r} for role {spec.worker.role!r} does not exist "
+                "or is not executable; fix spec.roles[].local.python"
+            )
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith("RLARK_")}
+        env.update(spec.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(spec.log_path, "ab", buffering=0) as log:
+            proc = subprocess.Popen(
+                worker_argv(python, self.namespace),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=spec.env.get("RLARK_WORKING_DIR") or None,
+            )
+        self._procs[proc.pid] = proc
+        try:
+            started = psutil.Process(proc.pid).create_time()
+        except psutil.NoSuchProcess:
+            started = None
+        return Launched(pid=proc.pid, pid_started=started)
+
+    def _same_process(self, pid: int, pid_started: float | None) -> bool:
+        try:
+            p = psutil.Process(pid)
+            if pid_started is not None and abs(p.create_time() - pid_started) > 0.5:
+                return False  # the PID was reused by another process
+            return p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def observe(self, pid: int | None, pid_started: float | None) -> Observed:
+        if pid is None:
+            return Observed(alive=False)
+        proc = self._procs.get(pid)
+        if proc is not None:
+            code = proc.poll()
+            if code is None:
+                return Observed(alive=True)
+            if code < 0:
+                code = 128 - code  # killed by signal N -> 128+N, as shells report it
+            return Observed(alive=False, exit_code=code)
+        return Observed(alive=self._same_process(pid, pid_started))
+
+    def _signal_group(self, pid: int | None, pid_started: float | None, sig: int) -> None:
+        if pid is None:
+            return
+        if pid not in self._procs and not self._same_process(pid, pid_started):
+            return
+        try:
+            os.killpg(pid, sig)  # the Worker is a session leader: its pgid is its pid
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def signal_stop(self, pid: int | None, pid_started: float | None) -> None:
+        self._signal_group(pid, pid_started, signal.SIGTERM)
+
+    def kill(self, pid: int | None, pid_started: float | None) -> None:
+        self._signal_group(pid, pid_started, signal.SIGKILL)
+
+    def forget(self, pid: int | None) -> None:
+        """Drop the ``Popen`` of a Worker whose exit has been recorded."""
+        if pid is not None:
+            proc = self._procs.pop(pid, None)
+            if proc is not None:
+                proc.poll()

@@ -1,0 +1,29 @@
+"""Wiring for ``rlark server``: store -> runtime -> controller -> services -> API."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI
+
+from rlark.api.app import create_app
+from rlark.controller.loop import Controller
+from rlark.runtimes.local import LocalRuntime
+from rlark.services.jobs import JobService
+from rlark.store import Store
+
+
+def build_app(database_url: str | None = None) -> FastAPI:
+    """The full server app on the local runtime; the controller runs with the app."""
+    store = Store(database_url)
+    controller = Controller(store, LocalRuntime())
+    service = JobService(store, controller.wake, runtime="local")
+    return create_app(service, controller)
+
+
+def serve(host: str, port: int, database_url: str | None = None, log_level: str = "info") -> None:
+    """Run the server until SIGINT/SIGTERM; on shutdown every local Worker is stopped."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(build_app(database_url), host=host, port=port, log_level=log_level)

@@ -1,0 +1,375 @@
+"""JobService: everything the API, the CLI and the console do with Jobs (validate -> persist ->
+enqueue; stop, start, restart, delete; read back Jobs, Runs, Workers, Events and records).
+
+Views are plain JSON-ready dicts, built by the ``*_view`` functions below, so every front end
+shows the same fields.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any, Callable
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from rlark.controller.loop import add_event, new_run
+from rlark.controller.phases import ACTIVE, TERMINAL, Phase
+from rlark.findings import Finding, Severity, has_errors
+from rlark.preflight import check_job, validate_document
+from rlark.record import build_record
+from rlark.record import iso as _iso
+from rlark.spec import Job, job_to_dict, parse_job
+from rlark.services.errors import Conflict, Invalid, NotFound
+from rlark import settings
+from rlark.store import EventRow, JobRow, RunRow, Store, WorkerRow
+
+
+# --- views ----------------------------------------------------------------------------------------
+
+
+def worker_view(w: WorkerRow) -> dict[str, Any]:
+    return {
+        "name": w.name,
+        "role": w.role,
+        "index": w.index,
+        "nodeRank": w.node_rank,
+        "isHead": w.is_head,
+        "phase": w.phase,
+        "reason": w.reason,
+        "message": w.message,
+        "exitCode": w.exit_code,
+        "host": w.host,
+        "ip": w.ip or w.node_ip,
+        "rayNodeId": w.ray_node_id,
+        "pid": w.pid,
+        "portBase": w.port_base,
+        "log": w.log_path,
+        "startedAt": _iso(w.started_at),
+        "finishedAt": _iso(w.finished_at),
+    }
+
+
+def run_view(r: RunRow, with_workers: bool = False) -> dict[str, Any]:
+    out = {
+        "number": r.number,
+        "uid": r.uid,
+        "cause": r.cause,
+        "runtime": r.runtime,
+        "phase": r.phase,
+        "reason": r.reason,
+        "message": r.message,
+        "exitCode": r.exit_code,
+        "createdAt": _iso(r.created_at),
+        "startedAt": _iso(r.started_at),
+        "runningAt": _iso(r.running_at),
+        "finishedAt": _iso(r.finished_at),
+        "workersReady": sum(1 for w in r.workers if w.phase in ("Joined", "Running", "Succeeded")
+                            or (w.lifecycle or {}).get("joined")),
+        "workersTotal": len(r.workers),
+        "tasks": [
+            {"role": t.role, "phase": t.phase, "ready": t.ready, "total": t.total,
+             "nodeRanks": [t.first_rank, t.last_rank]}
+            for t in r.tasks
+        ],
+    }
+    if with_workers:
+        out["workers"] = [worker_view(w) for w in r.workers]
+    return out
+
+
+def event_view(e: EventRow) -> dict[str, Any]:
+    return {
+        "time": _iso(e.time),
+        "type": e.type,
+        "reason": e.reason,
+        "message": e.message,
+        "run": e.run_number,
+        "worker": e.worker,
+        "from": e.from_phase,
+        "to": e.to_phase,
+    }
+
+
+def job_summary(job: JobRow, run: RunRow | None) -> dict[str, Any]:
+    spec = job.spec.get("spec", {})
+    roles = spec.get("roles", [])
+    return {
+        "name": job.name,
+        "phase": job.phase,
+        "reason": job.reason,
+        "message": job.message,
+        "desired": job.desired,
+        "labels": job.labels,
+        "headRole": spec.get("headRole"),
+        "roles": [{"name": r.get("name"), "workers": r.get("workers", 1)} for r in roles],
+        "workersTotal": sum(int(r.get("workers", 1)) for r in roles),
+        "workersReady": run_view(run)["workersReady"] if run else 0,
+        "run": run.number if run else None,
+        "runtime": run.runtime if run else None,
+        "createdAt": _iso(job.created_at),
+        "startedAt": _iso(run.started_at) if run else None,
+        "finishedAt": _iso(run.finished_at) if run else None,
+        "deleting": job.delete_requested,
+    }
+
+
+# --- the service -------------------------------------------------------------------------------------
+
+
+class JobService:
+    """Job operations on a :class:`Store`. ``wake`` is called after every change so the
+    controller acts at once."""
+
+    def __init__(self, store: Store, wake: Callable[[], None] = lambda: None, runtime: str = "local"):
+        self.store = store
+        self.wake = wake
+        self.runtime = runtime
+
+    # validation -------------------------------------------------------------------------------
+
+    @staticmethod
+    def validate(document: str | bytes | dict) -> tuple[Job | None, list[Finding]]:
+        """Findings for a Job document (YAML/JSON text or an already parsed mapping)."""
+        if isinstance(document, dict):
+            job, findings = parse_job(document)
+            if job is None:
+                return None, findings
+            return job, check_job(job)
+        return validate_document(document)
+
+    # create -----------------------------------------------------------------------------------
+
+    def create(self, document: str | bytes | dict) -> dict[str, Any]:
+        """Validate and store a Job, with its first Run (Pending).
+
+        Raises:
+            Invalid: the spec has error Findings (all Findings are attached).
+            Conflict: a Job of that name exists.
+        """
+        job, findings = self.validate(document)
+        if job is None or has_errors(findings):
+            n = sum(1 for f in findings if f.severity == Severity.error)
+            raise Invalid(f"the Job spec has {n} error{'s' if n != 1 else ''}", findings)
+        with self.store.session() as s:
+            if s.scalar(select(JobRow.id).where(JobRow.name == job.name)) is not None:
+                raise Conflict(
+                    f"a Job named {job.name!r} already exists; delete it, restart it, or choose "
+                    "another metadata.name"
+                )
+            row = JobRow(
+                name=job.name,
+                spec=job_to_dict(job),
+                labels=dict(job.metadata.labels),
+                findings=[f.model_dump(mode="json") for f in findings],
+                phase=Phase.pending.value,
+                reason="Submitted",
+            )
+            s.add(row)
+            try:
+                s.flush()
+            except IntegrityError:
+                raise Conflict(f"a Job named {job.name!r} already exists") from None
+            run = new_run(row, "Submitted", self.runtime)
+            s.add(run)
+            s.flush()
+            row.current_run_id = run.id
+            add_event(s, row.id, "Submitted",
+                      f"Job accepted: {job.total_workers} Workers in {len(job.spec.roles)} roles",
+                      run_number=run.number)
+            for f in findings:
+                add_event(s, row.id, f.code, f"{f.path}: {f.message}", type="Warning")
+            out = self._detail(s, row)
+        self.wake()
+        return out
+
+    # reads --------------------------------------------------------------------------------------
+
+    def _job(self, s: Session, name: str) -> JobRow:
+        job = s.scalar(select(JobRow).where(JobRow.name == name))
+        if job is None:
+            raise NotFound(f"no Job named {name!r}; `rlark get jobs` lists them")
+        return job
+
+    @staticmethod
+    def _current(s: Session, job: JobRow) -> RunRow | None:
+        return s.get(RunRow, job.current_run_id) if job.current_run_id else None
+
+    def _run(self, s: Session, job: JobRow, number: int | None) -> RunRow:
+        if number is None:
+            run = self._current(s, job)
+            if run is None:
+                raise NotFound(f"Job {job.name!r} has no Run yet")
+            return run
+        run = s.scalar(select(RunRow).where(RunRow.job_id == job.id, RunRow.number == number))
+        if run is None:
+            raise NotFound(f"Job {job.name!r} has no run {number}")
+        return run
+
+    def _detail(self, s: Session, job: JobRow) -> dict[str, Any]:
+        run = self._current(s, job)
+        out = job_summary(job, run)
+        out["spec"] = job.spec
+        out["findings"] = job.findings
+        out["currentRun"] = run_view(run, with_workers=True) if run else None
+        out["runs"] = [run_view(r) for r in job.runs]
+        return out
+
+    def list(
+        self,
+        phase: str | None = None,
+        q: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        """Jobs newest first, optionally filtered by phase and a name substring."""
+        with self.store.session() as s:
+            stmt = select(JobRow)
+            if phase:
+                stmt = stmt.where(JobRow.phase == phase)
+            if q:
+                stmt = stmt.where(JobRow.name.icontains(q, autoescape=True))
+            total = s.scalar(select(func.count()).select_from(stmt.subquery()))
+            jobs = s.scalars(
+                stmt.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit).offset(offset)
+            ).all()
+            run_ids = [j.current_run_id for j in jobs if j.current_run_id]
+            runs = {r.id: r for r in s.scalars(select(RunRow).where(RunRow.id.in_(run_ids)))} if run_ids else {}
+            items = [job_summary(j, runs.get(j.current_run_id)) for j in jobs]
+        return {"items": items, "total": total, "limit": limit, "offset": offset}
+
+    def get(self, name: str) -> dict[str, Any]:
+        with self.store.session() as s:
+            return self._detail(s, self._job(s, name))
+
+    def runs(self, name: str) -> list[dict[str, Any]]:
+        with self.store.session() as s:
+            return [run_view(r) for r in self._job(s, name).runs]
+
+    def workers(self, name: str, run: int | None = None) -> list[dict[str, Any]]:
+        with self.store.session() as s:
+            return [worker_view(w) for w in self._run(s, self._job(s, name), run).workers]
+
+    def events(self, name: str, run: int | None = None) -> list[dict[str, Any]]:
+        with self.store.session() as s:
+            job = self._job(s, name)
+            stmt = select(EventRow).where(EventRow.job_id == job.id)
+            if run is not None:
+                stmt = stmt.where(EventRow.run_number == run)
+            return [event_view(e) for e in s.scalars(stmt.order_by(EventRow.id))]
+
+    def record(self, name: str, run: int | None = None) -> dict[str, Any]:
+        """The stored run record of a finished Run, or a live one for an active Run."""
+        with self.store.session() as s:
+            job = self._job(s, name)
+            r = self._run(s, job, run)
+            if r.record is not None:
+                return r.record
+            return build_record(job, r, r.workers, settings.logs_dir())
+
+    def worker_logs(self, name: str, run: int | None, worker: str | None, role: str | None,
+                    rank: int | None) -> list[dict[str, Any]]:
+        """The Workers (name, role, rank, log path) whose logs match the filters, rank order.
+
+        Raises:
+            NotFound: no Worker matches.
+        """
+        with self.store.session() as s:
+            r = self._run(s, self._job(s, name), run)
+            chosen = [
+                w for w in r.workers
+                if (worker is None or w.name == worker)
+                and (role is None or w.role == role)
+                and (rank is None or w.node_rank == rank)
+            ]
+            if not chosen:
+                names = ", ".join(f"{w.name} (rank {w.node_rank}, role {w.role})" for w in r.workers)
+                raise NotFound(f"no Worker of {name!r} run {r.number} matches; Workers: {names}")
+            return [
+                {"name": w.name, "role": w.role, "nodeRank": w.node_rank, "log": w.log_path,
+                 "active": r.phase in ACTIVE or not w.released, "run": r.number}
+                for w in chosen
+            ]
+
+    # changes --------------------------------------------------------------------------------------
+
+    def stop(self, name: str) -> dict[str, Any]:
+        """Stop the current Run (SIGTERM, then SIGKILL after the grace period). Idempotent."""
+        with self.store.session() as s:
+            job = self._job(s, name)
+            job.desired = "Stopped"
+            run = self._current(s, job)
+            if run is not None and run.phase in ACTIVE and not run.stop_requested:
+                run.stop_requested = True
+                add_event(s, job.id, "StopRequested", "stop requested by the user",
+                          run_number=run.number)
+            out = self._detail(s, job)
+        self.wake()
+        return out
+
+    def start(self, name: str) -> dict[str, Any]:
+        """Start a new Run of a Job that is not running.
+
+        Raises:
+            Conflict: the current Run is still active (use restart).
+        """
+        with self.store.session() as s:
+            job = self._job(s, name)
+            if job.delete_requested:
+                raise Conflict(f"Job {name!r} is being deleted")
+            run = self._current(s, job)
+            if run is not None and run.phase in ACTIVE:
+                raise Conflict(
+                    f"Job {name!r} is {run.phase} (run {run.number}); stop it first or use restart"
+                )
+            out = self._new_run(s, job, "Started")
+        self.wake()
+        return out
+
+    def restart(self, name: str) -> dict[str, Any]:
+        """Stop the current Run if active, then start a new Run with the same spec."""
+        with self.store.session() as s:
+            job = self._job(s, name)
+            if job.delete_requested:
+                raise Conflict(f"Job {name!r} is being deleted")
+            run = self._current(s, job)
+            if run is not None and run.phase in ACTIVE and not run.stop_requested:
+                run.stop_requested = True
+                add_event(s, job.id, "StopRequested", "restart requested by the user",
+                          run_number=run.number)
+            out = self._new_run(s, job, "Restarted")
+        self.wake()
+        return out
+
+    def _new_run(self, s: Session, job: JobRow, cause: str) -> dict[str, Any]:
+        job.desired = "Running"
+        run = new_run(job, cause, self.runtime)
+        s.add(run)
+        s.flush()
+        job.current_run_id = run.id
+        job.phase, job.reason, job.message = run.phase, cause, ""
+        add_event(s, job.id, cause, f"run {run.number} created", run_number=run.number)
+        return self._detail(s, job)
+
+    def delete(self, name: str) -> dict[str, Any]:
+        """Delete a Job with its Runs, Events, records and logs. An active Job is stopped first
+        and removed once its Workers are gone (``deleting: true`` until then)."""
+        with self.store.session() as s:
+            job = self._job(s, name)
+            busy = any(
+                r.phase in ACTIVE or any(not w.released and w.pid for w in r.workers)
+                for r in job.runs
+            )
+            if not busy:
+                s.delete(job)
+                shutil.rmtree(settings.logs_dir() / name, ignore_errors=True)
+                return {"name": name, "deleted": True}
+            job.delete_requested = True
+            job.desired = "Stopped"
+            for r in job.runs:
+                if r.phase in ACTIVE:
+                    r.stop_requested = True
+            add_event(s, job.id, "DeleteRequested", "delete requested; stopping Workers first")
+        self.wake()
+        return {"name": name, "deleted": False, "deleting": True}

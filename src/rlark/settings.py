@@ -1,0 +1,59 @@
+"""Where RLark keeps its state and how clients find the server (environment variables)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_PORT = 8470  # below 32768, the start of the ephemeral port range
+DEFAULT_SERVER = f"http://127.0.0.1:{DEFAULT_PORT}"
+
+
+def rlark_home() -> Path:
+    """``$RLARK_HOME`` (default ``~/.rlark``), created on first use."""
+    home = Path(os.environ.get("RLARK_HOME") or Path.home() / ".rlark").expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def database_url() -> str:
+    """``$RLARK_DATABASE_URL``, else SQLite at ``$RLARK_HOME/rlark.db``.
+
+    PostgreSQL: ``postgresql+psycopg://user:pass@host:port/db`` (a plain ``postgresql://`` URL is
+    taken to mean the psycopg 3 driver).
+    """
+    url = os.environ.get("RLARK_DATABASE_URL", "").strip()
+    if not url:
+        return f"sqlite:///{rlark_home() / 'rlark.db'}"
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def logs_dir() -> Path:
+    """Worker log files: ``$RLARK_HOME/logs/<job>/<run number>/<worker>.log``."""
+    path = rlark_home() / "logs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def server_url(explicit: str | None = None) -> str:
+    """The REST API base URL: ``--server``, else ``$RLARK_SERVER``, else the local default."""
+    url = explicit or os.environ.get("RLARK_SERVER") or DEFAULT_SERVER
+    if "://" not in url:
+        url = "http://" + url
+    return url.rstrip("/")
+
+
+def ray_tmp_root() -> str:
+    """Parent of the Workers' Ray ``--temp-dir`` (``$RLARK_RAY_TMP``, default ``/tmp/rlark-ray``).
+
+    Kept short on purpose: Ray puts Unix sockets below it and socket paths are limited to 107
+    bytes.
+    """
+    return os.environ.get("RLARK_RAY_TMP") or "/tmp/rlark-ray"
+
+
+def keep_ray_temp() -> bool:
+    """``RLARK_KEEP_RAY_TEMP=1`` keeps each Worker's Ray temp dir (Ray's own logs) after it ends."""
+    return os.environ.get("RLARK_KEEP_RAY_TEMP", "") == "1"

@@ -1,0 +1,309 @@
+"""The Job spec (``apiVersion: rlark.io/v1``, ``kind: Job``): pydantic models, load/dump, schema.
+
+The models check *structure* only (types, required and unknown fields); the rules about values
+(names, image tags, units, head role...) live in :mod:`rlark.preflight` so that every problem is
+reported as a Finding with a stable code, not as a pydantic message.
+
+Field names are camelCase in YAML/JSON (Kubernetes style) and snake_case in Python.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import Enum
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic.alias_generators import to_camel
+
+from rlark.findings import Finding, Severity, format_path
+
+API_VERSION = "rlark.io/v1"
+KIND = "Job"
+
+#: Kubernetes DNS-1123 label (RFC 1123): lower-case alphanumerics and '-', 63 characters at most.
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: Kubernetes Service names must also start with a letter (DNS-1035 label).
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+MAX_NAME_LENGTH = 63
+
+#: Variables RLark sets on every Worker itself; a role may not set them.
+RESERVED_ENV = ("RLINF_NODE_RANK", "RAY_ADDRESS")
+RESERVED_ENV_PREFIX = "RLARK_"
+
+
+class SpecSyntaxError(ValueError):
+    """The document is not YAML/JSON, or not a mapping. The message is one line."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        alias_generator=to_camel,
+        use_enum_values=True,
+    )
+
+
+class Metadata(_Model):
+    name: str = Field(description="Job name: DNS-1123 label starting with a letter.")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class EnvVar(_Model):
+    name: str
+    value: str = ""
+
+
+class MountType(str, Enum):
+    host_path = "hostPath"
+    pvc = "pvc"
+    object_storage = "objectStorage"
+
+
+class Mount(_Model):
+    name: str
+    type: MountType = Field(description="hostPath | pvc | objectStorage")
+    source: str = Field(
+        description="hostPath: a directory on the machine; pvc: a PersistentVolumeClaim name; "
+        "objectStorage: a URL such as s3://bucket/prefix."
+    )
+    mount_path: str = Field(description="Absolute path inside the Worker.")
+    read_only: StrictBool = False
+
+
+class Resources(_Model):
+    cpu: float | str | None = Field(default=None, description="CPU cores: 2, 0.5 or '500m'.")
+    memory: StrictInt | str | None = Field(
+        default=None, description="Memory with a unit: '8Gi', '512Mi' (or bytes as an integer)."
+    )
+    gpu: StrictInt = Field(default=0, description="Whole GPUs (nvidia.com/gpu).")
+    devices: dict[str, StrictInt] = Field(
+        default_factory=dict,
+        description="Other named device resources, e.g. {'rdma/hca': 1}; become Ray custom resources.",
+    )
+
+
+class LocalSettings(_Model):
+    python: str | None = Field(
+        default=None,
+        description="Python interpreter (or virtualenv directory) the local runtime runs this "
+        "role's Workers with. Default: the interpreter of the RLark server. It must have ray.",
+    )
+
+
+class Role(_Model):
+    name: str
+    workers: StrictInt = 1
+    image: str = Field(description="Image reference with an explicit tag or digest.")
+    resources: Resources = Field(default_factory=Resources)
+    prepare_script: str = ""
+    env: list[EnvVar] = Field(default_factory=list)
+    mounts: list[Mount] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    local: LocalSettings = Field(default_factory=LocalSettings)
+
+
+class RLinfRef(_Model):
+    """Where the RLinf Hydra config lives. RLark records it and never rewrites it."""
+
+    config_dir: str | None = None
+    config_name: str | None = None
+    overrides: list[str] = Field(default_factory=list)
+
+
+class FailurePolicy(_Model):
+    join_timeout_seconds: float = Field(
+        default=300, description="Seconds the head waits for all Ray nodes to join."
+    )
+    prepare_timeout_seconds: float = Field(
+        default=1800, description="Seconds a Worker's prepare script may run."
+    )
+    max_restarts: StrictInt = Field(
+        default=0, description="Automatic new Runs after a failed Run (0 = none)."
+    )
+
+
+class JobSpec(_Model):
+    head_role: str
+    run_script: str = ""
+    working_dir: str | None = None
+    rlinf: RLinfRef | None = None
+    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
+    termination_grace_period_seconds: float = Field(
+        default=10, description="Seconds between SIGTERM and SIGKILL when stopping Workers."
+    )
+    roles: list[Role]
+
+
+class Job(_Model):
+    api_version: Literal["rlark.io/v1"] = Field(alias="apiVersion")
+    kind: Literal["Job"]
+    metadata: Metadata
+    spec: JobSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def role(self, name: str) -> Role | None:
+        return next((r for r in self.spec.roles if r.name == name), None)
+
+    @property
+    def total_workers(self) -> int:
+        return sum(max(r.workers, 0) for r in self.spec.roles)
+
+
+# --- derived names -----------------------------------------------------------------------------
+
+
+def worker_name(job: str, role: str, index: int) -> str:
+    """Name of a Worker (and of its Pod): ``<job>-<role>-<index>``."""
+    return f"{job}-{role}-{index}"
+
+
+def head_service_name(job: str) -> str:
+    """Name of the headless Service that points at the head Worker."""
+    return f"{job}-head"
+
+
+# --- load / dump --------------------------------------------------------------------------------
+
+
+def load_document(text: str | bytes) -> dict[str, Any]:
+    """Parse YAML or JSON text into a mapping.
+
+    Raises:
+        SpecSyntaxError: one-line message when the text is not YAML, or its top level is not a
+        mapping.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SpecSyntaxError(f"the document is not UTF-8 text ({exc.reason})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecSyntaxError(f"not valid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else type(data).__name__
+        raise SpecSyntaxError(
+            f"a Job must be a YAML mapping with apiVersion, kind, metadata and spec; got {kind}"
+        )
+    return data
+
+
+_UNION_FIELDS = {"cpu", "memory"}
+_UNION_TAGS = {"float", "str", "int", "bool"}
+
+
+def _pydantic_finding(err: dict[str, Any]) -> Finding:
+    loc = list(err.get("loc", ()))
+    # For the union-typed fields pydantic appends the member type tried ("float", "str");
+    # drop it, and only there (a map key may be called "str" too).
+    if len(loc) >= 2 and loc[-2] in _UNION_FIELDS and loc[-1] in _UNION_TAGS:
+        loc.pop()
+    path = format_path(loc)
+    kind = err.get("type", "")
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        field = path.rsplit(".", 1)[-1]
+        return Finding(
+            code="UnknownField",
+            path=path,
+            message=f"{path}: unknown field {field!r}",
+            hint="remove it or check its spelling; `rlark schema` lists every field",
+        )
+    if kind == "missing":
+        return Finding(
+            code="MissingField",
+            path=path,
+            message=f"{path} is required",
+            hint="add it; `rlark schema` shows its type",
+        )
+    shown = json.dumps(value, default=str)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return Finding(
+        code="InvalidValue",
+        path=path,
+        message=f"{path} = {shown}: {err.get('msg', 'invalid value')}",
+        hint="give a value of the type `rlark schema` shows for this field",
+    )
+
+
+def parse_job(data: dict[str, Any]) -> tuple[Job | None, list[Finding]]:
+    """Build a :class:`Job` from a mapping.
+
+    Returns ``(job, [])`` on success, or ``(None, findings)`` where each Finding names the field
+    path of a structural problem (unknown field, missing field, wrong type). Never raises for bad
+    input.
+    """
+    try:
+        return Job.model_validate(data), []
+    except ValidationError as exc:
+        return None, [_pydantic_finding(e) for e in exc.errors()]
+
+
+def load_job(text: str | bytes) -> tuple[Job | None, list[Finding]]:
+    """Parse YAML/JSON text into a Job; syntax problems become one ``InvalidDocument`` Finding."""
+    try:
+        data = load_document(text)
+    except SpecSyntaxError as exc:
+        return None, [
+            Finding(
+                code="InvalidDocument",
+                severity=Severity.error,
+                path="$",
+                message=str(exc),
+                hint="write the Job as YAML or JSON; see examples/quickstart/job.yaml",
+            )
+        ]
+    return parse_job(data)
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """The Job as a plain mapping with camelCase keys (JSON-ready)."""
+    return job.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def dump_job(job: Job, fmt: Literal["yaml", "json"] = "yaml") -> str:
+    """Serialise a Job as YAML (block style, field order kept) or indented JSON."""
+    data = job_to_dict(job)
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12, as pydantic emits it) of the Job document."""
+    schema = Job.model_json_schema(by_alias=True)
+    schema["$id"] = f"https://{API_VERSION}/job.schema.json"
+    schema["title"] = "RLark Job"
+    return schema
+
+
+def resolve_relative_paths(job: Job, base_dir: str) -> Job:
+    """Return a copy of ``job`` whose relative ``spec.workingDir`` and hostPath mount sources are
+    made absolute against ``base_dir`` (the directory of the Job file), as docker compose does for
+    paths in a compose file. Absolute paths and other mount kinds are kept as they are.
+    """
+    import os
+
+    def absolute(path: str) -> str:
+        return path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
+
+    data = job.model_copy(deep=True)
+    if data.spec.working_dir is not None:
+        data.spec.working_dir = absolute(data.spec.working_dir)
+    for role in data.spec.roles:
+        for mount in role.mounts:
+            if mount.type == MountType.host_path.value and mount.source.strip():
+                mount.source = absolute(mount.source)
+    return data

@@ -1,0 +1,9 @@
+"""Persistent state: Jobs, Runs, Tasks, Workers, Events (SQLAlchemy 2, Alembic migrations).
+
+SQLite (WAL) under ``$RLARK_HOME`` by default; PostgreSQL through ``RLARK_DATABASE_URL``.
+"""
+
+from rlark.store.db import Store
+from rlark.store.models import Base, EventRow, JobRow, RunRow, TaskRow, WorkerRow
+
+__all__ = ["Store", "Base", "JobRow", "RunRow", "TaskRow", "WorkerRow", "EventRow"]

@@ -1,0 +1,85 @@
+"""Engine, sessions and migrations.
+
+:class:`Store` owns one SQLAlchemy engine. SQLite gets WAL journaling, foreign keys and a busy
+timeout (the API and the controller write from different threads); PostgreSQL is used as is.
+The schema is created and upgraded by Alembic (``store/migrations``) when the Store opens.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from rlark import settings
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` (SQLite with WAL pragmas; PostgreSQL with pre-ping)."""
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def alembic_config(engine: Engine) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision (idempotent)."""
+    command.upgrade(alembic_config(engine), "head")
+
+
+class Store:
+    """The database: ``with store.session() as s: ...`` commits on success, rolls back on error."""
+
+    def __init__(self, url: str | None = None, migrate: bool = True):
+        self.url = url or settings.database_url()
+        self.engine = make_engine(self.url)
+        if migrate:
+            upgrade(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        s = self._sessions()
+        try:
+            yield s
+            s.commit()
+        except BaseException:
+            s.rollback()
+            raise
+        finally:
+            s.close()
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,23 @@
+"""Alembic environment: runs migrations on the engine handed over by rlark.store.db.upgrade."""
+
+from alembic import context
+
+from rlark.store.models import Base
+
+target_metadata = Base.metadata
+
+
+def run_migrations_online() -> None:
+    engine = context.config.attributes["engine"]
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            render_as_batch=connection.dialect.name == "sqlite",
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+        connection.commit()
+
+
+run_migrations_online()

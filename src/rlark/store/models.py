@@ -1,0 +1,186 @@
+"""Tables. Times are timezone-aware UTC; JSON columns hold specs, facts, findings and records.
+
+A Job has many Runs (one per start/restart/retry); a Run has one Task per role and one Worker per
+replica; Events belong to a Job and optionally to a Run and a Worker. Deleting a Job deletes all.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator):
+    """A timestamp that is always timezone-aware UTC in Python, whatever the database keeps
+    (SQLite stores no zone and hands back naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is not None:
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=timezone.utc)
+            value = value.astimezone(timezone.utc)
+        return value
+
+    def process_result_value(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    spec: Mapped[dict[str, Any]]
+    labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: what the user asked for: Running (start/restart) or Stopped (stop)
+    desired: Mapped[str] = mapped_column(String(16), default="Running")
+    #: the current Run's phase and reason, kept here so lists need no join
+    phase: Mapped[str] = mapped_column(String(16), default="Pending", index=True)
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    findings: Mapped[list[Any]] = mapped_column(default=list)
+    current_run_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    delete_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        UTCDateTime(), default=utcnow, onupdate=utcnow
+    )
+
+    runs: Mapped[list["RunRow"]] = relationship(
+        back_populates="job", cascade="all, delete-orphan", passive_deletes=True,
+        order_by="RunRow.number",
+    )
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+    __table_args__ = (UniqueConstraint("job_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    #: short random id, carried by every Ray node of the Run as the ``rlark.io/run`` label
+    uid: Mapped[str] = mapped_column(String(32), unique=True)
+    #: why this Run exists: Submitted, Started, Restarted, Retry
+    cause: Mapped[str] = mapped_column(String(16), default="Submitted")
+    runtime: Mapped[str] = mapped_column(String(16), default="local")
+    spec: Mapped[dict[str, Any]]
+    phase: Mapped[str] = mapped_column(String(16), default="Pending", index=True)
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    stop_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
+    record: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    running_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+    job: Mapped[JobRow] = relationship(back_populates="runs")
+    tasks: Mapped[list["TaskRow"]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", passive_deletes=True,
+        order_by="TaskRow.id",
+    )
+    workers: Mapped[list["WorkerRow"]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", passive_deletes=True,
+        order_by="WorkerRow.node_rank",
+    )
+
+
+class TaskRow(Base):
+    __tablename__ = "tasks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(63))
+    phase: Mapped[str] = mapped_column(String(16), default="Pending")
+    ready: Mapped[int] = mapped_column(Integer, default=0)
+    total: Mapped[int] = mapped_column(Integer)
+    first_rank: Mapped[int] = mapped_column(Integer)
+    last_rank: Mapped[int] = mapped_column(Integer)
+
+    run: Mapped[RunRow] = relationship(back_populates="tasks")
+
+
+class WorkerRow(Base):
+    __tablename__ = "workers"
+    __table_args__ = (Index("ix_workers_active", "released"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(63))
+    role: Mapped[str] = mapped_column(String(63))
+    index: Mapped[int] = mapped_column(Integer)
+    node_rank: Mapped[int] = mapped_column(Integer)
+    is_head: Mapped[bool] = mapped_column(Boolean, default=False)
+    phase: Mapped[str] = mapped_column(String(16), default="Pending")
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # where the runtime put it
+    node_ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    port_base: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pid_started: Mapped[float | None] = mapped_column(Float, nullable=True)
+    log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    log_offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    ray_temp_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: true once the Worker's processes are gone and its ports/address may be reused
+    released: Mapped[bool] = mapped_column(Boolean, default=False)
+    # what the Worker reported
+    host: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    ray_node_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    facts: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: lifecycle lines that decide the Run's fate (failed / running / run_finished / exit)
+    lifecycle: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+    run: Mapped[RunRow] = relationship(back_populates="workers")
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    run_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    worker: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    time: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    #: Normal or Warning, as Kubernetes Events
+    type: Mapped[str] = mapped_column(String(16), default="Normal")
+    reason: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text, default="")
+    from_phase: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    to_phase: Mapped[str | None] = mapped_column(String(16), nullable=True)

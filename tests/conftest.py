@@ -1,0 +1,50 @@
+"""Shared fixtures.
+
+* ``rlark_home``: a fresh ``RLARK_HOME`` per test (SQLite database and logs live there).
+* ``postgres_url``: a real PostgreSQL server for the session (see tests/pg.py); tests that use it
+  are skipped only when no PostgreSQL binaries exist on the machine. ``.ci/run`` installs them.
+* ``db_url``: parametrised over SQLite and PostgreSQL, each test gets an empty database.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture
+def rlark_home(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "rlark-home"
+    home.mkdir()
+    monkeypatch.setenv("RLARK_HOME", str(home))
+    monkeypatch.delenv("RLARK_DATABASE_URL", raising=False)
+    monkeypatch.setenv("RLARK_RAY_TMP", f"/tmp/rlark-test-ray/{uuid.uuid4().hex[:8]}")
+    return home
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    from tests.pg import PostgresServer
+
+    server = PostgresServer.start_or_skip()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """URL of a new, empty database on the session's PostgreSQL server."""
+    return postgres_server.create_database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, rlark_home) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{rlark_home / 'rlark.db'}"
+    return request.getfixturevalue("postgres_url")

@@ -1,0 +1,151 @@
+"""A real ``rlark server`` in a subprocess, for end-to-end tests, plus process/port checks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from rlark.runtimes.local_ports import BLOCK_SIZE, can_bind
+
+TERMINAL = {"Succeeded", "Failed", "Stopped"}
+
+
+def free_port(start: int = 18000, end: int = 19999) -> int:
+    """A free TCP port below the ephemeral range."""
+    import random
+
+    for port in random.sample(range(start, end), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port")
+
+
+class RlarkServer:
+    def __init__(self, home: Path, extra_env: dict | None = None):
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "RLARK_HOME": str(home), "RLARK_SERVER": self.url,
+                    **(extra_env or {})}
+        self.env.pop("RLARK_DATABASE_URL", None) if "RLARK_DATABASE_URL" not in (extra_env or {}) else None
+        self.proc: subprocess.Popen | None = None
+        self.http = httpx.Client(base_url=self.url, timeout=30)
+
+    def start(self) -> "RlarkServer":
+        log = open(self.home / "server.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rlark.cli", "server", "--port", str(self.port)],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError((self.home / "server.log").read_text()[-3000:])
+            try:
+                if self.http.get("/healthz").status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("server did not start")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rlark.cli", *args], env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def submit(self, yaml_text: str) -> dict:
+        r = self.http.post("/api/v1/jobs", content=yaml_text.encode(),
+                           headers={"Content-Type": "application/yaml"})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def job(self, name: str) -> dict:
+        r = self.http.get(f"/api/v1/jobs/{name}")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def wait_phase(self, name: str, phases: set[str], timeout: float = 180) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(name)
+            if job["phase"] in phases:
+                return job
+            if job["phase"] in TERMINAL and not (phases & TERMINAL):
+                raise AssertionError(f"{name} ended {job['phase']} ({job['reason']}): {job['message']}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} still {job['phase']} after {timeout} s: {job}")
+            time.sleep(0.2)
+
+    def wait_released(self, name: str, timeout: float = 60) -> dict:
+        """Wait until every Worker of the current Run has ended (finishedAt set)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(name)
+            workers = job["currentRun"]["workers"]
+            if job["phase"] in TERMINAL and all(w["finishedAt"] for w in workers):
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Workers of {name} still alive after {timeout} s: {workers}")
+            time.sleep(0.2)
+
+
+def run_processes(run_uid: str) -> list[psutil.Process]:
+    """Every process on the host that belongs to the Run (its environment carries the uid)."""
+    found = []
+    needle = f"RLARK_RUN_ID={run_uid}"
+    for p in psutil.process_iter(["pid"]):
+        try:
+            env = Path(f"/proc/{p.pid}/environ").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if needle in env and p.status() != psutil.STATUS_ZOMBIE:
+            found.append(p)
+    return found
+
+
+def assert_nothing_left(job: dict, timeout: float = 30) -> None:
+    """No process of the current Run survives, and every Worker's ports can be bound again."""
+    run = job["currentRun"]
+    deadline = time.monotonic() + timeout
+    while True:
+        left = run_processes(run["uid"])
+        if not left:
+            break
+        if time.monotonic() > deadline:
+            raise AssertionError("left running: " + "; ".join(
+                f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in left))
+        time.sleep(0.3)
+    for w in run["workers"]:
+        if w["portBase"] is None:
+            continue
+        ports = range(w["portBase"], w["portBase"] + BLOCK_SIZE)
+        deadline = time.monotonic() + timeout
+        while not can_bind(w["ip"], ports):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"ports of {w['name']} ({w['portBase']}+{BLOCK_SIZE}) still taken")
+            time.sleep(0.5)

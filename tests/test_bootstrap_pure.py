@@ -1,0 +1,378 @@
+"""The pure parts of the Worker bootstrap (config, ``ray start`` argv, rank check) and the
+controller's lifecycle-line parser. No process, no Ray."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from rlark.bootstrap.worker import (
+    EVENT_PREFIX,
+    HEAD_PORT_FLAGS,
+    LABEL_RANK,
+    LABEL_ROLE,
+    LABEL_RUN,
+    WORKER_PORT_FLAGS,
+    BootstrapConfig,
+    BootstrapError,
+    build_ray_start_command,
+    check_ranks,
+)
+from rlark.controller.lifecycle import parse_lifecycle
+
+REQUIRED = {
+    "RLINF_NODE_RANK": "1",
+    "RLARK_NUM_NODES": "3",
+    "RLARK_HEAD_ADDRESS": "127.0.0.2:20000",
+}
+
+# --- BootstrapConfig.from_env ---------------------------------------------------------------------
+
+
+def test_from_env_minimal_defaults():
+    cfg = BootstrapConfig.from_env(dict(REQUIRED))
+    assert (cfg.node_rank, cfg.num_nodes) == (1, 3)
+    assert (cfg.head_host, cfg.head_port) == ("127.0.0.2", 20000)
+    assert cfg.is_head is False
+    assert cfg.worker == socket.gethostname()
+    assert cfg.role == "" and cfg.run_id == "" and cfg.node_ip is None
+    assert cfg.ray_ports == {} and cfg.resources == {}
+    assert cfg.num_cpus is None and cfg.num_gpus is None and cfg.memory_bytes is None
+    assert (cfg.join_timeout, cfg.prepare_timeout) == (300.0, 1800.0)
+    assert cfg.include_dashboard is False and cfg.ray_temp_dir is None
+
+
+def test_from_env_full():
+    cfg = BootstrapConfig.from_env(
+        {
+            **REQUIRED,
+            "RLINF_NODE_RANK": "0",
+            "RLARK_ROLE": "head",
+            "RLARK_WORKER": "ppo-head-0",
+            "RLARK_RUN_ID": "abc123",
+            "RLARK_NODE_IP": "127.0.0.2",
+            "RLARK_RAY_PORTS": json.dumps({"node-manager-port": 20001, "dashboard-port": 20007}),
+            "RLARK_NUM_CPUS": "2",
+            "RLARK_NUM_GPUS": "1",
+            "RLARK_MEMORY_BYTES": "1073741824",
+            "RLARK_OBJECT_STORE_BYTES": "268435456",
+            "RLARK_RESOURCES": json.dumps({"rdma/hca": 1}),
+            "RLARK_RAY_TEMP_DIR": "/tmp/r",
+            "RLARK_PREPARE_SCRIPT": "echo prep",
+            "RLARK_RUN_SCRIPT": "echo run",
+            "RLARK_WORKING_DIR": "/w",
+            "RLARK_JOIN_TIMEOUT_SECONDS": "12.5",
+            "RLARK_PREPARE_TIMEOUT_SECONDS": "60",
+            "RLARK_RAY": "/opt/ray",
+            "RLARK_RAY_DASHBOARD": "1",
+        }
+    )
+    assert cfg.is_head and cfg.role == "head" and cfg.worker == "ppo-head-0"
+    assert cfg.run_id == "abc123" and cfg.node_ip == "127.0.0.2"
+    assert cfg.ray_ports == {"node-manager-port": 20001, "dashboard-port": 20007}
+    assert (cfg.num_cpus, cfg.num_gpus) == (2, 1)
+    assert (cfg.memory_bytes, cfg.object_store_bytes) == (2**30, 2**28)
+    assert cfg.resources == {"rdma/hca": 1.0}
+    assert cfg.ray_temp_dir == "/tmp/r" and cfg.working_dir == "/w"
+    assert (cfg.prepare_script, cfg.run_script) == ("echo prep", "echo run")
+    assert (cfg.join_timeout, cfg.prepare_timeout) == (12.5, 60.0)
+    assert cfg.ray_executable == "/opt/ray" and cfg.include_dashboard is True
+
+
+def _bad_config(env: dict) -> BootstrapError:
+    with pytest.raises(BootstrapError) as info:
+        BootstrapConfig.from_env(env)
+    assert info.value.reason == "BadConfig"
+    return info.value
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+@pytest.mark.parametrize("how", ["absent", "empty"])
+def test_from_env_required(name, how):
+    env = dict(REQUIRED)
+    if how == "absent":
+        del env[name]
+    else:
+        env[name] = ""
+    err = _bad_config(env)
+    assert name in err.message and "not set" in err.message
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("RLINF_NODE_RANK", "one"),
+        ("RLINF_NODE_RANK", "1.0"),
+        ("RLARK_NUM_NODES", "three"),
+        ("RLARK_HEAD_ADDRESS", "head-without-port"),
+        ("RLARK_NUM_CPUS", "2.5"),
+        ("RLARK_NUM_GPUS", "x"),
+        ("RLARK_MEMORY_BYTES", "8Gi"),
+        ("RLARK_OBJECT_STORE_BYTES", "lots"),
+        ("RLARK_RAY_PORTS", "{not json"),
+        ("RLARK_RAY_PORTS", "[20001]"),
+        ("RLARK_RESOURCES", '"rdma"'),
+    ],
+    ids=lambda v: v if len(v) < 20 else v[:20],
+)
+def test_from_env_bad_value_names_the_variable(name, value):
+    err = _bad_config({**REQUIRED, name: value})
+    assert name in err.message
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("RLARK_RAY_PORTS", '{"node-manager-port": "x"}'),
+        ("RLARK_RESOURCES", '{"rdma/hca": "one"}'),
+        ("RLARK_JOIN_TIMEOUT_SECONDS", "soon"),
+        ("RLARK_PREPARE_TIMEOUT_SECONDS", "1h"),
+        ("RLARK_HEAD_ADDRESS", "head:port"),
+    ],
+    ids=["ports-value", "resources-value", "join-timeout", "prepare-timeout", "head-port"],
+)
+def test_from_env_bad_value_inside_json_or_float(name, value):
+    err = _bad_config({**REQUIRED, name: value})
+    assert name in err.message
+
+
+@pytest.mark.parametrize(
+    "rank, nodes",
+    [("3", "3"), ("-1", "3"), ("0", "0"), ("5", "2")],
+    ids=["rank-equals-n", "negative", "zero-nodes", "rank-above"],
+)
+def test_from_env_rank_outside_range(rank, nodes):
+    err = _bad_config({**REQUIRED, "RLINF_NODE_RANK": rank, "RLARK_NUM_NODES": nodes})
+    assert "RLINF_NODE_RANK" in err.message and rank in err.message
+
+
+def test_from_env_last_rank_is_accepted():
+    cfg = BootstrapConfig.from_env({**REQUIRED, "RLINF_NODE_RANK": "2"})
+    assert cfg.node_rank == 2 and not cfg.is_head
+
+
+# --- ray start argv -----------------------------------------------------------------------------
+
+ALL_PORTS = {flag: 20001 + i for i, flag in enumerate(WORKER_PORT_FLAGS + HEAD_PORT_FLAGS)}
+
+
+def cfg(rank: int = 0, **kw) -> BootstrapConfig:
+    base = dict(
+        node_rank=rank,
+        num_nodes=3,
+        role="head" if rank == 0 else "pool",
+        worker=f"w{rank}",
+        run_id="run1",
+        head_address="127.0.0.2:20000",
+    )
+    return BootstrapConfig(**{**base, **kw})
+
+
+def flags(cmd: list[str]) -> dict[str, str | None]:
+    out = {}
+    for arg in cmd[2:]:
+        key, _, value = arg.partition("=")
+        out[key] = value if _ else None
+    return out
+
+
+def test_head_command():
+    cmd = build_ray_start_command(cfg(0, node_ip="127.0.0.2", ray_ports=ALL_PORTS), ray="/venv/bin/ray")
+    assert cmd[:2] == ["/venv/bin/ray", "start"]
+    f = flags(cmd)
+    assert "--head" in f and "--block" in f and "--disable-usage-stats" in f
+    assert f["--port"] == "20000"
+    assert "--address" not in f
+    assert f["--include-dashboard"] == "false"
+    assert f["--node-ip-address"] == "127.0.0.2"
+    for flag, port in ALL_PORTS.items():
+        assert f[f"--{flag}"] == str(port)
+    assert f["--labels"] == f"{LABEL_RANK}=0,{LABEL_ROLE}=head,{LABEL_RUN}=run1"
+
+
+def test_worker_command():
+    cmd = build_ray_start_command(cfg(2, ray_ports=ALL_PORTS))
+    f = flags(cmd)
+    assert cmd[:2] == ["ray", "start"]
+    assert "--block" in f
+    assert f["--address"] == "127.0.0.2:20000"
+    assert "--head" not in f and "--port" not in f and "--include-dashboard" not in f
+    assert "--node-ip-address" not in f
+    for flag in WORKER_PORT_FLAGS:
+        assert f[f"--{flag}"] == str(ALL_PORTS[flag])
+    for flag in HEAD_PORT_FLAGS:
+        assert f"--{flag}" not in f
+    assert f["--labels"] == f"{LABEL_RANK}=2,{LABEL_ROLE}=pool,{LABEL_RUN}=run1"
+
+
+def test_dashboard_on_head_when_asked():
+    assert "--include-dashboard=true" in build_ray_start_command(cfg(0, include_dashboard=True))
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_only_given_ports_are_pinned(rank):
+    cmd = build_ray_start_command(cfg(rank, ray_ports={"node-manager-port": 20001}))
+    port_args = [a for a in cmd if a.split("=")[0].endswith("-port")]
+    expected = ["--node-manager-port=20001"] + (["--port=20000"] if rank == 0 else [])
+    assert sorted(port_args) == sorted(expected)
+
+
+def test_resources_and_temp_dir():
+    cmd = build_ray_start_command(
+        cfg(1, num_cpus=2, num_gpus=1, memory_bytes=2**31, object_store_bytes=2**28,
+            resources={"rdma/hca": 1.0, "a": 2.0}, ray_temp_dir="/tmp/rlark/x")
+    )
+    f = flags(cmd)
+    assert f["--num-cpus"] == "2" and f["--num-gpus"] == "1"
+    assert f["--memory"] == str(2**31) and f["--object-store-memory"] == str(2**28)
+    assert json.loads(f["--resources"]) == {"rdma/hca": 1.0, "a": 2.0}
+    assert f["--temp-dir"] == "/tmp/rlark/x"
+
+
+def test_unset_resources_are_not_passed():
+    f = flags(build_ray_start_command(cfg(1, role="", run_id="")))
+    for flag in ("--num-cpus", "--num-gpus", "--memory", "--object-store-memory",
+                 "--resources", "--temp-dir"):
+        assert flag not in f
+    assert f["--labels"] == f"{LABEL_RANK}=1"  # rank label always, role/run only when known
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_never_stop(rank):
+    cmd = build_ray_start_command(cfg(rank, ray_ports=ALL_PORTS, num_cpus=1, ray_temp_dir="/t"))
+    assert not any("stop" in a for a in cmd), cmd
+
+
+# --- check_ranks ----------------------------------------------------------------------------------
+
+
+def node(rank, run="run1", alive=True, addr=None, node_id=None):
+    labels = {LABEL_ROLE: "pool"}
+    if rank is not None:
+        labels[LABEL_RANK] = str(rank)
+    if run is not None:
+        labels[LABEL_RUN] = run
+    return {
+        "Alive": alive,
+        "NodeID": node_id or f"{rank}".ljust(16, "f"),
+        "NodeManagerAddress": addr or f"127.0.0.{2 + (rank if isinstance(rank, int) else 50)}",
+        "Labels": labels,
+    }
+
+
+def test_check_ranks_all_present():
+    nodes = [node(2), node(0), node(1)]
+    by_rank, missing, problems = check_ranks(nodes, "run1", 3)
+    assert sorted(by_rank) == [0, 1, 2] and by_rank[2] is nodes[0]
+    assert missing == [] and problems == []
+
+
+def test_check_ranks_missing_listed():
+    by_rank, missing, problems = check_ranks([node(0), node(2)], "run1", 4)
+    assert sorted(by_rank) == [0, 2] and missing == [1, 3] and problems == []
+
+
+def test_check_ranks_duplicate_rank():
+    _, missing, problems = check_ranks(
+        [node(0), node(1, addr="10.0.0.1"), node(1, addr="10.0.0.2")], "run1", 2
+    )
+    assert missing == []
+    assert len(problems) == 1
+    assert "rank 1" in problems[0] and "10.0.0.1" in problems[0] and "10.0.0.2" in problems[0]
+
+
+@pytest.mark.parametrize("rank", [3, -1, 99])
+def test_check_ranks_outside_range(rank):
+    by_rank, missing, problems = check_ranks([node(0), node(1), node(2), node(rank)], "run1", 3)
+    assert sorted(by_rank) == [0, 1, 2] and missing == []
+    assert problems == [f"rank {rank} is outside 0..2"]
+
+
+def test_check_ranks_dead_node_of_this_run():
+    by_rank, missing, problems = check_ranks([node(0), node(1, alive=False)], "run1", 2)
+    assert missing == [1]
+    assert problems == ["rank 1 joined and then died"]
+
+
+def test_check_ranks_ignores_other_runs():
+    nodes = [
+        node(0),
+        node(1, run="other"),  # a leftover of an earlier Run with the same ranks
+        node(1, run="other", alive=False),
+        node(7, run="other"),
+        node(0, run=None),  # a node without RLark labels at all
+    ]
+    by_rank, missing, problems = check_ranks(nodes, "run1", 2)
+    assert list(by_rank) == [0] and by_rank[0] is nodes[0]
+    assert missing == [1] and problems == []
+
+
+@pytest.mark.parametrize("raw", ["x", None, "1.5"], ids=["text", "absent", "fraction"])
+def test_check_ranks_bad_label_value(raw):
+    n = node(1)
+    if raw is None:
+        del n["Labels"][LABEL_RANK]
+    else:
+        n["Labels"][LABEL_RANK] = raw
+    by_rank, missing, problems = check_ranks([node(0), n], "run1", 2)
+    assert missing == [1] and len(problems) == 1
+    assert repr(raw) in problems[0] and n["NodeID"][:12] in problems[0]
+
+
+# --- lifecycle lines --------------------------------------------------------------------------------
+
+
+def line(event: str, **data) -> bytes:
+    return (EVENT_PREFIX + json.dumps({"event": event, **data}) + "\n").encode()
+
+
+def test_parse_complete_lines_skipping_other_output():
+    chunk = (
+        b"starting...\n"
+        + line("facts", node_rank=1)
+        + b"some log RLARK_EVENT {\"event\": \"fake\"}\n"  # prefix not at the start of the line
+        + b"RLARK_EVENT {broken json\n"
+        + b"RLARK_EVENT [1, 2]\n"  # not an object
+        + b'RLARK_EVENT {"no_event": 1}\n'
+        + line("phase", phase="Preparing")
+    )
+    events, offset = parse_lifecycle(chunk, 1000)
+    assert events == [{"event": "facts", "node_rank": 1}, {"event": "phase", "phase": "Preparing"}]
+    assert offset == 1000 + len(chunk)
+
+
+def test_partial_trailing_line_is_kept_for_later():
+    first = line("facts", node_rank=0)
+    partial = line("running", pid=42)
+    chunk = first + partial[:10]
+    events, offset = parse_lifecycle(chunk, 500)
+    assert events == [{"event": "facts", "node_rank": 0}]
+    assert offset == 500 + len(first)
+    # next read starts at the new offset and sees the whole line
+    events, offset = parse_lifecycle(partial, offset)
+    assert events == [{"event": "running", "pid": 42}]
+    assert offset == 500 + len(first) + len(partial)
+
+
+def test_no_newline_means_nothing_yet():
+    assert parse_lifecycle(line("exit", code=0)[:-1], 77) == ([], 77)
+    assert parse_lifecycle(b"", 77) == ([], 77)
+
+
+def test_any_split_point_gives_the_same_events():
+    log = (
+        line("facts", node_rank=0)
+        + b"noise without newline then newline\n"
+        + line("phase", phase="Joining")
+        + b"RLARK_EVENT {oops\n"
+        + line("run_finished", exit_code=0)
+    )
+    whole, end = parse_lifecycle(log, 0)
+    assert len(whole) == 3 and end == len(log)
+    for cut in range(len(log) + 1):
+        first, off = parse_lifecycle(log[:cut], 0)
+        rest, off2 = parse_lifecycle(log[off:], off)
+        assert first + rest == whole, cut
+        assert off2 == len(log), cut

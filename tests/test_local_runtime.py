@@ -1,0 +1,186 @@
+"""End to end on the local runtime: a real ``rlark server``, real Ray nodes, real SQLite.
+
+Each test uses the fewest Workers that prove its point (two, except the RLinf quickstart).
+After every Job the test checks that no process of its Run is left and its ports are free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES
+from tests.server import RlarkServer, assert_nothing_left, run_processes
+
+pytestmark = pytest.mark.ray
+
+
+def job_yaml(name: str, *, run: str = "echo hello from the head", head_prepare: str = "",
+             pool_prepare: str = "", pool_workers: int = 1, join_timeout: int = 60,
+             grace: int = 5) -> str:
+    return f"""
+apiVersion: rlark.io/v1
+kind: Job
+metadata: {{name: {name}}}
+spec:
+  headRole: head
+  terminationGracePeriodSeconds: {grace}
+  failurePolicy: {{joinTimeoutSeconds: {join_timeout}, prepareTimeoutSeconds: 120}}
+  roles:
+    - name: head
+      workers: 1
+      image: docker.io/rlinf/rlinf:0.3.0
+      resources: {{cpu: 1, memory: 1Gi}}
+      prepareScript: {json.dumps(head_prepare)}
+    - name: pool
+      workers: {pool_workers}
+      image: docker.io/rlinf/rlinf:0.3.0
+      resources: {{cpu: 1, memory: 1Gi}}
+      prepareScript: {json.dumps(pool_prepare)}
+  runScript: {json.dumps(run)}
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("rlark-home")
+    srv = RlarkServer(home, {"RLARK_RAY_TMP": f"/tmp/rlark-test-ray/{home.name}"}).start()
+    yield srv
+    srv.stop()
+
+
+def test_prepare_failure_names_worker_and_exit_code(server):
+    server.submit(job_yaml("prep-fail", pool_prepare="echo preparing; exit 3", join_timeout=120))
+    started = time.monotonic()
+    job = server.wait_phase("prep-fail", {"Failed"}, timeout=90)
+    elapsed = time.monotonic() - started
+    assert job["reason"] == "PrepareFailed"
+    assert "prep-fail-pool-0" in job["message"] and "rank 1" in job["message"]
+    assert "code 3" in job["message"]
+    assert elapsed < 60, f"took {elapsed:.1f} s; the join timeout is 120 s"
+    pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
+    assert pool["phase"] == "Failed" and pool["reason"] == "PrepareFailed"
+    job = server.wait_released("prep-fail")
+    assert_nothing_left(job)
+
+
+def test_run_script_exit_code_fails_the_run(server):
+    server.submit(job_yaml("exit-seven", run="echo about to fail; exit 7"))
+    job = server.wait_phase("exit-seven", {"Failed"}, timeout=120)
+    assert job["reason"] == "RunFailed"
+    assert job["currentRun"]["exitCode"] == 7
+    assert "code 7" in job["message"]
+    # it was Running before it failed, with both nodes joined
+    events = server.http.get("/api/v1/jobs/exit-seven/events").json()
+    assert [e["to"] for e in events if e["to"]] == ["Starting", "Running", "Failed"]
+    job = server.wait_released("exit-seven")
+    assert_nothing_left(job)
+    logs = server.cli("logs", "exit-seven", "--role", "head")
+    assert logs.returncode == 0 and "about to fail" in logs.stdout
+
+
+def test_worker_killed_while_running_fails_the_run(server, tmp_path):
+    server.submit(job_yaml("kill-one", run="sleep 600"))
+    job = server.wait_phase("kill-one", {"Running"}, timeout=120)
+    pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
+    os.killpg(pool["pid"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    job = server.wait_phase("kill-one", {"Failed"}, timeout=30)
+    assert time.monotonic() - killed_at < 30
+    assert job["reason"] == "WorkerLost"
+    assert "rank 1" in job["message"] and "kill-one-pool-0" in job["message"]
+    job = server.wait_released("kill-one")
+    assert_nothing_left(job)
+
+
+def test_worker_that_never_joins_times_out_and_run_script_never_starts(server, tmp_path):
+    marker = tmp_path / "run-script-started"
+    server.submit(job_yaml("no-join", pool_prepare="sleep 300", join_timeout=8,
+                           run=f"touch {marker}"))
+    job = server.wait_phase("no-join", {"Failed"}, timeout=120)
+    assert job["reason"] == "JoinTimeout"
+    assert "rank 1 (no-join-pool-0)" in job["message"]
+    assert not marker.exists()
+    events = server.http.get("/api/v1/jobs/no-join/events").json()
+    assert "Running" not in [e["to"] for e in events]
+    job = server.wait_released("no-join")
+    assert_nothing_left(job)
+
+
+def test_stop_while_running_then_start_again_keeps_ranks(server):
+    server.submit(job_yaml("stop-start", run="sleep 600", pool_workers=1))
+    job = server.wait_phase("stop-start", {"Running"}, timeout=120)
+    ranks_1 = {w["name"]: w["nodeRank"] for w in job["currentRun"]["workers"]}
+    first_uid = job["currentRun"]["uid"]
+    res = server.cli("stop", "stop-start")
+    assert res.returncode == 0, res.stderr
+    job = server.wait_phase("stop-start", {"Stopped"}, timeout=60)
+    job = server.wait_released("stop-start")
+    assert_nothing_left(job)
+    assert all(w["phase"] == "Stopped" for w in job["currentRun"]["workers"])
+
+    res = server.cli("start", "stop-start")
+    assert res.returncode == 0, res.stderr
+    job = server.wait_phase("stop-start", {"Running"}, timeout=120)
+    assert job["currentRun"]["number"] == 2 and job["currentRun"]["uid"] != first_uid
+    ranks_2 = {w["name"]: w["nodeRank"] for w in job["currentRun"]["workers"]}
+    assert ranks_2 == ranks_1 == {"stop-start-head-0": 0, "stop-start-pool-0": 1}
+    assert server.cli("stop", "stop-start").returncode == 0
+    server.wait_phase("stop-start", {"Stopped"}, timeout=60)
+    assert_nothing_left(server.wait_released("stop-start"))
+
+
+def test_logs_and_record_survive_the_end_and_a_server_restart(server):
+    server.submit(job_yaml("durable", run="echo durable-output-line"))
+    server.wait_phase("durable", {"Succeeded"}, timeout=120)
+    job = server.wait_released("durable")
+    record_before = server.http.get("/api/v1/jobs/durable/record").json()
+    assert record_before["result"]["phase"] == "Succeeded"
+    assert record_before["workers"]["expected"] == record_before["workers"]["actual"] == 2
+    assert [w["nodeRank"] for w in record_before["workers"]["items"]] == [0, 1]
+    assert all(w["rayNodeId"] for w in record_before["workers"]["items"])
+
+    server.restart()
+    logs = server.cli("logs", "durable", "--rank", "0")
+    assert logs.returncode == 0, logs.stderr
+    assert "durable-output-line" in logs.stdout
+    rec = server.cli("record", "durable", "--format", "json")
+    assert rec.returncode == 0, rec.stderr
+    assert json.loads(rec.stdout) == record_before
+    md = server.cli("record", "durable", "--format", "md")
+    assert "durable-head-0" in md.stdout and "Succeeded" in md.stdout
+    desc = server.cli("describe", "job", "durable", "--format", "json")
+    assert json.loads(desc.stdout)["phase"] == "Succeeded"
+    assert_nothing_left(job)
+
+
+@pytest.mark.rlinf
+def test_quickstart_runs_real_rlinf_placement(server):
+    pytest.importorskip("rlinf.scheduler", reason="RLinf is installed by scripts/test")
+    res = server.cli("submit", str(EXAMPLES / "quickstart" / "job.yaml"), "--wait", timeout=400)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = server.wait_released("quickstart")
+    assert job["phase"] == "Succeeded"
+    workers = job["currentRun"]["workers"]
+    assert sorted(w["nodeRank"] for w in workers) == [0, 1, 2]
+    assert {w["name"]: w["nodeRank"] for w in workers} == {
+        "quickstart-head-0": 0, "quickstart-pool-0": 1, "quickstart-pool-1": 2}
+    logs = server.http.get("/api/v1/jobs/quickstart/logs", params={"role": "head"}).json()
+    lines = logs["workers"][0]["lines"]
+    summary = [json.loads(l.split(" ", 1)[1]) for l in lines if l.startswith("RLINF_PLACEMENT_SUMMARY ")]
+    assert summary == [{"workers": 7, "mismatches": 0, "node_ranks_used": [0, 1, 2]}]
+    placements = [json.loads(l.split(" ", 1)[1]) for l in lines if l.startswith("RLINF_PLACEMENT ")]
+    assert len(placements) == 7 and all(p["ok"] for p in placements)
+    node_ids = {w["nodeRank"]: w["rayNodeId"] for w in workers}
+    for p in placements:
+        assert p["ray_node_id"] == node_ids[p["rlinf_node_rank"]]
+    record = server.http.get("/api/v1/jobs/quickstart/record").json()
+    assert record["rlinf"] == {"configDir": "config", "configName": "quickstart", "overrides": []}
+    assert record["versions"]["rlinf"] == ["0.3.0"]
+    assert_nothing_left(job)
+    assert not run_processes(job["currentRun"]["uid"])

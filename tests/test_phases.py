@@ -1,0 +1,229 @@
+"""The Run state machine (``decide`` / ``failure_of``), table-driven.
+
+Every row starts from three Workers of Job ``ppo`` (``ppo-head-0`` rank 0, ``ppo-pool-0`` rank 1,
+``ppo-pool-1`` rank 2), all launched and alive, changes some of them, and names the transitions
+``decide`` must return. Every returned chain must be allowed by ``ALLOWED``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from rlark.controller.phases import ALLOWED, TERMINAL, RunView, WorkerView, decide, failure_of
+
+NAMES = {0: "ppo-head-0", 1: "ppo-pool-0", 2: "ppo-pool-1"}
+
+
+def workers(**changes: dict) -> list[WorkerView]:
+    """``workers(r1=dict(alive=False))``: the three Workers, with rank 1 changed."""
+    out = []
+    for rank, name in NAMES.items():
+        w = WorkerView(
+            name=name,
+            role="head" if rank == 0 else "pool",
+            node_rank=rank,
+            is_head=rank == 0,
+            launched=True,
+            alive=True,
+        )
+        out.append(replace(w, **changes.get(f"r{rank}", {})))
+    return out
+
+
+def failed(reason: str, message: str, ts: float = 10.0, **details) -> dict:
+    """A bootstrap ``failed`` lifecycle line."""
+    return {"event": "failed", "ts": ts, "reason": reason, "message": message, **details}
+
+
+def finished(code: int, ts: float = 10.0) -> dict:
+    return {"event": "run_finished", "ts": ts, "exit_code": code}
+
+
+RUNNING_HEAD = dict(running=True)
+GONE = dict(alive=False)
+NOT_LAUNCHED = dict(launched=False, alive=False)
+
+
+@dataclass
+class Case:
+    id: str
+    phase: str
+    workers: list[WorkerView]
+    expected: list[tuple[str, str]]  # (to, reason) in order
+    stop: bool = False
+    in_message: list[str] = field(default_factory=list)  # must appear in the last message
+    exit_code: int | None = None  # of the last transition
+
+
+CASES = [
+    # --- Starting -> Running ----------------------------------------------------------------------
+    Case("starting-nothing-reported", "Starting", workers(), []),
+    Case("starting-head-running-alive", "Starting", workers(r0=RUNNING_HEAD), [("Running", "AllJoined")],
+         in_message=["ppo-head-0", "3"]),
+    Case("starting-head-running-but-gone", "Starting",
+         workers(r0=dict(running=True, alive=False, exit_code=1)), [("Failed", "HeadLost")],
+         in_message=["ppo-head-0", "rank 0", "exited with code 1"], exit_code=1),
+    Case("starting-workers-joined-but-no-running-line", "Starting", workers(r0=dict(running=False)), []),
+    # --- Running -> Succeeded / Failed -------------------------------------------------------------
+    Case("running-steady", "Running", workers(r0=RUNNING_HEAD), []),
+    Case("running-succeeded", "Running", workers(r0=dict(running=True, run_finished=finished(0))),
+         [("Succeeded", "Completed")], in_message=["ppo-head-0", "code 0"], exit_code=0),
+    Case("running-succeeded-head-already-gone", "Running",
+         workers(r0=dict(running=True, run_finished=finished(0), alive=False, exit_code=0)),
+         [("Succeeded", "Completed")], exit_code=0),
+    Case("running-succeeded-pool-torn-down-after", "Running",
+         workers(r0=dict(running=True, run_finished=finished(0)), r1=dict(alive=False, exit_code=143)),
+         [("Succeeded", "Completed")], exit_code=0),
+    Case("running-run-failed-7", "Running", workers(r0=dict(running=True, run_finished=finished(7))),
+         [("Failed", "RunFailed")], in_message=["ppo-head-0", "exited with code 7"], exit_code=7),
+    Case("running-run-killed", "Running", workers(r0=dict(running=True, run_finished=finished(137))),
+         [("Failed", "RunFailed")], in_message=["killed by signal 9"], exit_code=137),
+    Case("starting-running-succeeded-in-one-call", "Starting",
+         workers(r0=dict(running=True, run_finished=finished(0), alive=False, exit_code=0)),
+         [("Running", "AllJoined"), ("Succeeded", "Completed")], exit_code=0),
+    Case("starting-running-failed-in-one-call", "Starting",
+         workers(r0=dict(running=True, run_finished=finished(7))),
+         [("Running", "AllJoined"), ("Failed", "RunFailed")], exit_code=7),
+    # --- failures reported by a Worker ---------------------------------------------------------------
+    Case("prepare-failed", "Starting",
+         workers(r2=dict(failed=failed("PrepareFailed", "prepare script exited with code 3", exit_code=3))),
+         [("Failed", "PrepareFailed")],
+         in_message=["ppo-pool-1", "rank 2", "prepare script exited with code 3"], exit_code=3),
+    Case("prepare-failed-worker-also-gone", "Starting",
+         workers(r2=dict(alive=False, exit_code=80,
+                         failed=failed("PrepareFailed", "prepare script exited with code 3", exit_code=3))),
+         [("Failed", "PrepareFailed")], in_message=["ppo-pool-1"], exit_code=3),
+    Case("join-timeout", "Starting",
+         workers(r0=dict(failed=failed("JoinTimeout", "rank 2 did not join within 120 s",
+                                       missing_ranks=[2], joined_ranks=[0, 1]))),
+         [("Failed", "JoinTimeout")], in_message=["rank 2", "ppo-pool-1"]),
+    Case("join-timeout-two-ranks", "Starting",
+         workers(r0=dict(failed=failed("JoinTimeout", "ranks 1, 2 did not join", missing_ranks=[1, 2]))),
+         [("Failed", "JoinTimeout")], in_message=["rank 1 (ppo-pool-0)", "rank 2 (ppo-pool-1)"]),
+    Case("earliest-failed-line-wins", "Running",
+         workers(r0=RUNNING_HEAD,
+                 r1=dict(failed=failed("NodeLost", "ray exited", ts=20.0)),
+                 r2=dict(failed=failed("PrepareFailed", "prepare exited", ts=5.0, exit_code=3))),
+         [("Failed", "PrepareFailed")], in_message=["ppo-pool-1"], exit_code=3),
+    Case("failed-line-beats-silent-loss", "Running",
+         workers(r0=RUNNING_HEAD, r1=dict(alive=False, exit_code=137),
+                 r2=dict(failed=failed("NodeLost", "ray exited"))),
+         [("Failed", "NodeLost")], in_message=["ppo-pool-1"]),
+    Case("failed-line-beats-run-failed", "Running",
+         workers(r0=dict(running=True, run_finished=finished(1)),
+                 r1=dict(failed=failed("NodeLost", "ray exited"))),
+         [("Failed", "NodeLost")], in_message=["ppo-pool-0"]),
+    # --- Workers gone without a word -------------------------------------------------------------
+    Case("worker-lost-signal-9", "Running", workers(r0=RUNNING_HEAD, r1=dict(alive=False, exit_code=137)),
+         [("Failed", "WorkerLost")], in_message=["ppo-pool-0", "rank 1", "killed by signal 9"], exit_code=137),
+    Case("worker-lost-while-starting", "Starting", workers(r2=dict(alive=False, exit_code=1)),
+         [("Failed", "WorkerLost")], in_message=["ppo-pool-1", "rank 2", "exited with code 1"], exit_code=1),
+    Case("worker-lost-exit-unknown", "Running", workers(r0=RUNNING_HEAD, r2=GONE),
+         [("Failed", "WorkerLost")], in_message=["rank 2"]),
+    Case("head-lost", "Running", workers(r0=dict(running=True, alive=False, exit_code=137)),
+         [("Failed", "HeadLost")], in_message=["ppo-head-0", "rank 0", "killed by signal 9"], exit_code=137),
+    Case("head-lost-beats-worker-lost", "Running",
+         workers(r0=dict(running=True, alive=False, exit_code=1), r1=GONE),
+         [("Failed", "HeadLost")], in_message=["ppo-head-0"], exit_code=1),
+    Case("not-launched-is-not-lost", "Starting", workers(r2=NOT_LAUNCHED), []),
+    # --- stop ---------------------------------------------------------------------------------------
+    Case("stop-from-pending", "Pending", workers(), [("Stopped", "StopRequested")], stop=True),
+    Case("stop-from-starting", "Starting", workers(), [("Stopping", "StopRequested")], stop=True),
+    Case("stop-from-running", "Running", workers(r0=RUNNING_HEAD), [("Stopping", "StopRequested")], stop=True),
+    Case("stop-beats-failure", "Running", workers(r0=RUNNING_HEAD, r1=GONE),
+         [("Stopping", "StopRequested")], stop=True),
+    Case("stopping-worker-still-alive", "Stopping", workers(r0=GONE, r1=GONE), [], stop=True),
+    Case("stopping-all-gone", "Stopping", workers(r0=GONE, r1=GONE, r2=GONE), [("Stopped", "Stopped")], stop=True),
+    Case("stopping-unlaunched-count-as-gone", "Stopping",
+         workers(r0=GONE, r1=GONE, r2=NOT_LAUNCHED), [("Stopped", "Stopped")], stop=True),
+    Case("stopping-ignores-failures", "Stopping",
+         workers(r1=dict(failed=failed("NodeLost", "x"))), [], stop=True),
+    # --- nothing happens ------------------------------------------------------------------------------
+    Case("pending-waits-for-launch", "Pending",
+         workers(r0=NOT_LAUNCHED, r1=NOT_LAUNCHED, r2=NOT_LAUNCHED), []),
+    *[
+        Case(f"terminal-{phase.lower()}-never-changes", phase,
+             workers(r0=dict(running=True, alive=False, exit_code=1, run_finished=finished(0)),
+                     r1=dict(failed=failed("NodeLost", "x")), r2=GONE),
+             [], stop=True)
+        for phase in sorted(TERMINAL)
+    ],
+]
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
+def test_decide(case: Case):
+    run = RunView(phase=case.phase, stop_requested=case.stop, workers=case.workers)
+    out = decide(run)
+    assert [(t.to, t.reason) for t in out] == case.expected
+    current = case.phase
+    for t in out:
+        assert t.to in ALLOWED.get(current, set()), f"{current} -> {t.to} is not allowed"
+        assert t.message
+        current = t.to
+    if out:
+        for piece in case.in_message:
+            assert piece in out[-1].message, out[-1].message
+        assert out[-1].exit_code == case.exit_code
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES if not c.stop])
+def test_decide_is_pure(case: Case):
+    """Same view, same answer; and the view is not modified."""
+    run = RunView(phase=case.phase, stop_requested=False, workers=case.workers)
+    before = repr(run)
+    assert decide(run) == decide(run)
+    assert repr(run) == before
+
+
+def test_terminal_phases_have_no_way_out():
+    assert not (TERMINAL & set(ALLOWED))
+    for targets in ALLOWED.values():
+        assert targets <= {"Starting", "Running", "Succeeded", "Failed", "Stopping", "Stopped"}
+
+
+def test_failure_of_healthy_run_is_none():
+    run = RunView(phase="Running", stop_requested=False, workers=workers(r0=RUNNING_HEAD))
+    assert failure_of(run) is None
+
+
+def test_failure_of_success_is_none_even_with_workers_gone():
+    run = RunView(
+        phase="Running",
+        stop_requested=False,
+        workers=workers(r0=dict(run_finished=finished(0)), r1=GONE, r2=GONE),
+    )
+    assert failure_of(run) is None
+
+
+def test_failure_of_stopped_worker_is_not_lost():
+    """A Worker that said ``stopped`` before it went was stopped on purpose."""
+    run = RunView(
+        phase="Running",
+        stop_requested=False,
+        workers=workers(r0=RUNNING_HEAD, r1=dict(alive=False, stopped=True, exit_code=143)),
+    )
+    assert failure_of(run) is None
+
+
+def test_failure_of_unknown_missing_rank_is_named():
+    run = RunView(
+        phase="Starting",
+        stop_requested=False,
+        workers=workers(r0=dict(failed=failed("JoinTimeout", "m", missing_ranks=[7]))),
+    )
+    assert "rank 7 (?)" in failure_of(run).message
+
+
+def test_failure_after_successful_run_does_not_fail_it():
+    run = RunView(
+        phase="Running",
+        stop_requested=False,
+        workers=workers(
+            r0=dict(running=True, run_finished=finished(0, ts=10.0)),
+            r1=dict(alive=False, exit_code=86, failed=failed("NodeLost", "ray exited", ts=15.0)),
+        ),
+    )
+    assert [(t.to, t.reason) for t in decide(run)] == [("Succeeded", "Completed")]

@@ -1,0 +1,429 @@
+"""Pure builders shared by the runtimes (Ray resources, bootstrap environment, local ports and
+addresses, the Worker command line) and the run record."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from rlark.bootstrap.worker import BootstrapConfig, build_ray_start_command
+from rlark.ranks import plan_workers
+from rlark.record import RECORD_VERSION, build_record, render
+from rlark.runtimes.base import (
+    OBJECT_STORE_DEFAULT,
+    OBJECT_STORE_MAX,
+    OBJECT_STORE_MIN,
+    bootstrap_env,
+    ray_resources,
+)
+from rlark.runtimes.local import BOOTSTRAP_FILE, python_for, worker_argv
+from rlark.runtimes.local_ports import (
+    BLOCK_SIZE,
+    LOOPBACK_FIRST,
+    PORT_RANGE_END,
+    PORT_RANGE_START,
+    block_bases,
+    pick_loopback,
+    pick_port_block,
+    port_layout,
+)
+from rlark.spec import Job, job_to_dict, parse_job
+
+GiB = 2**30
+MiB = 2**20
+
+
+def make_job(head: dict | None = None, pool: dict | None = None, **spec) -> Job:
+    """Job ``ppo``: role ``head`` (1 Worker) and ``pool`` (2 Workers). No preflight, so tests can
+    also build specs preflight would refuse."""
+    job, findings = parse_job(
+        {
+            "apiVersion": "rlark.io/v1",
+            "kind": "Job",
+            "metadata": {"name": "ppo"},
+            "spec": {
+                "headRole": "head",
+                "runScript": "python train.py",
+                "roles": [
+                    {"name": "head", "workers": 1, "image": "rlinf:1", **(head or {})},
+                    {"name": "pool", "workers": 2, "image": "rlinf:1", **(pool or {})},
+                ],
+                **spec,
+            },
+        }
+    )
+    assert findings == [], findings
+    return job
+
+
+# --- ray_resources ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "resources, cpus, memory, store",
+    [
+        ({}, None, None, OBJECT_STORE_DEFAULT),
+        ({"cpu": "500m"}, 1, None, OBJECT_STORE_DEFAULT),
+        ({"cpu": 2}, 2, None, OBJECT_STORE_DEFAULT),
+        ({"cpu": 2.5}, 3, None, OBJECT_STORE_DEFAULT),
+        ({"cpu": "2001m"}, 3, None, OBJECT_STORE_DEFAULT),
+        ({"memory": "8Gi"}, None, 8 * GiB, int(8 * GiB * 0.3)),
+        ({"memory": "1G"}, None, 10**9, int(10**9 * 0.3)),
+        ({"memory": 4 * GiB}, None, 4 * GiB, int(4 * GiB * 0.3)),
+        ({"memory": "20Gi"}, None, 20 * GiB, OBJECT_STORE_MAX),
+        ({"memory": "256Mi"}, None, 256 * MiB, OBJECT_STORE_MIN),
+    ],
+    ids=["none", "cpu-500m", "cpu-2", "cpu-2.5", "cpu-2001m", "mem-8Gi", "mem-1G", "mem-int",
+         "mem-clamped-high", "mem-clamped-low"],
+)
+def test_ray_resources(resources, cpus, memory, store):
+    res = ray_resources(make_job(head={"resources": resources}).spec.roles[0])
+    assert (res.num_cpus, res.memory_bytes, res.object_store_bytes) == (cpus, memory, store)
+    assert res.num_gpus == 0 and res.custom == {}
+
+
+def test_ray_resources_object_store_bounds():
+    assert OBJECT_STORE_MIN == 128 * MiB and OBJECT_STORE_MAX == 4 * GiB
+    assert OBJECT_STORE_DEFAULT == 256 * MiB
+
+
+def test_ray_resources_gpus_and_devices():
+    role = make_job(head={"resources": {"gpu": 2, "devices": {"rdma/hca": 1, "a": 3}}}).spec.roles[0]
+    res = ray_resources(role)
+    assert res.num_gpus == 2
+    assert res.custom == {"a": 3.0, "rdma/hca": 1.0}
+    assert all(isinstance(v, float) for v in res.custom.values())
+
+
+# --- bootstrap_env ------------------------------------------------------------------------------------
+
+
+def envs(job: Job, **kw) -> dict[str, dict[str, str]]:
+    return {
+        w.name: bootstrap_env(job, w, run_uid="uid1", head_address="127.0.0.2:20000", **kw)
+        for w in plan_workers(job)
+    }
+
+
+def test_bootstrap_env_per_worker():
+    job = make_job(pool={"env": [{"name": "FOO", "value": "bar"}]})
+    out = envs(job)
+    assert {n: e["RLINF_NODE_RANK"] for n, e in out.items()} == {
+        "ppo-head-0": "0",
+        "ppo-pool-0": "1",
+        "ppo-pool-1": "2",
+    }
+    for name, e in out.items():
+        assert e["RLARK_WORKER"] == name
+        assert e["RLARK_JOB"] == "ppo" and e["RLARK_RUN_ID"] == "uid1"
+        assert e["RLARK_NUM_NODES"] == "3"
+        assert e["RLARK_HEAD_ADDRESS"] == "127.0.0.2:20000"
+        assert e["RLARK_JOIN_TIMEOUT_SECONDS"] == "300"
+        assert e["RLARK_PREPARE_TIMEOUT_SECONDS"] == "1800"
+    assert out["ppo-head-0"]["RLARK_ROLE"] == "head" and out["ppo-pool-1"]["RLARK_ROLE"] == "pool"
+    assert "FOO" not in out["ppo-head-0"]
+    assert out["ppo-pool-0"]["FOO"] == "bar" and out["ppo-pool-1"]["FOO"] == "bar"
+
+
+def test_bootstrap_env_run_script_only_on_head():
+    out = envs(make_job())
+    assert out["ppo-head-0"]["RLARK_RUN_SCRIPT"] == "python train.py"
+    assert "RLARK_RUN_SCRIPT" not in out["ppo-pool-0"]
+    assert "RLARK_RUN_SCRIPT" not in out["ppo-pool-1"]
+
+
+def test_bootstrap_env_rlark_variables_cannot_be_overridden():
+    reserved = [
+        {"name": "RLINF_NODE_RANK", "value": "99"},
+        {"name": "RLARK_JOB", "value": "evil"},
+        {"name": "RLARK_NUM_NODES", "value": "1"},
+        {"name": "RLARK_HEAD_ADDRESS", "value": "evil:1"},
+    ]
+    job = make_job(head={"env": reserved}, pool={"env": reserved})
+    for w in plan_workers(job):
+        e = bootstrap_env(job, w, run_uid="u", head_address="h:1",
+                          extra={"RLARK_WORKER": "evil", "RLINF_NODE_RANK": "98"})
+        assert e["RLINF_NODE_RANK"] == str(w.node_rank)
+        assert (e["RLARK_JOB"], e["RLARK_NUM_NODES"], e["RLARK_HEAD_ADDRESS"]) == ("ppo", "3", "h:1")
+        assert e["RLARK_WORKER"] == w.name
+
+
+def test_bootstrap_env_role_cannot_inject_conditional_rlark_variables():
+    job = make_job(pool={"env": [{"name": "RLARK_RUN_SCRIPT", "value": "rm -rf /"},
+                                 {"name": "RLARK_NUM_CPUS", "value": "64"}]})
+    pool = envs(job)["ppo-pool-0"]
+    assert "RLARK_RUN_SCRIPT" not in pool and "RLARK_NUM_CPUS" not in pool
+
+
+def test_bootstrap_env_drain_timeout_default_and_override():
+    assert {e["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] for e in envs(make_job()).values()} == {"0"}
+    job = make_job(pool={"env": [{"name": "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "value": "30"}]})
+    out = envs(job)
+    assert out["ppo-pool-0"]["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "30"
+    assert out["ppo-head-0"]["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "0"
+
+
+def test_bootstrap_env_optional_variables():
+    bare = envs(make_job())["ppo-pool-0"]
+    for name in ("RLARK_NUM_CPUS", "RLARK_MEMORY_BYTES", "RLARK_RESOURCES", "RLARK_WORKING_DIR",
+                 "RLARK_NODE_IP", "RLARK_RAY_PORTS", "RLARK_RAY_TEMP_DIR"):
+        assert name not in bare
+    assert bare["RLARK_NUM_GPUS"] == "0"
+    assert bare["RLARK_OBJECT_STORE_BYTES"] == str(OBJECT_STORE_DEFAULT)
+    job = make_job(
+        pool={"resources": {"cpu": "1500m", "memory": "2Gi", "gpu": 1, "devices": {"rdma/hca": 1}},
+              "prepareScript": "pip list"},
+        workingDir="/w",
+        failurePolicy={"joinTimeoutSeconds": 12.5},
+    )
+    full = envs(job, node_ip="127.0.0.3", ray_ports={"node-manager-port": 20065},
+                ray_temp_dir="/tmp/r")["ppo-pool-0"]
+    assert full["RLARK_NUM_CPUS"] == "2" and full["RLARK_NUM_GPUS"] == "1"
+    assert full["RLARK_MEMORY_BYTES"] == str(2 * GiB)
+    assert json.loads(full["RLARK_RESOURCES"]) == {"rdma/hca": 1.0}
+    assert full["RLARK_PREPARE_SCRIPT"] == "pip list"
+    assert full["RLARK_WORKING_DIR"] == "/w" and full["RLARK_NODE_IP"] == "127.0.0.3"
+    assert json.loads(full["RLARK_RAY_PORTS"]) == {"node-manager-port": 20065}
+    assert full["RLARK_RAY_TEMP_DIR"] == "/tmp/r"
+    assert full["RLARK_JOIN_TIMEOUT_SECONDS"] == "12.5"
+
+
+def test_bootstrap_env_is_read_back_by_the_bootstrap():
+    """The controller's environment and the bootstrap's parser agree (one contract)."""
+    job = make_job(pool={"resources": {"cpu": 2, "memory": "1Gi", "devices": {"rdma/hca": 1}}})
+    ports = port_layout(20064)
+    ports.pop("gcs")
+    worker = plan_workers(job)[2]
+    env = bootstrap_env(job, worker, run_uid="uid1", head_address="127.0.0.2:20000",
+                        node_ip="127.0.0.4", ray_ports=ports, ray_temp_dir="/tmp/r")
+    cfg = BootstrapConfig.from_env(env)
+    assert (cfg.node_rank, cfg.num_nodes, cfg.role, cfg.worker, cfg.run_id) == (
+        2, 3, "pool", "ppo-pool-1", "uid1")
+    assert (cfg.num_cpus, cfg.memory_bytes, cfg.resources) == (2, GiB, {"rdma/hca": 1.0})
+    assert cfg.ray_ports == ports and cfg.node_ip == "127.0.0.4"
+    cmd = build_ray_start_command(cfg)
+    assert "--address=127.0.0.2:20000" in cmd and "--labels=rlark.io/node-rank=2,rlark.io/role=pool,rlark.io/run=uid1" in cmd
+    assert "--dashboard-port=20071" not in cmd and "--node-manager-port=20065" in cmd
+
+
+# --- local ports and addresses ----------------------------------------------------------------------
+
+
+def test_port_layout_every_block():
+    bases = list(block_bases())
+    assert bases[0] == PORT_RANGE_START and len(bases) > 100
+    for base in bases:
+        ports = port_layout(base)
+        assert all(PORT_RANGE_START <= p < 32768 for p in ports.values()), base
+        assert len(set(ports.values())) == len(ports), base
+        lo, hi = ports["min-worker-port"], ports["max-worker-port"]
+        assert base <= lo < hi < base + BLOCK_SIZE and hi - lo + 1 >= 32
+        single = [p for k, p in ports.items() if k not in ("min-worker-port", "max-worker-port")]
+        assert all(base <= p < lo for p in single), base  # none inside the worker port range
+    assert bases[-1] + BLOCK_SIZE <= PORT_RANGE_END
+    assert all(b - a == BLOCK_SIZE for a, b in zip(bases, bases[1:]))  # blocks never overlap
+
+
+def test_port_layout_names_the_ray_start_flags():
+    ports = port_layout(20000)
+    assert ports["gcs"] == 20000
+    assert {"node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
+            "min-worker-port", "max-worker-port", "dashboard-port",
+            "ray-client-server-port"} <= set(ports)
+
+
+def test_pick_port_block_lowest_free():
+    assert pick_port_block([], lambda b: True) == PORT_RANGE_START
+    assert pick_port_block([20000, 20128], lambda b: True) == 20064
+    assert pick_port_block([20000], lambda b: True, exclude=[20064]) == 20128
+
+
+def test_pick_port_block_skips_blocks_that_are_not_free():
+    asked = []
+
+    def is_free(base):
+        asked.append(base)
+        return base >= 20192
+
+    assert pick_port_block([20064], is_free) == 20192
+    assert asked == [20000, 20128, 20192]  # the used block is not even probed
+
+
+def test_pick_port_block_full():
+    with pytest.raises(RuntimeError, match="no free block"):
+        pick_port_block(block_bases(), lambda b: True)
+    with pytest.raises(RuntimeError):
+        pick_port_block([], lambda b: False)
+
+
+def test_pick_loopback():
+    assert LOOPBACK_FIRST.exploded == "127.0.0.2"
+    assert pick_loopback([]) == "127.0.0.2"
+    assert pick_loopback(["127.0.0.2", "127.0.0.3"]) == "127.0.0.4"
+    assert pick_loopback(["127.0.0.2"], exclude=["127.0.0.3"]) == "127.0.0.4"
+    assert pick_loopback(["127.0.0.3"]) == "127.0.0.2"
+
+
+def test_pick_loopback_skips_0_and_255():
+    used = [f"127.0.0.{i}" for i in range(2, 255)]
+    assert pick_loopback(used) == "127.0.1.1"  # not 127.0.0.255, not 127.0.1.0
+    used += [f"127.0.1.{i}" for i in range(1, 255)]
+    assert pick_loopback(used) == "127.0.2.1"
+
+
+# --- local runtime command line ------------------------------------------------------------------------
+
+
+def test_worker_argv_plain():
+    assert worker_argv("/venv/bin/python", namespace=False) == ["/venv/bin/python", str(BOOTSTRAP_FILE)]
+
+
+def test_worker_argv_pid_namespace():
+    argv = worker_argv("/venv/bin/python", namespace=True)
+    assert argv[0] == "unshare"
+    assert {"--pid", "--fork", "--mount-proc"} <= set(argv)
+    assert any(a.startswith("--kill-child") for a in argv)
+    assert argv[-2:] == ["/venv/bin/python", str(BOOTSTRAP_FILE)]
+
+
+def test_bootstrap_file_is_the_worker_program():
+    assert BOOTSTRAP_FILE.name == "worker.py" and BOOTSTRAP_FILE.parent.name == "bootstrap"
+    assert BOOTSTRAP_FILE.is_file()
+
+
+def test_python_for(tmp_path):
+    assert python_for(None) == sys.executable
+    assert python_for("") == sys.executable
+    assert python_for("/usr/bin/python3") == "/usr/bin/python3"
+    assert python_for(str(tmp_path)) == str(tmp_path / "bin" / "python")  # a virtualenv dir
+
+
+# --- run record ----------------------------------------------------------------------------------------
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)  # the store hands out UTC times
+
+
+def record_inputs():
+    job = make_job(
+        head={"image": "docker.io/rlinf/rlinf:0.3.0",
+              "mounts": [{"name": "data", "type": "hostPath", "source": "/srv/data",
+                          "mountPath": "/data", "readOnly": True}]},
+        pool={"image": "docker.io/rlinf/rlinf@sha256:" + "ab" * 32,
+              "mounts": [{"name": "ckpt", "type": "pvc", "source": "ckpt-claim", "mountPath": "/ckpt"}]},
+        rlinf={"configDir": "config", "configName": "ppo", "overrides": ["runner.max_epochs=1"]},
+        workingDir="/w",
+    )
+    run = SimpleNamespace(
+        spec=job_to_dict(job), number=3, uid="abc123", cause="Restart", runtime="local",
+        phase="Succeeded", reason="Completed", message="the run script exited with code 0",
+        exit_code=0, created_at=T0, started_at=T0 + timedelta(seconds=1),
+        running_at=T0 + timedelta(seconds=5), finished_at=T0 + timedelta(seconds=61.5),
+    )
+
+    def worker(rank, name, role, joined, facts, **kw):
+        base = dict(
+            name=name, role=role, node_rank=rank, is_head=rank == 0, host="box", ip=None,
+            node_ip=f"127.0.0.{rank + 2}", ray_node_id=f"{rank}" * 40,
+            lifecycle={"joined": True} if joined else {}, phase="Exited", reason="",
+            exit_code=0, started_at=T0, finished_at=T0 + timedelta(seconds=60),
+            log_path=f"/logs/ppo/3/{name}.log", facts=facts,
+        )
+        return SimpleNamespace(**{**base, **kw})
+
+    facts = {"python": "3.12.1", "ray": "2.60.0", "rlinf": None, "torch": "2.5.0"}
+    workers = [  # deliberately not in rank order
+        worker(2, "ppo-pool-1", "pool", False, None, phase="Failed", reason="PrepareFailed", exit_code=80),
+        worker(0, "ppo-head-0", "head", True, dict(facts), ip="10.0.0.1", phase="Succeeded"),
+        worker(1, "ppo-pool-0", "pool", True, {**facts, "torch": "2.6.0"}),
+    ]
+    return SimpleNamespace(name="ppo"), run, workers
+
+
+def test_build_record():
+    job, run, workers = record_inputs()
+    rec = build_record(job, run, workers, logs_root="/logs")
+    assert rec["recordVersion"] == RECORD_VERSION
+    assert (rec["job"], rec["run"], rec["runUid"], rec["cause"], rec["runtime"]) == (
+        "ppo", 3, "abc123", "Restart", "local")
+    assert rec["result"] == {"phase": "Succeeded", "reason": "Completed",
+                             "message": "the run script exited with code 0", "exitCode": 0}
+    assert rec["workers"]["expected"] == 3 and rec["workers"]["actual"] == 2
+    items = rec["workers"]["items"]
+    assert [w["nodeRank"] for w in items] == [0, 1, 2]
+    assert [w["name"] for w in items] == ["ppo-head-0", "ppo-pool-0", "ppo-pool-1"]
+    assert [w["isHead"] for w in items] == [True, False, False]
+    assert [w["joined"] for w in items] == [True, True, False]
+    assert items[0]["ip"] == "10.0.0.1" and items[1]["ip"] == "127.0.0.3"  # falls back to node IP
+    assert items[2]["reason"] == "PrepareFailed" and items[1]["reason"] is None
+    assert items[2]["facts"] == {}
+    assert rec["images"] == {"head": "docker.io/rlinf/rlinf:0.3.0",
+                             "pool": "docker.io/rlinf/rlinf@sha256:" + "ab" * 32}
+    assert rec["rlinf"] == {"configDir": "config", "configName": "ppo",
+                            "overrides": ["runner.max_epochs=1"]}
+    assert rec["headRole"] == "head" and rec["workingDir"] == "/w"
+    assert rec["mounts"] == [
+        {"role": "head", "name": "data", "type": "hostPath", "source": "/srv/data",
+         "mountPath": "/data", "readOnly": True},
+        {"role": "pool", "name": "ckpt", "type": "pvc", "source": "ckpt-claim",
+         "mountPath": "/ckpt", "readOnly": False},
+    ]
+    assert rec["versions"] == {"python": ["3.12.1"], "ray": ["2.60.0"], "rlinf": [],
+                               "torch": ["2.5.0", "2.6.0"]}
+    assert rec["times"]["durationSeconds"] == 60.5
+    assert rec["times"]["created"] == "2026-01-02T03:04:05+00:00"
+    assert items[0]["finishedAt"] == "2026-01-02T03:05:05+00:00"
+    assert rec["logs"] == {"root": "/logs", "workers": {w.name: w.log_path for w in workers}}
+    assert rec["spec"] == run.spec
+
+
+def test_build_record_of_a_run_that_never_started():
+    job, run, workers = record_inputs()
+    run.started_at = run.running_at = run.finished_at = None
+    for w in workers:
+        w.lifecycle, w.facts = None, None
+    rec = build_record(job, run, workers)
+    assert rec["times"]["durationSeconds"] is None and rec["times"]["started"] is None
+    assert rec["workers"]["actual"] == 0 and rec["workers"]["expected"] == 3
+    assert rec["versions"] == {"python": [], "ray": [], "rlinf": [], "torch": []}
+    assert rec["logs"]["root"] is None
+
+
+def test_render_json_and_yaml_round_trip():
+    rec = build_record(*record_inputs())
+    assert json.loads(render(rec, "json")) == rec
+    assert yaml.safe_load(render(rec, "yaml")) == rec
+
+
+@pytest.mark.parametrize("fmt", ["md", "markdown"])
+def test_render_markdown(fmt):
+    rec = build_record(*record_inputs())
+    md = render(rec, fmt)
+    assert md.startswith("# Run record: ppo run 3\n")
+    assert "**Succeeded** (Completed)" in md
+    assert "2 joined of 3 expected" in md
+    assert "torch 2.5.0/2.6.0" in md and "rlinf -" in md
+    assert "- head: `docker.io/rlinf/rlinf:0.3.0`" in md
+    assert '"configName": "ppo"' in md
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "ppo-" in line]
+    assert [r.split(" | ")[1] for r in rows] == ["ppo-head-0", "ppo-pool-0", "ppo-pool-1"]
+    assert "| 2 | ppo-pool-1 | pool |" in md and "| Failed | 80 |" in md
+    assert "## Mounts" in md and "| pool | ckpt | pvc | ckpt-claim | /ckpt | False |" in md
+
+
+def test_render_markdown_without_mounts():
+    job, run, workers = record_inputs()
+    for role in run.spec["spec"]["roles"]:
+        role["mounts"] = []
+    assert "## Mounts" not in render(build_record(job, run, workers), "md")
+
+
+@pytest.mark.parametrize("fmt", ["xml", "JSON", ""])
+def test_render_unknown_format(fmt):
+    with pytest.raises(ValueError, match="unknown record format"):
+        render(build_record(*record_inputs()), fmt)

@@ -1,0 +1,315 @@
+"""The Store on SQLite and PostgreSQL: Alembic schema, JSON columns, constraints, cascades,
+timestamps, SQLite pragmas, and how ``RLARK_DATABASE_URL`` picks the database."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from alembic.script import ScriptDirectory
+from sqlalchemy import delete, func, inspect, select, text
+from sqlalchemy.exc import IntegrityError
+
+from rlark import settings
+from rlark.store import EventRow, JobRow, RunRow, Store, TaskRow, WorkerRow
+from rlark.store.db import alembic_config
+
+TABLES = {"jobs", "runs", "tasks", "workers", "events", "alembic_version"}
+
+
+@pytest.fixture
+def store(db_url):
+    st = Store(db_url)
+    yield st
+    st.dispose()
+
+
+def _utc(t: datetime) -> datetime:
+    """SQLite returns naive datetimes (stored as UTC); PostgreSQL returns aware ones."""
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t
+
+
+def _job(name: str = "demo", **kw) -> JobRow:
+    return JobRow(name=name, spec=kw.pop("spec", {"kind": "Job"}), **kw)
+
+
+def _job_with_children(s, name: str = "demo") -> int:
+    """A Job with one Run, one Task, two Workers and two Events; returns the Job id."""
+    job = _job(name)
+    run = RunRow(job=job, number=1, uid=f"uid-{name}", spec={"kind": "Job"})
+    run.tasks.append(TaskRow(role="head", total=2, first_rank=0, last_rank=1))
+    run.workers.append(WorkerRow(name=f"{name}-head-0", role="head", index=0, node_rank=0,
+                                 is_head=True))
+    run.workers.append(WorkerRow(name=f"{name}-head-1", role="head", index=1, node_rank=1))
+    s.add(job)
+    s.flush()
+    s.add(EventRow(job_id=job.id, reason="Submitted", run_number=1))
+    s.add(EventRow(job_id=job.id, reason="Launched", run_number=1, worker=f"{name}-head-0"))
+    s.flush()
+    return job.id
+
+
+def _counts(store: Store) -> dict[str, int]:
+    with store.session() as s:
+        return {
+            m.__tablename__: s.scalar(select(func.count()).select_from(m))
+            for m in (JobRow, RunRow, TaskRow, WorkerRow, EventRow)
+        }
+
+
+# --- schema / migrations ---------------------------------------------------------------------------
+
+
+def test_migration_creates_all_tables_at_head_revision(store):
+    insp = inspect(store.engine)
+    assert set(insp.get_table_names()) == TABLES
+    head = ScriptDirectory.from_config(alembic_config(store.engine)).get_current_head()
+    assert head is not None
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head]
+    # the schema matches the models: same columns in every table, indexes and uniques present
+    from rlark.store import Base
+
+    for table in Base.metadata.sorted_tables:
+        db_cols = {c["name"] for c in insp.get_columns(table.name)}
+        assert db_cols == set(table.columns.keys()), table.name
+    assert {"ix_jobs_phase"} <= {i["name"] for i in insp.get_indexes("jobs")}
+    assert {"ix_workers_active", "ix_workers_run_id"} <= {i["name"] for i in insp.get_indexes("workers")}
+    fks = {(fk["referred_table"], fk["options"].get("ondelete", "").upper())
+           for t in ("runs", "tasks", "workers", "events") for fk in insp.get_foreign_keys(t)}
+    assert fks == {("jobs", "CASCADE"), ("runs", "CASCADE")}
+
+
+def test_opening_the_store_twice_is_idempotent_and_keeps_data(db_url):
+    first = Store(db_url)
+    with first.session() as s:
+        s.add(_job("kept", labels={"team": "a"}))
+    first.dispose()
+
+    second = Store(db_url)  # runs the migration again
+    try:
+        assert set(inspect(second.engine).get_table_names()) == TABLES
+        with second.engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
+        with second.session() as s:
+            job = s.scalar(select(JobRow).where(JobRow.name == "kept"))
+            assert job is not None and job.labels == {"team": "a"}
+    finally:
+        second.dispose()
+
+
+def test_store_without_migration_leaves_database_empty(db_url):
+    st = Store(db_url, migrate=False)
+    try:
+        assert inspect(st.engine).get_table_names() == []
+    finally:
+        st.dispose()
+
+
+# --- columns ----------------------------------------------------------------------------------------
+
+
+def test_json_columns_round_trip(store):
+    spec = {
+        "apiVersion": "rlark.io/v1",
+        "spec": {"roles": [{"name": "head", "workers": 2, "resources": {"cpu": 0.5, "gpu": 0}}],
+                 "runScript": "echo 'héllo' \"quoted\"\n", "rlinf": None},
+        "unicode": "训练 ✓",
+        "nested": [[1, 2.5, True, False, None], {"deep": {"er": []}}],
+    }
+    findings = [{"code": "DuplicateEnv", "severity": "warning", "path": "spec.roles[0].env[1].name"}]
+    facts = {"versions": {"ray": "2.40.0", "python": "3.11.9"}, "gpus": [], "mem": 2 ** 40}
+    with store.session() as s:
+        job = _job("json", spec=spec, labels={"a": "b"}, findings=findings)
+        run = RunRow(job=job, number=1, uid="u1", spec=spec, record={"configs": {"x": [1, {}]}})
+        run.workers.append(WorkerRow(name="json-head-0", role="head", index=0, node_rank=0,
+                                     facts=facts, lifecycle={"joined": True, "exit": {"code": 0}}))
+        s.add(job)
+    with store.session() as s:
+        job = s.scalar(select(JobRow).where(JobRow.name == "json"))
+        assert job.spec == spec
+        assert job.labels == {"a": "b"}
+        assert job.findings == findings
+        run = job.runs[0]
+        assert run.spec == spec
+        assert run.record == {"configs": {"x": [1, {}]}}
+        assert run.workers[0].facts == facts
+        assert run.workers[0].lifecycle == {"joined": True, "exit": {"code": 0}}
+
+
+def test_defaults_are_filled_in(store):
+    with store.session() as s:
+        s.add(_job("defaults"))
+    with store.session() as s:
+        job = s.scalar(select(JobRow).where(JobRow.name == "defaults"))
+        assert (job.labels, job.findings, job.desired, job.phase) == ({}, [], "Running", "Pending")
+        assert job.delete_requested is False and job.current_run_id is None
+        run = RunRow(job=job, number=1, uid="d1", spec={})
+        s.add(run)
+        s.flush()
+        assert (run.cause, run.runtime, run.phase, run.stop_requested, run.record) == (
+            "Submitted", "local", "Pending", False, None)
+
+
+def test_unique_job_names_are_enforced(store):
+    with store.session() as s:
+        s.add(_job("same"))
+    with pytest.raises(IntegrityError):
+        with store.session() as s:
+            s.add(_job("same"))
+    # the failed transaction was rolled back; the first Job is intact and alone
+    with store.session() as s:
+        assert s.scalars(select(JobRow.name)).all() == ["same"]
+
+
+def test_run_number_is_unique_per_job_and_uid_is_unique(store):
+    with store.session() as s:
+        a, b = _job("a"), _job("b")
+        s.add_all([a, b])
+        s.flush()
+        s.add(RunRow(job_id=a.id, number=1, uid="x1", spec={}))
+        s.add(RunRow(job_id=b.id, number=1, uid="x2", spec={}))  # same number, other Job: fine
+    with pytest.raises(IntegrityError):
+        with store.session() as s:
+            a = s.scalar(select(JobRow).where(JobRow.name == "a"))
+            s.add(RunRow(job_id=a.id, number=1, uid="x3", spec={}))
+            s.flush()
+    with pytest.raises(IntegrityError):
+        with store.session() as s:
+            a = s.scalar(select(JobRow).where(JobRow.name == "a"))
+            s.add(RunRow(job_id=a.id, number=2, uid="x2", spec={}))
+            s.flush()
+
+
+def test_foreign_keys_are_enforced(store):
+    with pytest.raises(IntegrityError):
+        with store.session() as s:
+            s.add(EventRow(job_id=424242, reason="Orphan"))
+            s.flush()
+
+
+# --- cascades --------------------------------------------------------------------------------------
+
+
+def test_deleting_a_job_through_the_orm_cascades(store):
+    with store.session() as s:
+        _job_with_children(s, "gone")
+        _job_with_children(s, "stays")
+    assert _counts(store) == {"jobs": 2, "runs": 2, "tasks": 2, "workers": 4, "events": 4}
+    with store.session() as s:
+        s.delete(s.scalar(select(JobRow).where(JobRow.name == "gone")))
+    assert _counts(store) == {"jobs": 1, "runs": 1, "tasks": 1, "workers": 2, "events": 2}
+    with store.session() as s:
+        assert s.scalars(select(WorkerRow.name).order_by(WorkerRow.node_rank)).all() == [
+            "stays-head-0", "stays-head-1"]
+
+
+def test_deleting_a_job_row_cascades_in_the_database(store):
+    """A plain DELETE (no ORM relationships involved) relies on ON DELETE CASCADE, which on
+    SQLite needs PRAGMA foreign_keys=ON on every connection."""
+    with store.session() as s:
+        job_id = _job_with_children(s, "gone")
+        _job_with_children(s, "stays")
+    with store.session() as s:
+        s.execute(delete(JobRow).where(JobRow.id == job_id))
+    assert _counts(store) == {"jobs": 1, "runs": 1, "tasks": 1, "workers": 2, "events": 2}
+
+
+# --- timestamps ------------------------------------------------------------------------------------
+
+
+def test_timestamps_are_stored(store):
+    before = datetime.now(timezone.utc) - timedelta(seconds=1)
+    with store.session() as s:
+        job = _job("times")
+        s.add(job)
+        s.flush()
+        s.add(EventRow(job_id=job.id, reason="Submitted"))
+        started = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
+        s.add(RunRow(job=job, number=1, uid="t1", spec={}, started_at=started))
+    after = datetime.now(timezone.utc) + timedelta(seconds=1)
+    with store.session() as s:
+        job = s.scalar(select(JobRow).where(JobRow.name == "times"))
+        created, updated = _utc(job.created_at), _utc(job.updated_at)
+        assert before <= created <= after
+        assert before <= updated <= after
+        run = job.runs[0]
+        assert before <= _utc(run.created_at) <= after
+        assert _utc(run.started_at) == started  # microseconds kept
+        assert run.running_at is None and run.finished_at is None
+        event = s.scalar(select(EventRow).where(EventRow.job_id == job.id))
+        assert before <= _utc(event.time) <= after
+        if not store.is_sqlite:
+            assert job.created_at.tzinfo is not None  # timestamptz on PostgreSQL
+    with store.session() as s:
+        job = s.scalar(select(JobRow).where(JobRow.name == "times"))
+        job.phase = "Starting"
+    with store.session() as s:
+        job = s.scalar(select(JobRow).where(JobRow.name == "times"))
+        assert _utc(job.updated_at) > updated  # onupdate
+        assert _utc(job.created_at) == created
+
+
+# --- SQLite specifics --------------------------------------------------------------------------------
+
+
+def test_sqlite_uses_wal_and_foreign_keys(rlark_home):
+    st = Store(f"sqlite:///{rlark_home / 'sub' / 'rlark.db'}")  # parent dir is created
+    try:
+        assert st.is_sqlite
+        with st.engine.connect() as conn:
+            assert conn.execute(text("PRAGMA journal_mode")).scalar().lower() == "wal"
+            assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
+            assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 10000
+        assert (rlark_home / "sub" / "rlark.db").exists()
+    finally:
+        st.dispose()
+
+
+# --- choosing the database ------------------------------------------------------------------------
+
+
+def test_default_database_is_sqlite_under_rlark_home(rlark_home):
+    assert settings.database_url() == f"sqlite:///{rlark_home / 'rlark.db'}"
+    st = Store()
+    try:
+        assert st.url == f"sqlite:///{rlark_home / 'rlark.db'}"
+        assert st.is_sqlite
+        assert (rlark_home / "rlark.db").exists()
+        assert TABLES <= set(inspect(st.engine).get_table_names())
+    finally:
+        st.dispose()
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        ("postgresql://u:p@db.example:5432/rlark", "postgresql+psycopg://u:p@db.example:5432/rlark"),
+        ("postgres://u@db/rlark", "postgresql+psycopg://u@db/rlark"),
+        ("postgresql+psycopg://u@db/rlark", "postgresql+psycopg://u@db/rlark"),
+        ("  postgresql://u@db/rlark\n", "postgresql+psycopg://u@db/rlark"),
+        ("sqlite:////var/lib/rlark/x.db", "sqlite:////var/lib/rlark/x.db"),
+    ],
+)
+def test_database_url_from_environment(rlark_home, monkeypatch, given, expected):
+    monkeypatch.setenv("RLARK_DATABASE_URL", given)
+    assert settings.database_url() == expected
+
+
+def test_empty_database_url_means_default(rlark_home, monkeypatch):
+    monkeypatch.setenv("RLARK_DATABASE_URL", "   ")
+    assert settings.database_url() == f"sqlite:///{rlark_home / 'rlark.db'}"
+
+
+def test_store_follows_rlark_database_url_to_postgresql(rlark_home, postgres_url, monkeypatch):
+    plain = "postgresql://" + postgres_url.split("://", 1)[1]  # as a user would write it
+    monkeypatch.setenv("RLARK_DATABASE_URL", plain)
+    st = Store()
+    try:
+        assert st.url == postgres_url
+        assert not st.is_sqlite
+        assert (st.engine.dialect.name, st.engine.dialect.driver) == ("postgresql", "psycopg")
+        assert set(inspect(st.engine).get_table_names()) == TABLES
+        assert not (rlark_home / "rlark.db").exists()
+    finally:
+        st.dispose()
