@@ -24,7 +24,7 @@ def rlark_home(tmp_path, monkeypatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("RLARK_HOME", str(home))
     monkeypatch.delenv("RLARK_DATABASE_URL", raising=False)
-    monkeypatch.setenv("RLARK_RAY_TMP", f"/tmp/rlark-test-ray/{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("RLARK_RAY_TMP", f"/tmp/rlt/{uuid.uuid4().hex[:8]}")
     return home
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ spec:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("rlark-home")
-    srv = RlarkServer(home, {"RLARK_RAY_TMP": f"/tmp/rlark-test-ray/{home.name}"}).start()
+    srv = RlarkServer(home, {"RLARK_RAY_TMP": f"/tmp/rlt/{uuid.uuid4().hex[:8]}"}).start()
     yield srv
     srv.stop()
 

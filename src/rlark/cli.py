@@ -148,7 +148,16 @@ def server(
     """
     from rlark.server import serve
 
-    serve(host, port, database_url)
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        serve(host, port, database_url)
+    except ValueError as exc:
+        _fail(str(exc))
+    except (SQLAlchemyError, OSError) as exc:
+        url = database_url or settings.database_url()
+        _fail(f"cannot open the database {url!r}: {str(exc).splitlines()[0]}. "
+              "Check RLARK_DATABASE_URL / --database-url (PostgreSQL: postgresql://user:pass@host:port/db)")
 
 
 # --- API commands -------------------------------------------------------------------------------
@@ -366,7 +375,21 @@ def restart(name: str = typer.Argument(..., help="Job name."),
 def delete(name: str = typer.Argument(..., help="Job name."), server: Optional[str] = ServerOpt) -> None:
     """Delete a Job with its Runs, Events, records and logs (an active Job is stopped first)."""
     res = _action("delete", name, server)
-    out.print(f"job/{name} deleted" if res.get("deleted") else f"job/{name} stopping, then deleted")
+    if not res.get("deleted"):
+        client = _client(server)
+        with err.status(f"job/{name}: stopping its Workers, then deleting ..."):
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                try:
+                    client.get(f"/api/v1/jobs/{name}")
+                except ClientError as exc:
+                    if exc.status == 404:
+                        break
+                    _fail(exc.message)
+                time.sleep(0.25)
+            else:
+                _fail(f"job/{name} is still being deleted; check `rlark describe job {name}`")
+    out.print(f"job/{name} deleted")
 
 
 @app.command()

@@ -448,3 +448,50 @@ def validate_document(text: str | bytes) -> tuple[Job | None, list[Finding]]:
     if job is None:
         return None, findings
     return job, check_job(job)
+
+
+def check_for_local_runtime(job: Job) -> list[Finding]:
+    """What the local runtime cannot honour: it runs every Worker on this machine with this
+    machine's filesystem, so mounts are not applied (a hostPath source is visible at its own
+    path, not at mountPath) and node selectors mean nothing (warnings); a role's
+    ``local.python`` must exist here (error)."""
+    findings: list[Finding] = []
+    for i, role in enumerate(job.spec.roles):
+        for j, mount in enumerate(role.mounts):
+            path = f"spec.roles[{i}].mounts[{j}]"
+            if mount.type != "hostPath":
+                findings.append(_warn(
+                    "MountNotAppliedLocally", path,
+                    f"{path}: the local runtime cannot mount {mount.type} {mount.source!r}",
+                    "use the Kubernetes runtime for pvc/objectStorage mounts, or a hostPath",
+                ))
+            elif not os.path.exists(mount.source):
+                findings.append(_warn(
+                    "MountSourceMissing", f"{path}.source",
+                    f"{path}.source = {mount.source!r} does not exist on this machine",
+                    "create it or fix the path",
+                ))
+            elif os.path.normpath(mount.source) != os.path.normpath(mount.mount_path):
+                findings.append(_warn(
+                    "MountNotAppliedLocally", f"{path}.mountPath",
+                    f"{path}.mountPath = {mount.mount_path!r}: the local runtime does not bind "
+                    f"mounts; Workers see {mount.source!r} at its own path",
+                    "point your scripts at the source path, or make mountPath equal to it",
+                ))
+        python = role.local.python
+        if python and os.path.isabs(python):
+            exe = os.path.join(python, "bin", "python") if os.path.isdir(python) else python
+            if not os.access(exe, os.X_OK):
+                findings.append(_err(
+                    "PythonNotFound", f"spec.roles[{i}].local.python",
+                    f"spec.roles[{i}].local.python = {python!r}: no executable {exe!r} on this "
+                    "machine",
+                    "give the path of a python (or virtualenv) that has ray installed",
+                ))
+        if role.node_selector:
+            findings.append(_warn(
+                "NodeSelectorIgnoredLocally", f"spec.roles[{i}].nodeSelector",
+                f"spec.roles[{i}].nodeSelector is ignored by the local runtime (one machine)",
+                "remove it, or run on Kubernetes",
+            ))
+    return findings

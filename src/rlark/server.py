@@ -6,6 +6,7 @@ import logging
 
 from fastapi import FastAPI
 
+from rlark import settings
 from rlark.api.app import create_app
 from rlark.controller.loop import Controller
 from rlark.runtimes.local import LocalRuntime
@@ -14,7 +15,12 @@ from rlark.store import Store
 
 
 def build_app(database_url: str | None = None) -> FastAPI:
-    """The full server app on the local runtime; the controller runs with the app."""
+    """The full server app on the local runtime; the controller runs with the app.
+
+    Raises:
+        ValueError: a setting is unusable (e.g. ``RLARK_RAY_TMP`` too long), before anything runs.
+    """
+    settings.ray_tmp_root()
     store = Store(database_url)
     controller = Controller(store, LocalRuntime())
     service = JobService(store, controller.wake, runtime="local")

@@ -45,13 +45,24 @@ def server_url(explicit: str | None = None) -> str:
     return url.rstrip("/")
 
 
+#: <root>/<run uid>-<rank>/session_<date>_<time>_<pid>/sockets/plasma_store must fit in 107 bytes
+MAX_RAY_TMP_LENGTH = 30
+
+
 def ray_tmp_root() -> str:
     """Parent of the Workers' Ray ``--temp-dir`` (``$RLARK_RAY_TMP``, default ``/tmp/rlark-ray``).
 
     Kept short on purpose: Ray puts Unix sockets below it and socket paths are limited to 107
     bytes.
     """
-    return os.environ.get("RLARK_RAY_TMP") or "/tmp/rlark-ray"
+    root = os.environ.get("RLARK_RAY_TMP") or "/tmp/rlark-ray"
+    if len(root) > MAX_RAY_TMP_LENGTH:
+        raise ValueError(
+            f"RLARK_RAY_TMP={root!r} is {len(root)} characters; Ray's socket paths below it would "
+            f"pass the 107-byte limit of Unix sockets. Use a path of at most "
+            f"{MAX_RAY_TMP_LENGTH} characters, e.g. /tmp/rlark-ray"
+        )
+    return root
 
 
 def keep_ray_temp() -> bool:

@@ -262,6 +262,13 @@ class Controller:
     # --- launching ----------------------------------------------------------------------------------
 
     def _launch(self, s: Session, run: RunRow) -> None:
+        try:
+            self._launch_workers(s, run)
+        except Exception as exc:  # allocation or settings: fail the Run, never stay Pending
+            log.exception("launching run %s failed", run.id)
+            self._transition(s, run, Transition(Phase.failed.value, "LaunchFailed", str(exc)))
+
+    def _launch_workers(self, s: Session, run: RunRow) -> None:
         job = Job.model_validate(run.spec)
         planned = {w.node_rank: w for w in plan_workers(job)}
         # Allocation is serialised by this single controller thread; the store tells which

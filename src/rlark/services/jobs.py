@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from rlark.controller.loop import add_event, new_run
 from rlark.controller.phases import ACTIVE, TERMINAL, Phase
 from rlark.findings import Finding, Severity, has_errors
-from rlark.preflight import check_job, validate_document
+from rlark.preflight import check_for_local_runtime, check_job, validate_document
 from rlark.record import build_record
 from rlark.record import iso as _iso
 from rlark.spec import Job, job_to_dict, parse_job
@@ -149,6 +149,8 @@ class JobService:
             Conflict: a Job of that name exists.
         """
         job, findings = self.validate(document)
+        if job is not None and self.runtime == "local":
+            findings = findings + check_for_local_runtime(job)
         if job is None or has_errors(findings):
             n = sum(1 for f in findings if f.severity == Severity.error)
             raise Invalid(f"the Job spec has {n} error{'s' if n != 1 else ''}", findings)

@@ -1,0 +1,99 @@
+"""End to end: restart, delete, automatic retry, and what happens to Workers when the server
+stops or dies. Real server, real Ray nodes (two per Job), real SQLite."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+
+import pytest
+
+from tests.server import RlarkServer, assert_nothing_left, run_processes
+from tests.test_local_runtime import job_yaml
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = RlarkServer(tmp_path / "home", {"RLARK_RAY_TMP": f"/tmp/rlt/{uuid.uuid4().hex[:8]}"})
+    srv.home.mkdir()
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def test_restart_while_running_replaces_the_run_then_delete_cleans_up(server):
+    server.submit(job_yaml("again", run="sleep 600"))
+    first = server.wait_phase("again", {"Running"}, timeout=120)
+    assert server.cli("restart", "again").returncode == 0
+    job = server.wait_phase("again", {"Running"}, timeout=120)
+    assert job["currentRun"]["number"] == 2
+    runs = server.http.get("/api/v1/jobs/again/runs").json()
+    assert [(r["number"], r["phase"], r["cause"]) for r in runs] == [
+        (1, "Stopped", "Submitted"), (2, "Running", "Restarted")]
+    assert not run_processes(first["currentRun"]["uid"])
+    assert [w["nodeRank"] for w in job["currentRun"]["workers"]] == [0, 1]
+
+    res = server.cli("delete", "again")
+    assert res.returncode == 0, res.stderr
+    for _ in range(300):
+        if server.http.get("/api/v1/jobs/again").status_code == 404:
+            break
+        import time
+        time.sleep(0.2)
+    assert server.http.get("/api/v1/jobs/again").status_code == 404
+    assert_nothing_left(job)
+    assert not (server.home / "logs" / "again").exists()
+
+
+def test_failed_run_is_retried_up_to_max_restarts(server):
+    server.submit(job_yaml("retry", run="exit 7").replace(
+        "prepareTimeoutSeconds: 120}", "prepareTimeoutSeconds: 120, maxRestarts: 1}"))
+    import time
+    deadline = time.monotonic() + 240
+    while True:
+        runs = server.http.get("/api/v1/jobs/retry/runs").json()
+        if len(runs) == 2 and runs[1]["phase"] == "Failed":
+            break
+        assert time.monotonic() < deadline, runs
+        time.sleep(0.3)
+    assert [(r["cause"], r["phase"], r["reason"], r["exitCode"]) for r in runs] == [
+        ("Submitted", "Failed", "RunFailed", 7), ("Retry", "Failed", "RunFailed", 7)]
+    time.sleep(1)
+    assert len(server.http.get("/api/v1/jobs/retry/runs").json()) == 2  # no third attempt
+    job = server.wait_released("retry")
+    assert job["phase"] == "Failed"
+    assert_nothing_left(job)
+
+
+def test_submit_wait_exits_non_zero_with_the_reason(server, tmp_path):
+    f = tmp_path / "job.yaml"
+    f.write_text(job_yaml("waitfail", run="exit 5"))
+    res = server.cli("submit", str(f), "--wait", timeout=240)
+    assert res.returncode == 1
+    assert "RunFailed" in res.stdout and "code 5" in res.stdout
+    assert_nothing_left(server.wait_released("waitfail"))
+
+
+def test_server_shutdown_stops_every_worker(server):
+    server.submit(job_yaml("bye", run="sleep 600"))
+    job = server.wait_phase("bye", {"Running"}, timeout=120)
+    server.stop()  # SIGTERM: graceful shutdown
+    assert_nothing_left(job, timeout=5)
+    server.start()
+    job = server.job("bye")
+    assert (job["phase"], job["reason"]) == ("Stopped", "ServerShutdown")
+    assert all(w["finishedAt"] for w in job["currentRun"]["workers"])
+
+
+def test_server_killed_then_restarted_ends_orphaned_run(server):
+    server.submit(job_yaml("orphan", run="sleep 600"))
+    job = server.wait_phase("orphan", {"Running"}, timeout=120)
+    server.proc.send_signal(signal.SIGKILL)
+    server.proc.wait()
+    assert run_processes(job["currentRun"]["uid"])  # the Workers outlive a crashed server...
+    server.start()
+    job = server.wait_phase("orphan", {"Failed"}, timeout=30)
+    assert job["reason"] == "ControllerRestarted"
+    assert_nothing_left(job)  # ...until the next server ends them
