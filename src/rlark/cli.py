@@ -5,6 +5,8 @@ function for validate/schema), and render; the logic lives in the services.
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -43,13 +45,23 @@ describe_app = typer.Typer(help="Show one resource in detail.", no_args_is_help=
 app.add_typer(get_app, name="get")
 app.add_typer(describe_app, name="describe")
 
-out = Console()
-err = Console(stderr=True)
+def _console(stderr: bool = False) -> Console:
+    # Off a terminal (CI logs, pipes) Rich would wrap tables at 80 columns and cut names and Ray
+    # node ids; give it room instead, unless COLUMNS says otherwise.
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    width = None if tty or os.environ.get("COLUMNS") else 200
+    return Console(stderr=stderr, width=width)
+
+
+out = _console()
+err = _console(stderr=True)
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER",
                          help=f"RLark server URL (default {settings.DEFAULT_SERVER}).")
 TERMINAL = {"Succeeded", "Failed", "Stopped"}
-PHASE_STYLE = {"Succeeded": "green", "Failed": "red", "Running": "cyan", "Starting": "yellow",
+PHASE_STYLE = {"Succeeded": "green", "Completed": "green", "Failed": "red", "Terminated": "dim", "Running": "cyan", "Starting": "yellow",
                "Pending": "yellow", "Stopping": "magenta", "Stopped": "magenta"}
 
 
@@ -102,7 +114,7 @@ def _read_job_file(path: Path):
 
 @app.command()
 def validate(
-    file: Path = typer.Argument(..., help="Job file (YAML or JSON)."),
+    file: Path = typer.Argument(..., metavar="FILE", help="Job file (YAML or JSON)."),
     format: str = typer.Option("text", "--format", "-o", help="text or json"),
 ) -> None:
     """Check a Job file and print its Findings (nothing is started). Exit status 1 on errors.
@@ -144,15 +156,18 @@ def server(
 ) -> None:
     """Run the RLark server: REST API (OpenAPI at /docs) and the controller, local runtime.
 
-    Ctrl-C stops the server and every Worker it started.
+    State (database and Worker logs) lives in $RLARK_HOME (default ~/.rlark); one server per
+    store. Ctrl-C stops the server and every Worker it started.
     """
     from rlark.server import serve
 
     from sqlalchemy.exc import SQLAlchemyError
 
+    from rlark.store.lock import StoreBusy
+
     try:
         serve(host, port, database_url)
-    except ValueError as exc:
+    except (ValueError, StoreBusy) as exc:
         _fail(str(exc))
     except (SQLAlchemyError, OSError) as exc:
         url = database_url or settings.database_url()
@@ -165,7 +180,7 @@ def server(
 
 @app.command()
 def submit(
-    file: Path = typer.Argument(..., help="Job file (YAML or JSON)."),
+    file: Path = typer.Argument(..., metavar="FILE", help="Job file (YAML or JSON)."),
     wait: bool = typer.Option(False, "--wait", "-w",
                               help="Show progress until the Job ends; exit 0 only if it succeeds."),
     server: Optional[str] = ServerOpt,
@@ -185,6 +200,39 @@ def submit(
         raise typer.Exit(_wait(client, created["name"]))
 
 
+@app.command()
+def apply(
+    file: Path = typer.Argument(..., metavar="FILE", help="Job file (YAML or JSON)."),
+    wait: bool = typer.Option(False, "--wait", "-w",
+                              help="Show progress until the Job ends; exit 0 only if it succeeds."),
+    server: Optional[str] = ServerOpt,
+) -> None:
+    """Create the Job, or give an existing Job this spec and start a new Run with it (its
+    current Run is stopped first; earlier Runs keep their records)."""
+    job, findings = _read_job_file(file)
+    if job is None or has_errors(findings):
+        _print_findings(findings)
+        _fail(f"{file} is not a valid Job; nothing was changed")
+    _print_findings([f for f in findings if f.severity != Severity.error])
+    client = _client(server)
+    body = dump_job(job, "json").encode()
+    try:
+        client.get(f"/api/v1/jobs/{job.name}")
+        exists = True
+    except ClientError as exc:
+        if exc.status != 404:
+            _fail(exc.message)
+        exists = False
+    if exists:
+        res = _call(client.put, f"/api/v1/jobs/{job.name}", body, "application/json")
+        out.print(f"job/[bold]{job.name}[/bold] updated; new run {res['currentRun']['number']}")
+    else:
+        res = _call(client.post, "/api/v1/jobs", body, "application/json")
+        out.print(f"job/[bold]{job.name}[/bold] created (run {res['currentRun']['number']})")
+    if wait:
+        raise typer.Exit(_wait(client, job.name))
+
+
 def _progress_line(job: dict) -> Text:
     run = job.get("currentRun") or {}
     phase = job["phase"]
@@ -199,24 +247,60 @@ def _progress_line(job: dict) -> Text:
 
 
 def _wait(client: Client, name: str) -> int:
+    """Follow a Job until it ends: a live line on a terminal, one line per change elsewhere.
+    Returns the exit status (0 only for Succeeded)."""
     started = time.monotonic()
     job = _call(client.get, f"/api/v1/jobs/{name}")
-    with Live(_progress_line(job), console=err, transient=False, refresh_per_second=8) as live:
-        while True:
-            job = _call(client.get, f"/api/v1/jobs/{name}")
-            line = _progress_line(job)
-            line.append(f"  {time.monotonic() - started:5.1f}s", style="dim")
-            live.update(line)
-            if job["phase"] in TERMINAL:
-                break
-            time.sleep(0.25)
+    try:
+        if err.is_terminal:
+            with Live(_progress_line(job), console=err, transient=False, refresh_per_second=8) as live:
+                while job["phase"] not in TERMINAL:
+                    time.sleep(0.25)
+                    job = _call(client.get, f"/api/v1/jobs/{name}")
+                    line = _progress_line(job)
+                    line.append(f"  {time.monotonic() - started:5.1f}s", style="dim")
+                    live.update(line)
+        else:
+            last = None
+            while True:
+                line = _progress_line(job)
+                if line.plain != last:
+                    last = line.plain
+                    err.print(line.plain + f"  {time.monotonic() - started:.1f}s")
+                if job["phase"] in TERMINAL:
+                    break
+                time.sleep(0.25)
+                job = _call(client.get, f"/api/v1/jobs/{name}")
+    except KeyboardInterrupt:
+        err.print(f"\nstopped watching; job/{name} keeps running. Stop it with `rlark stop {name}`.")
+        return 130
     phase = job["phase"]
     if phase == "Succeeded":
         out.print(f"[green]Succeeded[/green]: {job['message']}")
         return 0
-    out.print(f"[red]{phase}[/red] ({job['reason']}): {job['message']}")
-    out.print(f"see: rlark describe job {name}; rlark logs {name} --role <role>")
+    out.print(Text(f"{phase} ", style="red") + Text(f"({job['reason']}): {job['message']}"))
+    _print_failure_context(client, job)
     return 1
+
+
+def _print_failure_context(client: Client, job: dict) -> None:
+    """The last lines of the Worker that failed (or the head), and where to look next."""
+    run = job.get("currentRun") or {}
+    workers = run.get("workers", [])
+    culprit = next((w for w in workers if w["phase"] == "Failed"), None) or next(
+        (w for w in workers if w["isHead"]), None)
+    if culprit is None:
+        return
+    try:
+        data = client.get(f"/api/v1/jobs/{job['name']}/logs", worker=culprit["name"], tail=15)
+    except ClientError:
+        return
+    lines = [l for l in data["workers"][0]["lines"] if not l.startswith("RLARK_EVENT ")]
+    if lines:
+        out.print(f"[dim]last lines of {culprit['name']}:[/dim]")
+        for line in lines[-10:]:
+            out.print(Text("  " + ANSI.sub("", line)))
+    out.print(f"see: rlark describe job {job['name']}; rlark logs {job['name']} --worker {culprit['name']}")
 
 
 @get_app.command("jobs")
@@ -250,7 +334,7 @@ def get_jobs(
 
 @describe_app.command("job")
 def describe_job(
-    name: str = typer.Argument(..., help="Job name."),
+    name: str = typer.Argument(..., metavar="NAME", help="Job name."),
     format: str = typer.Option("text", "--format", "-o", help="text or json"),
     server: Optional[str] = ServerOpt,
 ) -> None:
@@ -268,8 +352,11 @@ def describe_job(
     out.print(f"[bold]Head role:[/bold] {job['headRole']}    [bold]Runtime:[/bold] {job['runtime']}")
     out.print(f"[bold]Created:[/bold]   {job['createdAt']}")
     if run:
-        out.print(f"[bold]Run:[/bold]       {run['number']} ({run['cause']})  started {run['startedAt']}  "
-                  f"running {run['runningAt']}  finished {run['finishedAt']}  exit {run['exitCode']}")
+        def show(v):
+            return "-" if v is None else v
+        out.print(f"[bold]Run:[/bold]       {run['number']} ({run['cause']})  started {show(run['startedAt'])}  "
+                  f"running {show(run['runningAt'])}  finished {show(run['finishedAt'])}  "
+                  f"exit {show(run['exitCode'])}")
     for f in job.get("findings", []):
         out.print(f"[yellow]Finding:[/yellow]   {f['code']} {f['path']}: {f['message']}")
     table = Table(title="Workers", box=None, header_style="bold", title_justify="left")
@@ -299,7 +386,7 @@ def describe_job(
 
 @app.command()
 def logs(
-    name: str = typer.Argument(..., help="Job name."),
+    name: str = typer.Argument(..., metavar="NAME", help="Job name."),
     role: Optional[str] = typer.Option(None, "--role", "-r", help="Only Workers of this role."),
     rank: Optional[int] = typer.Option(None, "--rank", "-k", help="Only the Worker with this node rank."),
     worker: Optional[str] = typer.Option(None, "--worker", help="Only this Worker (by name)."),
@@ -313,11 +400,14 @@ def logs(
     client = _client(server)
     params = dict(role=role, rank=rank, worker=worker, run=run, tail=tail)
     if follow:
+        many = True
         try:
             for event, data in client.stream_events(f"/api/v1/jobs/{name}/logs", follow="true", **params):
-                if event == "line":
+                if event == "workers":
+                    many = len(json.loads(data)) > 1
+                elif event == "line":
                     item = json.loads(data)
-                    _emit_line(item["worker"], item["line"], prefix=not (worker or rank is not None))
+                    _emit_line(item["worker"], item["line"], prefix=many)
         except ClientError as exc:
             _fail(exc.message)
         except KeyboardInterrupt:
@@ -331,6 +421,8 @@ def logs(
 
 
 def _emit_line(worker: str, line: str, prefix: bool) -> None:
+    if not sys.stdout.isatty():
+        line = ANSI.sub("", line)  # Ray colours its own output; keep files and pipes clean
     sys.stdout.write(f"[{worker}] {line}\n" if prefix else line + "\n")
     sys.stdout.flush()
 
@@ -343,14 +435,17 @@ def _action(verb: str, name: str, server: Optional[str]) -> dict:
 
 
 @app.command()
-def stop(name: str = typer.Argument(..., help="Job name."), server: Optional[str] = ServerOpt) -> None:
+def stop(name: str = typer.Argument(..., metavar="NAME", help="Job name."), server: Optional[str] = ServerOpt) -> None:
     """Stop a Job's current Run (SIGTERM to every Worker, SIGKILL after the grace period)."""
     job = _action("stop", name, server)
-    out.print(f"job/{name} stopping (phase {job['phase']})")
+    if job["phase"] in TERMINAL:
+        out.print(f"job/{name} is already {job['phase']}; nothing to stop")
+    else:
+        out.print(f"job/{name} stopping (phase {job['phase']})")
 
 
 @app.command()
-def start(name: str = typer.Argument(..., help="Job name."),
+def start(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
           wait: bool = typer.Option(False, "--wait", "-w", help="Wait for the result."),
           server: Optional[str] = ServerOpt) -> None:
     """Start a new Run of a stopped or finished Job (same spec, same node ranks)."""
@@ -361,7 +456,7 @@ def start(name: str = typer.Argument(..., help="Job name."),
 
 
 @app.command()
-def restart(name: str = typer.Argument(..., help="Job name."),
+def restart(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
             wait: bool = typer.Option(False, "--wait", "-w", help="Wait for the result."),
             server: Optional[str] = ServerOpt) -> None:
     """Stop the current Run if it is active, then start a new Run."""
@@ -372,7 +467,7 @@ def restart(name: str = typer.Argument(..., help="Job name."),
 
 
 @app.command()
-def delete(name: str = typer.Argument(..., help="Job name."), server: Optional[str] = ServerOpt) -> None:
+def delete(name: str = typer.Argument(..., metavar="NAME", help="Job name."), server: Optional[str] = ServerOpt) -> None:
     """Delete a Job with its Runs, Events, records and logs (an active Job is stopped first)."""
     res = _action("delete", name, server)
     if not res.get("deleted"):
@@ -394,7 +489,7 @@ def delete(name: str = typer.Argument(..., help="Job name."), server: Optional[s
 
 @app.command()
 def record(
-    name: str = typer.Argument(..., help="Job name."),
+    name: str = typer.Argument(..., metavar="NAME", help="Job name."),
     run: Optional[int] = typer.Option(None, "--run", help="Run number (default: the current Run)."),
     format: str = typer.Option("md", "--format", "-o", help="json, yaml or md"),
     output: Optional[Path] = typer.Option(None, "--output", help="Write to this file."),

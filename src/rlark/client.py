@@ -60,6 +60,9 @@ class Client:
         headers = {"Content-Type": content_type} if content is not None else {}
         return self._request("POST", path, content=content, headers=headers).json()
 
+    def put(self, path: str, content: bytes, content_type: str = "application/yaml") -> Any:
+        return self._request("PUT", path, content=content, headers={"Content-Type": content_type}).json()
+
     def delete(self, path: str) -> Any:
         return self._request("DELETE", path).json()
 

@@ -450,12 +450,65 @@ def validate_document(text: str | bytes) -> tuple[Job | None, list[Finding]]:
     return job, check_job(job)
 
 
+def host_capacity() -> dict[str, float]:
+    """This machine: ``cpu`` (cores), ``memory`` (bytes), ``gpu`` (NVIDIA devices the driver
+    lists in /proc/driver/nvidia/gpus)."""
+    import psutil
+
+    try:
+        gpus = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        gpus = 0
+    return {"cpu": os.cpu_count() or 1, "memory": psutil.virtual_memory().total, "gpu": gpus}
+
+
+def _host_capacity(job: Job, host: dict[str, float] | None = None) -> Iterator[Finding]:
+    """All Workers of a local Job share this machine: more GPUs than it has is an error (Ray
+    would advertise GPUs that do not exist); more CPU or memory than it has is a warning (Ray's
+    numbers are logical, but the Workers will compete)."""
+    host = host or host_capacity()
+    want = {"cpu": 0.0, "memory": 0, "gpu": 0}
+    for role in job.spec.roles:
+        n = max(role.workers, 0)
+        try:
+            if role.resources.cpu is not None:
+                want["cpu"] += math.ceil(parse_cpu(role.resources.cpu)) * n
+            if role.resources.memory is not None:
+                want["memory"] += parse_memory_bytes(role.resources.memory) * n
+        except ValueError:
+            continue  # reported by check_job
+        want["gpu"] += max(role.resources.gpu, 0) * n
+    gib = 1024**3
+    if want["gpu"] > host["gpu"]:
+        yield _err(
+            "ExceedsHostGpu", "spec.roles",
+            f"spec.roles: the Workers ask for {want['gpu']} GPUs in all; this machine has "
+            f"{host['gpu']}",
+            "lower resources.gpu, or run on Kubernetes",
+        )
+    if want["cpu"] > host["cpu"]:
+        yield _warn(
+            "ExceedsHostCpu", "spec.roles",
+            f"spec.roles: the Workers ask for {want['cpu']:g} CPUs in all; this machine has "
+            f"{host['cpu']:g}",
+            "lower resources.cpu or the worker counts; Ray's CPU counts are logical, so the Job "
+            "still starts, but its Workers share the cores",
+        )
+    if want["memory"] > host["memory"]:
+        yield _warn(
+            "ExceedsHostMemory", "spec.roles",
+            f"spec.roles: the Workers ask for {want['memory'] / gib:.1f} GiB in all; this "
+            f"machine has {host['memory'] / gib:.1f} GiB",
+            "lower resources.memory or the worker counts",
+        )
+
+
 def check_for_local_runtime(job: Job) -> list[Finding]:
     """What the local runtime cannot honour: it runs every Worker on this machine with this
     machine's filesystem, so mounts are not applied (a hostPath source is visible at its own
     path, not at mountPath) and node selectors mean nothing (warnings); a role's
     ``local.python`` must exist here (error)."""
-    findings: list[Finding] = []
+    findings: list[Finding] = list(_host_capacity(job))
     for i, role in enumerate(job.spec.roles):
         for j, mount in enumerate(role.mounts):
             path = f"spec.roles[{i}].mounts[{j}]"

@@ -87,6 +87,11 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
             "finished": iso(run.finished_at),
             "durationSeconds": duration,
         },
+        "runtimeNotes": (
+            ["local runtime: images are recorded, not pulled; each Worker ran with the Python "
+             "environment named in its facts (python_executable)"]
+            if run.runtime == "local" else []
+        ),
         "headRole": body.get("headRole"),
         "images": {r.get("name"): r.get("image") for r in roles},
         "rlinf": body.get("rlinf"),

@@ -487,10 +487,12 @@ class Bootstrap:
             ) from None
         self._check_stopped()
         if code != 0:
+            # the Worker exits with the script's own code where it is one (1..127), so `EXIT`
+            # columns show what the user's script returned
             raise BootstrapError(
                 "PrepareFailed",
                 f"prepare script exited with code {code}",
-                EXIT_PREPARE_FAILED,
+                code if 0 < code < 128 else EXIT_PREPARE_FAILED,
                 exit_code=code,
             )
         emit("phase", phase="Prepared", seconds=round(time.monotonic() - started, 3))

@@ -101,8 +101,9 @@ class Controller:
     """Runs the reconcile loop in a background thread (``start``/``shutdown``) or step by step
     (``reconcile_once``, used by tests)."""
 
-    def __init__(self, store: Store, runtime, tick_seconds: float = 0.1):
+    def __init__(self, store: Store, runtime, tick_seconds: float = 0.1, on_shutdown=None):
         self.store = store
+        self._on_shutdown = on_shutdown
         self.runtime = runtime
         self.tick = tick_seconds
         self._wake = threading.Event()
@@ -159,6 +160,8 @@ class Controller:
                 self._transition(s, run, Transition(Phase.stopped.value, "ServerShutdown",
                                                     "stopped because the RLark server shut down"))
                 self._finish(s, run)
+        if self._on_shutdown is not None:
+            self._on_shutdown()
 
     def _teardown_pass(self, force: bool) -> bool:
         """Observe/kill Workers of every Run; return True while some Worker is still alive."""
@@ -391,6 +394,13 @@ class Controller:
                     w.finished_at = utcnow()
 
     def _apply_joined(self, s: Session, run: RunRow, by_rank: dict[int, WorkerRow], ev: dict) -> None:
+        missing = ev.get("missing") or []
+        if run.phase == Phase.starting.value:
+            joined = len(by_rank) - len(missing)
+            run.reason = "WaitingForWorkers" if missing else "AllJoined"
+            run.message = (f"{joined}/{len(by_rank)} Ray nodes joined"
+                           + (f"; waiting for rank{'s' if len(missing) > 1 else ''} "
+                              f"{', '.join(map(str, missing))}" if missing else ""))
         for node in ev.get("joined", []):
             w = by_rank.get(node.get("node_rank"))
             if w is None:
@@ -511,9 +521,11 @@ class Controller:
         w.finished_at = w.finished_at or utcnow()
         if w.phase not in ("Failed", "Succeeded"):
             run_phase = w.run.phase if w.run is not None else None
-            if run_phase in (Phase.succeeded.value, Phase.failed.value):
-                # stopped by RLark because its Run ended: not a failure of this Worker
-                w.phase, w.reason = "Exited", w.reason or "RunEnded"
+            if run_phase == Phase.succeeded.value:
+                # stopped by RLark because its Run succeeded: this Worker did its part
+                w.phase, w.reason = "Completed", w.reason or "RunSucceeded"
+            elif run_phase == Phase.failed.value:
+                w.phase, w.reason = "Terminated", w.reason or "RunFailed"
             else:
                 w.phase = "Stopped" if life.get("stopped") or w.exit_code in (143, 137) else "Exited"
         w.released = True

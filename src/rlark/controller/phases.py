@@ -48,8 +48,10 @@ class WorkerPhase(str, Enum):
     running = "Running"  # head only: the run script is running
     succeeded = "Succeeded"
     failed = "Failed"
-    stopped = "Stopped"
-    exited = "Exited"  # ended after its Run did (normal teardown)
+    stopped = "Stopped"  # stopped by a user's stop/restart/delete or a server shutdown
+    exited = "Exited"  # its process ended
+    completed = "Completed"  # stopped by RLark after its Run succeeded
+    terminated = "Terminated"  # stopped by RLark after its Run failed
 
 
 @dataclass

@@ -141,12 +141,11 @@ class JobService:
 
     # create -----------------------------------------------------------------------------------
 
-    def create(self, document: str | bytes | dict) -> dict[str, Any]:
-        """Validate and store a Job, with its first Run (Pending).
+    def _checked(self, document: str | bytes | dict) -> tuple[Job, list[Finding]]:
+        """Parse and check a Job for this server's runtime.
 
         Raises:
             Invalid: the spec has error Findings (all Findings are attached).
-            Conflict: a Job of that name exists.
         """
         job, findings = self.validate(document)
         if job is not None and self.runtime == "local":
@@ -154,6 +153,16 @@ class JobService:
         if job is None or has_errors(findings):
             n = sum(1 for f in findings if f.severity == Severity.error)
             raise Invalid(f"the Job spec has {n} error{'s' if n != 1 else ''}", findings)
+        return job, findings
+
+    def create(self, document: str | bytes | dict) -> dict[str, Any]:
+        """Validate and store a Job, with its first Run (Pending).
+
+        Raises:
+            Invalid: the spec has error Findings (all Findings are attached).
+            Conflict: a Job of that name exists.
+        """
+        job, findings = self._checked(document)
         with self.store.session() as s:
             if s.scalar(select(JobRow.id).where(JobRow.name == job.name)) is not None:
                 raise Conflict(
@@ -353,6 +362,40 @@ class JobService:
         job.phase, job.reason, job.message = run.phase, cause, ""
         add_event(s, job.id, cause, f"run {run.number} created", run_number=run.number)
         return self._detail(s, job)
+
+    def replace(self, name: str, document: str | bytes | dict) -> dict[str, Any]:
+        """Give a Job a new spec and start a new Run with it (the current Run, if active, is
+        stopped first; earlier Runs keep their own spec snapshots and records).
+
+        Raises:
+            NotFound: no such Job.
+            Invalid: the spec has error Findings, or names another Job.
+            Conflict: the Job is being deleted.
+        """
+        job, findings = self._checked(document)
+        if job.name != name:
+            raise Invalid(
+                f"metadata.name = {job.name!r} does not match the Job {name!r} being replaced",
+                [Finding(code="NameMismatch", path="metadata.name",
+                         message=f"metadata.name = {job.name!r}, but the request replaces {name!r}",
+                         hint=f"set metadata.name to {name!r}, or create a new Job")],
+            )
+        with self.store.session() as s:
+            row = self._job(s, name)
+            if row.delete_requested:
+                raise Conflict(f"Job {name!r} is being deleted")
+            row.spec = job_to_dict(job)
+            row.labels = dict(job.metadata.labels)
+            row.findings = [f.model_dump(mode="json") for f in findings]
+            add_event(s, row.id, "SpecUpdated", "the Job spec was replaced")
+            run = self._current(s, row)
+            if run is not None and run.phase in ACTIVE and not run.stop_requested:
+                run.stop_requested = True
+                add_event(s, row.id, "StopRequested", "stopped to run the new spec",
+                          run_number=run.number)
+            out = self._new_run(s, row, "Updated")
+        self.wake()
+        return out
 
     def delete(self, name: str) -> dict[str, Any]:
         """Delete a Job with its Runs, Events, records and logs. An active Job is stopped first

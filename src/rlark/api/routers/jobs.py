@@ -55,6 +55,13 @@ def get_job(name: str, jobs: Service) -> dict:
     return jobs.get(name)
 
 
+@router.put("/{name}", openapi_extra=JOB_BODY,
+            summary="Replace a Job's spec and start a new Run with it")
+async def replace_job(name: str, request: Request, jobs: Service) -> dict:
+    """The current Run (if active) is stopped first; earlier Runs keep their own snapshots."""
+    return jobs.replace(name, await read_document(request))
+
+
 @router.post("/{name}/stop", summary="Stop the current Run")
 def stop_job(name: str, jobs: Service) -> dict:
     return jobs.stop(name)

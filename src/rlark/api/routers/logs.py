@@ -31,8 +31,9 @@ def get_logs(
     follow: bool = False,
 ):
     """Without ``follow``: ``{"workers": [{"name", "role", "nodeRank", "lines": [...]}]}``.
-    With ``follow``: ``text/event-stream`` of ``line`` events (``{"worker", "line"}``) that ends
-    with an ``end`` event once every chosen Worker has stopped and its log is read."""
+    With ``follow``: ``text/event-stream``: first a ``workers`` event (the chosen Worker names),
+    then ``line`` events (``{"worker", "line"}``), and an ``end`` event once every chosen Worker
+    has stopped and its log is read."""
     chosen = jobs.worker_logs(name, run, worker, role, rank)
     if not follow:
         out = []
@@ -65,6 +66,7 @@ def _follow(jobs: JobService, name: str, run: int | None, chosen: list[dict], ta
             q.put((w["name"], line))
         q.put((w["name"], None))
 
+    yield f"event: workers\ndata: {json.dumps([w['name'] for w in chosen])}\n\n"
     threads = [threading.Thread(target=pump, args=(w,), daemon=True) for w in chosen]
     for t in threads:
         t.start()

@@ -1,0 +1,62 @@
+"""What the local runtime cannot honour is reported at submit (preflight.check_for_local_runtime)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from rlark.preflight import check_for_local_runtime
+from rlark.services.errors import Invalid
+from rlark.services.jobs import JobService
+from rlark.spec import parse_job
+from rlark.store import Store
+
+
+def job(role_extra: dict):
+    data = {
+        "apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": "loc"},
+        "spec": {"headRole": "head", "runScript": "true",
+                 "roles": [{"name": "head", "image": "x/y:1", **role_extra}]},
+    }
+    j, findings = parse_job(data)
+    assert j is not None, findings
+    return j
+
+
+@pytest.mark.parametrize("extra, code, path, severity", [
+    ({"local": {"python": "/nonexistent/bin/python"}}, "PythonNotFound", "spec.roles[0].local.python", "error"),
+    ({"local": {"python": "/nonexistent-venv"}}, "PythonNotFound", "spec.roles[0].local.python", "error"),
+    ({"mounts": [{"name": "d", "type": "pvc", "source": "data", "mountPath": "/data"}]},
+     "MountNotAppliedLocally", "spec.roles[0].mounts[0]", "warning"),
+    ({"mounts": [{"name": "d", "type": "hostPath", "source": "/nonexistent-dir", "mountPath": "/data"}]},
+     "MountSourceMissing", "spec.roles[0].mounts[0].source", "warning"),
+    ({"mounts": [{"name": "d", "type": "hostPath", "source": "/tmp", "mountPath": "/data"}]},
+     "MountNotAppliedLocally", "spec.roles[0].mounts[0].mountPath", "warning"),
+    ({"nodeSelector": {"gpu": "h100"}}, "NodeSelectorIgnoredLocally", "spec.roles[0].nodeSelector", "warning"),
+], ids=["python-missing", "venv-missing", "pvc", "hostpath-missing", "hostpath-elsewhere", "node-selector"])
+def test_local_runtime_findings(extra, code, path, severity):
+    findings = check_for_local_runtime(job(extra))
+    assert [(f.code, f.path, f.severity.value) for f in findings] == [(code, path, severity)]
+    assert path in findings[0].message and findings[0].hint
+
+
+@pytest.mark.parametrize("extra", [
+    {"local": {"python": sys.executable}},
+    {"local": {"python": sys.prefix}},  # a virtualenv directory
+    {"mounts": [{"name": "t", "type": "hostPath", "source": "/tmp", "mountPath": "/tmp"}]},
+    {},
+], ids=["python-exe", "venv-dir", "hostpath-same-path", "plain"])
+def test_local_runtime_accepts(extra):
+    assert check_for_local_runtime(job(extra)) == []
+
+
+def test_submit_refuses_a_missing_interpreter_and_keeps_warnings(rlark_home):
+    svc = JobService(Store(f"sqlite:///{rlark_home / 'db.sqlite'}"), runtime="local")
+    base = "apiVersion: rlark.io/v1\nkind: Job\nmetadata: {name: %s}\nspec:\n  headRole: head\n  runScript: 'true'\n  roles:\n  - {name: head, image: 'x/y:1', %s}\n"
+    with pytest.raises(Invalid) as exc:
+        svc.create(base % ("nopy", "local: {python: /nonexistent/python}"))
+    assert [f.code for f in exc.value.findings] == ["PythonNotFound"]
+    assert svc.list()["total"] == 0
+    created = svc.create(base % ("sel", "nodeSelector: {gpu: h100}"))
+    assert [f["code"] for f in created["findings"]] == ["NodeSelectorIgnoredLocally"]

@@ -1,0 +1,112 @@
+"""One server per store; `apply` replaces a Job's spec and starts a new Run; host capacity."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rlark.preflight import _host_capacity
+from rlark.services.errors import Invalid, NotFound
+from rlark.services.jobs import JobService
+from rlark.spec import parse_job
+from rlark.store import Store
+from tests.server import RlarkServer
+
+
+def test_second_server_on_the_same_home_is_refused(tmp_path):
+    first = RlarkServer(tmp_path).start()
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "rlark.cli", "server", "--port", "18999"],
+            env=first.env, capture_output=True, text=True, timeout=60,
+        )
+        assert res.returncode == 1
+        assert "another RLark server already uses" in res.stderr
+        assert str(first.port) in res.stderr  # names the server holding the store
+        assert "Traceback" not in res.stderr
+        assert first.http.get("/healthz").status_code == 200  # the first one is untouched
+    finally:
+        first.stop()
+    # once the first is gone, a new server may take the store
+    again = RlarkServer(tmp_path).start()
+    again.stop()
+
+
+def test_second_server_on_the_same_postgres_is_refused(tmp_path, postgres_url):
+    from rlark.store.lock import ControllerLock, StoreBusy
+
+    a, b = Store(postgres_url), Store(postgres_url)
+    lock = ControllerLock(a.engine, {"pid": 1}).acquire()
+    with pytest.raises(StoreBusy, match="another RLark server"):
+        ControllerLock(b.engine, {"pid": 2}).acquire()
+    lock.release()
+    ControllerLock(b.engine, {"pid": 2}).acquire().release()
+
+
+JOB = """apiVersion: rlark.io/v1
+kind: Job
+metadata: {{name: {name}}}
+spec:
+  headRole: head
+  runScript: {run}
+  roles:
+  - {{name: head, image: "x/y:1", workers: {workers}}}
+"""
+
+
+def test_replace_gives_a_new_spec_and_a_new_run(rlark_home):
+    svc = JobService(Store(f"sqlite:///{rlark_home / 'db.sqlite'}"))
+    svc.create(JOB.format(name="app", run="'echo one'", workers=1))
+    out = svc.replace("app", JOB.format(name="app", run="'echo two'", workers=2))
+    assert out["currentRun"]["number"] == 2 and out["currentRun"]["cause"] == "Updated"
+    assert out["spec"]["spec"]["runScript"] == "echo two"
+    assert [w["nodeRank"] for w in out["currentRun"]["workers"]] == [0, 1]
+    runs = svc.runs("app")
+    assert len(runs) == 2
+    # run 1 keeps its own snapshot
+    assert svc.record("app", 1)["spec"]["spec"]["runScript"] == "echo one"
+    assert "SpecUpdated" in [e["reason"] for e in svc.events("app")]
+
+
+def test_replace_refuses_bad_specs_and_other_names(rlark_home):
+    svc = JobService(Store(f"sqlite:///{rlark_home / 'db.sqlite'}"))
+    svc.create(JOB.format(name="app", run="'true'", workers=1))
+    with pytest.raises(Invalid) as exc:
+        svc.replace("app", JOB.format(name="other", run="'true'", workers=1))
+    assert exc.value.findings[0].code == "NameMismatch"
+    with pytest.raises(Invalid) as exc:
+        svc.replace("app", JOB.format(name="app", run="'true'", workers=0))
+    assert exc.value.findings[0].path == "spec.roles[0].workers"
+    with pytest.raises(NotFound):
+        svc.replace("nope", JOB.format(name="nope", run="'true'", workers=1))
+    assert len(svc.runs("app")) == 1  # nothing changed
+    assert svc.get("app")["spec"]["spec"]["runScript"] == "true"
+
+
+def _job(roles: list[dict]):
+    data = {"apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": "cap"},
+            "spec": {"headRole": roles[0]["name"], "runScript": "true", "roles": roles}}
+    job, findings = parse_job(data)
+    assert job is not None, findings
+    return job
+
+
+HOST = {"cpu": 2, "memory": 8 * 1024**3, "gpu": 0}
+
+
+@pytest.mark.parametrize("roles, codes", [
+    ([{"name": "a", "image": "x/y:1", "workers": 2, "resources": {"cpu": 1, "memory": "2Gi"}}], []),
+    ([{"name": "a", "image": "x/y:1", "workers": 3, "resources": {"cpu": 1}}], ["ExceedsHostCpu"]),
+    ([{"name": "a", "image": "x/y:1", "workers": 1, "resources": {"cpu": "500m"}},
+      {"name": "b", "image": "x/y:1", "workers": 2, "resources": {"cpu": "100m"}}], ["ExceedsHostCpu"]),
+    ([{"name": "a", "image": "x/y:1", "workers": 2, "resources": {"memory": "5Gi"}}], ["ExceedsHostMemory"]),
+    ([{"name": "a", "image": "x/y:1", "workers": 1, "resources": {"gpu": 1}}], ["ExceedsHostGpu"]),
+], ids=["fits", "cpu", "cpu-rounded-up-per-worker", "memory", "gpu"])
+def test_host_capacity(roles, codes):
+    findings = list(_host_capacity(_job(roles), HOST))
+    assert [f.code for f in findings] == codes
+    for f in findings:
+        assert f.severity.value == ("error" if f.code == "ExceedsHostGpu" else "warning")
+        assert "this machine has" in f.message
