@@ -48,3 +48,13 @@ def db_url(request, rlark_home) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{rlark_home / 'rlark.db'}"
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def store(db_url):
+    """A migrated Store on ``db_url`` (SQLite and PostgreSQL)."""
+    from rlark.store import Store
+
+    st = Store(db_url)
+    yield st
+    st.dispose()

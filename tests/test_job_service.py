@@ -63,17 +63,15 @@ def small(name: str, **spec_extra) -> dict:
     return doc
 
 
-@pytest.fixture
-def store(db_url):
-    st = Store(db_url)
-    yield st
-    st.dispose()
+#: the service's logic must not depend on the test machine's size (host-capacity Findings have
+#: their own tests in tests/test_server_lock_and_apply.py)
+ROOMY_HOST = {"cpu": 64, "memory": 512 * 1024**3, "gpu": 8}
 
 
 @pytest.fixture
 def svc(store):
     wakes: list[int] = []
-    service = JobService(store, wake=lambda: wakes.append(1))
+    service = JobService(store, wake=lambda: wakes.append(1), host=ROOMY_HOST)
     service.wakes = wakes  # type: ignore[attr-defined]
     return service
 

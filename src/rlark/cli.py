@@ -145,6 +145,136 @@ def schema() -> None:
     out.print_json(json.dumps(json_schema()))
 
 
+# --- RLinf configs: plan and check (logic in rlark.rlinf_config) ------------------------------------
+
+_OUTPUT_FORMATS = ("text", "json", "yaml")
+
+
+def _pairs(items: Optional[list[str]], option: str) -> dict[str, str]:
+    pairs = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"{option} {item!r} is not NAME=VALUE")
+        pairs[key] = value
+    return pairs
+
+
+def _emit(data: dict, format: str) -> None:
+    from rlark.rlinf_config.plan import dump_yaml
+
+    sys.stdout.write(json.dumps(data, indent=2) + "\n" if format == "json" else dump_yaml(data))
+
+
+@app.command()
+def plan(
+    config: Path = typer.Argument(..., metavar="CONFIG",
+                                  help="RLinf config: a YAML file, or its directory with --config-name."),
+    config_name: Optional[str] = typer.Option(None, "--config-name", "-c",
+                                              help="Config name when CONFIG is a directory."),
+    override: Optional[list[str]] = typer.Option(
+        None, "--override", "-O", metavar="KEY=VALUE",
+        help="Hydra override, as on RLinf's command line (repeatable): -O cluster.num_nodes=4"),
+    gpus_per_node: Optional[int] = typer.Option(
+        None, "--gpus-per-node", "-g", min=0,
+        help="GPUs on each node (0 = CPU-only). Default: the fewest that fit every placement."),
+    image: Optional[str] = typer.Option(None, "--image", help="Image for the suggested roles."),
+    name: Optional[str] = typer.Option(None, "--name", help="Job name (default: from the config name)."),
+    env: Optional[list[str]] = typer.Option(
+        None, "--env", metavar="NAME=DIR",
+        help="RLinf path variable for composing (REPO_PATH, EMBODIED_PATH, ...). Default: your "
+             "environment, else what RLinf's run scripts set for a config inside an RLinf checkout."),
+    format: str = typer.Option("text", "--format", "-o", help="text, json or yaml"),
+) -> None:
+    """Plan RLark roles for an RLinf config: node ranks, node groups, where each component runs,
+    suggested roles, and a ready-to-edit Job. Reads the config; never changes it.
+
+    \b
+    RLinf places its components (actor, rollout, env...) by node rank: cluster.node_groups map
+    labels to RLINF_NODE_RANK values, cluster.component_placement puts components on a group's
+    resources (GPUs, robots, or whole nodes). RLark gives ranks in role order - the head role's
+    Workers first (rank 0 = Ray head, runs the run script), then the other roles in spec order.
+    So the suggested roles are one per contiguous rank range RLinf treats the same, in rank order.
+    Role names are only labels: a role called "actor" places nothing.
+
+    \b
+    Examples:
+      rlark plan RLinf/examples/embodiment/config/maniskill_ppo_openvlaoft.yaml --gpus-per-node 8
+      rlark plan config/ -c quickstart -O cluster.num_nodes=3 --format json
+      rlark plan my.yaml > job.yaml.txt     # the Job YAML is at the end of the text output
+
+    JSON: {"num_nodes", "node_groups": {label: [ranks]}, "components": {name: {"node_group",
+    "node_ranks", ...}}, "roles": [{"name", "workers", "node_ranks", ...}], "job": {...},
+    "findings": [...]}. Exit status 1 when any Finding is an error.
+    """
+    from rlark.rlinf_config import plan_config
+    from rlark.rlinf_config.plan import render_text
+
+    if format not in _OUTPUT_FORMATS:
+        _fail(f"--format {format!r} is not supported; use text, json or yaml")
+    if config.is_dir() and not config_name:
+        _fail(f"{config} is a directory: name the config with --config-name NAME")
+    result = plan_config(config, config_name, override or [], gpus_per_node=gpus_per_node,
+                         image=image, job_name=name, env=_pairs(env, "--env"))
+    if format == "text":
+        sys.stdout.write(render_text(result))
+    else:
+        _emit(result.to_dict(), format)
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command()
+def check(
+    file: Path = typer.Argument(..., metavar="FILE", help="Job file (YAML or JSON)."),
+    rlinf_config: Optional[Path] = typer.Option(
+        None, "--rlinf-config", "-r", metavar="CONFIG",
+        help="RLinf config to check against (a YAML file, or a directory with --config-name). "
+             "Default: the one spec.rlinf names (configDir relative to spec.workingDir)."),
+    config_name: Optional[str] = typer.Option(None, "--config-name", "-c",
+                                              help="Config name when --rlinf-config is a directory."),
+    override: Optional[list[str]] = typer.Option(
+        None, "--override", "-O", metavar="KEY=VALUE",
+        help="Hydra override added after spec.rlinf.overrides (repeatable)."),
+    format: str = typer.Option("text", "--format", "-o", help="text, json or yaml"),
+) -> None:
+    """Check a Job against its RLinf config: everything `rlark validate` reports, plus whether
+    the roles' Workers add up to cluster.num_nodes, line up with node_groups, have the GPUs the
+    placements need, and whether the config still holds placeholders (ROBOT_IP, /path/to/model)
+    or paths outside the mounts. The same checks run when the Job is submitted.
+
+    \b
+    Examples:
+      rlark check job.yaml                                   # config from spec.rlinf
+      rlark check job.yaml --rlinf-config RLinf/examples/embodiment/config/x.yaml -O a.b=1
+
+    JSON output like `rlark validate`: {"valid": bool, "findings": [...]}. Exit status 1 on
+    any error Finding. A config named only in spec.rlinf that is not on this machine is a
+    warning (it may exist only in the image); an explicit --rlinf-config must exist.
+    """
+    from rlark.rlinf_config import preflight_job
+    from rlark.rlinf_config.compose import locate
+
+    if format not in _OUTPUT_FORMATS:
+        _fail(f"--format {format!r} is not supported; use text, json or yaml")
+    if rlinf_config is not None and rlinf_config.is_dir() and not config_name:
+        _fail(f"{rlinf_config} is a directory: name the config with --config-name NAME")
+    job, findings = _read_job_file(file)
+    if job is not None:
+        overrides = [*(job.spec.rlinf.overrides if job.spec.rlinf else []), *(override or [])]
+        where = locate(rlinf_config, config_name) if rlinf_config is not None else None
+        findings = findings + preflight_job(job, config=where, overrides=overrides,
+                                            missing_is_error=rlinf_config is not None)
+    valid = job is not None and not has_errors(findings)
+    if format != "text":
+        _emit({"valid": valid, "findings": [f.model_dump(mode="json") for f in findings]}, format)
+    else:
+        _print_findings(findings, out)
+        n = sum(1 for f in findings if f.severity == Severity.warning)
+        out.print(f"[green]valid[/green]: {file}{f' ({n} warnings)' if n else ''}" if valid
+                  else f"[red]invalid[/red]: {file}")
+    raise typer.Exit(0 if valid else 1)
+
+
 @app.command()
 def server(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
@@ -194,6 +324,8 @@ def submit(
     _print_findings([f for f in findings if f.severity != Severity.error])
     client = _client(server)
     created = _call(client.post, "/api/v1/jobs", dump_job(job, "json").encode(), "application/json")
+    shown = {(f.code, f.path) for f in findings}  # the server adds runtime and RLinf Findings
+    _print_findings([f for f in created.get("findings", []) if (f["code"], f["path"]) not in shown])
     out.print(f"job/[bold]{created['name']}[/bold] submitted (run {created['currentRun']['number']}, "
               f"{created['workersTotal']} Workers)")
     if wait:

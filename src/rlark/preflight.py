@@ -22,6 +22,7 @@ from rlark.spec import (
     DNS1035_LABEL,
     DNS1123_LABEL,
     MAX_NAME_LENGTH,
+    MAX_WORKERS,
     RESERVED_ENV,
     RESERVED_ENV_PREFIX,
     Job,
@@ -211,6 +212,13 @@ def _check_head(job: Job) -> Iterator[Finding]:
 def _check_role(i: int, job: Job) -> Iterator[Finding]:
     role = job.spec.roles[i]
     base = f"spec.roles[{i}]"
+    if role.workers > MAX_WORKERS:
+        yield _err(
+            "TooManyWorkers",
+            f"{base}.workers",
+            f"{base}.workers = {role.workers} is more than RLark runs in one Job ({MAX_WORKERS})",
+            f"use at most {MAX_WORKERS} Workers per Job",
+        )
     if role.workers < 1:
         yield _err(
             "WorkersBelowOne",
@@ -435,6 +443,13 @@ def check_job(job: Job) -> list[Finding]:
     findings = [*_check_names(job), *_check_head(job), *_check_shared(job)]
     for i in range(len(job.spec.roles)):
         findings.extend(_check_role(i, job))
+    total = sum(max(r.workers, 0) for r in job.spec.roles)
+    if total > MAX_WORKERS and all(r.workers <= MAX_WORKERS for r in job.spec.roles):
+        findings.append(_err(
+            "TooManyWorkers", "spec.roles",
+            f"spec.roles: {total} Workers in all is more than RLark runs in one Job ({MAX_WORKERS})",
+            f"use at most {MAX_WORKERS} Workers per Job",
+        ))
     return findings
 
 
@@ -503,12 +518,23 @@ def _host_capacity(job: Job, host: dict[str, float] | None = None) -> Iterator[F
         )
 
 
-def check_for_local_runtime(job: Job) -> list[Finding]:
+def check_for_local_runtime(job: Job, host: dict[str, float] | None = None) -> list[Finding]:
     """What the local runtime cannot honour: it runs every Worker on this machine with this
     machine's filesystem, so mounts are not applied (a hostPath source is visible at its own
     path, not at mountPath) and node selectors mean nothing (warnings); a role's
-    ``local.python`` must exist here (error)."""
-    findings: list[Finding] = list(_host_capacity(job))
+    ``local.python`` must exist here (error). ``host`` is the machine's capacity as
+    :func:`host_capacity` returns it (default: measured now)."""
+    findings: list[Finding] = list(_host_capacity(job, host))
+    from rlark.runtimes.local_ports import block_bases
+
+    slots = len(block_bases())
+    if job.total_workers > slots:
+        findings.append(_err(
+            "ExceedsLocalPorts", "spec.roles",
+            f"spec.roles: {job.total_workers} Workers in all; one machine has port blocks for "
+            f"{slots} Ray nodes (ports 20000-32767, 64 each)",
+            "use fewer Workers, or run on Kubernetes",
+        ))
     for i, role in enumerate(job.spec.roles):
         for j, mount in enumerate(role.mounts):
             path = f"spec.roles[{i}].mounts[{j}]"

@@ -172,6 +172,47 @@ def head_service_name(job: str) -> str:
 # --- load / dump --------------------------------------------------------------------------------
 
 
+#: limits on a Job document, so a small request can never cost much (YAML aliases can expand a
+#: few hundred bytes into billions of values)
+MAX_DEPTH = 200
+MAX_VALUES = 100_000
+MAX_WORKERS = 4096
+
+
+def _tree_problems(data: Any) -> tuple[str | None, list[tuple[str, str]]]:
+    """Walk a parsed document iteratively. Returns ``(fatal, bad_strings)``: a one-line reason
+    when it is too deep or too large (counting values as if YAML aliases were expanded, stopping
+    at the limit), and the paths of strings holding a NUL or a lone surrogate (neither can be
+    stored in PostgreSQL or encoded as UTF-8) with what is wrong."""
+    stack: list[tuple[Any, tuple, int]] = [(data, (), 0)]
+    count = 0
+    bad: list[tuple[str, str]] = []
+    while stack:
+        node, loc, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            return f"the document has more than {MAX_VALUES:,} values (YAML aliases expanded)", bad
+        if depth > MAX_DEPTH:
+            return f"the document is nested deeper than {MAX_DEPTH} levels", bad
+        if isinstance(node, dict):
+            for k, v in node.items():
+                stack.append((v, loc + (str(k),), depth + 1))
+                if isinstance(k, str):
+                    stack.append((k, loc + (str(k),), depth + 1))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                stack.append((v, loc + (i,), depth + 1))
+        elif isinstance(node, str):
+            if "\x00" in node:
+                bad.append((format_path(loc), "contains a NUL character"))
+            else:
+                try:
+                    node.encode("utf-8")
+                except UnicodeEncodeError:
+                    bad.append((format_path(loc), "contains a lone UTF-16 surrogate, not valid Unicode"))
+    return None, bad
+
+
 def load_document(text: str | bytes) -> dict[str, Any]:
     """Parse YAML or JSON text into a mapping.
 
@@ -186,6 +227,8 @@ def load_document(text: str | bytes) -> dict[str, Any]:
             raise SpecSyntaxError(f"the document is not UTF-8 text ({exc.reason})") from None
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise SpecSyntaxError(f"the document is nested deeper than {MAX_DEPTH} levels") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -196,6 +239,9 @@ def load_document(text: str | bytes) -> dict[str, Any]:
         raise SpecSyntaxError(
             f"a Job must be a YAML mapping with apiVersion, kind, metadata and spec; got {kind}"
         )
+    fatal, _ = _tree_problems(data)
+    if fatal:
+        raise SpecSyntaxError(fatal)
     return data
 
 
@@ -227,7 +273,7 @@ def _pydantic_finding(err: dict[str, Any]) -> Finding:
             message=f"{path} is required",
             hint="add it; `rlark schema` shows its type",
         )
-    shown = json.dumps(value, default=str)
+    shown = json.dumps(value, default=str)  # bounded: _tree_problems capped the document
     if len(shown) > 80:
         shown = shown[:77] + "..."
     return Finding(
@@ -245,6 +291,16 @@ def parse_job(data: dict[str, Any]) -> tuple[Job | None, list[Finding]]:
     path of a structural problem (unknown field, missing field, wrong type). Never raises for bad
     input.
     """
+    fatal, bad = _tree_problems(data)
+    if fatal:
+        return None, [Finding(code="InvalidDocument", path="$", message=fatal,
+                              hint="send a smaller, flatter Job; see examples/quickstart/job.yaml")]
+    if bad:
+        return None, [
+            Finding(code="InvalidText", path=path, message=f"{path} {what}",
+                    hint="remove the character; scripts and names must be plain UTF-8 text")
+            for path, what in bad
+        ]
     try:
         return Job.model_validate(data), []
     except ValidationError as exc:

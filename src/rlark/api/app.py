@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlark import __version__
 from rlark.api.routers import jobs, logs, meta
 from rlark.findings import format_path
 from rlark.services.errors import ServiceError
 from rlark.services.jobs import JobService
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped: a lone surrogate echoed back from bad input (a name, a query
+    value) would otherwise make the UTF-8 encoding of the response fail with a 500."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False,
+                          separators=(",", ":")).encode("ascii")
 
 
 def create_app(service: JobService, controller=None) -> FastAPI:
@@ -32,13 +43,14 @@ def create_app(service: JobService, controller=None) -> FastAPI:
         version=__version__,
         description="Run RLinf training on real machines: Jobs, Runs, Workers, logs, run records.",
         lifespan=lifespan,
+        default_response_class=SafeJSONResponse,
     )
     app.state.jobs = service
     app.state.controller = controller
 
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):
-        return JSONResponse(status_code=exc.status, content={"detail": exc.to_dict()})
+        return SafeJSONResponse(status_code=exc.status, content={"detail": exc.to_dict()})
 
     @app.exception_handler(RequestValidationError)
     async def request_error(_request: Request, exc: RequestValidationError):
@@ -48,9 +60,18 @@ def create_app(service: JobService, controller=None) -> FastAPI:
             errors.append({"field": format_path(loc), "message": e.get("msg"),
                            "value": e.get("input")})
         text = "; ".join(f"{e['field']}={e['value']!r}: {e['message']}" for e in errors)
-        return JSONResponse(status_code=422, content={
+        return SafeJSONResponse(status_code=422, content={
             "detail": {"code": "Invalid", "message": f"bad request parameter: {text}",
                        "errors": errors}})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException):
+        hints = {404: "no such route; the API is described at /docs",
+                 405: "this route does not take that method; see /docs"}
+        message = f"{exc.detail}: {hints.get(exc.status_code, 'see /docs')}"
+        code = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        return SafeJSONResponse(status_code=exc.status_code, headers=getattr(exc, "headers", None),
+                            content={"detail": {"code": code, "message": message}})
 
     app.include_router(jobs.router)
     app.include_router(logs.router)

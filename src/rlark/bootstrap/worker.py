@@ -515,32 +515,41 @@ class Bootstrap:
             exit_code=code,
         )
 
-    def own_node_id(self, deadline: float) -> str | None:
-        """Find this node's Ray node id from its raylet's command line (``--node_id=``), the way
-        Ray's own driver finds a local raylet (ray._private.services.find_node_ids)."""
+    def find_own_node_id(self) -> str | None:
+        """This node's Ray node id from its raylet's command line (``--node_id=``), found the
+        way Ray's own driver finds a local raylet (ray._private.services.find_node_ids); the
+        node IP and node-manager port single it out when several raylets are visible."""
         want_port = self.cfg.ray_ports.get("node-manager-port")
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if not argv or not argv[0].endswith(b"/raylet"):
+                continue
+            args = [a.decode(errors="replace") for a in argv]
+            if self.cfg.node_ip and f"--node_ip_address={self.cfg.node_ip}" not in args:
+                continue
+            if want_port and f"--node_manager_port={want_port}" not in args:
+                continue
+            for arg in args:
+                if arg.startswith("--node_id="):
+                    return arg.split("=", 1)[1]
+        return None
+
+    def wait_node_up(self, deadline: float) -> str | None:
+        """Wait until this node's raylet runs (it is started only once the GCS answered) and
+        return its node id; None when ``ray start`` exited first or the deadline passed."""
         while time.monotonic() < deadline:
-            if self.ray_proc and self.ray_proc.poll() is not None:
-                raise self._ray_exited("start")
+            if self.ray_proc.poll() is not None:
+                return None
             self._check_stopped()
-            for pid in os.listdir("/proc"):
-                if not pid.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        argv = f.read().split(b"\0")
-                except OSError:
-                    continue
-                if not argv or not argv[0].endswith(b"/raylet"):
-                    continue
-                args = [a.decode(errors="replace") for a in argv]
-                if self.cfg.node_ip and f"--node_ip_address={self.cfg.node_ip}" not in args:
-                    continue
-                if want_port and f"--node_manager_port={want_port}" not in args:
-                    continue
-                for arg in args:
-                    if arg.startswith("--node_id="):
-                        return arg.split("=", 1)[1]
+            node_id = self.find_own_node_id()
+            if node_id:
+                return node_id
             time.sleep(HEAD_POLL_SECONDS)
         return None
 
@@ -560,7 +569,9 @@ class Bootstrap:
                     "RayStartFailed", "the head's GCS never opened its port", EXIT_RAY_START_FAILED
                 )
             time.sleep(0.05)
-        node_id = self.own_node_id(deadline)
+        node_id = self.wait_node_up(deadline)
+        if node_id is None and self.ray_proc.poll() is not None:
+            raise self._ray_exited("start")
         emit("phase", phase="RayStarted", ray_node_id=node_id)
         ray.init(
             address=cfg.head_address,
@@ -614,8 +625,9 @@ class Bootstrap:
                         joined_ranks=sorted(by_rank),
                     )
                 time.sleep(BARRIER_POLL_SECONDS)
-        finally:
+        except BaseException:
             ray.shutdown()
+            raise
 
     def run_head(self) -> int:
         self.start_ray()
@@ -624,6 +636,9 @@ class Bootstrap:
         env["RAY_ADDRESS"] = self.cfg.head_address
         run = self._spawn(["bash", "-c", self.cfg.run_script], env=env)
         emit("running", pid=run.pid)
+        import ray
+
+        ray.shutdown()  # the barrier's connection; after the spawn so the run script starts sooner
         while True:
             try:
                 code = run.wait(timeout=0.5)
@@ -643,22 +658,40 @@ class Bootstrap:
         return code
 
     # other Workers
+    def _head_unreachable(self, budget: float) -> BootstrapError:
+        return BootstrapError(
+            "HeadUnreachable",
+            f"could not join the head {self.cfg.head_address} within {budget:g} s",
+            EXIT_HEAD_UNREACHABLE,
+        )
+
     def run_worker(self) -> int:
         cfg = self.cfg
-        deadline = time.monotonic() + cfg.join_timeout + cfg.prepare_timeout
+        budget = cfg.join_timeout + cfg.prepare_timeout
+        deadline = time.monotonic() + budget
         emit("phase", phase="WaitingForHead", head=cfg.head_address)
-        while not _port_open(cfg.head_host, cfg.head_port):
+        while True:
+            # `ray start --address` retries the head itself, so starting at once overlaps its own
+            # start-up (seconds of imports) with the head's; if it gives up before the head is
+            # up (a long prepare script on the head), wait for the head's port and try again.
+            proc = self.start_ray()
+            node_id = self.wait_node_up(deadline)
+            if node_id is not None:
+                break
             self._check_stopped()
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait()
             if time.monotonic() > deadline:
-                raise BootstrapError(
-                    "HeadUnreachable",
-                    f"the head {cfg.head_address} did not answer within "
-                    f"{cfg.join_timeout + cfg.prepare_timeout:g} s",
-                    EXIT_HEAD_UNREACHABLE,
-                )
-            time.sleep(HEAD_POLL_SECONDS)
-        proc = self.start_ray()
-        node_id = self.own_node_id(time.monotonic() + cfg.join_timeout)
+                raise self._head_unreachable(budget)
+            if _port_open(cfg.head_host, cfg.head_port):
+                raise self._ray_exited("start")  # the head answers: this node failed by itself
+            emit("phase", phase="WaitingForHead", head=cfg.head_address, retry=True)
+            while not _port_open(cfg.head_host, cfg.head_port):
+                self._check_stopped()
+                if time.monotonic() > deadline:
+                    raise self._head_unreachable(budget)
+                time.sleep(HEAD_POLL_SECONDS)
         emit("phase", phase="RayStarted", ray_node_id=node_id)
         code = proc.wait()
         self._check_stopped()

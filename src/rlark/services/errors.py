@@ -34,3 +34,8 @@ class Conflict(ServiceError):
 class Invalid(ServiceError):
     status = 422
     code = "Invalid"
+
+
+class TooLarge(ServiceError):
+    status = 413
+    code = "TooLarge"

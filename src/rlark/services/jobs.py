@@ -19,8 +19,9 @@ from rlark.controller.phases import ACTIVE, TERMINAL, Phase
 from rlark.findings import Finding, Severity, has_errors
 from rlark.preflight import check_for_local_runtime, check_job, validate_document
 from rlark.record import build_record
+from rlark.rlinf_config import preflight_job
 from rlark.record import iso as _iso
-from rlark.spec import Job, job_to_dict, parse_job
+from rlark.spec import DNS1123_LABEL, Job, job_to_dict, parse_job
 from rlark.services.errors import Conflict, Invalid, NotFound
 from rlark import settings
 from rlark.store import EventRow, JobRow, RunRow, Store, WorkerRow
@@ -122,10 +123,13 @@ class JobService:
     """Job operations on a :class:`Store`. ``wake`` is called after every change so the
     controller acts at once."""
 
-    def __init__(self, store: Store, wake: Callable[[], None] = lambda: None, runtime: str = "local"):
+    def __init__(self, store: Store, wake: Callable[[], None] = lambda: None, runtime: str = "local",
+                 host: dict[str, float] | None = None):
         self.store = store
         self.wake = wake
         self.runtime = runtime
+        #: capacity of the machine local Workers run on (preflight.host_capacity); None: measure
+        self.host = host
 
     # validation -------------------------------------------------------------------------------
 
@@ -141,15 +145,24 @@ class JobService:
 
     # create -----------------------------------------------------------------------------------
 
+    def preflight(self, document: str | bytes | dict) -> tuple[Job | None, list[Finding]]:
+        """Every Finding a submission gets: the spec's, this server's runtime's, and those of the
+        RLinf config the Job names in ``spec.rlinf`` when this server can read it
+        (:func:`rlark.rlinf_config.preflight_job`; a config it cannot find is a warning)."""
+        job, findings = self.validate(document)
+        if job is not None and self.runtime == "local":
+            findings = findings + check_for_local_runtime(job, self.host)
+        if job is not None:
+            findings = findings + preflight_job(job)
+        return job, findings
+
     def _checked(self, document: str | bytes | dict) -> tuple[Job, list[Finding]]:
-        """Parse and check a Job for this server's runtime.
+        """Parse and check a Job for this server's runtime (see :meth:`preflight`).
 
         Raises:
             Invalid: the spec has error Findings (all Findings are attached).
         """
-        job, findings = self.validate(document)
-        if job is not None and self.runtime == "local":
-            findings = findings + check_for_local_runtime(job)
+        job, findings = self.preflight(document)
         if job is None or has_errors(findings):
             n = sum(1 for f in findings if f.severity == Severity.error)
             raise Invalid(f"the Job spec has {n} error{'s' if n != 1 else ''}", findings)
@@ -198,7 +211,8 @@ class JobService:
     # reads --------------------------------------------------------------------------------------
 
     def _job(self, s: Session, name: str) -> JobRow:
-        job = s.scalar(select(JobRow).where(JobRow.name == name))
+        # a name that cannot be a Job's is not looked up (NUL bytes would upset PostgreSQL)
+        job = s.scalar(select(JobRow).where(JobRow.name == name)) if DNS1123_LABEL.match(name) else None
         if job is None:
             raise NotFound(f"no Job named {name!r}; `rlark get jobs` lists them")
         return job

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from rlark.api.deps import job_service
 from rlark.controller.phases import Phase
-from rlark.services.errors import Invalid
+from rlark.services.errors import Invalid, TooLarge
 from rlark.services.jobs import JobService
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -26,8 +27,22 @@ JOB_BODY = {
 }
 
 
+MAX_BODY_BYTES = 1024 * 1024
+INT32_MAX = 2**31 - 1  # run numbers and offsets are 32-bit columns on PostgreSQL
+
+
 async def read_document(request: Request) -> bytes:
-    body = await request.body()
+    """The request body, at most 1 MiB.
+
+    Raises:
+        Invalid: empty body. TooLarge: more than 1 MiB.
+    """
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise TooLarge(f"the request body is larger than {MAX_BODY_BYTES // 1024} KiB; "
+                           "a Job document is a few KiB")
     if not body.strip():
         raise Invalid("the request body is empty: send the Job as YAML or JSON")
     return body
@@ -36,16 +51,18 @@ async def read_document(request: Request) -> bytes:
 @router.post("", status_code=201, openapi_extra=JOB_BODY, summary="Create a Job (YAML or JSON)")
 async def create_job(request: Request, jobs: Service) -> dict:
     """Validate the Job; on error Findings answer 422 with them. Starts the first Run."""
-    return jobs.create(await read_document(request))
+    body = await read_document(request)
+    return await run_in_threadpool(jobs.create, body)  # preflight may compose an RLinf config
 
 
 @router.get("", summary="List Jobs")
 def list_jobs(
     jobs: Service,
     phase: Annotated[Phase | None, Query(description="only Jobs in this phase")] = None,
-    q: Annotated[str | None, Query(max_length=63, description="name contains")] = None,
+    q: Annotated[str | None, Query(max_length=63, pattern=r"^[^\x00]*$",
+                                   description="name contains")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
 ) -> dict:
     return jobs.list(phase=phase.value if phase else None, q=q, limit=limit, offset=offset)
 
@@ -59,7 +76,8 @@ def get_job(name: str, jobs: Service) -> dict:
             summary="Replace a Job's spec and start a new Run with it")
 async def replace_job(name: str, request: Request, jobs: Service) -> dict:
     """The current Run (if active) is stopped first; earlier Runs keep their own snapshots."""
-    return jobs.replace(name, await read_document(request))
+    body = await read_document(request)
+    return await run_in_threadpool(jobs.replace, name, body)
 
 
 @router.post("/{name}/stop", summary="Stop the current Run")
@@ -89,11 +107,11 @@ def list_runs(name: str, jobs: Service) -> list[dict]:
 
 @router.get("/{name}/workers", summary="Workers of a Run (default: the current Run)")
 def list_workers(name: str, jobs: Service,
-                 run: Annotated[int | None, Query(ge=1)] = None) -> list[dict]:
+                 run: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None) -> list[dict]:
     return jobs.workers(name, run)
 
 
 @router.get("/{name}/events", summary="Events of a Job (optionally of one Run)")
 def list_events(name: str, jobs: Service,
-                run: Annotated[int | None, Query(ge=1)] = None) -> list[dict]:
+                run: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None) -> list[dict]:
     return jobs.events(name, run)

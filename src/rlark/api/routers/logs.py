@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from rlark.api.deps import job_service
+from rlark.api.routers.jobs import INT32_MAX
 from rlark.record import render
 from rlark.services.jobs import JobService
 from rlark.services.logs import follow_lines, tail_lines
@@ -25,8 +26,8 @@ def get_logs(
     jobs: Service,
     worker: str | None = None,
     role: str | None = None,
-    rank: Annotated[int | None, Query(ge=0)] = None,
-    run: Annotated[int | None, Query(ge=1)] = None,
+    rank: Annotated[int | None, Query(ge=0, le=INT32_MAX)] = None,
+    run: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None,
     tail: Annotated[int | None, Query(ge=0, le=1_000_000, description="last N lines per Worker")] = None,
     follow: bool = False,
 ):
@@ -91,7 +92,7 @@ def _follow(jobs: JobService, name: str, run: int | None, chosen: list[dict], ta
 def get_record(
     name: str,
     jobs: Service,
-    run: Annotated[int | None, Query(ge=1)] = None,
+    run: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None,
     format: Literal["json", "yaml", "md"] = "json",
 ):
     rec = jobs.record(name, run)

@@ -21,6 +21,19 @@ async def validate(request: Request, jobs: JobService = Depends(job_service)) ->
             "findings": [f.model_dump(mode="json") for f in findings]}
 
 
+@router.post("/api/v1/check", openapi_extra=JOB_BODY,
+             summary="Every Finding a submission would get, nothing stored")
+def check(jobs: JobService = Depends(job_service),
+          document: bytes = Depends(read_document)) -> dict:
+    """The spec's Findings, this server's runtime's, and those of the RLinf config the Job names
+    in ``spec.rlinf`` (composed from this server's filesystem; ``configDir`` is relative to
+    ``spec.workingDir``). ``{"valid": bool, "findings": [...]}``; ``valid`` is what submitting
+    would decide."""
+    _, findings = jobs.preflight(document)
+    return {"valid": not has_errors(findings),
+            "findings": [f.model_dump(mode="json") for f in findings]}
+
+
 @router.get("/api/v1/schema", summary="JSON Schema of the Job document")
 def schema() -> dict:
     return json_schema()

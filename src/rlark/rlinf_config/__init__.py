@@ -1,0 +1,129 @@
+"""Reading RLinf Hydra configs to plan and to check (``rlark plan``, ``rlark check``, preflight).
+
+Named ``rlinf_config`` so it never shadows the ``rlinf`` package, and it never imports RLinf:
+RLark works where RLinf is not installed. RLark reads the config; it never rewrites it.
+
+* :mod:`.compose` - compose a config offline with hydra-core (I/O).
+* :mod:`.ranks` - RLinf's rank syntax (pure).
+* :mod:`.cluster` - the ``cluster:`` section as RLinf 0.3.0 reads it, and where components land
+  (pure).
+* :mod:`.plan` - config -> node ranks, components, suggested roles and a Job (pure).
+* :mod:`.check` - Job + config -> Findings (pure).
+* :func:`plan_config` - what ``rlark plan`` runs (compose + plan).
+* :func:`preflight_job` - what ``JobService.create`` and ``rlark check`` run for a Job that
+  names its config in ``spec.rlinf``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from rlark.findings import Finding, Severity
+from rlark.spec import Job
+
+__all__ = ["config_location", "plan_config", "preflight_job"]
+
+
+def config_location(job: Job) -> tuple[str, str] | None:
+    """``(config_dir, config_name)`` of the config ``job.spec.rlinf`` names, with a relative
+    ``configDir`` joined to ``spec.workingDir``; None when the Job names no config
+    (``configName`` unset). ``config_dir`` stays relative when ``workingDir`` is unset or
+    relative."""
+    ref = job.spec.rlinf
+    if ref is None or not ref.config_name:
+        return None
+    config_dir = ref.config_dir or "."
+    if not os.path.isabs(config_dir) and job.spec.working_dir:
+        config_dir = os.path.normpath(os.path.join(job.spec.working_dir, config_dir))
+    return config_dir, ref.config_name
+
+
+def plan_config(
+    config: str | os.PathLike,
+    config_name: str | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    gpus_per_node: int | None = None,
+    image: str | None = None,
+    job_name: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+):
+    """Compose a config (a YAML file, or a directory plus ``config_name``) and plan it: what
+    ``rlark plan`` runs. Returns a :class:`.plan.Plan` whose Findings start with the compose
+    problems. ``cwd`` (default: the current directory) is where the suggested Job will be saved.
+    Never raises for a bad config."""
+    from rlark.rlinf_config.compose import compose, locate
+    from rlark.rlinf_config.plan import DEFAULT_IMAGE, launch_settings, plan
+
+    config_dir, name = locate(config, config_name)
+    composed = compose(config_dir, name, overrides, env=env, path="config")
+    launch = launch_settings(os.path.abspath(config_dir), name, overrides,
+                             os.path.abspath(cwd or os.getcwd()))
+    result = plan(composed.data, source=composed.source, gpus_per_node=gpus_per_node,
+                  config_name=name, job_name=job_name, image=image or DEFAULT_IMAGE,
+                  launch=launch)
+    result.findings[:0] = composed.findings
+    if result.job is not None and not launch["entry_known"]:
+        result.findings.append(Finding(
+            code="RunScriptToEdit", severity=Severity.info, path="spec.runScript",
+            message="the suggested runScript runs train.py: RLark does not know this config's "
+                    "RLinf entry point",
+            hint="replace train.py with the script that starts RLinf for this config"))
+    return result
+
+
+def preflight_job(
+    job: Job,
+    *,
+    config: tuple[str, str] | None = None,
+    overrides: Sequence[str] | None = None,
+    missing_is_error: bool = False,
+) -> list[Finding]:
+    """Compose the RLinf config of ``job`` and check the Job against it.
+
+    Args:
+        config: ``(config_dir, config_name)`` to use instead of ``spec.rlinf``.
+        overrides: Hydra overrides (default: ``spec.rlinf.overrides``).
+        missing_is_error: when False (submit, and ``rlark check`` without ``--rlinf-config``), a
+            config that is not here (``RLinfConfigNotFound``) or that needs files or variables
+            that are not here (``RLinfConfigIncomplete``) is a *warning*: it may exist only inside
+            the image. When True (an explicit ``--rlinf-config``) they are errors.
+
+    Returns:
+        Findings: the compose problems, then :func:`.check.check_config`'s. Empty when the Job
+        names no config. Never raises for a bad config.
+    """
+    from rlark.rlinf_config.check import check_config
+    from rlark.rlinf_config.compose import INCOMPLETE, NOT_FOUND, RLINF_PATH_VARS, compose
+
+    where = config or config_location(job)
+    if where is None:
+        return []
+    config_dir, config_name = where
+    if not os.path.isabs(config_dir) and config is None:
+        return [Finding(
+            code="RLinfConfigNotChecked", severity=Severity.warning, path="spec.rlinf.configDir",
+            message=f"spec.rlinf.configDir = {config_dir!r} is relative and spec.workingDir is not "
+                    "set, so RLark cannot find the config to check it",
+            hint="set spec.workingDir (`rlark submit FILE` resolves a relative one against FILE's "
+                 "directory) or make configDir absolute")]
+    if overrides is None:
+        overrides = job.spec.rlinf.overrides if job.spec.rlinf else []
+    head = job.role(job.spec.head_role)
+    env = {e.name: e.value for e in (head.env if head else [])
+           if e.name in RLINF_PATH_VARS and os.path.isabs(e.value) and os.path.isdir(e.value)}
+    composed = compose(config_dir, config_name, overrides, env=env, path="spec.rlinf")
+    findings: list[Finding] = []
+    for f in composed.findings:
+        if not missing_is_error and f.code in (NOT_FOUND, INCOMPLETE):
+            f = f.model_copy(update={
+                "severity": Severity.warning,
+                "message": f.message + " - RLark could not check the Job against it here (it "
+                                       "may exist only inside the image)"})
+        findings.append(f)
+    findings.extend(check_config(job, composed.data, source=composed.source,
+                                 unresolved=composed.unresolved,
+                                 known_dirs=list(composed.env.values())))
+    return findings

@@ -1,0 +1,572 @@
+"""The real ``rlark`` command in a subprocess (``python -m rlark.cli``).
+
+Local commands (validate, schema, --help) need no server. API commands run against a real HTTP
+server without a controller: uvicorn in a background thread serving ``create_app(JobService(
+Store(...)))`` on a free port, so Jobs stay Pending unless a test moves them on in the Store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import uvicorn
+import yaml
+from sqlalchemy import select
+
+from rlark.api.app import create_app
+from rlark.services.jobs import JobService
+from rlark.spec import json_schema
+from rlark.store import JobRow, Store
+from tests.server import free_port
+from tests.test_api import job_yaml, set_run_state, set_worker_logs, snapshot
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+FINDING_KEYS = {"code", "severity", "path", "message", "hint"}
+
+
+def cli_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RLARK_SERVER", "NO_COLOR", "FORCE_COLOR")}
+    env["COLUMNS"] = "200"  # Rich wraps at 80 columns when not on a terminal
+    env.update(extra)
+    return env
+
+
+def rlark(*args: str, env: dict | None = None, cwd: Path | None = None,
+          timeout: float = 60) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "rlark.cli", *args], env=env or cli_env(),
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return proc
+
+
+def error_line(proc: subprocess.CompletedProcess) -> str:
+    """The one ``error: ...`` line a failing command prints on stderr."""
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def files(tmp_path) -> dict[str, Path]:
+    d = tmp_path / "jobs"
+    d.mkdir()
+    (d / "code").mkdir()
+    out = {}
+    out["good"] = d / "good.yaml"
+    out["good"].write_text(job_yaml("demo"))
+    out["json"] = d / "good.json"
+    out["json"].write_text(json.dumps(yaml.safe_load(job_yaml("from-json"))))
+    out["bad"] = d / "bad.yaml"
+    out["bad"].write_text(textwrap.dedent(
+        """\
+        apiVersion: rlark.io/v1
+        kind: Job
+        metadata: {name: Bad_Name}
+        spec:
+          headRole: nohead
+          runScript: "true"
+          roles:
+            - {name: head, image: python, workers: 0}
+        """
+    ))
+    out["warn"] = d / "warn.yaml"
+    doc = yaml.safe_load(job_yaml("warned"))
+    doc["spec"]["roles"][0]["env"] = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]
+    out["warn"].write_text(yaml.safe_dump(doc))
+    out["relative"] = d / "relative.yaml"
+    doc = yaml.safe_load(job_yaml("relative"))
+    doc["spec"]["workingDir"] = "code"
+    out["relative"].write_text(yaml.safe_dump(doc))
+    out["binary"] = d / "image.png"
+    out["binary"].write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    out["broken"] = d / "broken.yaml"
+    out["broken"].write_text("apiVersion: rlark.io/v1\nspec: {roles: [1, 2\n  kind: : Job\n")
+    out["list"] = d / "list.yaml"
+    out["list"].write_text("- a\n- b\n")
+    return out
+
+
+# --- validate ------------------------------------------------------------------------------------
+
+
+def test_validate_good_file(files):
+    proc = rlark("validate", str(files["good"]))
+    assert proc.returncode == 0, proc.stderr
+    assert f"valid: {files['good']} (3 Workers, 2 roles)" in proc.stdout
+
+    proc = rlark("validate", str(files["json"]), "--format", "json")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == {"valid": True, "findings": []}
+
+
+def test_validate_bad_file_text(files):
+    proc = rlark("validate", str(files["bad"]))
+    assert proc.returncode == 1
+    out = proc.stdout
+    for code in ("InvalidName", "HeadRoleUnknown", "WorkersBelowOne", "ImageNoVersion"):
+        assert code in out
+    assert "Bad_Name" in out and "fix: " in out
+    assert f"invalid: {files['bad']}" in out
+
+
+def test_validate_bad_file_json_shape(files):
+    proc = rlark("validate", str(files["bad"]), "-o", "json")
+    assert proc.returncode == 1
+    data = json.loads(proc.stdout)
+    assert set(data) == {"valid", "findings"} and data["valid"] is False
+    assert all(set(f) == FINDING_KEYS for f in data["findings"])
+    assert {f["path"] for f in data["findings"]} == {
+        "metadata.name", "spec.headRole", "spec.roles[0].workers", "spec.roles[0].image"}
+    assert {f["severity"] for f in data["findings"]} == {"error"}
+    assert all(f["hint"] for f in data["findings"])
+
+
+def test_validate_warnings_only_is_valid(files):
+    proc = rlark("validate", str(files["warn"]), "--format", "json")
+    assert proc.returncode == 0
+    data = json.loads(proc.stdout)
+    assert data["valid"] is True
+    assert [(f["severity"], f["path"].split("[")[0]) for f in data["findings"]] == [("warning", "spec.roles")]
+    text = rlark("validate", str(files["warn"]))
+    assert text.returncode == 0 and "1 warnings" in text.stdout and "warning" in text.stdout
+
+
+def test_validate_missing_file(tmp_path):
+    proc = rlark("validate", str(tmp_path / "nope.yaml"))
+    assert proc.returncode != 0
+    assert "nope.yaml" in error_line(proc) and "No such file" in error_line(proc)
+    proc = rlark("validate", str(tmp_path))
+    assert proc.returncode != 0 and "cannot read" in error_line(proc)
+
+
+@pytest.mark.parametrize("kind, needle", [("binary", "not UTF-8"), ("broken", "not valid YAML at line"),
+                                          ("list", "got list")])
+def test_validate_non_yaml_file(files, kind, needle):
+    proc = rlark("validate", str(files[kind]))
+    assert proc.returncode == 1
+    lines = [line for line in proc.stdout.splitlines() if "InvalidDocument" in line]
+    assert len(lines) == 1 and needle in lines[0], proc.stdout
+    js = rlark("validate", str(files[kind]), "--format", "json")
+    assert js.returncode == 1
+    data = json.loads(js.stdout)
+    assert data["valid"] is False
+    assert [(f["code"], f["path"]) for f in data["findings"]] == [("InvalidDocument", "$")]
+    assert "\n" not in data["findings"][0]["message"]
+
+
+def test_errors_stay_on_one_line_when_piped(files):
+    """Off a terminal Rich would wrap at 80 columns and split one-line errors and Findings."""
+    env = cli_env()
+    env.pop("COLUMNS")
+    env.pop("LINES", None)
+    proc = rlark("validate", str(files["broken"]), env=env)
+    lines = [line for line in proc.stdout.splitlines() if "InvalidDocument" in line]
+    assert lines and "expected" in lines[0] and "got" in lines[0], proc.stdout
+
+
+def test_validate_resolves_relative_working_dir_against_the_file(files, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = rlark("validate", str(files["relative"]), "--format", "json", cwd=elsewhere)
+    assert proc.returncode == 0, proc.stdout
+    data = json.loads(proc.stdout)
+    assert data["valid"] is True
+    assert "RelativePath" not in {f["code"] for f in data["findings"]}
+    # a relative path given on the command line works too
+    proc = rlark("validate", "jobs/relative.yaml", cwd=tmp_path)
+    assert proc.returncode == 0 and "RelativePath" not in proc.stdout
+
+
+def test_validate_unknown_format(files):
+    proc = rlark("validate", str(files["good"]), "--format", "xml")
+    assert proc.returncode != 0
+    assert "'xml'" in error_line(proc) and "json" in error_line(proc)
+
+
+def test_schema_prints_the_json_schema():
+    proc = rlark("schema")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == json_schema()
+
+
+# --- help ----------------------------------------------------------------------------------------
+
+def all_commands() -> list[tuple[str, ...]]:
+    """Every command and command group of the ``rlark`` Typer app (``()`` is ``rlark`` itself)."""
+    from rlark.cli import app
+
+    def name(cmd) -> str:
+        return cmd.name or cmd.callback.__name__.replace("_", "-")
+
+    found = [()]
+    for cmd in app.registered_commands:
+        found.append((name(cmd),))
+    for group in app.registered_groups:
+        found.append((group.name,))
+        found.extend((group.name, name(cmd)) for cmd in group.typer_instance.registered_commands)
+    return found
+
+
+COMMANDS = all_commands()
+#: the commands this file is about; others may be added, none of these may go
+KNOWN = {
+    (), ("validate",), ("schema",), ("server",), ("submit",), ("get",), ("get", "jobs"),
+    ("describe",), ("describe", "job"), ("logs",), ("stop",), ("start",), ("restart",),
+    ("delete",), ("record",),
+}
+
+
+def test_known_commands_exist():
+    assert KNOWN <= set(COMMANDS)
+    assert len(COMMANDS) == len(set(COMMANDS))
+
+
+def test_help_of_every_command():
+    with ThreadPoolExecutor(8) as pool:
+        procs = list(pool.map(lambda c: (c, rlark(*c, "--help")), COMMANDS))
+    for cmd, proc in procs:
+        assert proc.returncode == 0, (cmd, proc.stderr)
+        assert "Usage:" in proc.stdout, cmd
+        assert proc.stderr == "", (cmd, proc.stderr)
+    by = dict(procs)
+    assert "rlark submit" in by[()].stdout  # the typical session
+    assert "--format" in by[("validate",)].stdout
+    assert "--wait" in by[("submit",)].stdout and "--server" in by[("submit",)].stdout
+    assert "--follow" in by[("logs",)].stdout and "--rank" in by[("logs",)].stdout
+    assert "--output" in by[("record",)].stdout
+    assert "RLARK_SERVER" in by[("get", "jobs")].stdout
+
+
+# --- no server -------------------------------------------------------------------------------------
+
+
+def test_no_server_says_how_to_start_one(files):
+    url = f"http://127.0.0.1:{free_port()}"
+    commands = [
+        ("get", "jobs"), ("describe", "job", "x"), ("logs", "x"), ("logs", "x", "--follow"),
+        ("submit", str(files["good"])), ("stop", "x"), ("start", "x"), ("restart", "x"),
+        ("delete", "x"), ("record", "x"),
+    ]
+    env = cli_env(RLARK_SERVER=url)
+    with ThreadPoolExecutor(8) as pool:
+        procs = list(pool.map(lambda c: (c, rlark(*c, env=env)), commands))
+    for cmd, proc in procs:
+        assert proc.returncode != 0, cmd
+        line = error_line(proc)
+        assert f"no RLark server answers at {url}" in line, (cmd, line)
+        assert "start one with `rlark server`" in line.lower(), (cmd, line)
+        assert proc.stdout == "", (cmd, proc.stdout)
+
+
+# --- against a real HTTP server --------------------------------------------------------------------
+
+
+class LiveServer:
+    """uvicorn serving the API (no controller) in a background thread."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(JobService(store)), host="127.0.0.1", port=self.port,
+                                log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> "LiveServer":
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"uvicorn did not start on {self.url}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+    def cli(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        """The CLI pointed at this server through RLARK_SERVER."""
+        kw.setdefault("env", cli_env(RLARK_SERVER=self.url))
+        return rlark(*args, **kw)
+
+    def names(self) -> list[str]:
+        with self.store.session() as s:
+            return sorted(s.scalars(select(JobRow.name)))
+
+
+@pytest.fixture
+def server(rlark_home):
+    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    live = LiveServer(store).start()
+    yield live
+    live.stop()
+    store.dispose()
+
+
+def test_submit_without_wait_leaves_the_job_pending(server, files):
+    proc = server.cli("submit", str(files["good"]))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "job/demo submitted (run 1, 3 Workers)"
+    assert server.names() == ["demo"]
+    with server.store.session() as s:
+        assert s.scalar(select(JobRow.phase)) == "Pending"
+
+
+def test_submit_resolves_relative_paths_and_keeps_warnings(server, files, tmp_path):
+    proc = server.cli("submit", "jobs/relative.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    with server.store.session() as s:
+        spec = s.scalar(select(JobRow.spec).where(JobRow.name == "relative"))
+    assert spec["spec"]["workingDir"] == str(files["relative"].parent / "code")
+    proc = server.cli("submit", str(files["warn"]))
+    assert proc.returncode == 0
+    assert "warning" in proc.stderr and "job/warned submitted" in proc.stdout
+
+
+@pytest.mark.parametrize("kind", ["bad", "broken", "binary"])
+def test_submit_invalid_file_prints_findings_and_submits_nothing(server, files, kind):
+    server.cli("submit", str(files["good"]))
+    before = snapshot(server.store)
+    proc = server.cli("submit", str(files[kind]))
+    assert proc.returncode == 1
+    assert "nothing was submitted" in error_line(proc)
+    assert ("InvalidName" if kind == "bad" else "InvalidDocument") in proc.stderr
+    assert "fix: " in proc.stderr
+    assert snapshot(server.store) == before
+
+
+def test_submit_duplicate_is_refused(server, files):
+    assert server.cli("submit", str(files["good"])).returncode == 0
+    before = snapshot(server.store)
+    proc = server.cli("submit", str(files["good"]))
+    assert proc.returncode == 1
+    assert "'demo' already exists" in error_line(proc)
+    assert snapshot(server.store) == before
+
+
+def test_get_jobs_table_and_json(server, files):
+    proc = server.cli("get", "jobs")
+    assert proc.returncode == 0 and "no Jobs" in proc.stdout and "rlark submit" in proc.stdout
+    server.cli("submit", str(files["good"]))
+    server.cli("submit", str(files["json"]))
+    set_run_state(server.store, "from-json", "Failed")
+
+    proc = server.cli("get", "jobs")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "PHASE", "REASON", "WORKERS", "ROLES", "RUN", "CREATED"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["demo"][1:6] == ["Pending", "Submitted", "0/3", "poolx2,headx1", "1"]
+    assert rows["from-json"][1] == "Failed"
+    assert [line.split()[0] for line in lines[1:]] == ["from-json", "demo"]  # newest first
+
+    data = json.loads(server.cli("get", "jobs", "-o", "json").stdout)
+    assert data["total"] == 2 and [j["name"] for j in data["items"]] == ["from-json", "demo"]
+    pending = json.loads(server.cli("get", "jobs", "--phase", "Pending", "-o", "json").stdout)
+    assert [j["name"] for j in pending["items"]] == ["demo"]
+    found = json.loads(server.cli("get", "jobs", "-q", "json", "-o", "json").stdout)
+    assert [j["name"] for j in found["items"]] == ["from-json"]
+    one = json.loads(server.cli("get", "jobs", "--limit", "1", "-o", "json").stdout)
+    assert len(one["items"]) == 1 and one["total"] == 2
+    none = server.cli("get", "jobs", "--phase", "Succeeded")
+    assert none.returncode == 0 and "no Jobs in phase Succeeded" in none.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--phase", "Bogus"), "phase='Bogus'"),
+    (("--limit", "0"), "limit='0'"),
+])
+def test_get_jobs_bad_option_names_it(server, args, needle):
+    proc = server.cli("get", "jobs", *args)
+    assert proc.returncode == 1
+    assert needle in error_line(proc)
+
+
+def test_describe_job_text_and_json(server, files):
+    server.cli("submit", str(files["good"]))
+    proc = server.cli("describe", "job", "demo")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Name:      demo" in out and "Pending" in out and "Head role: head" in out
+    workers = [line.split() for line in out.splitlines() if "demo-" in line and "Pending" in line]
+    assert [(w[0], w[1], w[2]) for w in workers] == [
+        ("0", "demo-head-0", "head"), ("1", "demo-pool-0", "pool"), ("2", "demo-pool-1", "pool")]
+    assert "Job accepted: 3 Workers in 2 roles" in out
+
+    data = json.loads(server.cli("describe", "job", "demo", "--format", "json").stdout)
+    assert data["name"] == "demo" and data["phase"] == "Pending"
+    assert [(w["name"], w["nodeRank"]) for w in data["currentRun"]["workers"]] == [
+        ("demo-head-0", 0), ("demo-pool-0", 1), ("demo-pool-1", 2)]
+    assert [e["reason"] for e in data["events"]] == ["Submitted"]
+
+    missing = server.cli("describe", "job", "nosuch")
+    assert missing.returncode == 1 and "no Job named 'nosuch'" in error_line(missing)
+
+
+def test_stop_start_restart_delete(server, files):
+    server.cli("submit", str(files["good"]))
+    proc = server.cli("start", "demo")
+    assert proc.returncode == 1
+    assert "Job 'demo' is Pending (run 1); stop it first or use restart" in error_line(proc)
+
+    proc = server.cli("stop", "demo")
+    assert proc.returncode == 0 and proc.stdout.strip() == "job/demo stopping (phase Pending)"
+    set_run_state(server.store, "demo", "Stopped", released=True)
+    proc = server.cli("start", "demo")
+    assert proc.returncode == 0 and proc.stdout.strip() == "job/demo started run 2"
+    proc = server.cli("restart", "demo")
+    assert proc.returncode == 0 and proc.stdout.strip() == "job/demo restarting as run 3"
+
+    # run 3 is active: the server only marks the Job for deletion, the CLI waits until it is
+    # gone; play the controller: once asked, stop every Run and finish the delete
+    controller = threading.Thread(target=finish_delete, args=(server.store, "demo"))
+    controller.start()
+    proc = server.cli("delete", "demo")
+    controller.join()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "job/demo deleted"
+    assert server.names() == []
+    for verb in ("stop", "start", "restart", "delete"):
+        proc = server.cli(verb, "demo")
+        assert proc.returncode == 1 and "no Job named 'demo'" in error_line(proc), verb
+
+
+def finish_delete(store: Store, name: str, timeout: float = 30) -> None:
+    """What the controller does for a Job marked for deletion: stop its Runs, release its
+    Workers, then delete it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with store.session() as s:
+            if s.scalar(select(JobRow.delete_requested).where(JobRow.name == name)):
+                break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"{name} was never marked for deletion")
+    with store.session() as s:
+        job = s.scalar(select(JobRow).where(JobRow.name == name))
+        for run in job.runs:
+            run.phase = "Stopped"
+            for w in run.workers:
+                w.released = True
+    assert JobService(store).delete(name) == {"name": name, "deleted": True}
+
+
+def test_delete_inactive_job_at_once(server, files):
+    server.cli("submit", str(files["good"]))
+    set_run_state(server.store, "demo", "Failed", released=True)
+    proc = server.cli("delete", "demo", timeout=20)
+    assert proc.returncode == 0 and proc.stdout.strip() == "job/demo deleted"
+    assert server.names() == []
+
+
+def test_record_formats_and_output_file(server, files, tmp_path):
+    server.cli("submit", str(files["good"]))
+    js = server.cli("record", "demo", "--format", "json")
+    assert js.returncode == 0
+    rec = json.loads(js.stdout)
+    assert rec["job"] == "demo" and rec["run"] == 1
+    assert [w["nodeRank"] for w in rec["workers"]["items"]] == [0, 1, 2]
+    ym = server.cli("record", "demo", "--format", "yaml")
+    assert ym.returncode == 0 and yaml.safe_load(ym.stdout) == rec
+    md = server.cli("record", "demo")  # md is the default
+    assert md.returncode == 0 and md.stdout.startswith("# Run record: demo run 1")
+
+    target = tmp_path / "out" / "record.json"
+    target.parent.mkdir()
+    proc = server.cli("record", "demo", "--format", "json", "--output", str(target))
+    assert proc.returncode == 0 and f"wrote {target}" in proc.stdout
+    assert json.loads(target.read_text()) == rec
+    target_md = tmp_path / "record.md"
+    assert server.cli("record", "demo", "--output", str(target_md)).returncode == 0
+    assert target_md.read_text() == md.stdout
+
+    bad = server.cli("record", "demo", "--format", "pdf")
+    assert bad.returncode == 1 and "'pdf'" in error_line(bad)
+    missing = server.cli("record", "demo", "--run", "9")
+    assert missing.returncode == 1 and "has no run 9" in error_line(missing)
+
+
+def test_logs(server, files):
+    server.cli("submit", str(files["good"]))
+    set_worker_logs(server.store, "demo", {"demo-head-0": ["h1", "h2", "h3"], "demo-pool-0": ["p1"]})
+
+    proc = server.cli("logs", "demo")
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines() == ["[demo-head-0] h1", "[demo-head-0] h2", "[demo-head-0] h3",
+                                        "[demo-pool-0] p1"]
+    assert server.cli("logs", "demo", "--rank", "0", "--tail", "2").stdout.splitlines() == ["h2", "h3"]
+    assert server.cli("logs", "demo", "--role", "head").stdout.splitlines() == ["h1", "h2", "h3"]
+    assert server.cli("logs", "demo", "--worker", "demo-pool-0").stdout.splitlines() == ["p1"]
+    pool = server.cli("logs", "demo", "--role", "pool").stdout.splitlines()
+    assert pool == ["[demo-pool-0] p1"]  # demo-pool-1 has no log yet
+
+    ghost = server.cli("logs", "demo", "--worker", "ghost")
+    assert ghost.returncode == 1
+    line = error_line(ghost)
+    assert "demo-head-0 (rank 0, role head)" in line and "demo-pool-1 (rank 2, role pool)" in line
+    bad = server.cli("logs", "demo", "--tail", "-1")
+    assert bad.returncode == 1 and "tail='-1'" in error_line(bad)
+
+
+@pytest.mark.timeout(120)
+def test_logs_follow_ends_when_the_workers_are_released(server, files):
+    server.cli("submit", str(files["good"]))
+    paths = set_worker_logs(server.store, "demo", {"demo-head-0": ["h1"], "demo-pool-0": ["p1"]})
+    set_run_state(server.store, "demo", "Running")
+
+    def finish():
+        time.sleep(2.0)
+        with open(paths["demo-head-0"], "a") as f:
+            f.write("h2\n")
+        time.sleep(0.5)
+        set_run_state(server.store, "demo", "Succeeded", released=True)
+
+    t = threading.Thread(target=finish)
+    t.start()
+    proc = server.cli("logs", "demo", "--follow", timeout=60)
+    t.join()
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert sorted(lines) == ["[demo-head-0] h1", "[demo-head-0] h2", "[demo-pool-0] p1"]
+    assert lines.index("[demo-head-0] h1") < lines.index("[demo-head-0] h2")
+    one = server.cli("logs", "demo", "-f", "--rank", "0", timeout=60)
+    assert one.returncode == 0 and one.stdout.splitlines() == ["h1", "h2"]
+    ghost = server.cli("logs", "demo", "-f", "--worker", "ghost", timeout=60)
+    assert ghost.returncode == 1 and "no Worker of 'demo'" in error_line(ghost)
+
+
+def test_server_flag_and_env_are_honoured(server, files):
+    server.cli("submit", str(files["good"]))
+    dead = f"http://127.0.0.1:{free_port()}"
+    # RLARK_SERVER alone
+    proc = rlark("get", "jobs", "-o", "json", env=cli_env(RLARK_SERVER=server.url))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["total"] == 1
+    # --server wins over RLARK_SERVER, both ways
+    proc = rlark("get", "jobs", "-o", "json", "--server", server.url, env=cli_env(RLARK_SERVER=dead))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["total"] == 1
+    proc = rlark("get", "jobs", "--server", dead, env=cli_env(RLARK_SERVER=server.url))
+    assert proc.returncode != 0 and dead in error_line(proc)
+    proc = rlark("describe", "job", "demo", "-s", server.url, env=cli_env())
+    assert proc.returncode == 0 and "demo-pool-1" in proc.stdout
+    # host:port without a scheme
+    proc = rlark("get", "jobs", "-o", "json", env=cli_env(RLARK_SERVER=f"127.0.0.1:{server.port}"))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["total"] == 1
+    # neither: the default address, which nothing here serves
+    proc = rlark("get", "jobs", env=cli_env())
+    if proc.returncode != 0:
+        assert "http://127.0.0.1:8470" in error_line(proc)

@@ -1,0 +1,315 @@
+"""Preflight on submit, ``POST /api/v1/check``, and the ``rlark plan`` / ``rlark check`` /
+``rlark describe`` commands, with real RLinf configs on disk (written here) and a real store.
+
+No Worker is started: Jobs stay Pending (the API runs without a controller).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import uvicorn
+import yaml
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from rlark.api.app import create_app
+from rlark.services.errors import Invalid
+from rlark.services.jobs import JobService
+from rlark.spec import load_job, resolve_relative_paths
+from rlark.store import JobRow, Store
+from tests.server import free_port
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+REPO = Path(__file__).resolve().parent.parent
+QUICKSTART = REPO / "examples" / "quickstart" / "job.yaml"
+
+# CPU-only (no accelerators needed), like the quickstart: 3 nodes, 2 node groups.
+CONFIG = """\
+cluster:
+  num_nodes: 3
+  node_groups:
+    - {label: head, node_ranks: 0, ignore_hardware: true}
+    - {label: pool, node_ranks: 1-2, ignore_hardware: true}
+  component_placement:
+    actor: {node_group: head, placement: 0}
+    rollout: {node_group: pool, placement: 0-1}
+runner:
+  output_dir: /results/run1
+"""
+
+
+def job_yaml(name: str, *, pool: int = 2, config_dir: str | None = "config",
+             config_name: str = "train", working_dir: str | None = None) -> str:
+    spec: dict = {"headRole": "head", "runScript": "python train.py", "roles": [
+        {"name": "head", "workers": 1, "image": "docker.io/rlinf/rlinf:0.3.0"},
+        {"name": "pool", "workers": pool, "image": "docker.io/rlinf/rlinf:0.3.0"}]}
+    if working_dir:
+        spec["workingDir"] = working_dir
+    spec["rlinf"] = {"configName": config_name, **({"configDir": config_dir} if config_dir else {})}
+    return yaml.safe_dump({"apiVersion": "rlark.io/v1", "kind": "Job",
+                           "metadata": {"name": name}, "spec": spec}, sort_keys=False)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A directory with config/train.yaml (CONFIG) and config/broken.yaml (a YAML error)."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "train.yaml").write_text(CONFIG)
+    (tmp_path / "config" / "broken.yaml").write_text("cluster: [1, 2\n")
+    (tmp_path / "config" / "partial.yaml").write_text(
+        "defaults:\n  - model: only_in_the_image\n  - _self_\n" + CONFIG)
+    return tmp_path
+
+
+@pytest.fixture
+def store(rlark_home):
+    st = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    yield st
+    st.dispose()
+
+
+@pytest.fixture
+def svc(store):
+    return JobService(store)
+
+
+def n_jobs(store: Store) -> int:
+    with store.session() as s:
+        return s.scalar(select(func.count()).select_from(JobRow))
+
+
+def codes(findings) -> list[str]:
+    return [f["code"] if isinstance(f, dict) else f.code for f in findings]
+
+
+# --- JobService.create --------------------------------------------------------------------------
+
+
+def test_submit_refuses_workers_that_do_not_match_num_nodes(svc, store, project):
+    with pytest.raises(Invalid) as exc:
+        svc.create(job_yaml("short", pool=1, working_dir=str(project)))
+    found = {f.code: f for f in exc.value.findings}
+    assert "WorkersMismatch" in found
+    assert "num_nodes = 3" in found["WorkersMismatch"].message
+    assert n_jobs(store) == 0
+
+
+def test_warnings_are_kept_on_the_job_and_as_events(svc, project):
+    created = svc.create(job_yaml("ok", working_dir=str(project)))
+    assert codes(created["findings"]) == ["PathNotMounted"]
+    assert created["findings"][0]["severity"] == "warning"
+    assert "runner.output_dir" in created["findings"][0]["message"]
+    assert svc.get("ok")["findings"] == created["findings"]
+    assert any(e["reason"] == "PathNotMounted" and e["type"] == "Warning" for e in svc.events("ok"))
+
+
+def test_config_the_server_cannot_find_is_a_warning(svc, project):
+    created = svc.create(job_yaml("elsewhere", config_dir="/opt/only-in-image/config"))
+    assert codes(created["findings"]) == ["RLinfConfigNotFound"]
+    assert created["findings"][0]["severity"] == "warning"
+    assert "only inside the image" in created["findings"][0]["message"]
+
+
+def test_config_needing_files_not_here_is_a_warning(svc, project):
+    created = svc.create(job_yaml("partial", config_name="partial", working_dir=str(project)))
+    assert codes(created["findings"]) == ["RLinfConfigIncomplete"]
+    assert "only_in_the_image" in created["findings"][0]["message"]
+
+
+def test_broken_config_is_refused(svc, store, project):
+    with pytest.raises(Invalid) as exc:
+        svc.create(job_yaml("broken", config_name="broken", working_dir=str(project)))
+    assert codes(exc.value.findings) == ["RLinfConfigInvalid"]
+    assert "broken.yaml" in exc.value.findings[0].message
+    assert n_jobs(store) == 0
+
+
+def test_relative_config_dir_needs_a_working_dir(svc):
+    created = svc.create(job_yaml("nowd"))
+    assert codes(created["findings"]) == ["RLinfConfigNotChecked"]
+
+
+def test_job_without_rlinf_config_gets_no_rlinf_findings(svc):
+    doc = yaml.safe_load(job_yaml("plain"))
+    del doc["spec"]["rlinf"]
+    assert svc.create(doc)["findings"] == []
+
+
+def test_quickstart_passes(svc):
+    job, findings = load_job(QUICKSTART.read_bytes())
+    job = resolve_relative_paths(job, str(QUICKSTART.parent))
+    created = svc.create(job.model_dump(mode="json", by_alias=True, exclude_none=True))
+    assert [f for f in created["findings"] if f["code"].startswith(("RLinf", "Workers", "Role",
+                                                                    "Placement"))] == []
+
+
+# --- REST --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(store):
+    with TestClient(create_app(JobService(store)), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_api_refuses_with_422_and_findings(client, store, project):
+    r = client.post("/api/v1/jobs", content=job_yaml("short", pool=1, working_dir=str(project)),
+                    headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 422, r.text
+    assert "WorkersMismatch" in codes(r.json()["detail"]["findings"])
+    assert n_jobs(store) == 0
+
+
+def test_api_check_reports_without_storing(client, store, project):
+    r = client.post("/api/v1/check", content=job_yaml("short", pool=1, working_dir=str(project)),
+                    headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 200
+    assert r.json()["valid"] is False and "WorkersMismatch" in codes(r.json()["findings"])
+    r = client.post("/api/v1/check", content=job_yaml("ok", working_dir=str(project)),
+                    headers={"Content-Type": "application/yaml"})
+    assert r.json() == {"valid": True, "findings": r.json()["findings"]}
+    assert codes(r.json()["findings"]) == ["PathNotMounted"]
+    assert client.post("/api/v1/check", content=b"").status_code == 422
+    assert n_jobs(store) == 0
+
+
+# --- CLI ---------------------------------------------------------------------------------------
+
+
+def rlark(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k != "RLARK_SERVER"}
+    base["COLUMNS"] = "200"
+    proc = subprocess.run([sys.executable, "-m", "rlark.cli", *args], cwd=cwd,
+                          env={**base, **(env or {})}, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return proc
+
+
+def test_cli_plan_text_json_yaml(project):
+    text = rlark("plan", "config/train.yaml", cwd=project)
+    assert text.returncode == 0, text.stderr
+    assert "Suggested roles" in text.stdout and "head  1" in text.stdout
+    data = json.loads(rlark("plan", "config", "-c", "train", "-o", "json", cwd=project).stdout)
+    assert data["num_nodes"] == 3 and data["node_groups"] == {"head": [0], "pool": [1, 2]}
+    assert data["components"]["rollout"]["node_ranks"] == [1, 2]
+    assert [(r["name"], r["workers"], r["node_ranks"]) for r in data["roles"]] == [
+        ("head", 1, [0]), ("pool", 2, [1, 2])]
+    assert data["job"]["spec"]["rlinf"] == {"configDir": "config", "configName": "train"}
+    assert set(data) >= {"num_nodes", "node_groups", "components", "roles", "job", "findings"}
+    as_yaml = yaml.safe_load(rlark("plan", "config/train.yaml", "-o", "yaml", cwd=project).stdout)
+    assert as_yaml["roles"] == data["roles"]
+    # the suggested Job, saved next to where plan ran, passes `rlark check`
+    (project / "job.yaml").write_text(yaml.safe_dump(data["job"]))
+    checked = rlark("check", "job.yaml", "-o", "json", cwd=project)
+    assert checked.returncode == 0, checked.stdout
+    assert codes(json.loads(checked.stdout)["findings"]) == ["PathNotMounted"]
+
+
+def test_cli_plan_errors_exit_1(project):
+    (project / "config" / "twice.yaml").write_text(
+        "cluster: {num_nodes: 1, component_placement: {actor: all, 'actor,env': all}}\n")
+    proc = rlark("plan", "config/twice.yaml", "-O", "cluster.num_nodes=1", cwd=project)
+    assert proc.returncode == 1 and "ComponentPlacedTwice" in proc.stdout
+    proc = rlark("plan", "config/nothing.yaml", "-o", "json", cwd=project)
+    assert proc.returncode == 1
+    assert codes(json.loads(proc.stdout)["findings"]) == ["RLinfConfigNotFound"]
+    proc = rlark("plan", "config", cwd=project)
+    assert proc.returncode == 1 and "--config-name" in proc.stderr
+    proc = rlark("plan", "config/train.yaml", "-o", "xml", cwd=project)
+    assert proc.returncode == 1 and "text, json or yaml" in proc.stderr
+
+
+def test_cli_check(project):
+    (project / "short.yaml").write_text(job_yaml("short", pool=1, working_dir="."))
+    proc = rlark("check", "short.yaml", "-o", "json", cwd=project)
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    assert result["valid"] is False and "WorkersMismatch" in codes(result["findings"])
+    text = rlark("check", "short.yaml", cwd=project)
+    assert text.returncode == 1 and "WorkersMismatch" in text.stdout and "invalid" in text.stdout
+    # an explicit config that is not there is an error; overrides apply
+    proc = rlark("check", "short.yaml", "--rlinf-config", "config/none.yaml", "-o", "json", cwd=project)
+    assert proc.returncode == 1
+    assert [(f["code"], f["severity"]) for f in json.loads(proc.stdout)["findings"]] == [
+        ("RLinfConfigNotFound", "error")]
+    fixed = rlark("check", "short.yaml", "-O", "cluster.num_nodes=2", "-O",
+                  "cluster.node_groups.1.node_ranks=1", "-O",
+                  "cluster.component_placement.rollout.placement=0", "-o", "json", cwd=project)
+    assert fixed.returncode == 0, fixed.stdout
+
+
+def test_cli_check_quickstart():
+    proc = rlark("check", str(QUICKSTART))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "valid" in proc.stdout
+
+
+def test_cli_help_teaches():
+    plan_help = rlark("plan", "--help").stdout
+    for needle in ("--gpus-per-node", "--override", "node_groups", "head role", "Role names"):
+        assert needle in plan_help, needle
+    check_help = rlark("check", "--help").stdout
+    for needle in ("--rlinf-config", "cluster.num_nodes", "placeholders", "status 1"):
+        assert needle in check_help, needle
+
+
+class LiveServer:
+    """uvicorn serving the API (no controller) in a thread, for the CLI."""
+
+    def __init__(self, store: Store):
+        self.url = f"http://127.0.0.1:{free_port()}"
+        config = uvicorn.Config(create_app(JobService(store)), host="127.0.0.1",
+                                port=int(self.url.rsplit(":", 1)[1]), log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "LiveServer":
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+def test_cli_submit_refuses_and_describe_shows_warnings(store, project):
+    (project / "short.yaml").write_text(job_yaml("short", pool=1, working_dir="."))
+    (project / "ok.yaml").write_text(job_yaml("ok", working_dir="."))
+    with LiveServer(store) as server:
+        env = {"RLARK_SERVER": server.url}
+        refused = rlark("submit", "short.yaml", cwd=project, env=env)
+        assert refused.returncode == 1 and "WorkersMismatch" in refused.stderr
+        submitted = rlark("submit", "ok.yaml", cwd=project, env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        assert "PathNotMounted" in submitted.stderr  # the server's warning is shown at once
+        described = rlark("describe", "job", "ok", cwd=project, env=env)
+        assert described.returncode == 0, described.stderr
+        assert "PathNotMounted" in described.stdout and "runner.output_dir" in described.stdout
+    assert n_jobs(store) == 1
+
+
+
+def test_faq_examples_say_what_the_faq_shows():
+    """docs/faq.md: one role per component is warned about; one role per node group is clean."""
+    from rlark.rlinf_config import preflight_job
+
+    docs = REPO / "docs" / "examples"
+    for name, expected in (("job-per-component.yaml", ["RoleNamedLikeComponent"] * 2),
+                           ("job-per-node-group.yaml", [])):
+        job, findings = load_job((docs / name).read_bytes())
+        assert job is not None and findings == []
+        job = resolve_relative_paths(job, str(docs))
+        assert codes(preflight_job(job)) == expected, name
