@@ -33,12 +33,19 @@ from rlark.controller.phases import (
 )
 from rlark.record import build_record
 from rlark.ranks import plan_workers, rank_ranges
-from rlark.runtimes.base import LaunchSpec, bootstrap_env
-from rlark.runtimes.local_ports import can_bind, pick_loopback, pick_port_block, port_layout
+from rlark.runtimes.base import LaunchSpec, Taken, WorkerRef, bootstrap_env
 from rlark.spec import Job
 from rlark.store import EventRow, JobRow, RunRow, Store, TaskRow, WorkerRow
 
 log = logging.getLogger("rlark.controller")
+
+#: SQL form of WorkerRow.launched
+LAUNCHED = or_(WorkerRow.pid.is_not(None), WorkerRow.handle.is_not(None))
+
+
+def ref(w: WorkerRow) -> WorkerRef:
+    """The runtime's handle on a Worker row."""
+    return WorkerRef(name=w.name, pid=w.pid, pid_started=w.pid_started, handle=w.handle)
 
 
 def utcnow() -> datetime:
@@ -147,8 +154,8 @@ class Controller:
                                            "the RLark server is shutting down")
                     )
                 for w in run.workers:
-                    if w.pid and not w.released:
-                        self.runtime.signal_stop(w.pid, w.pid_started)
+                    if w.launched and not w.released:
+                        self.runtime.signal_stop(ref(w))
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             if not self._teardown_pass(force=False):
@@ -168,11 +175,11 @@ class Controller:
         alive = False
         with self.store.session() as s:
             for w in s.scalars(select(WorkerRow).where(WorkerRow.released.is_(False))).all():
-                if w.pid is None:
+                if not w.launched:
                     w.released = True
                     continue
                 if force:
-                    self.runtime.kill(w.pid, w.pid_started)
+                    self.runtime.kill(ref(w))
                 if self._observe_release(w):
                     continue
                 alive = True
@@ -192,8 +199,7 @@ class Controller:
                     or_(
                         RunRow.phase.in_(ACTIVE),
                         RunRow.id.in_(
-                            select(WorkerRow.run_id).where(WorkerRow.released.is_(False),
-                                                           WorkerRow.pid.is_not(None))
+                            select(WorkerRow.run_id).where(WorkerRow.released.is_(False), LAUNCHED)
                         ),
                     )
                 )
@@ -220,8 +226,8 @@ class Controller:
             ).all()
             for run in runs:
                 for w in run.workers:
-                    if w.pid and not w.released:
-                        self.runtime.kill(w.pid, w.pid_started)
+                    if w.launched and not w.released:
+                        self.runtime.kill(ref(w))
                 if run.phase == Phase.stopping.value:
                     t = Transition(Phase.stopped.value, "ControllerRestarted",
                                    "the RLark server restarted while the Run was stopping")
@@ -246,7 +252,7 @@ class Controller:
                 self._transition(s, run, t)
         if run.phase in TERMINAL or run.phase == Phase.stopping.value:
             self._teardown(s, run)
-        if run.phase in TERMINAL and all(w.released or w.pid is None for w in run.workers):
+        if run.phase in TERMINAL and all(w.released or not w.launched for w in run.workers):
             self._finish(s, run)
         self._sync_tasks(run)
         if job.current_run_id == run.id:
@@ -256,7 +262,7 @@ class Controller:
         for other in run.job.runs:
             if other.id == run.id:
                 continue
-            if other.phase in ACTIVE or any(not w.released and w.pid for w in other.workers):
+            if other.phase in ACTIVE or any(not w.released and w.launched for w in other.workers):
                 if other.phase in ACTIVE and other.phase != Phase.stopping.value:
                     other.stop_requested = True  # a restart replaces the active Run
                 return True
@@ -274,71 +280,48 @@ class Controller:
     def _launch_workers(self, s: Session, run: RunRow) -> None:
         job = Job.model_validate(run.spec)
         planned = {w.node_rank: w for w in plan_workers(job)}
-        # Allocation is serialised by this single controller thread; the store tells which
+        # Placement is serialised by this single controller thread; the store tells which
         # addresses and port blocks live Workers hold (also those of other Runs).
         live = s.execute(
-            select(WorkerRow.node_ip, WorkerRow.port_base).where(
-                WorkerRow.released.is_(False), WorkerRow.pid.is_not(None)
-            )
+            select(WorkerRow.node_ip, WorkerRow.port_base).where(WorkerRow.released.is_(False), LAUNCHED)
         ).all()
-        used_ips = {ip for ip, _ in live if ip}
-        used_bases = {b for _, b in live if b is not None}
+        taken = Taken(ips=frozenset(ip for ip, _ in live if ip),
+                      port_bases=frozenset(b for _, b in live if b is not None))
+        placement = self.runtime.place(job, run.uid, list(planned.values()), taken)
         rows = sorted(run.workers, key=lambda w: w.node_rank)
-        for w in rows:
-            w.node_ip = pick_loopback(used_ips)
-            used_ips.add(w.node_ip)
-            w.port_base = pick_port_block(
-                used_bases, lambda base, ip=w.node_ip: can_bind(ip, range(base, base + 64))
-            )
-            used_bases.add(w.port_base)
-        head = rows[0]
-        head_address = f"{head.node_ip}:{port_layout(head.port_base)['gcs']}"
         log_dir = settings.logs_dir() / run.job.name / str(run.number)
-        tmp_root = Path(settings.ray_tmp_root())
         self._transition(s, run, Transition(Phase.starting.value, "Launching",
                                             f"starting {len(rows)} Workers"))
         run.started_at = utcnow()
         for w in rows:
-            ports = {k: v for k, v in port_layout(w.port_base).items() if k != "gcs"}
+            place = placement.workers[w.node_rank]
+            w.node_ip, w.port_base, w.ray_temp_dir = place.node_ip, place.port_base, place.ray_temp_dir
             w.log_path = str(log_dir / f"{w.name}.log")
-            w.ray_temp_dir = str(tmp_root / f"{run.uid}-{w.node_rank}")
-            role = job.role(w.role)
             env = bootstrap_env(
                 job,
                 planned[w.node_rank],
                 run_uid=run.uid,
-                head_address=head_address,
-                node_ip=w.node_ip,
-                ray_ports=ports,
-                ray_temp_dir=w.ray_temp_dir,
+                head_address=placement.head_address,
+                node_ip=place.node_ip,
+                ray_ports=place.ray_ports,
+                ray_temp_dir=place.ray_temp_dir,
             )
             try:
                 launched = self.runtime.launch(
-                    LaunchSpec(
-                        worker=planned[w.node_rank],
-                        env=env,
-                        log_path=w.log_path,
-                        python=role.local.python if role else None,
-                        node_ip=w.node_ip,
-                        port_base=w.port_base,
-                        ray_temp_dir=w.ray_temp_dir,
-                    )
+                    LaunchSpec(job=job, run_uid=run.uid, worker=planned[w.node_rank], env=env,
+                               log_path=w.log_path, place=place)
                 )
             except Exception as exc:  # e.g. the role's interpreter does not exist
                 w.phase, w.reason, w.message = "Failed", "LaunchFailed", str(exc)
                 w.released = True
                 self._transition(s, run, Transition(Phase.failed.value, "LaunchFailed",
                                                     f"Worker {w.name}: {exc}"))
-                for other in rows:
-                    if other.pid:
-                        self.runtime.signal_stop(other.pid, other.pid_started)
-                run.stop_deadline = time.time() + self._grace(run)
                 return
-            w.pid, w.pid_started = launched.pid, launched.pid_started
+            w.pid, w.pid_started, w.handle = launched.pid, launched.pid_started, launched.handle
             w.phase = "Starting"
             w.started_at = utcnow()
         add_event(s, run.job_id, "Launched",
-                  f"{len(rows)} Workers started; head {head.name} at {head_address}",
+                  f"{len(rows)} Workers started; head {rows[0].name} at {placement.head_address}",
                   run_number=run.number)
 
     # --- observing --------------------------------------------------------------------------------
@@ -375,8 +358,14 @@ class Controller:
             if events:
                 # _apply_joined may have marked this Worker joined meanwhile: merge, keep both
                 w.lifecycle = {**(w.lifecycle or {}), **life}
-            if w.pid is not None and not life.get("gone"):
-                seen = self.runtime.observe(w.pid, w.pid_started)
+            if w.launched and not life.get("gone"):
+                seen = self.runtime.observe(ref(w))
+                if seen.failure and not life.get("failed"):
+                    # the runtime knows why the Worker cannot run (a Pod's ImagePull...)
+                    reason, message = seen.failure
+                    life["failed"] = {"reason": reason, "message": message, "ts": time.time(),
+                                      "source": "runtime"}
+                    w.lifecycle = {**(w.lifecycle or {}), **life}
                 if not seen.alive:
                     # read what the Worker wrote just before it ended
                     events, w.log_offset = read_new_events(w.log_path, w.log_offset)
@@ -425,8 +414,8 @@ class Controller:
                     role=w.role,
                     node_rank=w.node_rank,
                     is_head=w.is_head,
-                    launched=w.pid is not None,
-                    alive=w.pid is not None and not life.get("gone"),
+                    launched=w.launched,
+                    alive=w.launched and not life.get("gone"),
                     exit_code=w.exit_code,
                     failed=life.get("failed"),
                     running=bool(life.get("running")),
@@ -465,8 +454,8 @@ class Controller:
                 # a head whose run script finished is already on its way out: let it exit with
                 # its own code (it is still killed if it outlives the grace period)
                 finishing = (w.lifecycle or {}).get("run_finished") and t.to != Phase.stopping.value
-                if w.pid and not w.released and not finishing:
-                    self.runtime.signal_stop(w.pid, w.pid_started)
+                if w.launched and not w.released and not finishing:
+                    self.runtime.signal_stop(ref(w))
             run.stop_deadline = time.time() + self._grace(run)
         if failed:
             self._maybe_retry(s, run)
@@ -497,15 +486,15 @@ class Controller:
     def _teardown(self, s: Session, run: RunRow) -> None:
         overdue = run.stop_deadline is not None and time.time() > run.stop_deadline
         for w in run.workers:
-            if w.released or w.pid is None:
+            if w.released or not w.launched:
                 continue
             if overdue:
-                self.runtime.kill(w.pid, w.pid_started)
+                self.runtime.kill(ref(w))
             self._observe_release(w)
 
     def _observe_release(self, w: WorkerRow) -> bool:
         """Mark the Worker released (ports and address free again) once its processes are gone."""
-        seen = self.runtime.observe(w.pid, w.pid_started)
+        seen = self.runtime.observe(ref(w))
         if seen.alive:
             return False
         life = dict(w.lifecycle or {})
@@ -529,14 +518,14 @@ class Controller:
             else:
                 w.phase = "Stopped" if life.get("stopped") or w.exit_code in (143, 137) else "Exited"
         w.released = True
-        if hasattr(self.runtime, "forget"):
-            self.runtime.forget(w.pid)
+        self.runtime.forget(ref(w))
         if w.ray_temp_dir and not settings.keep_ray_temp():
             shutil.rmtree(w.ray_temp_dir, ignore_errors=True)
         return True
 
     def _finish(self, s: Session, run: RunRow) -> None:
         if run.record is None:
+            self.runtime.end_run(run.uid)
             run.record = build_record(run.job, run, run.workers, settings.logs_dir())
 
     def _sync_tasks(self, run: RunRow) -> None:
@@ -554,7 +543,7 @@ class Controller:
             jobs = s.scalars(select(JobRow).where(JobRow.delete_requested.is_(True))).all()
             for job in jobs:
                 busy = any(
-                    r.phase in ACTIVE or any(not w.released and w.pid for w in r.workers)
+                    r.phase in ACTIVE or any(not w.released and w.launched for w in r.workers)
                     for r in job.runs
                 )
                 if busy:

@@ -122,48 +122,107 @@ def bootstrap_env(
     return env
 
 
+@dataclass(frozen=True)
+class WorkerRef:
+    """How a runtime finds a Worker it started: a process (local) or an object name (a Pod)."""
+
+    name: str
+    pid: int | None = None
+    pid_started: float | None = None  # process start time (seconds since the epoch)
+    handle: str | None = None  # runtime-specific id, e.g. the Pod name
+
+
+@dataclass
+class WorkerPlace:
+    """Where one Worker's Ray node lives: its address, ports and Ray temp dir (None = Ray's
+    defaults, as in a Pod with its own network namespace)."""
+
+    node_ip: str | None = None
+    port_base: int | None = None
+    ray_ports: dict[str, int] = field(default_factory=dict)
+    ray_temp_dir: str | None = None
+
+
+@dataclass
+class Placement:
+    """A Run's placement: the head's GCS address and each Worker's place, by node rank."""
+
+    head_address: str
+    workers: dict[int, WorkerPlace]
+
+
+@dataclass(frozen=True)
+class Taken:
+    """Addresses and port blocks live Workers of any Run hold now (from the store)."""
+
+    ips: frozenset[str] = frozenset()
+    port_bases: frozenset[int] = frozenset()
+
+
 @dataclass
 class LaunchSpec:
     """One Worker to start: who it is, its bootstrap environment, where its log goes."""
 
+    job: Job
+    run_uid: str
     worker: PlannedWorker
     env: dict[str, str]
     log_path: str
+    place: WorkerPlace
     python: str | None = None
-    node_ip: str | None = None
-    port_base: int | None = None
-    ray_temp_dir: str | None = None
 
 
 @dataclass
 class Launched:
     """What a runtime returns for a started Worker (stored on the Worker row)."""
 
-    pid: int | None
-    pid_started: float | None
+    pid: int | None = None
+    pid_started: float | None = None
+    handle: str | None = None
 
 
 @dataclass
 class Observed:
-    """What a runtime sees of a Worker now."""
+    """What a runtime sees of a Worker now.
+
+    ``failure`` is a runtime-level reason and message when the runtime itself knows why the
+    Worker cannot run (a Pod's ``ImagePull``, ``Unschedulable``, ``OOMKilled``...); the state
+    machine fails the Run with it."""
 
     alive: bool
     exit_code: int | None = None  # None while alive, or when the runtime cannot know
+    failure: tuple[str, str] | None = None
 
 
 class Runtime(Protocol):
-    """Where Workers run. Implementations: ``local`` (process groups), ``kubernetes`` (Pods)."""
+    """Where Workers run. Implementations: ``local`` (process groups); ``kubernetes`` (Pods).
+
+    Every method returns quickly; nothing here decides a Run's fate."""
 
     name: str
 
-    def launch(self, spec: LaunchSpec) -> Launched:
-        """Start one Worker; return at once (do not wait for Ray)."""
+    def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken) -> Placement:
+        """Choose the head address and every Worker's address/ports/temp dir for a new Run.
 
-    def observe(self, pid: int | None, pid_started: float | None) -> Observed:
+        Raises:
+            RuntimeError: no room (e.g. no free port block); the Run fails with LaunchFailed.
+        """
+
+    def launch(self, spec: LaunchSpec) -> Launched:
+        """Start one Worker; return at once (do not wait for Ray). Its stdout/stderr must end up
+        in ``spec.log_path`` (the controller reads lifecycle lines from there)."""
+
+    def observe(self, ref: WorkerRef) -> Observed:
         """Is the Worker still alive, and if not, its exit code when known."""
 
-    def signal_stop(self, pid: int | None, pid_started: float | None) -> None:
+    def signal_stop(self, ref: WorkerRef) -> None:
         """Ask the Worker to stop (SIGTERM to its group / delete its Pod)."""
 
-    def kill(self, pid: int | None, pid_started: float | None) -> None:
+    def kill(self, ref: WorkerRef) -> None:
         """Stop the Worker now (SIGKILL to its group / force-delete its Pod)."""
+
+    def forget(self, ref: WorkerRef) -> None:
+        """The Worker's end is recorded; drop what the runtime keeps about it."""
+
+    def end_run(self, run_uid: str) -> None:
+        """Every Worker of the Run is gone: remove what the Run alone needed (Services...)."""

@@ -18,7 +18,19 @@ from pathlib import Path
 
 import psutil
 
-from rlark.runtimes.base import LaunchSpec, Launched, Observed
+from rlark import settings
+from rlark.ranks import PlannedWorker
+from rlark.runtimes.base import (
+    LaunchSpec,
+    Launched,
+    Observed,
+    Placement,
+    Taken,
+    WorkerPlace,
+    WorkerRef,
+)
+from rlark.runtimes.local_ports import BLOCK_SIZE, can_bind, pick_loopback, pick_port_block, port_layout
+from rlark.spec import Job
 
 BOOTSTRAP_FILE = Path(__file__).resolve().parent.parent / "bootstrap" / "worker.py"
 
@@ -63,8 +75,31 @@ class LocalRuntime:
         self.namespace = use_pid_namespace()
         self._procs: dict[int, subprocess.Popen] = {}
 
+    def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken) -> Placement:
+        """Each Worker gets the lowest free loopback address from 127.0.0.2 and the lowest free
+        block of 64 ports in 20000-32767 (free: held by no live Worker in the store and bindable
+        now); its Ray temp dir is ``$RLARK_RAY_TMP/<run uid>-<rank>``."""
+        ips, bases = set(taken.ips), set(taken.port_bases)
+        tmp_root = Path(settings.ray_tmp_root())
+        places: dict[int, WorkerPlace] = {}
+        for w in sorted(workers, key=lambda w: w.node_rank):
+            ip = pick_loopback(ips)
+            base = pick_port_block(bases, lambda b, ip=ip: can_bind(ip, range(b, b + BLOCK_SIZE)))
+            ips.add(ip)
+            bases.add(base)
+            places[w.node_rank] = WorkerPlace(
+                node_ip=ip,
+                port_base=base,
+                ray_ports={k: v for k, v in port_layout(base).items() if k != "gcs"},
+                ray_temp_dir=str(tmp_root / f"{run_uid}-{w.node_rank}"),
+            )
+        head = places[0]
+        return Placement(head_address=f"{head.node_ip}:{port_layout(head.port_base)['gcs']}",
+                         workers=places)
+
     def launch(self, spec: LaunchSpec) -> Launched:
-        python = python_for(spec.python)
+        role = spec.job.role(spec.worker.role)
+        python = python_for(role.local.python if role else None)
         if not os.access(python, os.X_OK):
             raise FileNotFoundError(
                 f"the Python interpreter {python!r} for role {spec.worker.role!r} does not exist "
@@ -100,10 +135,10 @@ class LocalRuntime:
         except psutil.NoSuchProcess:
             return False
 
-    def observe(self, pid: int | None, pid_started: float | None) -> Observed:
-        if pid is None:
+    def observe(self, ref: WorkerRef) -> Observed:
+        if ref.pid is None:
             return Observed(alive=False)
-        proc = self._procs.get(pid)
+        proc = self._procs.get(ref.pid)
         if proc is not None:
             code = proc.poll()
             if code is None:
@@ -111,27 +146,30 @@ class LocalRuntime:
             if code < 0:
                 code = 128 - code  # killed by signal N -> 128+N, as shells report it
             return Observed(alive=False, exit_code=code)
-        return Observed(alive=self._same_process(pid, pid_started))
+        return Observed(alive=self._same_process(ref.pid, ref.pid_started))
 
-    def _signal_group(self, pid: int | None, pid_started: float | None, sig: int) -> None:
-        if pid is None:
+    def _signal_group(self, ref: WorkerRef, sig: int) -> None:
+        if ref.pid is None:
             return
-        if pid not in self._procs and not self._same_process(pid, pid_started):
+        if ref.pid not in self._procs and not self._same_process(ref.pid, ref.pid_started):
             return
         try:
-            os.killpg(pid, sig)  # the Worker is a session leader: its pgid is its pid
+            os.killpg(ref.pid, sig)  # the Worker is a session leader: its pgid is its pid
         except (ProcessLookupError, PermissionError):
             pass
 
-    def signal_stop(self, pid: int | None, pid_started: float | None) -> None:
-        self._signal_group(pid, pid_started, signal.SIGTERM)
+    def signal_stop(self, ref: WorkerRef) -> None:
+        self._signal_group(ref, signal.SIGTERM)
 
-    def kill(self, pid: int | None, pid_started: float | None) -> None:
-        self._signal_group(pid, pid_started, signal.SIGKILL)
+    def kill(self, ref: WorkerRef) -> None:
+        self._signal_group(ref, signal.SIGKILL)
 
-    def forget(self, pid: int | None) -> None:
+    def forget(self, ref: WorkerRef) -> None:
         """Drop the ``Popen`` of a Worker whose exit has been recorded."""
-        if pid is not None:
-            proc = self._procs.pop(pid, None)
+        if ref.pid is not None:
+            proc = self._procs.pop(ref.pid, None)
             if proc is not None:
                 proc.poll()
+
+    def end_run(self, run_uid: str) -> None:
+        """Nothing is shared between a local Run's Workers beyond what each Worker owns."""

@@ -417,7 +417,7 @@ class JobService:
         with self.store.session() as s:
             job = self._job(s, name)
             busy = any(
-                r.phase in ACTIVE or any(not w.released and w.pid for w in r.workers)
+                r.phase in ACTIVE or any(not w.released and w.launched for w in r.workers)
                 for r in job.runs
             )
             if not busy:

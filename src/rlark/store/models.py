@@ -152,6 +152,8 @@ class WorkerRow(Base):
     port_base: Mapped[int | None] = mapped_column(Integer, nullable=True)
     pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     pid_started: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: runtime-specific id of a Worker that is not a local process (e.g. its Pod's name)
+    handle: Mapped[str | None] = mapped_column(String(253), nullable=True)
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     log_offset: Mapped[int] = mapped_column(BigInteger, default=0)
     ray_temp_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -168,6 +170,11 @@ class WorkerRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
     run: Mapped[RunRow] = relationship(back_populates="workers")
+
+    @property
+    def launched(self) -> bool:
+        """The runtime started this Worker (a process or an object exists or existed)."""
+        return self.pid is not None or self.handle is not None
 
 
 class EventRow(Base):
