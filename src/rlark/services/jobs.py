@@ -324,11 +324,7 @@ class JobService:
         with self.store.session() as s:
             job = self._job(s, name)
             job.desired = "Stopped"
-            run = self._current(s, job)
-            if run is not None and run.phase in ACTIVE and not run.stop_requested:
-                run.stop_requested = True
-                add_event(s, job.id, "StopRequested", "stop requested by the user",
-                          run_number=run.number)
+            self._request_stop(s, job, "stop requested by the user")
             out = self._detail(s, job)
         self.wake()
         return out
@@ -358,14 +354,17 @@ class JobService:
             job = self._job(s, name)
             if job.delete_requested:
                 raise Conflict(f"Job {name!r} is being deleted")
-            run = self._current(s, job)
-            if run is not None and run.phase in ACTIVE and not run.stop_requested:
-                run.stop_requested = True
-                add_event(s, job.id, "StopRequested", "restart requested by the user",
-                          run_number=run.number)
+            self._request_stop(s, job, "restart requested by the user")
             out = self._new_run(s, job, "Restarted")
         self.wake()
         return out
+
+    def _request_stop(self, s: Session, job: JobRow, why: str) -> None:
+        """Ask the controller to stop the Job's current Run if it is active (once)."""
+        run = self._current(s, job)
+        if run is not None and run.phase in ACTIVE and not run.stop_requested:
+            run.stop_requested = True
+            add_event(s, job.id, "StopRequested", why, run_number=run.number)
 
     def _new_run(self, s: Session, job: JobRow, cause: str) -> dict[str, Any]:
         job.desired = "Running"
@@ -402,11 +401,7 @@ class JobService:
             row.labels = dict(job.metadata.labels)
             row.findings = [f.model_dump(mode="json") for f in findings]
             add_event(s, row.id, "SpecUpdated", "the Job spec was replaced")
-            run = self._current(s, row)
-            if run is not None and run.phase in ACTIVE and not run.stop_requested:
-                run.stop_requested = True
-                add_event(s, row.id, "StopRequested", "stopped to run the new spec",
-                          run_number=run.number)
+            self._request_stop(s, row, "stopped to run the new spec")
             out = self._new_run(s, row, "Updated")
         self.wake()
         return out
