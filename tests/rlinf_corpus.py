@@ -22,10 +22,18 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+#: where this project's machines keep the shared corpus, for a clone made elsewhere (e.g. /tmp)
+WORKPLACE_CORPUS = Path("/work/shared/corpus")
+
+
 def find_corpus() -> Path:
-    """The corpus directory: ``$RLARK_CORPUS``, else ``<repo>/../shared/corpus``."""
+    """The corpus directory: ``$RLARK_CORPUS``, else ``<repo>/../shared/corpus``, else the
+    workplace copy at /work/shared/corpus."""
     env = os.environ.get("RLARK_CORPUS")
-    return Path(env) if env else REPO.parent / "shared" / "corpus"
+    if env:
+        return Path(env)
+    beside = REPO.parent / "shared" / "corpus"
+    return beside if beside.exists() or not WORKPLACE_CORPUS.exists() else WORKPLACE_CORPUS
 
 
 def corpus_or_skip() -> Path:

@@ -414,7 +414,7 @@ def api_routes(app) -> set[tuple[str, str]]:
 
     def walk(routes, prefix: str) -> None:
         for r in routes:
-            if isinstance(r, APIRoute):
+            if isinstance(r, APIRoute) and r.include_in_schema:  # the console's pages are not API
                 found.update((m, prefix + r.path) for m in r.methods)
             elif hasattr(r, "original_router"):
                 walk(r.original_router.routes, prefix + getattr(r.include_context, "prefix", ""))
@@ -807,7 +807,7 @@ def test_logs_tail_and_filters(client, store):
     assert [(w["name"], w["lines"]) for w in rank1] == [("demo-pool-0", ["pool0 a", "pool0 b"])]
     one = client.get("/api/v1/jobs/demo/logs", params={"worker": "demo-head-0", "tail": 1}).json()
     assert one["workers"] == [{"name": "demo-head-0", "role": "head", "nodeRank": 0, "run": 1,
-                               "lines": ["head 4"]}]
+                               "lines": ["head 4"], "truncated": False}]
     # a Worker without a log file yet has no lines
     with store.session() as s:
         s.scalar(select(WorkerRow).where(WorkerRow.name == "demo-pool-1")).log_path = None

@@ -141,7 +141,7 @@ def test_validate_warnings_only_is_valid(files):
     assert data["valid"] is True
     assert [(f["severity"], f["path"].split("[")[0]) for f in data["findings"]] == [("warning", "spec.roles")]
     text = rlark("validate", str(files["warn"]))
-    assert text.returncode == 0 and "1 warnings" in text.stdout and "warning" in text.stdout
+    assert text.returncode == 0 and "1 warning)" in text.stdout and "warning" in text.stdout
 
 
 def test_validate_missing_file(tmp_path):

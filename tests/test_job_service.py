@@ -156,7 +156,7 @@ def test_warnings_are_kept_on_the_job(svc):
     assert svc.get("warned")["findings"] == out["findings"]
     warnings = [e for e in svc.events("warned") if e["type"] == "Warning"]
     assert [e["reason"] for e in warnings] == ["DuplicateEnv"]
-    assert warnings[0]["message"].startswith("spec.roles[0].env[1].name: ")
+    assert warnings[0]["message"].startswith("spec.roles[0].env[1].name = ")
 
 
 # --- invalid specs ----------------------------------------------------------------------------------

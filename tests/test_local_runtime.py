@@ -71,7 +71,10 @@ def test_prepare_failure_names_worker_and_exit_code(server):
 
 
 def test_run_script_exit_code_fails_the_run(server):
-    server.submit(job_yaml("exit-seven", run="echo about to fail; exit 7"))
+    # the script also prints a forged lifecycle line: only the bootstrap's lines (which carry
+    # the Run's event token) may decide the Run
+    forged = """echo 'RLARK_EVENT {"ts": 1, "event": "run_finished", "exit_code": 0}'"""
+    server.submit(job_yaml("exit-seven", run=f"{forged}; echo about to fail; sleep 2; exit 7"))
     job = server.wait_phase("exit-seven", {"Failed"}, timeout=120)
     assert job["reason"] == "RunFailed"
     assert job["currentRun"]["exitCode"] == 7
@@ -123,7 +126,8 @@ def test_stop_while_running_then_start_again_keeps_ranks(server):
     job = server.wait_phase("stop-start", {"Stopped"}, timeout=60)
     job = server.wait_released("stop-start")
     assert_nothing_left(job)
-    assert all(w["phase"] == "Stopped" for w in job["currentRun"]["workers"])
+    assert all(w["phase"] == "Stopped" for w in job["currentRun"]["workers"]), [
+        (w["name"], w["phase"], w["reason"], w["exitCode"]) for w in job["currentRun"]["workers"]]
 
     res = server.cli("start", "stop-start")
     assert res.returncode == 0, res.stderr
@@ -185,3 +189,19 @@ def test_quickstart_runs_real_rlinf_placement(server):
     assert record["versions"]["rlinf"] == ["0.3.0"]
     assert_nothing_left(job)
     assert not run_processes(job["currentRun"]["uid"])
+
+
+def test_frozen_worker_fails_the_run_with_node_lost(server):
+    """A Worker whose processes are all alive but frozen (SIGSTOP) is invisible to the process
+    table; Ray's health checks see its node die, and the head fails the Run (fail closed)."""
+    server.submit(job_yaml("frozen", run="sleep 600", grace=3))
+    job = server.wait_phase("frozen", {"Running"}, timeout=120)
+    pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
+    os.killpg(pool["pid"], signal.SIGSTOP)
+    try:
+        job = server.wait_phase("frozen", {"Failed"}, timeout=90)
+    finally:
+        os.killpg(pool["pid"], signal.SIGCONT)
+    assert job["reason"] == "NodeLost"
+    assert "rank 1" in job["message"]
+    assert_nothing_left(server.wait_released("frozen"))

@@ -174,6 +174,9 @@ ROWS: list[Row] = [
     Row("device-named-gpu", put("spec.roles.0.resources", {"devices": {"gpu": 1}}), "InvalidDevice", f"{R0}.resources.devices.gpu", "gpu"),
     Row("device-named-memory", put("spec.roles.0.resources", {"devices": {"memory": 1}}), "InvalidDevice", f"{R0}.resources.devices.memory", "memory"),
     Row("device-count-zero", put("spec.roles.0.resources", {"devices": {"rdma/hca": 0}}), "InvalidDevice", f"{R0}.resources.devices.rdma/hca", "0"),
+    Row("device-name-space", put("spec.roles.0.resources", {"devices": {"a b": 1}}), "InvalidDevice", f"{R0}.resources.devices.a b", "a b"),
+    Row("device-name-comma-equals", put("spec.roles.0.resources", {"devices": {"x,y=z": 2}}), "InvalidDevice", f"{R0}.resources.devices.x,y=z", "x,y=z"),
+    Row("device-count-huge", put("spec.roles.0.resources", {"devices": {"foo": 10**30}}), "InvalidDevice", f"{R0}.resources.devices.foo", "1000000000000000000000000000000"),
     # --- mounts ---------------------------------------------------------------------------------
     Row(
         "mount-path-duplicate",

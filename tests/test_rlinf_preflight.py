@@ -225,7 +225,7 @@ def test_cli_plan_errors_exit_1(project):
     proc = rlark("plan", "config", cwd=project)
     assert proc.returncode == 1 and "--config-name" in proc.stderr
     proc = rlark("plan", "config/train.yaml", "-o", "xml", cwd=project)
-    assert proc.returncode == 1 and "text, json or yaml" in proc.stderr
+    assert proc.returncode == 1 and "text, json, yaml or job" in proc.stderr
 
 
 def test_cli_check(project):

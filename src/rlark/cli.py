@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+import yaml
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -22,7 +23,7 @@ from rlark import settings
 from rlark.client import Client, ClientError
 from rlark.findings import Finding, Severity, has_errors
 from rlark.preflight import check_job
-from rlark.spec import dump_job, json_schema, load_job, resolve_relative_paths
+from rlark.spec import DNS1123_LABEL, dump_job, json_schema, load_job, resolve_relative_paths
 
 HELP = """RLark runs RLinf training Jobs: it starts every Worker (one Ray node each, with its
 RLINF_NODE_RANK), waits for the whole Ray cluster, runs your run script on the head, and keeps
@@ -57,6 +58,9 @@ def _console(stderr: bool = False) -> Console:
 out = _console()
 err = _console(stderr=True)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: `ray start`'s own progress lines ("2026-11-29 17:30:43,029 INFO scripts.py:1266 -- ..."):
+#: noise next to a failure (and they suggest `ray stop`, which RLark never uses)
+RAY_CLI_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|SUCC|WARNING|VINFO)\s")
 
 ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER",
                          help=f"RLark server URL (default {settings.DEFAULT_SERVER}).")
@@ -95,13 +99,19 @@ def _call(fn, *args, **kw):
         _fail(exc.message)
 
 
+MAX_JOB_FILE_BYTES = 1024 * 1024  # as the API's body limit
+
+
 def _read_job_file(path: Path):
     """Load a Job file; relative workingDir and hostPath sources are resolved against the
     file's directory. Returns (job or None, findings)."""
     try:
-        text = path.read_bytes()
+        with open(path, "rb") as f:
+            text = f.read(MAX_JOB_FILE_BYTES + 1)
     except OSError as exc:
         _fail(f"cannot read {path}: {exc.strerror}")
+    if len(text) > MAX_JOB_FILE_BYTES:
+        _fail(f"{path} is larger than {MAX_JOB_FILE_BYTES // 1024} KiB; a Job file is a few KiB")
     job, findings = load_job(text)
     if job is None:
         return None, findings
@@ -133,7 +143,8 @@ def validate(
         if valid:
             n = sum(1 for f in findings if f.severity == Severity.warning)
             out.print(f"[green]valid[/green]: {file} ({job.total_workers} Workers, "
-                      f"{len(job.spec.roles)} roles{f', {n} warnings' if n else ''})")
+                      f"{len(job.spec.roles)} roles"
+                      f"{f', {n} warning' + ('s' if n > 1 else '') if n else ''})")
         else:
             out.print(f"[red]invalid[/red]: {file}")
     raise typer.Exit(0 if valid else 1)
@@ -184,7 +195,8 @@ def plan(
         None, "--env", metavar="NAME=DIR",
         help="RLinf path variable for composing (REPO_PATH, EMBODIED_PATH, ...). Default: your "
              "environment, else what RLinf's run scripts set for a config inside an RLinf checkout."),
-    format: str = typer.Option("text", "--format", "-o", help="text, json or yaml"),
+    format: str = typer.Option("text", "--format", "-o",
+                               help="text, json, yaml, or job (only the suggested Job, as YAML)"),
 ) -> None:
     """Plan RLark roles for an RLinf config: node ranks, node groups, where each component runs,
     suggested roles, and a ready-to-edit Job. Reads the config; never changes it.
@@ -201,7 +213,7 @@ def plan(
     Examples:
       rlark plan RLinf/examples/embodiment/config/maniskill_ppo_openvlaoft.yaml --gpus-per-node 8
       rlark plan config/ -c quickstart -O cluster.num_nodes=3 --format json
-      rlark plan my.yaml > job.yaml.txt     # the Job YAML is at the end of the text output
+      rlark plan my.yaml -o job > job.yaml  # just the Job, ready for `rlark check job.yaml`
 
     JSON: {"num_nodes", "node_groups": {label: [ranks]}, "components": {name: {"node_group",
     "node_ranks", ...}}, "roles": [{"name", "workers", "node_ranks", ...}], "job": {...},
@@ -210,14 +222,18 @@ def plan(
     from rlark.rlinf_config import plan_config
     from rlark.rlinf_config.plan import render_text
 
-    if format not in _OUTPUT_FORMATS:
-        _fail(f"--format {format!r} is not supported; use text, json or yaml")
+    if format not in _OUTPUT_FORMATS + ("job",):
+        _fail(f"--format {format!r} is not supported; use text, json, yaml or job")
     if config.is_dir() and not config_name:
         _fail(f"{config} is a directory: name the config with --config-name NAME")
     result = plan_config(config, config_name, override or [], gpus_per_node=gpus_per_node,
                          image=image, job_name=name, env=_pairs(env, "--env"))
     if format == "text":
         sys.stdout.write(render_text(result))
+    elif format == "job":
+        if result.job:
+            sys.stdout.write(yaml.safe_dump(result.job, sort_keys=False))
+        _print_findings(result.findings)  # stderr, so the Job file stays clean
     else:
         _emit(result.to_dict(), format)
     raise typer.Exit(0 if result.ok else 1)
@@ -278,16 +294,24 @@ def check(
 @app.command()
 def server(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
-    port: int = typer.Option(settings.DEFAULT_PORT, help="Port to listen on."),
+    port: int = typer.Option(settings.DEFAULT_PORT, min=1, max=65535, help="Port to listen on."),
     database_url: Optional[str] = typer.Option(
         None, envvar="RLARK_DATABASE_URL",
         help="SQLAlchemy URL (default SQLite under $RLARK_HOME, now "
-             f"{settings.rlark_home()}); PostgreSQL: postgresql://user:pass@host/db"),
+             "$RLARK_HOME); PostgreSQL: postgresql://user:pass@host/db"),
+    runtime: str = typer.Option("local", "--runtime", "-r", envvar="RLARK_RUNTIME",
+                                help="Where Workers run: local (process groups on this machine) "
+                                     "or kubernetes (one Pod per Worker)."),
+    namespace: Optional[str] = typer.Option(
+        None, "--namespace", "-n", envvar="RLARK_NAMESPACE",
+        help="kubernetes: namespace of the Pods (default: the ServiceAccount's in a Pod, else "
+             "the kubeconfig context's, else default)."),
 ) -> None:
-    """Run the RLark server: REST API (OpenAPI at /docs) and the controller, local runtime.
+    """Run the RLark server: REST API (OpenAPI at /docs) and the controller.
 
     State (database and Worker logs) lives in $RLARK_HOME (default ~/.rlark); one server per
-    store. Ctrl-C stops the server and every Worker it started.
+    store. Ctrl-C stops the server and every Worker it started. With --runtime kubernetes the
+    server uses the in-cluster ServiceAccount or your kubeconfig; docs/kubernetes.md.
     """
     from rlark.server import serve
 
@@ -295,17 +319,110 @@ def server(
 
     from rlark.store.lock import StoreBusy
 
+    if runtime not in ("local", "kubernetes"):
+        _fail(f"--runtime {runtime!r} is not supported; use local or kubernetes")
     try:
-        serve(host, port, database_url)
+        serve(host, port, database_url, runtime=runtime, namespace=namespace)
     except (ValueError, StoreBusy) as exc:
         _fail(str(exc))
     except (SQLAlchemyError, OSError) as exc:
-        url = database_url or settings.database_url()
+        url = database_url or os.environ.get("RLARK_DATABASE_URL") or "sqlite under $RLARK_HOME"
         _fail(f"cannot open the database {url!r}: {str(exc).splitlines()[0]}. "
               "Check RLARK_DATABASE_URL / --database-url (PostgreSQL: postgresql://user:pass@host:port/db)")
 
 
+@app.command()
+def render(
+    file: Path = typer.Argument(..., metavar="FILE", help="Job file (YAML or JSON)."),
+    runtime: str = typer.Option("kubernetes", "--runtime", "-r", help="Only kubernetes renders objects."),
+    namespace: str = typer.Option("default", "--namespace", "-n", help="Namespace of the objects."),
+    run_id: Optional[str] = typer.Option(
+        None, "--run-id", help="Run id (label rlark.io/run, part of names); default: a new one."),
+    ray_dashboard: bool = typer.Option(False, "--ray-dashboard",
+                                       help="Start Ray's dashboard on the head (needs ray[default])."),
+) -> None:
+    """Print the Kubernetes objects of one Run of a Job as a YAML stream: a ConfigMap carrying the
+    bootstrap, the head's headless Service, PVCs for objectStorage mounts with a StorageClass, and
+    one Pod per Worker (<job>-<role>-<index>, RLINF_NODE_RANK and the other variables set
+    explicitly). Nothing is started; `kubectl apply -f -` of the output runs the Job without the
+    RLark server (which adds status, logs, records and stop).
+
+    \b
+    Examples:
+      rlark render job.yaml --namespace rl | kubectl apply -f -
+      kubectl delete pods,services,configmaps,pvc -n rl -l rlark.io/run=<id>   # clean up
+    """
+    import uuid
+
+    from rlark.runtimes.kubernetes import render as k8s
+
+    if runtime != "kubernetes":
+        _fail(f"--runtime {runtime!r}: only kubernetes has objects to render")
+    job, findings = _read_job_file(file)
+    if job is not None:
+        from rlark.runtimes.kubernetes.preflight import check_spec_for_kubernetes
+
+        findings = findings + check_spec_for_kubernetes(job)
+    if job is None or has_errors(findings):
+        _print_findings(findings)
+        _fail(f"{file} is not a valid Job; nothing was rendered")
+    _print_findings([f for f in findings if f.severity != Severity.error])
+    rid = run_id or uuid.uuid4().hex[:12]
+    try:
+        k8s.check_run_id(rid)
+        objs = k8s.render_run(job, rid, k8s.RenderOptions(namespace=namespace,
+                                                          ray_dashboard=ray_dashboard))
+    except ValueError as exc:
+        _fail(str(exc))
+    header = (f"RLark Job {job.name}, run {rid}: {job.total_workers} Workers in namespace {namespace}\n"
+              f"apply:  kubectl apply -f <this file>\n"
+              f"remove: kubectl delete pods,services,configmaps,pvc -n {namespace} "
+              f"-l {k8s.LABEL_RUN}={rid}")
+    sys.stdout.write(k8s.dump_stream(objs, header))
+
+
 # --- API commands -------------------------------------------------------------------------------
+
+
+@app.command()
+def nodes(
+    format: str = typer.Option("table", "--format", "-o", help="table or json"),
+    server: Optional[str] = ServerOpt,
+) -> None:
+    """List the nodes the server's runtime places Workers on: readiness, cordon, allocatable and
+    free cpu, memory and GPUs, labels and taints (Kubernetes), or this machine (local)."""
+    if format not in ("table", "json"):
+        _fail(f"--format {format!r} is not supported; use table or json")
+    data = _call(_client(server).get, "/api/v1/nodes")
+    if format == "json":
+        out.print_json(json.dumps(data))
+        return
+    if data.get("error"):
+        err.print(Text(f"warning: {data['error']}", style="yellow"))
+    gib = 1024**3
+
+    def amount(d: dict, key: str) -> str:
+        v = d.get(key)
+        if v is None:
+            return "-"
+        return f"{v / gib:.1f}Gi" if key == "memory" else f"{v:g}"
+
+    table = Table(box=None, header_style="bold")
+    for col in ("NAME", "STATUS", "CPU FREE/ALLOC", "MEMORY FREE/ALLOC", "GPU FREE/ALLOC", "TAINTS"):
+        table.add_column(col)
+    for n in data["items"]:
+        status = ("Ready" if n["ready"] else "NotReady") + ("" if n["schedulable"] else ",Cordoned")
+        table.add_row(n["name"], status,
+                      *(f"{amount(n['free'], k)}/{amount(n['allocatable'], k)}"
+                        for k in ("cpu", "memory", "nvidia.com/gpu")),
+                      ",".join(n["taints"]))
+    if not data["items"]:
+        out.print(f"no nodes ({data['runtime']} runtime)")
+    else:
+        out.print(table)
+        if data.get("freeBasis") == "namespace":
+            out.print("[dim]free = allocatable minus the requests of Pods in RLark's namespace only "
+                      "(no permission to list Pods cluster-wide)[/dim]")
 
 
 @app.command()
@@ -427,7 +544,8 @@ def _print_failure_context(client: Client, job: dict) -> None:
         data = client.get(f"/api/v1/jobs/{job['name']}/logs", worker=culprit["name"], tail=15)
     except ClientError:
         return
-    lines = [l for l in data["workers"][0]["lines"] if not l.startswith("RLARK_EVENT ")]
+    lines = [l for l in data["workers"][0]["lines"]
+             if not l.startswith("RLARK_EVENT ") and not RAY_CLI_LINE.match(ANSI.sub("", l))]
     if lines:
         out.print(f"[dim]last lines of {culprit['name']}:[/dim]")
         for line in lines[-10:]:
@@ -471,6 +589,7 @@ def describe_job(
     server: Optional[str] = ServerOpt,
 ) -> None:
     """Phase and reason, Runs, Workers with node ranks, hosts, IPs and Ray node ids, Events."""
+    _check_name(name)
     client = _client(server)
     job = _call(client.get, f"/api/v1/jobs/{name}")
     events = _call(client.get, f"/api/v1/jobs/{name}/events")
@@ -529,6 +648,7 @@ def logs(
 ) -> None:
     """Print Worker logs (the bootstrap's lines, Ray's output, and on the head the run script's).
     Several Workers: each line is prefixed with the Worker's name."""
+    _check_name(name)
     client = _client(server)
     params = dict(role=role, rank=rank, worker=worker, run=run, tail=tail)
     if follow:
@@ -548,6 +668,9 @@ def logs(
     data = _call(client.get, f"/api/v1/jobs/{name}/logs", **params)
     many = len(data["workers"]) > 1
     for w in data["workers"]:
+        if w.get("truncated"):
+            err.print(f"[dim]{w['name']}: the log is long; showing its last 16 MiB "
+                      "(use --tail N, or read the file named by `rlark describe job`)[/dim]")
         for line in w["lines"]:
             _emit_line(w["name"], line, prefix=many)
 
@@ -559,7 +682,15 @@ def _emit_line(worker: str, line: str, prefix: bool) -> None:
     sys.stdout.flush()
 
 
+def _check_name(name: str) -> None:
+    """Refuse what cannot be a Job name before asking the server (a '/' would be a route)."""
+    if not DNS1123_LABEL.match(name):
+        _fail(f"{name!r} is not a Job name: Job names are lower-case letters, digits and '-' "
+              "(`rlark get jobs` lists them)")
+
+
 def _action(verb: str, name: str, server: Optional[str]) -> dict:
+    _check_name(name)
     client = _client(server)
     if verb == "delete":
         return _call(client.delete, f"/api/v1/jobs/{name}")
@@ -629,6 +760,7 @@ def record(
 ) -> None:
     """The run record: versions, images, RLinf config as given, node ranks, hosts, Ray node ids,
     mounts, times, result, and where each log is."""
+    _check_name(name)
     if format not in ("json", "yaml", "md"):
         _fail(f"--format {format!r} is not supported; use json, yaml or md")
     text = _call(_client(server).get_text, f"/api/v1/jobs/{name}/record", run=run, format=format)

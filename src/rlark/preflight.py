@@ -15,8 +15,6 @@ import re
 from decimal import Decimal
 from typing import Iterator
 
-from kubernetes.utils.quantity import parse_quantity
-
 from rlark.findings import Finding, Severity
 from rlark.spec import (
     DNS1035_LABEL,
@@ -44,6 +42,10 @@ _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_MEMORY_BYTES = 2**60
+MAX_DEVICES = 1_000_000
+#: named device resources become Ray custom resources (``ray start --resources``) and Kubernetes
+#: extended resources: a DNS-like name with an optional prefix
+_DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(/[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?$")
 MAX_CPUS = 100_000
 
 
@@ -62,6 +64,14 @@ def parse_image_reference(image: str) -> dict[str, str | None] | None:
     """
     m = _IMAGE_RE.match(image or "")
     return m.groupdict() if m else None
+
+
+def parse_quantity(text: str):
+    """Kubernetes quantity -> Decimal, by the official client's parser (imported on first use:
+    importing `kubernetes` costs about half a second, which every CLI command would pay)."""
+    from kubernetes.utils.quantity import parse_quantity as parse
+
+    return parse(text)
 
 
 def parse_memory_bytes(value: int | str) -> int:
@@ -264,12 +274,19 @@ def _check_role(i: int, job: Job) -> Iterator[Finding]:
                 f"{path}: {dev!r} is not a named device",
                 "use resources.cpu / resources.gpu / resources.memory for these",
             )
-        elif count < 1:
+        elif not _DEVICE_NAME.match(dev):
             yield _err(
                 "InvalidDevice",
                 path,
-                f"{path} = {count}: a device count must be at least 1",
-                "set 1 or more, or remove the device",
+                f"{path}: {dev!r} is not a usable resource name",
+                "use letters, digits and '.', '_', '-', '/' (e.g. 'rdma/hca'), no spaces, ',' or '='",
+            )
+        elif not 1 <= count <= MAX_DEVICES:
+            yield _err(
+                "InvalidDevice",
+                path,
+                f"{path} = {count}: a device count must be between 1 and {MAX_DEVICES}",
+                "set the number of such devices one Worker uses",
             )
     yield from _check_env(role, base)
     yield from _check_mounts(role, base)
@@ -534,6 +551,14 @@ def check_for_local_runtime(job: Job, host: dict[str, float] | None = None) -> l
             f"spec.roles: {job.total_workers} Workers in all; one machine has port blocks for "
             f"{slots} Ray nodes (ports 20000-32767, 64 each)",
             "use fewer Workers, or run on Kubernetes",
+        ))
+    wd = job.spec.working_dir
+    if wd and os.path.isabs(wd) and not os.path.isdir(wd):
+        findings.append(_err(
+            "WorkingDirMissing", "spec.workingDir",
+            f"spec.workingDir = {wd!r} is not a directory on this machine",
+            "create it, or fix the path (`rlark submit FILE` resolves a relative one against "
+            "FILE's directory)",
         ))
     for i, role in enumerate(job.spec.roles):
         for j, mount in enumerate(role.mounts):

@@ -2,7 +2,8 @@
 
 :func:`build_record` assembles it from stored rows (no I/O); :func:`render_markdown` and
 :func:`render` export it. Record version 1 holds: the spec snapshot, expected vs actual Workers
-with node ranks, hosts, IPs and Ray node ids, each Worker's facts, image references,
+with node ranks, hosts, IPs and Ray node ids, each Worker's facts, image references (and, where
+the runtime reports them, the digest each Worker ran, with roles whose Workers differ flagged),
 ``spec.rlinf`` as given, mount sources and paths, start/end times, result and reason, and where
 each log is.
 """
@@ -30,6 +31,19 @@ def _distinct(values) -> list:
         if v is not None and v not in out:
             out.append(v)
     return out
+
+
+def image_digests(workers) -> tuple[dict[str, dict[str, list[str]]], list[str]]:
+    """Per role, which Workers ran which image digest (``facts.imageDigest`` from the runtime,
+    else ``facts.imageID``): ``({role: {digest: [worker names]}}, [roles with more than one])``.
+    Workers without either are left out."""
+    by_role: dict[str, dict[str, list[str]]] = {}
+    for w in sorted(workers, key=lambda w: w.node_rank):
+        facts = w.facts or {}
+        digest = facts.get("imageDigest") or facts.get("imageID")
+        if digest:
+            by_role.setdefault(w.role, {}).setdefault(digest, []).append(w.name)
+    return by_role, [role for role, d in by_role.items() if len(d) > 1]
 
 
 def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict[str, Any]:
@@ -67,6 +81,14 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
             }
         )
     facts = [w.facts or {} for w in workers]
+    digests, mixed = image_digests(workers)
+    notes = (["local runtime: images are recorded, not pulled; each Worker ran with the Python "
+              "environment named in its facts (python_executable)"]
+             if run.runtime == "local" else [])
+    for role in mixed:
+        notes.append(f"role {role}: its Workers ran {len(digests[role])} different image digests ("
+                     + "; ".join(f"{d}: {', '.join(ws)}" for d, ws in digests[role].items())
+                     + "); the tag moved while the Run started")
     return {
         "recordVersion": RECORD_VERSION,
         "job": job.name,
@@ -87,13 +109,11 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
             "finished": iso(run.finished_at),
             "durationSeconds": duration,
         },
-        "runtimeNotes": (
-            ["local runtime: images are recorded, not pulled; each Worker ran with the Python "
-             "environment named in its facts (python_executable)"]
-            if run.runtime == "local" else []
-        ),
+        "runtimeNotes": notes,
         "headRole": body.get("headRole"),
         "images": {r.get("name"): r.get("image") for r in roles},
+        "imageDigests": digests,
+        "imageDigestMismatch": mixed,
         "rlinf": body.get("rlinf"),
         "workingDir": body.get("workingDir"),
         "mounts": [
@@ -133,16 +153,20 @@ def render_markdown(rec: dict[str, Any]) -> str:
         f"- Versions: " + ", ".join(
             f"{k} {'/'.join(map(str, v)) or '-'}" for k, v in rec["versions"].items()
         ),
+        *[f"- Note: {n}" for n in rec.get("runtimeNotes") or []],
         "",
         "## Images",
         "",
         *[f"- {role}: `{image}`" for role, image in rec["images"].items()],
+        *[f"  - {role} digest `{d}`: {', '.join(ws)}"
+          for role, ds in (rec.get("imageDigests") or {}).items() for d, ws in ds.items()],
+        *[f"- **Warning:** Workers of role {role} ran different image digests"
+          for role in rec.get("imageDigestMismatch") or []],
         "",
         "## RLinf config (as given, never rewritten)",
         "",
-        "```json",
-        json.dumps(rec["rlinf"], indent=2),
-        "```",
+        *(["```json", json.dumps(rec["rlinf"], indent=2), "```"] if rec["rlinf"]
+          else ["none (spec.rlinf not set)"]),
         "",
         "## Workers",
         "",

@@ -10,9 +10,19 @@ DEFAULT_SERVER = f"http://127.0.0.1:{DEFAULT_PORT}"
 
 
 def rlark_home() -> Path:
-    """``$RLARK_HOME`` (default ``~/.rlark``), created on first use."""
+    """``$RLARK_HOME`` (default ``~/.rlark``), created on first use.
+
+    Raises:
+        ValueError: it exists and is not a directory, or cannot be created.
+    """
     home = Path(os.environ.get("RLARK_HOME") or Path.home() / ".rlark").expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(
+            f"RLARK_HOME={str(home)!r} cannot be RLark's state directory ({exc.strerror}); "
+            "point RLARK_HOME at a directory you can write"
+        ) from None
     return home
 
 
@@ -68,3 +78,42 @@ def ray_tmp_root() -> str:
 def keep_ray_temp() -> bool:
     """``RLARK_KEEP_RAY_TEMP=1`` keeps each Worker's Ray temp dir (Ray's own logs) after it ends."""
     return os.environ.get("RLARK_KEEP_RAY_TEMP", "") == "1"
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{name}={raw!r} is not a positive number of seconds")
+    return value
+
+
+def k8s_status_policy():
+    """Kubernetes runtime: how long Kubernetes may retry before RLark names a failure.
+
+    ``RLARK_K8S_PENDING_TIMEOUT`` (default 300 s; a Pod still unscheduled then fails the Run as
+    ``Unschedulable``; capped per Job at 0.9 x its joinTimeoutSeconds), ``RLARK_K8S_IMAGE_PULL_GRACE``
+    (30 s of ErrImagePull/ImagePullBackOff before ``ImagePull``), ``RLARK_K8S_MOUNT_GRACE`` (60 s
+    of FailedMount before ``MountFailed``).
+
+    Raises:
+        ValueError: a value is not a positive number.
+    """
+    from rlark.runtimes.kubernetes.status import StatusPolicy
+
+    return StatusPolicy(
+        image_pull_grace_seconds=_seconds("RLARK_K8S_IMAGE_PULL_GRACE", 30.0),
+        mount_grace_seconds=_seconds("RLARK_K8S_MOUNT_GRACE", 60.0),
+        pending_timeout_seconds=_seconds("RLARK_K8S_PENDING_TIMEOUT", 300.0),
+    )
+
+
+def k8s_ray_dashboard() -> bool:
+    """``RLARK_K8S_RAY_DASHBOARD=1`` starts Ray's dashboard on each head Pod (port 8265 of the
+    head Service; the image needs ``ray[default]``)."""
+    return os.environ.get("RLARK_K8S_RAY_DASHBOARD", "") == "1"

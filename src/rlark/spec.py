@@ -63,6 +63,26 @@ class MountType(str, Enum):
     object_storage = "objectStorage"
 
 
+class MountKubernetes(_Model):
+    """How the Kubernetes runtime provides an ``objectStorage`` mount (one of the two)."""
+
+    storage_class: str | None = Field(
+        default=None,
+        description="objectStorage: a PersistentVolumeClaim of this StorageClass (e.g. an S3 CSI "
+        "driver's class) is created for the Run and mounted; the class decides what it holds.",
+    )
+    csi_driver: str | None = Field(
+        default=None,
+        description="objectStorage: an inline CSI volume of this driver (e.g. "
+        "gcsfuse.csi.storage.gke.io) with volumeAttributes.",
+    )
+    volume_attributes: dict[str, str] = Field(
+        default_factory=dict,
+        description="CSI volumeAttributes; '{bucket}' and '{prefix}' are replaced from source.",
+    )
+    size: str = Field(default="1Gi", description="Requested size of the PVC (storageClass only).")
+
+
 class Mount(_Model):
     name: str
     type: MountType = Field(description="hostPath | pvc | objectStorage")
@@ -72,6 +92,9 @@ class Mount(_Model):
     )
     mount_path: str = Field(description="Absolute path inside the Worker.")
     read_only: StrictBool = False
+    kubernetes: MountKubernetes | None = Field(
+        default=None, description="Kubernetes runtime only: how an objectStorage mount is provided."
+    )
 
 
 class Resources(_Model):
@@ -94,6 +117,26 @@ class LocalSettings(_Model):
     )
 
 
+class Toleration(_Model):
+    """A Kubernetes toleration (core/v1 Toleration), for tainted nodes such as GPU pools."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: StrictInt | None = None
+
+
+class KubernetesSettings(_Model):
+    image_pull_secrets: list[str] = Field(
+        default_factory=list, description="Secrets (in the Run's namespace) used to pull the image."
+    )
+    service_account_name: str | None = Field(
+        default=None, description="ServiceAccount of the Worker Pods (default: the namespace's)."
+    )
+    tolerations: list[Toleration] = Field(default_factory=list)
+
+
 class Role(_Model):
     name: str
     workers: StrictInt = 1
@@ -104,6 +147,7 @@ class Role(_Model):
     mounts: list[Mount] = Field(default_factory=list)
     node_selector: dict[str, str] = Field(default_factory=dict)
     local: LocalSettings = Field(default_factory=LocalSettings)
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
 
 class RLinfRef(_Model):
@@ -179,7 +223,8 @@ MAX_VALUES = 100_000
 MAX_WORKERS = 4096
 
 
-def _tree_problems(data: Any) -> tuple[str | None, list[tuple[str, str]]]:
+def tree_problems(data: Any, max_values: int = MAX_VALUES,
+                   max_depth: int = MAX_DEPTH) -> tuple[str | None, list[tuple[str, str]]]:
     """Walk a parsed document iteratively. Returns ``(fatal, bad_strings)``: a one-line reason
     when it is too deep or too large (counting values as if YAML aliases were expanded, stopping
     at the limit), and the paths of strings holding a NUL or a lone surrogate (neither can be
@@ -190,10 +235,10 @@ def _tree_problems(data: Any) -> tuple[str | None, list[tuple[str, str]]]:
     while stack:
         node, loc, depth = stack.pop()
         count += 1
-        if count > MAX_VALUES:
-            return f"the document has more than {MAX_VALUES:,} values (YAML aliases expanded)", bad
-        if depth > MAX_DEPTH:
-            return f"the document is nested deeper than {MAX_DEPTH} levels", bad
+        if count > max_values:
+            return f"the document has more than {max_values:,} values (YAML aliases expanded)", bad
+        if depth > max_depth:
+            return f"the document is nested deeper than {max_depth} levels", bad
         if isinstance(node, dict):
             for k, v in node.items():
                 stack.append((v, loc + (str(k),), depth + 1))
@@ -213,6 +258,55 @@ def _tree_problems(data: Any) -> tuple[str | None, list[tuple[str, str]]]:
     return None, bad
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing duplicate keys (YAML 1.2 forbids them; PyYAML would keep
+    the last one silently)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+        except TypeError:  # an unhashable key: the constructor reports it
+            break
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _parse(text: str) -> Any:
+    """JSON when the text is a JSON object (JSON's escapes, such as surrogate pairs for emoji,
+    are decoded as JSON defines them), else YAML with duplicate keys refused."""
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text, object_pairs_hook=_unique_pairs)
+        except _DuplicateKey as exc:
+            raise SpecSyntaxError(f"not valid JSON: duplicate key {exc.args[0]!r}") from None
+        except ValueError:
+            pass  # YAML flow style, or broken JSON: let the YAML parser say where
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_document(text: str | bytes) -> dict[str, Any]:
     """Parse YAML or JSON text into a mapping.
 
@@ -226,7 +320,7 @@ def load_document(text: str | bytes) -> dict[str, Any]:
         except UnicodeDecodeError as exc:
             raise SpecSyntaxError(f"the document is not UTF-8 text ({exc.reason})") from None
     try:
-        data = yaml.safe_load(text)
+        data = _parse(text)
     except RecursionError:
         raise SpecSyntaxError(f"the document is nested deeper than {MAX_DEPTH} levels") from None
     except yaml.YAMLError as exc:
@@ -239,7 +333,7 @@ def load_document(text: str | bytes) -> dict[str, Any]:
         raise SpecSyntaxError(
             f"a Job must be a YAML mapping with apiVersion, kind, metadata and spec; got {kind}"
         )
-    fatal, _ = _tree_problems(data)
+    fatal, _ = tree_problems(data)
     if fatal:
         raise SpecSyntaxError(fatal)
     return data
@@ -273,7 +367,7 @@ def _pydantic_finding(err: dict[str, Any]) -> Finding:
             message=f"{path} is required",
             hint="add it; `rlark schema` shows its type",
         )
-    shown = json.dumps(value, default=str)  # bounded: _tree_problems capped the document
+    shown = json.dumps(value, default=str)  # bounded: tree_problems capped the document
     if len(shown) > 80:
         shown = shown[:77] + "..."
     return Finding(
@@ -291,7 +385,7 @@ def parse_job(data: dict[str, Any]) -> tuple[Job | None, list[Finding]]:
     path of a structural problem (unknown field, missing field, wrong type). Never raises for bad
     input.
     """
-    fatal, bad = _tree_problems(data)
+    fatal, bad = tree_problems(data)
     if fatal:
         return None, [Finding(code="InvalidDocument", path="$", message=fatal,
                               hint="send a smaller, flatter Job; see examples/quickstart/job.yaml")]
@@ -333,7 +427,7 @@ def dump_job(job: Job, fmt: Literal["yaml", "json"] = "yaml") -> str:
     """Serialise a Job as YAML (block style, field order kept) or indented JSON."""
     data = job_to_dict(job)
     if fmt == "json":
-        return json.dumps(data, indent=2) + "\n"
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 

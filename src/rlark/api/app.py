@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -11,7 +12,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlark import __version__
-from rlark.api.routers import jobs, logs, meta
+from rlark.api.routers import jobs, logs, meta, nodes
+from rlark.console import mount_console
 from rlark.findings import format_path
 from rlark.services.errors import ServiceError
 from rlark.services.jobs import JobService
@@ -64,6 +66,15 @@ def create_app(service: JobService, controller=None) -> FastAPI:
             "detail": {"code": "Invalid", "message": f"bad request parameter: {text}",
                        "errors": errors}})
 
+    @app.exception_handler(Exception)
+    async def unexpected(_request: Request, exc: Exception):
+        # never a traceback or a plain-text page: say what happened in the error shape
+        logging.getLogger("rlark.api").exception("unexpected error")
+        return SafeJSONResponse(status_code=500, content={"detail": {
+            "code": "InternalError",
+            "message": f"the server failed ({type(exc).__name__}); the server log has the details "
+                       "(a damaged database or a bug - please report it)"}})
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException):
         hints = {404: "no such route; the API is described at /docs",
@@ -76,4 +87,6 @@ def create_app(service: JobService, controller=None) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(logs.router)
     app.include_router(meta.router)
+    app.include_router(nodes.router)
+    mount_console(app)  # the web console at / (its pages are not part of the OpenAPI schema)
     return app

@@ -41,6 +41,8 @@ LABEL_RANK = "rlark.io/node-rank"
 LABEL_ROLE = "rlark.io/role"
 LABEL_RUN = "rlark.io/run"
 BARRIER_POLL_SECONDS = 0.1  # contract: at most 0.5 s; 0.1 s keeps join detection prompt
+NODE_CHECK_SECONDS = 2.0  # while the run script runs, the head checks every rank's node this often
+RAY_START_TIMEOUT = 180.0  # the head's own Ray must be up (GCS, raylet, driver) within this
 HEAD_POLL_SECONDS = 0.1
 
 # Exit codes of the bootstrap itself (the head's run script exit code passes through unchanged;
@@ -106,6 +108,7 @@ class BootstrapConfig:
     prepare_timeout: float = 1800.0
     ray_executable: str | None = None
     include_dashboard: bool = False
+    stop_grace: float = 8.0  # seconds children get between SIGTERM and SIGKILL when stopping
 
     @property
     def is_head(self) -> bool:
@@ -218,6 +221,7 @@ class BootstrapConfig:
             join_timeout=as_float("RLARK_JOIN_TIMEOUT_SECONDS", 300.0),
             prepare_timeout=as_float("RLARK_PREPARE_TIMEOUT_SECONDS", 1800.0),
             ray_executable=env.get("RLARK_RAY") or None,
+            stop_grace=as_float("RLARK_STOP_GRACE_SECONDS", 8.0),
             include_dashboard=env.get("RLARK_RAY_DASHBOARD", "") == "1",
         )
 
@@ -312,14 +316,54 @@ def check_ranks(nodes: list[dict], run_id: str, num_nodes: int) -> tuple[dict[in
     return by_rank, missing, problems
 
 
+class GcsNodes:
+    """The node table of a Ray cluster, read over one GCS connection: Ray's own GcsClient
+    (``ray._raylet.GcsClient``, what ``ray status`` and Ray's driver use to find nodes; Ray 2.60).
+
+    Not a Ray driver (``ray.init``): nothing to shut down, about 1 ms per read, and a GCS that
+    goes away (a stopped Run) raises an exception here instead of aborting this process.
+    """
+
+    def __init__(self, address: str, timeout: float = 5.0):
+        from ray._raylet import GcsClient
+
+        self.timeout = timeout
+        self.client = GcsClient(address=address)
+
+    def nodes(self) -> list[dict]:
+        """Every node the GCS knows, shaped like ``ray.nodes()``: ``NodeID`` (hex), ``Alive``,
+        ``NodeManagerAddress``, ``NodeManagerHostname``, ``Labels``."""
+        from ray.core.generated.gcs_pb2 import GcsNodeInfo
+
+        alive = GcsNodeInfo.GcsNodeState.ALIVE
+        return [
+            {
+                "NodeID": node_id.hex(),
+                "Alive": info.state == alive,
+                "NodeManagerAddress": info.node_manager_address,
+                "NodeManagerHostname": info.node_manager_hostname,
+                "Labels": dict(info.labels),
+            }
+            for node_id, info in self.client.get_all_node_info(timeout=self.timeout).items()
+        ]
+
+
 # --- lifecycle lines ------------------------------------------------------------------------------
 
 _emit_lock = threading.Lock()
+#: RLARK_EVENT_TOKEN: a per-Run secret that every lifecycle line carries, so lines the run script
+#: happens to print (an old Worker log it cats, a copied line) are not taken for this Run's.
+#: The bootstrap keeps it out of its children's environment.
+_token: str | None = None
 
 
 def emit(event: str, **data) -> None:
-    """Write one lifecycle line ``RLARK_EVENT {"ts": <unix seconds>, "event": ..., ...}``."""
-    line = EVENT_PREFIX + json.dumps({"ts": round(time.time(), 3), "event": event, **data})
+    """Write one lifecycle line ``RLARK_EVENT {"ts": <unix seconds>, "event": ..., ...}``
+    (with ``"tok"`` when the Run has an event token)."""
+    body = {"ts": round(time.time(), 3), "event": event, **data}
+    if _token:
+        body["tok"] = _token
+    line = EVENT_PREFIX + json.dumps(body)
     with _emit_lock:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
@@ -424,6 +468,7 @@ class Bootstrap:
         self.stopping = threading.Event()
         self.children: list[subprocess.Popen] = []
         self.ray_proc: subprocess.Popen | None = None
+        self.gcs: GcsNodes | None = None
 
     # signals
     def on_stop_signal(self, signum, _frame) -> None:
@@ -555,102 +600,140 @@ class Bootstrap:
 
     # head
     def join_barrier(self) -> dict[int, dict]:
-        import ray  # imported here: only the head needs the Python API
-
         cfg = self.cfg
-        deadline = time.monotonic() + cfg.join_timeout
-        # Wait for the GCS port first: ray.init would otherwise sleep a full second per retry.
+        start_deadline = time.monotonic() + max(RAY_START_TIMEOUT, cfg.join_timeout)
         while not _port_open(cfg.head_host, cfg.head_port):
             if self.ray_proc.poll() is not None:
                 raise self._ray_exited("start")
             self._check_stopped()
-            if time.monotonic() > deadline:
+            if time.monotonic() > start_deadline:
                 raise BootstrapError(
                     "RayStartFailed", "the head's GCS never opened its port", EXIT_RAY_START_FAILED
                 )
             time.sleep(0.05)
-        node_id = self.wait_node_up(deadline)
-        if node_id is None and self.ray_proc.poll() is not None:
-            raise self._ray_exited("start")
+        try:
+            self.gcs = GcsNodes(cfg.head_address)
+        except Exception as exc:  # the port is open but the GCS does not answer
+            self._check_stopped()
+            raise BootstrapError(
+                "RayStartFailed", f"the head's GCS does not answer ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''})", EXIT_RAY_START_FAILED,
+            ) from None
+        node_id = self.wait_node_up(start_deadline)
+        if node_id is None:
+            if self.ray_proc.poll() is not None:
+                raise self._ray_exited("start")
+            self._check_stopped()
+            raise BootstrapError("RayStartFailed", "the head's raylet never started",
+                                 EXIT_RAY_START_FAILED)
         emit("phase", phase="RayStarted", ray_node_id=node_id)
-        ray.init(
-            address=cfg.head_address,
-            logging_level="WARNING",
-            log_to_driver=False,
-            namespace="rlark-bootstrap",
-            configure_logging=False,
-        )
+        # the join timeout counts from here: the head's own start-up is bounded above
+        deadline = time.monotonic() + cfg.join_timeout
         emit("phase", phase="Joining", expected=cfg.num_nodes)
         last: tuple | None = None
+        while True:
+            if self.ray_proc.poll() is not None:
+                raise self._ray_exited("alive")
+            self._check_stopped()
+            by_rank, missing, problems = check_ranks(self._nodes(), cfg.run_id, cfg.num_nodes)
+            state = (tuple(sorted(by_rank)), tuple(problems))
+            if state != last:
+                last = state
+                emit(
+                    "nodes",
+                    joined=[
+                        {
+                            "node_rank": r,
+                            "ray_node_id": n["NodeID"],
+                            "ip": n["NodeManagerAddress"],
+                            "hostname": n.get("NodeManagerHostname"),
+                            "role": (n.get("Labels") or {}).get(LABEL_ROLE),
+                        }
+                        for r, n in sorted(by_rank.items())
+                    ],
+                    missing=missing,
+                )
+            if problems:
+                raise BootstrapError(
+                    "RankMismatch",
+                    "node ranks are wrong: " + "; ".join(problems),
+                    EXIT_RANK_MISMATCH,
+                    problems=problems,
+                )
+            if not missing:
+                return by_rank
+            if time.monotonic() > deadline:
+                raise BootstrapError(
+                    "JoinTimeout",
+                    f"rank{'s' if len(missing) > 1 else ''} "
+                    f"{', '.join(map(str, missing))} did not join within "
+                    f"{cfg.join_timeout:g} s",
+                    EXIT_JOIN_TIMEOUT,
+                    missing_ranks=missing,
+                    joined_ranks=sorted(by_rank),
+                )
+            time.sleep(BARRIER_POLL_SECONDS)
+
+    def _nodes(self) -> list[dict]:
         try:
-            while True:
-                if self.ray_proc.poll() is not None:
-                    raise self._ray_exited("alive")
-                self._check_stopped()
-                by_rank, missing, problems = check_ranks(ray.nodes(), cfg.run_id, cfg.num_nodes)
-                state = (tuple(sorted(by_rank)), tuple(problems))
-                if state != last:
-                    last = state
-                    emit(
-                        "nodes",
-                        joined=[
-                            {
-                                "node_rank": r,
-                                "ray_node_id": n["NodeID"],
-                                "ip": n["NodeManagerAddress"],
-                                "hostname": n.get("NodeManagerHostname"),
-                                "role": (n.get("Labels") or {}).get(LABEL_ROLE),
-                            }
-                            for r, n in sorted(by_rank.items())
-                        ],
-                        missing=missing,
-                    )
-                if problems:
-                    raise BootstrapError(
-                        "RankMismatch",
-                        "node ranks are wrong: " + "; ".join(problems),
-                        EXIT_RANK_MISMATCH,
-                        problems=problems,
-                    )
-                if not missing:
-                    return by_rank
-                if time.monotonic() > deadline:
-                    raise BootstrapError(
-                        "JoinTimeout",
-                        f"rank{'s' if len(missing) > 1 else ''} "
-                        f"{', '.join(map(str, missing))} did not join within "
-                        f"{cfg.join_timeout:g} s",
-                        EXIT_JOIN_TIMEOUT,
-                        missing_ranks=missing,
-                        joined_ranks=sorted(by_rank),
-                    )
-                time.sleep(BARRIER_POLL_SECONDS)
-        except BaseException:
-            ray.shutdown()
-            raise
+            return self.gcs.nodes()
+        except Exception as exc:
+            self._check_stopped()
+            raise BootstrapError(
+                "HeadLost", f"lost the connection to this Run's Ray GCS ({type(exc).__name__})",
+                EXIT_NODE_LOST,
+            ) from None
 
     def run_head(self) -> int:
         self.start_ray()
+        # Ray's Python package takes a second to import: do it while the head's Ray starts
+        threading.Thread(target=lambda: __import__("ray._raylet"), daemon=True).start()
         self.join_barrier()
         env = dict(self.env)
         env["RAY_ADDRESS"] = self.cfg.head_address
         run = self._spawn(["bash", "-c", self.cfg.run_script], env=env)
         emit("running", pid=run.pid)
-        import ray
-
-        ray.shutdown()  # the barrier's connection; after the spawn so the run script starts sooner
-        while True:
-            try:
-                code = run.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                if self.ray_proc.poll() is not None and not self.stopping.is_set():
+        # The barrier's connection stays open: the head keeps checking that every rank's node is
+        # alive (a frozen or partitioned Worker is invisible to its process table; Ray's health
+        # checks see it), and fails the Run instead of letting RLinf wait on a dead node.
+        next_check = time.monotonic() + NODE_CHECK_SECONDS
+        try:
+            while True:
+                try:
+                    code = run.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if self.stopping.is_set():
+                    continue
+                failure = None
+                if self.ray_proc.poll() is not None:
+                    failure = self._ray_exited("alive")
+                elif time.monotonic() >= next_check:
+                    next_check = time.monotonic() + NODE_CHECK_SECONDS
+                    try:
+                        _, missing, problems = check_ranks(self._nodes(), self.cfg.run_id,
+                                                           self.cfg.num_nodes)
+                    except BootstrapError as exc:
+                        failure = exc
+                    else:
+                        if missing or problems:
+                            lost = ", ".join(map(str, missing))
+                            failure = BootstrapError(
+                                "NodeLost",
+                                f"Ray no longer sees the node of rank{'s' if len(missing) > 1 else ''} "
+                                f"{lost} alive" if missing else "; ".join(problems),
+                                EXIT_NODE_LOST, missing_ranks=missing,
+                            )
+                if failure is not None:
                     run.terminate()
                     try:
                         run.wait(timeout=5)
                     except subprocess.TimeoutExpired:
                         run.kill()
-                    raise self._ray_exited("alive")
+                    raise failure
+        finally:
+            self.gcs = None
         self._check_stopped()
         if code < 0:
             code = 128 - code  # killed by a signal: shell convention
@@ -705,6 +788,14 @@ class Bootstrap:
     def run(self) -> int:
         try:
             emit("facts", **collect_facts(self.cfg))
+            if self.cfg.working_dir and not os.path.isdir(self.cfg.working_dir):
+                # e.g. a path of the submitting machine that is not in the image (Kubernetes)
+                raise BootstrapError(
+                    "BadConfig",
+                    f"RLARK_WORKING_DIR={self.cfg.working_dir!r} (spec.workingDir) is not a "
+                    "directory in this Worker",
+                    EXIT_BAD_CONFIG,
+                )
             self.prepare()
             code = self.run_head() if self.cfg.is_head else self.run_worker()
         except BootstrapError as exc:
@@ -722,7 +813,7 @@ class Bootstrap:
                 )
                 code = exc.status
         finally:
-            self.shutdown()
+            self.shutdown(self.cfg.stop_grace)
         emit("exit", code=code)
         return code
 
@@ -784,7 +875,7 @@ def _run_as_init(main) -> int:
         os.kill(-1, signal.SIGTERM)  # everything else in this namespace
     except ProcessLookupError:
         pass
-    end = time.monotonic() + 5
+    end = time.monotonic() + 2  # then the kernel kills the rest of the namespace
     while time.monotonic() < end:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -800,6 +891,8 @@ def main() -> int:
     sys.stdout.reconfigure(line_buffering=True)
 
     def work() -> int:
+        global _token
+        _token = os.environ.pop("RLARK_EVENT_TOKEN", None) or None
         try:
             cfg = BootstrapConfig.from_env(dict(os.environ))
         except BootstrapError as exc:

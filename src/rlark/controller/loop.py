@@ -12,6 +12,7 @@ import logging
 import shutil
 import threading
 import time
+import secrets
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,7 +46,9 @@ LAUNCHED = or_(WorkerRow.pid.is_not(None), WorkerRow.handle.is_not(None))
 
 def ref(w: WorkerRow) -> WorkerRef:
     """The runtime's handle on a Worker row."""
-    return WorkerRef(name=w.name, pid=w.pid, pid_started=w.pid_started, handle=w.handle)
+    return WorkerRef(name=w.name, pid=w.pid, pid_started=w.pid_started, handle=w.handle,
+                     run_uid=w.run.uid if w.run is not None else None,
+                     node_ip=w.node_ip, port_base=w.port_base)
 
 
 def utcnow() -> datetime:
@@ -60,6 +63,7 @@ def new_run(job: JobRow, cause: str, runtime: str = "local") -> RunRow:
         job=job,
         number=number,
         uid=uuid.uuid4().hex[:12],
+        event_token=secrets.token_hex(16),
         cause=cause,
         runtime=runtime,
         spec=job.spec,
@@ -76,6 +80,17 @@ def new_run(job: JobRow, cause: str, runtime: str = "local") -> RunRow:
             )
         )
     return run
+
+
+def consecutive_retries(runs: list[RunRow], run: RunRow) -> int:
+    """How many automatic retries led up to ``run`` since the last Run a user (or a submit)
+    started: maxRestarts is a budget per start, not per Job lifetime."""
+    count = 0
+    for r in sorted((r for r in runs if r.number <= run.number), key=lambda r: r.number, reverse=True):
+        if r.cause != "Retry":
+            break
+        count += 1
+    return count
 
 
 def add_event(
@@ -117,6 +132,7 @@ class Controller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._adopted_checked = False
+        self._logged: dict[tuple, float] = {}
 
     # --- thread ---------------------------------------------------------------------------------
 
@@ -132,10 +148,24 @@ class Controller:
         while not self._stop.is_set():
             try:
                 self.reconcile_once()
-            except Exception:  # keep the loop alive; the next pass retries
-                log.exception("reconcile pass failed")
+            except Exception as exc:  # keep the loop alive; the next pass retries
+                self._log_failure("reconcile pass failed", exc)
             self._wake.wait(self.tick)
             self._wake.clear()
+
+    def _log_failure(self, what: str, exc: Exception) -> None:
+        """A traceback the first time, then one line a minute for the same failure (a damaged
+        database fails every pass; the log must stay readable)."""
+        key = (what, type(exc).__name__, str(exc)[:200])
+        now = time.monotonic()
+        last = self._logged.get(key)
+        if last is None:
+            log.exception(what)
+        elif now - last < 60:
+            return
+        else:
+            log.error("%s (again): %s: %s", what, type(exc).__name__, str(exc)[:200])
+        self._logged[key] = now
 
     def shutdown(self, grace: float = 10.0) -> None:
         """Stop the loop and every Worker this server started: their Runs end ``Stopped`` with
@@ -211,8 +241,8 @@ class Controller:
                     run = s.get(RunRow, run_id)
                     if run is not None:
                         self._reconcile_run(s, run)
-            except Exception:
-                log.exception("reconciling run %s failed", run_id)
+            except Exception as exc:
+                self._log_failure(f"reconciling run {run_id} failed", exc)
         self._finalize_deletes()
 
     def _recover_after_restart(self) -> None:
@@ -301,6 +331,7 @@ class Controller:
                 job,
                 planned[w.node_rank],
                 run_uid=run.uid,
+                event_token=run.event_token,
                 head_address=placement.head_address,
                 node_ip=place.node_ip,
                 ray_ports=place.ray_ports,
@@ -314,6 +345,9 @@ class Controller:
             except Exception as exc:  # e.g. the role's interpreter does not exist
                 w.phase, w.reason, w.message = "Failed", "LaunchFailed", str(exc)
                 w.released = True
+                for other in rows:
+                    if not other.launched:
+                        self.runtime.forget(ref(other))
                 self._transition(s, run, Transition(Phase.failed.value, "LaunchFailed",
                                                     f"Worker {w.name}: {exc}"))
                 return
@@ -331,7 +365,7 @@ class Controller:
         for w in run.workers:
             if not w.log_path or w.released:
                 continue
-            events, w.log_offset = read_new_events(w.log_path, w.log_offset)
+            events, w.log_offset = read_new_events(w.log_path, w.log_offset, run.event_token)
             life = dict(w.lifecycle or {})
             for ev in events:
                 kind = ev.get("event")
@@ -360,6 +394,7 @@ class Controller:
                 w.lifecycle = {**(w.lifecycle or {}), **life}
             if w.launched and not life.get("gone"):
                 seen = self.runtime.observe(ref(w))
+                self._merge_runtime_facts(w, seen)
                 if seen.failure and not life.get("failed"):
                     # the runtime knows why the Worker cannot run (a Pod's ImagePull...)
                     reason, message = seen.failure
@@ -367,8 +402,9 @@ class Controller:
                                       "source": "runtime"}
                     w.lifecycle = {**(w.lifecycle or {}), **life}
                 if not seen.alive:
-                    # read what the Worker wrote just before it ended
-                    events, w.log_offset = read_new_events(w.log_path, w.log_offset)
+                    # read everything the Worker wrote before it ended
+                    events, w.log_offset = read_new_events(w.log_path, w.log_offset,
+                                                           run.event_token, to_end=True)
                     for ev in events:
                         if ev.get("event") in ("failed", "run_finished"):
                             life[ev["event"]] = ev
@@ -381,6 +417,13 @@ class Controller:
                     w.exit_code = code
                     w.lifecycle = life
                     w.finished_at = utcnow()
+
+    @staticmethod
+    def _merge_runtime_facts(w: WorkerRow, seen) -> None:
+        """Facts the runtime saw (a Pod's image digest, node) join the Worker's own facts."""
+        facts = getattr(seen, "facts", None)
+        if facts and any((w.facts or {}).get(k) != v for k, v in facts.items()):
+            w.facts = {**(w.facts or {}), **facts}
 
     def _apply_joined(self, s: Session, run: RunRow, by_rank: dict[int, WorkerRow], ev: dict) -> None:
         missing = ev.get("missing") or []
@@ -424,7 +467,8 @@ class Controller:
                 )
             )
             wv = workers[-1]
-            w.phase = worker_phase(wv, life.get("phase"), bool(life.get("joined")))
+            if not w.released:  # a released Worker's final phase was set by _observe_release
+                w.phase = worker_phase(wv, life.get("phase"), bool(life.get("joined")))
             if wv.failed:
                 w.reason = wv.failed.get("reason", "")
                 w.message = wv.failed.get("message", "")
@@ -465,13 +509,16 @@ class Controller:
         if job.desired != "Running" or job.delete_requested or run.reason == "ControllerRestarted":
             return
         policy = Job.model_validate(run.spec).spec.failure_policy
-        retries = sum(1 for r in job.runs if r.cause == "Retry")
+        retries = consecutive_retries(job.runs, run)
         if retries >= policy.max_restarts or job.current_run_id != run.id:
             return
         nxt = new_run(job, "Retry", run.runtime)
         s.add(nxt)
         s.flush()
         job.current_run_id = nxt.id
+        # the Job follows its new Run at once, so nobody watching sees "Failed" in between
+        job.phase, job.reason, job.message = (
+            Phase.pending.value, "Retry", f"run {run.number} failed ({run.reason}); retrying")
         add_event(s, job.id, "Retry",
                   f"run {run.number} failed ({run.reason}); starting run {nxt.number} "
                   f"(restart {retries + 1} of {policy.max_restarts})",
@@ -495,11 +542,14 @@ class Controller:
     def _observe_release(self, w: WorkerRow) -> bool:
         """Mark the Worker released (ports and address free again) once its processes are gone."""
         seen = self.runtime.observe(ref(w))
+        self._merge_runtime_facts(w, seen)
         if seen.alive:
             return False
         life = dict(w.lifecycle or {})
         if w.log_path:
-            events, w.log_offset = read_new_events(w.log_path, w.log_offset)
+            events, w.log_offset = read_new_events(
+                w.log_path, w.log_offset, w.run.event_token if w.run is not None else None,
+                to_end=True)
             for ev in events:
                 if ev.get("event") == "exit":
                     life["exit"] = ev.get("code")
@@ -514,7 +564,11 @@ class Controller:
                 # stopped by RLark because its Run succeeded: this Worker did its part
                 w.phase, w.reason = "Completed", w.reason or "RunSucceeded"
             elif run_phase == Phase.failed.value:
-                w.phase, w.reason = "Terminated", w.reason or "RunFailed"
+                run = w.run
+                if run.reason in ("HeadLost", "WorkerLost") and f"Worker {w.name} " in run.message:
+                    w.phase, w.reason = "Failed", run.reason  # this Worker's loss failed the Run
+                else:
+                    w.phase, w.reason = "Terminated", w.reason or "RunFailed"
             else:
                 w.phase = "Stopped" if life.get("stopped") or w.exit_code in (143, 137) else "Exited"
         w.released = True

@@ -123,10 +123,12 @@ def failure_of(run: RunView) -> Transition | None:
         f = first.failed
         reason = f.get("reason", "WorkerFailed")
         message = f"{first.label()}: {f.get('message', reason)}"
-        if reason == "JoinTimeout" and f.get("missing_ranks"):
+        if reason in ("JoinTimeout", "NodeLost") and f.get("missing_ranks"):
             names = {w.node_rank: w.name for w in run.workers}
             missing = ", ".join(f"rank {r} ({names.get(r, '?')})" for r in f["missing_ranks"])
-            message = f"{missing} did not join the Ray cluster in time; {f.get('message', '')}"
+            what = ("did not join the Ray cluster in time" if reason == "JoinTimeout"
+                    else "left the Ray cluster (Ray's health checks fail)")
+            message = f"{missing} {what}; {f.get('message', '')}"
         code = f.get("exit_code")
         return Transition(Phase.failed.value, reason, message, code if isinstance(code, int) else None)
     if head and head.run_finished is not None:

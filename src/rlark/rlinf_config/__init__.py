@@ -65,6 +65,16 @@ def plan_config(
                   config_name=name, job_name=job_name, image=image or DEFAULT_IMAGE,
                   launch=launch)
     result.findings[:0] = composed.findings
+    if composed.data:
+        # the layout does not depend on them, but `rlark check` and submit refuse a config with
+        # placeholders: say so here already, as warnings
+        from rlark.rlinf_config.check import placeholder_findings
+
+        reported = {f.path for f in result.findings}
+        for f in placeholder_findings(composed.data, skip=reported):
+            result.findings.append(f.model_copy(update={
+                "severity": Severity.warning,
+                "hint": f.hint + " (rlark check and submit refuse the config until then)"}))
     if result.job is not None and not launch["entry_known"]:
         result.findings.append(Finding(
             code="RunScriptToEdit", severity=Severity.info, path="spec.runScript",
@@ -80,6 +90,7 @@ def preflight_job(
     config: tuple[str, str] | None = None,
     overrides: Sequence[str] | None = None,
     missing_is_error: bool = False,
+    isolated: bool = False,
 ) -> list[Finding]:
     """Compose the RLinf config of ``job`` and check the Job against it.
 
@@ -90,6 +101,8 @@ def preflight_job(
             config that is not here (``RLinfConfigNotFound``) or that needs files or variables
             that are not here (``RLinfConfigIncomplete``) is a *warning*: it may exist only inside
             the image. When True (an explicit ``--rlinf-config``) they are errors.
+        isolated: compose in a child process with time and memory limits (the server does;
+            see :mod:`.isolated`).
 
     Returns:
         Findings: the compose problems, then :func:`.check.check_config`'s. Empty when the Job
@@ -114,7 +127,12 @@ def preflight_job(
     head = job.role(job.spec.head_role)
     env = {e.name: e.value for e in (head.env if head else [])
            if e.name in RLINF_PATH_VARS and os.path.isabs(e.value) and os.path.isdir(e.value)}
-    composed = compose(config_dir, config_name, overrides, env=env, path="spec.rlinf")
+    if isolated:
+        from rlark.rlinf_config.isolated import compose_isolated
+
+        composed = compose_isolated(config_dir, config_name, overrides, env=env, path="spec.rlinf")
+    else:
+        composed = compose(config_dir, config_name, overrides, env=env, path="spec.rlinf")
     findings: list[Finding] = []
     for f in composed.findings:
         if not missing_is_error and f.code in (NOT_FOUND, INCOMPLETE):

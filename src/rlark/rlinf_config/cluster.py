@@ -32,6 +32,8 @@ Facts these functions encode (RLinf 0.3.0):
 
 from __future__ import annotations
 
+import re
+
 import bisect
 import ipaddress
 import json
@@ -244,6 +246,13 @@ class ComponentLayout:
 
 def _err(code: str, path: str, message: str, hint: str) -> Finding:
     return Finding(code=code, severity=Severity.error, path=path, message=message, hint=hint)
+
+
+def hydra_key(path: str) -> str:
+    """A Finding path (``cluster.node_groups[1].hardware.configs[0].robot_ip``) as a Hydra
+    override key (``cluster.node_groups.1.hardware.configs.0.robot_ip``): Hydra's override
+    grammar has no ``[i]`` indexing; list items are addressed with dotted indices."""
+    return re.sub(r"\[(\d+)\]", r".\1", path)
 
 
 def _show(value: Any) -> str:
@@ -571,7 +580,7 @@ def _parse_hardware(group: Mapping, gpath: str) -> tuple[str | None, list[Hardwa
                     f"{cpath}.{name} = {_show(ip)} is not an IP address; RLinf's {hw_type} config "
                     f"requires one ({_REJECTS})",
                     f"fill in the IP address of the robot controller (or override "
-                    f"{cpath}.{name}=<ip>)"))
+                    f"{hydra_key(f'{cpath}.{name}')}=<ip>)"))
         for name in _LISTED_FIELDS.get(hw_type, ()):
             val = cfg.get(name)
             if val and _iterate(val) is None:

@@ -242,6 +242,13 @@ def compose(
             hint="check configDir/configName (configDir is relative to spec.workingDir) or the "
                  "path you passed"))
         return result
+    bomb = _oversized_yaml(file)
+    if bomb:
+        result.findings.append(Finding(
+            code=INVALID, path=path,
+            message=f"cannot compose RLinf config {source}: {bomb}",
+            hint="RLinf configs are a few thousand values; remove the alias chain or the huge file"))
+        return result
     try:
         from hydra import compose as hydra_compose
         from hydra import initialize_config_dir
@@ -273,6 +280,42 @@ def compose(
         finally:
             GlobalHydra.instance().clear()
     return result
+
+
+#: limits on the YAML files of a config directory: a few hundred bytes of YAML aliases expand
+#: into billions of values inside OmegaConf, which would hold the server for minutes
+MAX_CONFIG_VALUES = 200_000
+MAX_CONFIG_FILE_BYTES = 4 * 1024 * 1024
+_scanned: dict[tuple[str, float, int], str | None] = {}
+
+
+def _oversized_yaml(file: str) -> str | None:
+    """A problem with the primary config file (too big, or more than :data:`MAX_CONFIG_VALUES`
+    values once YAML aliases are expanded, counted without expanding them), or None. Files it
+    pulls in through ``defaults`` are Hydra's to read; the server composes in a child process
+    with limits for those (:mod:`.isolated`)."""
+    import yaml
+
+    from rlark.spec import tree_problems
+
+    try:
+        st = os.stat(file)
+    except OSError:
+        return None
+    key = (file, st.st_mtime, st.st_size)
+    if key not in _scanned:
+        if st.st_size > MAX_CONFIG_FILE_BYTES:
+            problem = f"{file} is larger than {MAX_CONFIG_FILE_BYTES // (1024 * 1024)} MiB"
+        else:
+            try:
+                with open(file, errors="replace") as f:
+                    data = yaml.safe_load(f)
+                fatal, _ = tree_problems(data, max_values=MAX_CONFIG_VALUES, max_depth=400)
+                problem = f"{file}: {fatal}" if fatal else None
+            except (yaml.YAMLError, RecursionError, OSError):
+                problem = None  # Hydra reports broken YAML with its own words
+        _scanned[key] = problem
+    return _scanned[key]
 
 
 def _plain(node: Any, path: str, unresolved: dict[str, str]) -> Any:

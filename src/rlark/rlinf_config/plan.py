@@ -22,6 +22,7 @@ import yaml
 
 from rlark.findings import Finding, Severity, has_errors
 from rlark.rlinf_config.cluster import (
+    MAX_NODES,
     ACCELERATOR,
     ClusterSpec,
     ComponentLayout,
@@ -107,10 +108,16 @@ class Plan:
     def ok(self) -> bool:
         return not has_errors(self.findings)
 
+    @property
+    def usable(self) -> bool:
+        """The cluster section parsed and ``num_nodes`` is small enough to expand rank lists."""
+        spec = self.spec
+        return spec is not None and isinstance(spec.num_nodes, int) and 0 <= spec.num_nodes <= MAX_NODES
+
     def node_groups(self) -> dict[str, list[int]]:
         """label -> node ranks, as RLinf expands them (first group wins on a repeated label)."""
         out: dict[str, list[int]] = {}
-        for g in self.spec.node_groups if self.spec else ():
+        for g in self.spec.node_groups if self.usable else ():
             out.setdefault(g.label, list(g.node_ranks))
         return out
 
@@ -119,8 +126,8 @@ class Plan:
         spec = self.spec
         details: dict[str, Any] = {}
         resolved = {g.label: g for g in resolve_groups(spec, [self.gpus_per_node or 0] * spec.num_nodes)} \
-            if spec else {}
-        for g in spec.node_groups if spec else ():
+            if self.usable else {}
+        for g in spec.node_groups if self.usable else ():
             r = resolved.get(g.label)
             details.setdefault(g.label, {
                 "node_ranks": list(g.node_ranks),
@@ -135,7 +142,7 @@ class Plan:
         return {
             "config": self.source,
             "num_nodes": self.num_nodes,
-            "node_ranks": list(range(self.num_nodes or 0)),
+            "node_ranks": list(range(self.num_nodes or 0)) if (self.num_nodes or 0) <= MAX_NODES else [],
             "gpus_per_node": self.gpus_per_node,
             "gpus_per_node_assumed": self.gpus_assumed,
             "node_groups": self.node_groups(),
@@ -470,10 +477,11 @@ def render_text(p: Plan) -> str:
     if p.num_nodes is None:
         out.append("cluster.num_nodes: not usable (see Findings)")
     else:
-        gpus = (f"{p.gpus_per_node} GPU{'s' if p.gpus_per_node != 1 else ''} per node"
+        gpus = ("GPUs per node unknown" if p.gpus_per_node is None else
+                f"{p.gpus_per_node} GPU{'s' if p.gpus_per_node != 1 else ''} per node"
                 + (" (assumed; pass --gpus-per-node)" if p.gpus_assumed else ""))
-        out.append(f"cluster.num_nodes = {p.num_nodes}: node ranks "
-                   f"{format_ranks(range(p.num_nodes))}, {gpus}")
+        ranks = f"0-{p.num_nodes - 1}" if p.num_nodes > MAX_NODES else format_ranks(range(p.num_nodes))
+        out.append(f"cluster.num_nodes = {p.num_nodes}: node ranks {ranks}, {gpus}")
     if d["node_group_details"]:
         out += ["", "Node groups (RLinf labels -> node ranks)"]
         rows = [["LABEL", "NODE RANKS", "RESOURCES", "ENV / PYTHON"]]

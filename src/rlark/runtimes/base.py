@@ -26,6 +26,11 @@ OBJECT_STORE_MAX = 4096 * MiB
 OBJECT_STORE_DEFAULT = 256 * MiB
 
 
+def stop_grace(termination_grace: float) -> float:
+    """The bootstrap's own grace for its children: 2 s less than RLark's, at least 0.5 s."""
+    return max(0.5, float(termination_grace) - 2.0)
+
+
 @dataclass(frozen=True)
 class RayResources:
     """What ``ray start`` is told about one Worker's node."""
@@ -66,6 +71,7 @@ def bootstrap_env(
     *,
     run_uid: str,
     head_address: str,
+    event_token: str | None = None,
     node_ip: str | None = None,
     ray_ports: dict[str, int] | None = None,
     ray_temp_dir: str | None = None,
@@ -101,8 +107,13 @@ def bootstrap_env(
             "RLARK_JOIN_TIMEOUT_SECONDS": f"{job.spec.failure_policy.join_timeout_seconds:g}",
             "RLARK_PREPARE_TIMEOUT_SECONDS": f"{job.spec.failure_policy.prepare_timeout_seconds:g}",
             "RLARK_PREPARE_SCRIPT": role.prepare_script,
+            # the bootstrap stops its own children within this, so it exits with its own code
+            # before RLark's SIGKILL at terminationGracePeriodSeconds
+            "RLARK_STOP_GRACE_SECONDS": f"{stop_grace(job.spec.termination_grace_period_seconds):g}",
         }
     )
+    if event_token:
+        env["RLARK_EVENT_TOKEN"] = event_token
     if worker.is_head:
         env["RLARK_RUN_SCRIPT"] = job.spec.run_script
     if res.num_cpus is not None:
@@ -130,6 +141,9 @@ class WorkerRef:
     pid: int | None = None
     pid_started: float | None = None  # process start time (seconds since the epoch)
     handle: str | None = None  # runtime-specific id, e.g. the Pod name
+    run_uid: str | None = None
+    node_ip: str | None = None  # where place() put it (local runtime: its reservations)
+    port_base: int | None = None
 
 
 @dataclass
@@ -187,11 +201,13 @@ class Observed:
 
     ``failure`` is a runtime-level reason and message when the runtime itself knows why the
     Worker cannot run (a Pod's ``ImagePull``, ``Unschedulable``, ``OOMKilled``...); the state
-    machine fails the Run with it."""
+    machine fails the Run with it. ``facts`` are merged into the Worker's facts."""
 
     alive: bool
     exit_code: int | None = None  # None while alive, or when the runtime cannot know
     failure: tuple[str, str] | None = None
+    #: what the runtime knows of the Worker for the run record (a Pod's image digest, node...)
+    facts: dict | None = None
 
 
 class Runtime(Protocol):

@@ -29,6 +29,7 @@ from rlark.runtimes.base import (
     WorkerPlace,
     WorkerRef,
 )
+from rlark.runtimes.local_reservations import Reservations
 from rlark.runtimes.local_ports import BLOCK_SIZE, can_bind, pick_loopback, pick_port_block, port_layout
 from rlark.spec import Job
 
@@ -54,6 +55,10 @@ def python_for(spec_python: str | None) -> str:
     return str(path)
 
 
+def _held_ips(res: Reservations) -> set[str]:
+    return {name[3:] for name in res.held() if name.startswith("ip-")}
+
+
 def worker_argv(python: str, namespace: bool) -> list[str]:
     """The command line that starts one Worker's bootstrap (pure)."""
     argv = [python, str(BOOTSTRAP_FILE)]
@@ -71,9 +76,11 @@ class LocalRuntime:
 
     name = "local"
 
-    def __init__(self) -> None:
+    def __init__(self, reservations: Reservations | None = None) -> None:
         self.namespace = use_pid_namespace()
         self._procs: dict[int, subprocess.Popen] = {}
+        self.reservations = reservations or Reservations()
+        self._run_places: dict[str, list[tuple[str, int]]] = {}
 
     def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken) -> Placement:
         """Each Worker gets the lowest free loopback address from 127.0.0.2 and the lowest free
@@ -82,17 +89,41 @@ class LocalRuntime:
         ips, bases = set(taken.ips), set(taken.port_bases)
         tmp_root = Path(settings.ray_tmp_root())
         places: dict[int, WorkerPlace] = {}
-        for w in sorted(workers, key=lambda w: w.node_rank):
-            ip = pick_loopback(ips)
-            base = pick_port_block(bases, lambda b, ip=ip: can_bind(ip, range(b, b + BLOCK_SIZE)))
-            ips.add(ip)
-            bases.add(base)
-            places[w.node_rank] = WorkerPlace(
-                node_ip=ip,
-                port_base=base,
-                ray_ports={k: v for k, v in port_layout(base).items() if k != "gcs"},
-                ray_temp_dir=str(tmp_root / f"{run_uid}-{w.node_rank}"),
-            )
+        held: list[tuple[str, int]] = []
+        res = self.reservations
+
+        def free_block(b: int, ip: str) -> bool:
+            # reserved host-wide first, then checked unbound (a crashed server's Workers)
+            if not res.try_reserve("ports", b):
+                return False
+            if can_bind(ip, range(b, b + BLOCK_SIZE)):
+                return True
+            res.release("ports", b)
+            return False
+
+        try:
+            for w in sorted(workers, key=lambda w: w.node_rank):
+                ip = pick_loopback(ips | _held_ips(res))
+                while not res.try_reserve("ip", ip):
+                    ips.add(ip)
+                    ip = pick_loopback(ips | _held_ips(res))
+                held.append((ip, -1))
+                base = pick_port_block(bases, lambda b, ip=ip: free_block(b, ip))
+                held[-1] = (ip, base)
+                ips.add(ip)
+                bases.add(base)
+                places[w.node_rank] = WorkerPlace(
+                    node_ip=ip,
+                    port_base=base,
+                    ray_ports={k: v for k, v in port_layout(base).items() if k != "gcs"},
+                    ray_temp_dir=str(tmp_root / f"{run_uid}-{w.node_rank}"),
+                )
+        except BaseException:
+            for ip, base in held:
+                res.release("ip", ip)
+                res.release("ports", base if base >= 0 else None)
+            raise
+        self._run_places[run_uid] = held
         head = places[0]
         return Placement(head_address=f"{head.node_ip}:{port_layout(head.port_base)['gcs']}",
                          workers=places)
@@ -165,11 +196,20 @@ class LocalRuntime:
         self._signal_group(ref, signal.SIGKILL)
 
     def forget(self, ref: WorkerRef) -> None:
-        """Drop the ``Popen`` of a Worker whose exit has been recorded."""
+        """Drop the ``Popen`` of a Worker whose exit has been recorded, and free its address
+        and port block for other Workers on this machine."""
         if ref.pid is not None:
             proc = self._procs.pop(ref.pid, None)
             if proc is not None:
                 proc.poll()
+        self.reservations.release("ip", ref.node_ip)
+        self.reservations.release("ports", ref.port_base)
+        places = self._run_places.get(ref.run_uid or "")
+        if places and (ref.node_ip, ref.port_base) in places:
+            places.remove((ref.node_ip, ref.port_base))
 
     def end_run(self, run_uid: str) -> None:
-        """Nothing is shared between a local Run's Workers beyond what each Worker owns."""
+        """Free whatever of the Run is still reserved (Workers that never launched)."""
+        for ip, base in self._run_places.pop(run_uid, []):
+            self.reservations.release("ip", ip)
+            self.reservations.release("ports", base)

@@ -13,17 +13,25 @@ from typing import Callable, Iterator
 CHUNK = 64 * 1024
 
 
+#: a log answered whole is cut to its last 16 MiB (a Worker may write gigabytes)
+MAX_WHOLE_BYTES = 16 * 1024 * 1024
+
+
 def tail_lines(path: str | None, n: int | None) -> tuple[list[str], int]:
-    """The last ``n`` lines of the file (all when ``n`` is None) and the file size in bytes
-    (the offset to follow from). A missing file has no lines."""
+    """The last ``n`` lines of the file (when ``n`` is None: all, or the lines of its last
+    :data:`MAX_WHOLE_BYTES` when it is bigger) and the file size in bytes (the offset to follow
+    from). A missing file has no lines."""
     if not path or not os.path.exists(path):
         return [], 0
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
         size = f.tell()
         if n is None:
-            f.seek(0)
-            data = f.read(size)
+            start = max(0, size - MAX_WHOLE_BYTES)
+            f.seek(start)
+            data = f.read(size - start)
+            if start:
+                data = data.split(b"\n", 1)[-1]  # drop the partial first line
         else:
             data = b""
             pos = size

@@ -90,6 +90,8 @@ class RunRow(Base):
     number: Mapped[int] = mapped_column(Integer)
     #: short random id, carried by every Ray node of the Run as the ``rlark.io/run`` label
     uid: Mapped[str] = mapped_column(String(32), unique=True)
+    #: secret every lifecycle line of this Run carries (bootstrap/worker.py, RLARK_EVENT_TOKEN)
+    event_token: Mapped[str | None] = mapped_column(String(64), nullable=True)
     #: why this Run exists: Submitted, Started, Restarted, Retry
     cause: Mapped[str] = mapped_column(String(16), default="Submitted")
     runtime: Mapped[str] = mapped_column(String(16), default="local")

@@ -14,7 +14,7 @@ from rlark.api.deps import job_service
 from rlark.api.routers.jobs import INT32_MAX
 from rlark.record import render
 from rlark.services.jobs import JobService
-from rlark.services.logs import follow_lines, tail_lines
+from rlark.services.logs import MAX_WHOLE_BYTES, follow_lines, tail_lines
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["logs and records"])
 Service = Annotated[JobService, Depends(job_service)]
@@ -39,9 +39,10 @@ def get_logs(
     if not follow:
         out = []
         for w in chosen:
-            lines, _ = tail_lines(w["log"], tail)
+            lines, size = tail_lines(w["log"], tail)
             out.append({"name": w["name"], "role": w["role"], "nodeRank": w["nodeRank"],
-                        "run": w["run"], "lines": lines})
+                        "run": w["run"], "lines": lines,
+                        "truncated": tail is None and size > MAX_WHOLE_BYTES})
         return {"workers": out}
     return StreamingResponse(_follow(jobs, name, run, chosen, tail), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

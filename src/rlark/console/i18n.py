@@ -1,0 +1,79 @@
+"""The console's languages: one JSON catalog per locale (``catalogs/<locale>.json``, flat keys),
+the choice remembered per browser in a cookie, English as the fallback.
+
+Values are :meth:`str.format` templates (``"Delete Job “{name}”?"``); what the format fills in
+is escaped by the templates like any other value.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+CATALOG_DIR = Path(__file__).parent / "catalogs"
+LOCALES = ("en", "zh-CN")
+DEFAULT_LOCALE = "en"
+COOKIE = "rlark_lang"
+#: language names as their speakers write them, the same in every locale (not translated)
+ENDONYMS = {"en": "English", "zh-CN": "简体中文"}
+
+
+@lru_cache(maxsize=None)
+def catalog(locale: str) -> dict[str, str]:
+    """The catalog of ``locale`` (one of :data:`LOCALES`)."""
+    return json.loads((CATALOG_DIR / f"{locale}.json").read_text(encoding="utf-8"))
+
+
+def negotiate(cookie: str | None, accept_language: str | None) -> str:
+    """The locale for a request: the cookie when it names a known locale, else the first
+    ``Accept-Language`` entry RLark speaks (any ``zh`` is Simplified Chinese), else English."""
+    if cookie in LOCALES:
+        return cookie
+    for part in (accept_language or "").split(","):
+        tag = part.split(";", 1)[0].strip().lower()
+        if tag.startswith("zh"):
+            return "zh-CN"
+        if tag.startswith("en"):
+            return "en"
+    return DEFAULT_LOCALE
+
+
+class Translator:
+    """``t("jobs.title")`` -> the label in this locale (English, then the key, as fallbacks)."""
+
+    def __init__(self, locale: str):
+        self.locale = locale if locale in LOCALES else DEFAULT_LOCALE
+        self._cat = catalog(self.locale)
+        self._en = catalog(DEFAULT_LOCALE)
+
+    def __call__(self, key: str, **values) -> str:
+        text = self._cat.get(key) or self._en.get(key) or key
+        return text.format(**values) if values else text
+
+    def has(self, key: str) -> bool:
+        return key in self._cat or key in self._en
+
+    def of(self, group: str, value: str | None) -> str:
+        """The label of ``value`` in ``group`` (``phase``, ``cause``, ``ev``...) in this locale;
+        the value itself when the catalogs have none (a reason code, a new phase)."""
+        if not value:
+            return ""
+        key = f"{group}.{value}"
+        return self(key) if self.has(key) else value
+
+    def phase(self, phase: str | None) -> str:
+        """A Run/Job/Task/Worker phase in this locale (the phase itself when unknown)."""
+        return self.of("phase", phase)
+
+    def duration(self, seconds: float | None) -> str:
+        if seconds is None:
+            return ""
+        s = max(int(seconds), 0)
+        h, rest = divmod(s, 3600)
+        m, s = divmod(rest, 60)
+        if h:
+            return self("dur.hm", h=h, m=m)
+        if m:
+            return self("dur.ms", m=m, s=s)
+        return self("dur.s", s=s)

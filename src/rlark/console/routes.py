@@ -1,0 +1,595 @@
+"""Console routes: parse the request, call :class:`JobService`, render a template.
+
+Full pages for plain requests; the fragment an htmx request asks for (``HX-Request``) otherwise.
+Actions are plain HTML forms that answer with a redirect (303) and a one-shot notice (a cookie),
+so every page also works as a bookmark and after a reload. Nothing here is in the OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+
+import jinja2
+import yaml
+from fastapi import APIRouter, Request
+from fastapi.responses import (
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.concurrency import run_in_threadpool
+
+from rlark import __version__
+from rlark.console import HTMX_VERSION, logview
+from rlark.console.i18n import COOKIE, ENDONYMS, LOCALES, Translator, negotiate
+from rlark.console.wizard import (
+    MOUNT_TYPES,
+    STEPS,
+    WizardState,
+    blocking,
+    field_of,
+    role_of,
+    step_of,
+)
+from rlark.controller.phases import ACTIVE, Phase
+from rlark.findings import Finding, Severity
+from rlark.ranks import plan_workers
+from rlark.record import render as render_record
+from rlark.services.errors import NotFound, ServiceError
+from rlark.services.jobs import JobService
+from rlark.spec import dump_job, job_to_dict
+
+router = APIRouter(include_in_schema=False)
+
+TEMPLATES = Path(__file__).parent / "templates"
+PAGE_SIZE = 20
+LOG_TAIL = 1000  # lines per Worker shown on the Logs tab (downloads have all)
+MAX_FORM_BYTES = 1024 * 1024
+FLASH = "rlark_flash"
+TABS = ("overview", "events", "logs", "record", "spec")
+ACTIONS = ("stop", "start", "restart", "delete")
+PHASES = [p.value for p in Phase]
+
+
+def _parse_time(iso: str | None) -> datetime | None:
+    if not iso:
+        return None
+    try:
+        t = datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _dt(iso: str | None) -> str:
+    t = _parse_time(iso)
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if t else ""
+
+
+def _seconds(start: str | None, end: str | None) -> float | None:
+    a = _parse_time(start)
+    if a is None:
+        return None
+    b = _parse_time(end) or datetime.now(timezone.utc)
+    return (b - a).total_seconds()
+
+
+env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    autoescape=jinja2.select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+    undefined=jinja2.StrictUndefined,
+)
+env.filters["dt"] = _dt
+env.globals.update(PHASES=PHASES, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_TYPES, STEPS=STEPS,
+                   TABS=TABS, seconds=_seconds, version=__version__, htmx_version=HTMX_VERSION,
+                   quote=quote)
+
+
+def _service(request: Request) -> JobService:
+    return request.app.state.jobs
+
+
+def _locale(request: Request) -> str:
+    return negotiate(request.cookies.get(COOKIE), request.headers.get("accept-language"))
+
+
+def _htmx(request: Request) -> bool:
+    return request.headers.get("hx-request") == "true"
+
+
+def _render(request: Request, template: str, status: int = 200, *, full: bool = True,
+            **ctx: Any) -> HTMLResponse:
+    """Render a template with the request's language; ``full`` pages show (and clear) the
+    pending notice."""
+    locale = _locale(request)
+    t = Translator(locale)
+    notice = _read_flash(request, t) if full else None
+    html = env.get_template(template).render(
+        t=t, locale=locale, locales=LOCALES, endonyms=ENDONYMS, notice=notice,
+        here=_here(request), **ctx)
+    resp = HTMLResponse(html, status_code=status)
+    resp.headers["Cache-Control"] = "no-store"
+    resp.headers["Vary"] = "Cookie, Accept-Language, HX-Request"
+    if notice:
+        resp.delete_cookie(FLASH, path="/")
+    return resp
+
+
+def _here(request: Request) -> str:
+    q = request.url.query
+    return request.url.path + (f"?{q}" if q else "")
+
+
+# --- notices (one-shot, through a cookie) ------------------------------------------------------
+
+
+def _flash(resp: Response, kind: str, key: str | None = None, text: str | None = None,
+           **args: Any) -> Response:
+    """Show a notice on the next page: a catalog ``key`` (with ``args``), or a service's
+    ``text``. ``kind``: ok | error."""
+    text = text if text is None or len(text) <= 600 else text[:597] + "..."
+    value = json.dumps({"kind": kind, "key": key, "text": text, "args": args}, ensure_ascii=True)
+    resp.set_cookie(FLASH, quote(value), path="/", samesite="lax", httponly=True)
+    return resp
+
+
+def _read_flash(request: Request, t: Translator) -> dict | None:
+    raw = request.cookies.get(FLASH)
+    if not raw:
+        return None
+    try:
+        data = json.loads(unquote(raw))
+        args = {k: str(v) for k, v in (data.get("args") or {}).items()}
+        text = t(data["key"], **args) if data.get("key") else str(data.get("text") or "")
+        return {"kind": "error" if data.get("kind") == "error" else "ok", "text": text}
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return None
+
+
+def _redirect(request: Request, url: str) -> Response:
+    """303 to ``url``; for htmx, ``HX-Redirect`` (htmx follows it as a full page load)."""
+    if _htmx(request):
+        return Response(status_code=200, headers={"HX-Redirect": url})
+    return RedirectResponse(url, status_code=303)
+
+
+def _safe_next(url: str | None, default: str) -> str:
+    """A local path to go back to (never another site)."""
+    if (not url or not url.startswith("/") or url.startswith("//") or "\\" in url
+            or any(ord(c) < 33 or ord(c) == 127 for c in url)):
+        return default
+    parts = urlsplit(url)
+    if parts.scheme or parts.netloc:
+        return default
+    return url
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+
+class _BadForm(Exception):
+    pass
+
+
+async def _form(request: Request) -> list[tuple[str, str]]:
+    """The urlencoded form of a POST (1 MiB at most)."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise _BadForm("the form is larger than 1 MiB")
+    try:
+        return parse_qsl(body.decode("utf-8", errors="replace"), keep_blank_values=True,
+                         max_num_fields=20000)
+    except ValueError as exc:
+        raise _BadForm(str(exc)) from None
+
+
+def _cross_site(request: Request) -> bool:
+    """A form posted from another site (the console has no session to protect, but nothing
+    another site shows should act on this server)."""
+    if request.headers.get("sec-fetch-site") == "cross-site":
+        return True
+    origin = request.headers.get("origin")
+    if origin and origin != "null":
+        return urlsplit(origin).netloc != request.headers.get("host", "")
+    return False
+
+
+def _refuse(request: Request, status: int, key: str, **args: Any) -> HTMLResponse:
+    t = Translator(_locale(request))
+    return _render(request, "error.html", status, title=t("error.title"),
+                   message=t(key, **args))
+
+
+def _int(text: str | None, default: int | None = None, lo: int = 1, hi: int = 2**31 - 1) -> int | None:
+    try:
+        v = int(str(text))
+    except (TypeError, ValueError):
+        return default
+    return v if lo <= v <= hi else default
+
+
+def _text(text: str | None, limit: int = 200) -> str:
+    return (text or "").replace("\x00", "").strip()[:limit]
+
+
+# --- pages ---------------------------------------------------------------------------------------
+
+
+@router.get("/")
+def home() -> Response:
+    return RedirectResponse("/jobs", status_code=307)
+
+
+@router.get("/lang/{locale}")
+def set_language(locale: str, next: str | None = None) -> Response:
+    resp = RedirectResponse(_safe_next(next, "/jobs"), status_code=303)
+    if locale in LOCALES:
+        resp.set_cookie(COOKIE, locale, max_age=365 * 24 * 3600, path="/", samesite="lax")
+    return resp
+
+
+def _list_context(service: JobService, phase: str | None, q: str | None, page: int | None) -> dict:
+    phase = phase if phase in PHASES else None
+    q = _text(q, 63) or None
+    page = page or 1
+    data = service.list(phase=phase, q=q, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+    pages = max((data["total"] + PAGE_SIZE - 1) // PAGE_SIZE, 1)
+    if page > pages:
+        page = pages
+        data = service.list(phase=phase, q=q, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+    params = {k: v for k, v in (("phase", phase), ("q", q)) if v}
+    return {
+        "jobs": data["items"], "total": data["total"], "phase": phase or "", "q": q or "",
+        "page": page, "pages": pages, "first": (page - 1) * PAGE_SIZE + 1 if data["items"] else 0,
+        "last": (page - 1) * PAGE_SIZE + len(data["items"]),
+        "query": urlencode({**params, "page": page}),
+        "page_url": lambda n: "/jobs?" + urlencode({**params, "page": n}),
+        "list_url": "/jobs?" + urlencode({**params, "page": page}),
+    }
+
+
+@router.get("/jobs")
+def jobs_page(request: Request, phase: str | None = None, q: str | None = None,
+              page: str | None = None) -> Response:
+    ctx = _list_context(_service(request), phase, q, _int(page, 1))
+    if _htmx(request):  # the filter form: the table only, and the address bar follows
+        resp = _render(request, "_jobs_table.html", full=False, **ctx)
+        resp.headers["HX-Push-Url"] = ctx["list_url"]
+        return resp
+    return _render(request, "jobs.html", **ctx)
+
+
+@router.get("/jobs/_table")
+def jobs_table(request: Request, phase: str | None = None, q: str | None = None,
+               page: str | None = None) -> Response:
+    """The table alone, for the list's live refresh."""
+    ctx = _list_context(_service(request), phase, q, _int(page, 1))
+    return _render(request, "_jobs_table.html", full=False, **ctx)
+
+
+def _job_context(service: JobService, name: str, run: int | None) -> dict:
+    """The Job, the Run shown (``run``, default the current one) and its Workers."""
+    job = service.get(name)
+    current = job["currentRun"]
+    shown = next((r for r in job["runs"] if r["number"] == run), None) if run else None
+    if shown is None or (current and shown["number"] == current["number"]):
+        shown, workers = current, (current or {}).get("workers", [])
+    else:
+        workers = service.workers(name, shown["number"])
+    live = bool(job["phase"] in ACTIVE or job["deleting"]
+                or any(w["startedAt"] and not w["finishedAt"] for w in workers))
+    return {"job": job, "run": shown, "workers": workers, "live": live,
+            "is_current": bool(current and shown and shown["number"] == current["number"]),
+            "roles": [r["name"] for r in job["roles"]]}
+
+
+def _gone(request: Request, name: str) -> Response:
+    t = Translator(_locale(request))
+    return _render(request, "error.html", 404, title=t("error.notFound"),
+                   message=t("error.noJob", name=name))
+
+
+@router.get("/jobs/{name}")
+def job_page(request: Request, name: str, tab: str = "overview", run: str | None = None,
+             role: str | None = None, worker: str | None = None, q: str | None = None) -> Response:
+    service = _service(request)
+    tab = tab if tab in TABS else "overview"
+    try:
+        ctx = _job_context(service, name, _int(run))
+    except NotFound:
+        return _gone(request, name)
+    ctx.update(tab=tab, role=_text(role, 63), worker=_text(worker, 63), q=_text(q, 200))
+    number = ctx["run"]["number"] if ctx["run"] else None
+    if tab == "events":
+        ctx["events"] = list(reversed(service.events(name, _int(run))))
+        ctx["events_run"] = _int(run)
+    elif tab == "logs" and number is not None:
+        try:
+            chosen = service.worker_logs(name, number, ctx["worker"] or None, ctx["role"] or None, None)
+        except NotFound:
+            chosen = []
+        ctx["chosen"] = chosen
+        lines = logview.collect(chosen, LOG_TAIL, ctx["q"] or None)
+        ctx["lines_html"] = logview.as_html(lines, prefix=len(chosen) > 1)
+        ctx["line_count"] = len(lines)
+        params = {k: v for k, v in (("run", number), ("role", ctx["role"]),
+                                    ("worker", ctx["worker"])) if v}
+        ctx["log_query"] = urlencode({**params, **({"q": ctx["q"]} if ctx["q"] else {})})
+        ctx["follow_url"] = f"/api/v1/jobs/{quote(name)}/logs?" + urlencode(
+            {**params, "follow": "true", "tail": LOG_TAIL})
+    elif tab == "record" and number is not None:
+        ctx["record"] = service.record(name, number)
+    elif tab == "spec":
+        ctx["spec_yaml"] = yaml.safe_dump(ctx["job"]["spec"], sort_keys=False,
+                                          allow_unicode=True)
+        ctx["findings"] = [Finding.model_validate(f) for f in ctx["job"]["findings"]]
+    return _render(request, "job.html", **ctx)
+
+
+@router.get("/jobs/{name}/_live")
+def job_live(request: Request, name: str, tab: str = "overview", run: str | None = None) -> Response:
+    """The live part of a Job's page (status, actions, and the overview or events tab), for
+    polling while the Job is active."""
+    service = _service(request)
+    try:
+        ctx = _job_context(service, name, _int(run))
+    except NotFound:
+        resp = Response(status_code=200, headers={"HX-Redirect": "/jobs"})
+        return _flash(resp, "ok", "flash.deleted", name=name)
+    ctx.update(tab=tab if tab in TABS else "overview", role="", worker="", q="")
+    if ctx["tab"] == "events":
+        ctx["events"] = list(reversed(service.events(name, _int(run))))
+        ctx["events_run"] = _int(run)
+    return _render(request, "_job_live.html", full=False, **ctx)
+
+
+@router.post("/jobs/{name}/{action}")
+async def job_action(request: Request, name: str, action: str) -> Response:
+    if action not in ACTIONS:
+        return _refuse(request, 404, "error.noPage")
+    if _cross_site(request):
+        return _refuse(request, 403, "error.crossSite")
+    try:
+        form = dict(await _form(request))
+    except _BadForm:
+        return _refuse(request, 413, "error.formTooLarge")
+    back = f"/jobs/{quote(name)}"
+    nxt = _safe_next(form.get("next"), back)
+    service = _service(request)
+    try:
+        result = await run_in_threadpool(getattr(service, action), name)
+    except ServiceError as exc:
+        return _flash(_redirect(request, nxt), "error", text=exc.message)
+    if action == "delete":
+        if urlsplit(nxt).path.startswith(back):
+            nxt = "/jobs"
+        key = "flash.deleted" if result.get("deleted") else "flash.deleting"
+        return _flash(_redirect(request, nxt), "ok", key, name=name)
+    return _flash(_redirect(request, nxt), "ok", f"flash.{action}", name=name,
+                  run=(result.get("currentRun") or {}).get("number", ""))
+
+
+# --- downloads -------------------------------------------------------------------------------
+
+
+def _attachment(body: str, filename: str, media: str) -> Response:
+    return Response(body, media_type=media, headers={
+        "Content-Disposition": f'attachment; filename="{filename}"', "Cache-Control": "no-store"})
+
+
+@router.get("/jobs/{name}/logs.{fmt}")
+def download_logs(request: Request, name: str, fmt: str, run: str | None = None,
+                  role: str | None = None, worker: str | None = None,
+                  q: str | None = None) -> Response:
+    if fmt not in ("txt", "csv"):
+        return _refuse(request, 404, "error.noPage")
+    service = _service(request)
+    try:
+        chosen = service.worker_logs(name, _int(run), _text(worker, 63) or None,
+                                     _text(role, 63) or None, None)
+    except NotFound as exc:
+        return PlainTextResponse(exc.message + "\n", status_code=404)
+    number = chosen[0]["run"]
+    media = "text/csv; charset=utf-8" if fmt == "csv" else "text/plain; charset=utf-8"
+    return StreamingResponse(
+        logview.stream(chosen, _text(q) or None, fmt), media_type=media,
+        headers={"Content-Disposition": f'attachment; filename="{name}-run{number}-logs.{fmt}"',
+                 "Cache-Control": "no-store"})
+
+
+@router.get("/jobs/{name}/record.{fmt}")
+def download_record(request: Request, name: str, fmt: str, run: str | None = None) -> Response:
+    if fmt not in ("json", "md"):
+        return _refuse(request, 404, "error.noPage")
+    try:
+        rec = _service(request).record(name, _int(run))
+    except NotFound as exc:
+        return PlainTextResponse(exc.message + "\n", status_code=404)
+    media = "application/json" if fmt == "json" else "text/markdown; charset=utf-8"
+    return _attachment(render_record(rec, fmt), f"{name}-run{rec['run']}-record.{fmt}", media)
+
+
+# --- the Create Job wizard -------------------------------------------------------------------------
+
+
+def _step_findings(service: JobService, st: WizardState, step: int) -> tuple[list[Finding], Any]:
+    """Findings about the fields of ``step`` (4: every Finding of the preflight submitting
+    would run) and the parsed Job (step 4 only)."""
+    doc, bad = st.to_document()
+    if step == 4:
+        job, found = service.preflight(doc)
+    else:
+        job, found = service.validate(doc)
+    findings = bad + found
+    if st.mode == "create" and step in (1, 4) and st.name:
+        try:
+            service.get(st.name)
+        except NotFound:
+            pass
+        else:
+            findings.insert(0, Finding(
+                code="NameTaken", path="metadata.name",
+                message=f"metadata.name = {st.name!r}: a Job of that name exists",
+                hint="choose another name, or edit that Job"))
+    if step < 4:
+        findings = [f for f in findings if step_of(f) == step]
+    return findings, job
+
+
+def _wizard_context(service: JobService, st: WizardState, findings: list[Finding] | None,
+                    job=None, error: str | None = None) -> dict:
+    """What ``_wizard.html`` shows. Step 4 always runs the full preflight."""
+    if st.step == 4:
+        findings, job = _step_findings(service, st, 4)
+    findings = findings or []
+    by_field: dict[str, list[Finding]] = {}
+    tab_errors: dict[int, int] = {}
+    for f in findings:
+        key = field_of(f)
+        if key:
+            by_field.setdefault(key, []).append(f)
+        i = role_of(f)
+        if i is not None and f.severity == Severity.error:
+            tab_errors[i] = tab_errors.get(i, 0) + 1
+    ctx: dict[str, Any] = {"st": st, "findings": findings, "by_field": by_field,
+                           "tab_errors": tab_errors, "errors": blocking(findings), "error": error,
+                           "yaml_text": "", "ranks": [], "rank_error": None}
+    if st.step == 4:
+        doc, _ = st.to_document()
+        ctx["yaml_text"] = dump_job(job) if job is not None else yaml.safe_dump(doc, sort_keys=False)
+        if job is not None:
+            try:
+                ctx["ranks"] = plan_workers(job)
+            except ValueError as exc:
+                ctx["rank_error"] = str(exc)
+    return ctx
+
+
+def _wizard_page(request: Request, ctx: dict, status: int = 200, **extra: Any) -> Response:
+    if _htmx(request):
+        return _render(request, "_wizard.html", status, full=False, **ctx, **extra)
+    return _render(request, "create.html", status, **ctx, **extra)
+
+
+@router.get("/create")
+def create_page(request: Request) -> Response:
+    ctx = _wizard_context(_service(request), WizardState.new(), None)
+    return _render(request, "create.html", **ctx, yaml_source="", yaml_findings=[])
+
+
+@router.get("/jobs/{name}/edit")
+def edit_page(request: Request, name: str) -> Response:
+    return _wizard_from_job(request, name, edit=True)
+
+
+@router.get("/jobs/{name}/clone")
+def clone_page(request: Request, name: str) -> Response:
+    return _wizard_from_job(request, name, edit=False)
+
+
+def _wizard_from_job(request: Request, name: str, edit: bool) -> Response:
+    service = _service(request)
+    try:
+        job = service.get(name)
+    except NotFound:
+        return _gone(request, name)
+    st = WizardState.from_spec(job["spec"])
+    if edit:
+        st.mode, st.original = "edit", name
+    else:
+        st.name = st.clone_name()
+    ctx = _wizard_context(service, st, None)
+    return _render(request, "create.html", **ctx, yaml_source="", yaml_findings=[])
+
+
+@router.post("/create")
+async def wizard_post(request: Request) -> Response:
+    if _cross_site(request):
+        return _refuse(request, 403, "error.crossSite")
+    try:
+        pairs = await _form(request)
+    except _BadForm:
+        return _refuse(request, 413, "error.formTooLarge")
+    service = _service(request)
+    st = WizardState.from_form(pairs)
+    if st.mode == "edit":
+        st.name = st.original
+    action = dict(pairs).get("action", "next")
+    findings: list[Finding] | None = None
+    if st.apply(action):
+        pass
+    elif action == "back":
+        st.step = max(st.step - 1, 1)
+    elif action.startswith("goto:"):
+        target = min(max(_int(action[5:], 1, 1, 4) or 1, 1), 4)
+        while st.step < target:  # forward only through valid steps
+            found, _ = await run_in_threadpool(_step_findings, service, st, st.step)
+            if blocking(found):
+                findings = found
+                break
+            st.step += 1
+        if target < st.step:
+            st.step = target
+    elif action == "submit":
+        st.step = 4
+        found, job = await run_in_threadpool(_step_findings, service, st, 4)
+        if not blocking(found):
+            doc, _ = st.to_document()
+            try:
+                if st.mode == "edit":
+                    await run_in_threadpool(service.replace, st.original, doc)
+                else:
+                    await run_in_threadpool(service.create, doc)
+            except ServiceError as exc:
+                ctx = await run_in_threadpool(_wizard_context, service, st, None)
+                return _wizard_page(request, ctx, 200, error=exc.message, yaml_source="",
+                                    yaml_findings=[])
+            key = "flash.updated" if st.mode == "edit" else "flash.created"
+            return _flash(_redirect(request, f"/jobs/{quote(doc['metadata']['name'])}"), "ok",
+                          key, name=doc["metadata"]["name"])
+    else:  # next (also Enter in a field)
+        if st.step < 4:
+            found, _ = await run_in_threadpool(_step_findings, service, st, st.step)
+            if blocking(found):
+                findings = found
+                if st.step == 2:  # show the first role with an error
+                    first = next((role_of(f) for f in blocking(found) if role_of(f) is not None), None)
+                    if first is not None:
+                        st.tab = first
+            else:
+                st.step += 1
+    ctx = await run_in_threadpool(_wizard_context, service, st, findings)
+    return _wizard_page(request, ctx, yaml_source="", yaml_findings=[])
+
+
+@router.post("/create/yaml")
+async def wizard_from_yaml(request: Request) -> Response:
+    """Start the wizard from pasted or uploaded YAML: at step 4 (review), or back on the first
+    page with the Findings that keep the YAML from being read."""
+    if _cross_site(request):
+        return _refuse(request, 403, "error.crossSite")
+    try:
+        form = dict(await _form(request))
+    except _BadForm:
+        return _refuse(request, 413, "error.formTooLarge")
+    service = _service(request)
+    text = form.get("yaml", "")
+    job, findings = await run_in_threadpool(service.validate, text)
+    if job is None:
+        ctx = _wizard_context(service, WizardState.new(), None)
+        return _render(request, "create.html", 422, **ctx, yaml_source=text,
+                       yaml_findings=findings)
+    st = WizardState.from_spec(job_to_dict(job))
+    st.step = 4
+    ctx = await run_in_threadpool(_wizard_context, service, st, None)
+    return _render(request, "create.html", **ctx, yaml_source="", yaml_findings=[])

@@ -1,0 +1,80 @@
+"""Findings for the Kubernetes runtime: what it cannot render, and the capacity preflight."""
+
+from __future__ import annotations
+
+from rlark.findings import Finding, Severity
+from rlark.runtimes.kubernetes.capacity import NodeInfo, check_capacity
+from rlark.spec import Job
+
+
+def check_spec_for_kubernetes(job: Job) -> list[Finding]:
+    """Spec rules of the Kubernetes runtime (pure).
+
+    Errors: an ``objectStorage`` mount without ``kubernetes.storageClass`` or
+    ``kubernetes.csiDriver``, or with both. Warnings: ``kubernetes`` settings on a hostPath/pvc
+    mount, and ``local.python`` (both ignored on Kubernetes: the image's ``python`` runs the
+    bootstrap). Info: a ``workingDir`` under no mount must exist in the image.
+    """
+    out: list[Finding] = []
+    wd = job.spec.working_dir
+    if wd and not any(wd == m.mount_path or wd.startswith(m.mount_path.rstrip("/") + "/")
+                      for r in job.spec.roles for m in r.mounts):
+        out.append(Finding(
+            code="WorkingDirInImage", severity=Severity.info, path="spec.workingDir",
+            message=f"spec.workingDir = {wd!r} must exist inside every Worker's image: it is "
+                    "under no mount, and nothing is copied from the submitting machine",
+            hint="use a directory of the image, or put the code on a mount (hostPath, pvc, "
+                 "objectStorage) and point workingDir into it",
+        ))
+    for i, role in enumerate(job.spec.roles):
+        for j, mount in enumerate(role.mounts):
+            path = f"spec.roles[{i}].mounts[{j}]"
+            k8s = mount.kubernetes
+            if mount.type == "objectStorage":
+                chosen = [x for x in (k8s and k8s.storage_class, k8s and k8s.csi_driver) if x]
+                if len(chosen) != 1:
+                    out.append(Finding(
+                        code="ObjectStorageNeedsDriver", path=f"{path}.kubernetes",
+                        message=f"{path}: objectStorage {mount.source!r} needs exactly one of "
+                                f"kubernetes.storageClass or kubernetes.csiDriver on Kubernetes "
+                                f"({'both are' if chosen else 'neither is'} set)",
+                        hint="name the StorageClass of your object-storage CSI driver (a PVC is "
+                             "created per Run), or the CSI driver for an inline volume",
+                    ))
+            elif k8s is not None:
+                out.append(Finding(
+                    code="MountSettingIgnored", severity=Severity.warning, path=f"{path}.kubernetes",
+                    message=f"{path}.kubernetes applies to objectStorage mounts only; this is a "
+                            f"{mount.type} mount",
+                    hint="remove it",
+                ))
+        if role.local.python:
+            out.append(Finding(
+                code="LocalSettingIgnored", severity=Severity.warning,
+                path=f"spec.roles[{i}].local.python",
+                message=f"spec.roles[{i}].local.python is ignored on Kubernetes: the image's "
+                        "`python` runs the bootstrap",
+                hint="make sure `python` in the image has ray installed",
+            ))
+    return out
+
+
+def check_for_kubernetes(job: Job, nodes: list[NodeInfo] | None, *, free_basis: str = "cluster",
+                         pending_timeout: float | None = None,
+                         inventory_error: str | None = None) -> list[Finding]:
+    """Every Kubernetes-runtime Finding: :func:`check_spec_for_kubernetes`, then the capacity
+    preflight over ``nodes`` (:func:`~rlark.runtimes.kubernetes.capacity.check_capacity`). When
+    the inventory could not be read (``inventory_error``), one warning instead of the capacity
+    check: the Job is not refused for what RLark could not see."""
+    findings = check_spec_for_kubernetes(job)
+    if inventory_error is not None:
+        findings.append(Finding(
+            code="CapacityUnknown", severity=Severity.warning, path="spec.roles",
+            message=f"spec.roles: the node inventory could not be read ({inventory_error}); "
+                    "capacity was not checked",
+            hint="check the server's access to the Kubernetes API (RBAC: get/list nodes)",
+        ))
+    elif nodes is not None:
+        findings.extend(check_capacity(job, nodes, free_basis=free_basis,
+                                       pending_timeout=pending_timeout))
+    return findings

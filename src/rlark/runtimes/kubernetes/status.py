@@ -1,0 +1,393 @@
+"""Pod + Events -> a Worker's state and, when Kubernetes knows it, why it cannot run (pure).
+
+:func:`interpret` takes the Pod object exactly as the API server returns it (``kubectl get pod
+-o json``: camelCase dicts), the Events whose ``involvedObject`` is that Pod, and the time, and
+returns a :class:`PodStatus`: alive or not, the exit code, a failure ``(reason, message)`` with
+Kubernetes' own text, and facts for the run record (image digest, node, Pod IP).
+
+Failure reasons (the Run's reason when it is the first failure):
+
+=====================  ==========================================================================
+``ImagePull``          container waiting ``ErrImagePull``/``ImagePullBackOff`` for longer than the
+                       grace (kubelet retries with back-off; the registry's text comes from the
+                       latest ``Failed`` Event), or ``InvalidImageName``/``ErrImageNeverPull`` at
+                       once. The message says whether the registry answered *not found*,
+                       *unauthorized*, or Docker Hub's "does not exist or may require
+                       authorization" (which cannot tell the two apart).
+``Unschedulable``      not bound to a node after the pending timeout; the scheduler's message from
+                       the ``PodScheduled`` condition or the latest ``FailedScheduling`` Event.
+``MountFailed``        ``FailedMount``/``FailedAttachVolume`` Events for longer than the mount grace
+                       while the container has not started.
+``ContainerCreateFailed``  ``CreateContainerConfigError``/``CreateContainerError``/
+                       ``RunContainerError`` for longer than the pull grace.
+``ContainerStartFailed``   terminated with ``StartError``/``ContainerCannotRun`` (e.g. no
+                       ``python`` in the image).
+``OOMKilled``          the container was killed by the kernel's OOM killer.
+``Evicted``            the kubelet evicted the Pod (node pressure); its message.
+``CrashLoop``          ``CrashLoopBackOff`` (only with a restart policy other than Never).
+``HeadLost`` / ``WorkerLost``  the Pod was deleted, or is being deleted, by someone other than
+                       RLark, or failed with a node-level reason (``NodeLost``, ``Shutdown``,
+                       ``Terminated``, ``DisruptionTarget`` condition).
+``AdmissionRejected``  the kubelet refused the Pod (``OutOfcpu``, ``UnexpectedAdmissionError``...).
+=====================  ==========================================================================
+
+A plain non-zero exit is *not* a runtime failure: the bootstrap's own lifecycle line (or the
+exit code, as ``HeadLost``/``WorkerLost``/``RunFailed``) tells the state machine more.
+
+Kubernetes facts: Pod phases and container states as in
+https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/; waiting reasons
+``ErrImagePull``, ``ImagePullBackOff``, ``InvalidImageName``, ``ErrImageNeverPull``,
+``CreateContainerConfigError``, ``CreateContainerError``, ``RunContainerError`` and
+``CrashLoopBackOff`` from the kubelet (pkg/kubelet/images/types.go, pkg/kubelet/container/sync_result.go);
+``Evicted`` from the eviction manager; the ``DisruptionTarget`` condition since 1.26.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Sequence
+
+IMAGE_PULL_WAITING = ("ErrImagePull", "ImagePullBackOff")
+IMAGE_PULL_FATAL = ("InvalidImageName", "ErrImageNeverPull")
+CREATE_WAITING = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError")
+START_TERMINATED = ("StartError", "ContainerCannotRun")
+LOST_POD_REASONS = ("NodeLost", "Shutdown", "Terminated", "NodeShutdown")
+MOUNT_EVENTS = ("FailedMount", "FailedAttachVolume")
+MAX_TEXT = 600
+
+
+@dataclass(frozen=True)
+class StatusPolicy:
+    """How long Kubernetes may keep retrying before RLark names a failure (seconds)."""
+
+    image_pull_grace_seconds: float = 30.0
+    mount_grace_seconds: float = 60.0
+    pending_timeout_seconds: float = 300.0
+
+
+@dataclass(frozen=True)
+class PodStatus:
+    """What RLark makes of one Worker's Pod.
+
+    ``phase``: ``Unscheduled``, ``Scheduled`` (bound, container not running yet: image pull,
+    mounts), ``Running``, ``Succeeded``, ``Failed`` or ``Gone`` (the object no longer exists).
+    ``alive``: the Worker may still do something (False once the container has terminated or the
+    Pod is gone). ``exit_code``: the container's, when terminated. ``failure``: ``(reason,
+    message)`` when Kubernetes knows why the Worker cannot run. ``facts``: image, imageID,
+    imageDigest, node, podIP, hostIP, qosClass (those present).
+    """
+
+    phase: str
+    alive: bool
+    exit_code: int | None = None
+    failure: tuple[str, str] | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_time(value: Any) -> float | None:
+    """RFC 3339 time (``2019-04-04T16:06:56Z``, MicroTime with fractions) -> Unix seconds."""
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _clip(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
+
+
+def _container_status(pod: dict, container: str) -> dict:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for cs in statuses:
+        if cs.get("name") == container:
+            return cs
+    return statuses[0] if statuses else {}
+
+
+def _container_spec(pod: dict, name: str) -> dict:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    for c in containers:
+        if c.get("name") == name:
+            return c
+    return containers[0] if containers else {}
+
+
+def _condition(pod: dict, kind: str) -> dict:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond
+    return {}
+
+
+def _event_time(ev: dict, first: bool = True) -> float | None:
+    keys = ("firstTimestamp", "eventTime", "lastTimestamp") if first else (
+        "lastTimestamp", "eventTime", "firstTimestamp")
+    for key in keys:
+        t = parse_time(ev.get(key))
+        if t is not None:
+            return t
+    series = ev.get("series") or {}
+    return parse_time(series.get("lastObservedTime"))
+
+
+def _events(events: Sequence[dict], reasons: Sequence[str]) -> list[dict]:
+    """Events with one of ``reasons``, oldest first."""
+    chosen = [e for e in events if e.get("reason") in reasons]
+    return sorted(chosen, key=lambda e: _event_time(e, first=False) or 0.0)
+
+
+def image_digest(image_id: str | None) -> str | None:
+    """``repo@sha256:abc`` (containerd) or ``docker-pullable://repo@sha256:abc`` -> ``sha256:abc``;
+    None for an image id that is not a repository digest (``docker://sha256:...``) or empty."""
+    if not image_id or "@" not in image_id:
+        return None
+    digest = image_id.rsplit("@", 1)[1]
+    return digest if ":" in digest else None
+
+
+def facts_of(pod: dict, container: str = "worker") -> dict[str, Any]:
+    """Run-record facts from a Pod: image (as the kubelet resolved it), imageID, imageDigest,
+    node, podIP, hostIP, qosClass; only those that are set."""
+    status = pod.get("status") or {}
+    cs = _container_status(pod, container)
+    out = {
+        "image": cs.get("image"),
+        "imageID": cs.get("imageID") or None,
+        "imageDigest": image_digest(cs.get("imageID")),
+        "node": (pod.get("spec") or {}).get("nodeName"),
+        "podIP": status.get("podIP"),
+        "hostIP": status.get("hostIP"),
+        "qosClass": status.get("qosClass"),
+    }
+    return {k: v for k, v in out.items() if v}
+
+
+# --- image pull messages --------------------------------------------------------------------------
+
+_AMBIGUOUS = (
+    "may require 'docker login'",
+    "may require authorization",
+    "does not exist or no pull access",
+)
+_UNAUTHORIZED = (
+    "401 unauthorized",
+    "403 forbidden",
+    "unauthorized",
+    "authentication required",
+    "no basic auth credentials",
+    "requested access to the resource is denied",
+    "authorization failed",
+    "invalid username/password",
+    "access denied",
+)
+_NOT_FOUND = ("manifest unknown", "not found", "name unknown", "404")
+_RATE = ("toomanyrequests", "429 too many requests", "rate limit")
+_NETWORK = ("i/o timeout", "connection refused", "connection reset", "no such host",
+            "tls handshake", "context deadline exceeded", "network is unreachable", "dial tcp")
+
+PULL_KINDS = {
+    "ambiguous": "the registry says the repository does not exist or needs credentials (it does "
+                 "not tell which); check the image name, then imagePullSecrets",
+    "unauthorized": "the registry refused the credentials (unauthorized); add or fix "
+                    "spec.roles[].kubernetes.imagePullSecrets",
+    "not_found": "the registry has no such image or tag (not found); check the image reference",
+    "rate_limited": "the registry is rate-limiting pulls; use a mirror or credentials",
+    "unreachable": "the registry could not be reached from the node (network)",
+    "invalid": "the image reference is not valid",
+    "unknown": "the image could not be pulled",
+}
+
+
+def classify_pull_error(text: str) -> str:
+    """The kind of an image pull error message: ``ambiguous``, ``unauthorized``, ``not_found``,
+    ``rate_limited``, ``unreachable`` or ``unknown`` (keys of :data:`PULL_KINDS`).
+
+    Registry wording seen in kubelet messages: Docker Hub answers a missing *and* a private
+    repository with "pull access denied, repository does not exist or may require authorization"
+    (containerd) / "... may require 'docker login'" (dockershim): ``ambiguous``. Distribution
+    registries answer 401/403 (``unauthorized``) or ``manifest unknown`` / ``not found``."""
+    low = (text or "").lower()
+    if any(p in low for p in _AMBIGUOUS):
+        return "ambiguous"
+    if any(p in low for p in _RATE):
+        return "rate_limited"
+    if any(p in low for p in _UNAUTHORIZED):
+        return "unauthorized"
+    if any(p in low for p in _NOT_FOUND):
+        return "not_found"
+    if any(p in low for p in _NETWORK):
+        return "unreachable"
+    return "unknown"
+
+
+def _pull_failure(pod: dict, events: Sequence[dict], waiting: dict, image: str) -> tuple[str, str]:
+    pulls = [e for e in _events(events, ("Failed",))
+             if "pull" in (e.get("message") or "").lower() and not
+             (e.get("message") or "").startswith("Error: ")]
+    detail = pulls[-1]["message"] if pulls else (waiting.get("message") or waiting.get("reason", ""))
+    if waiting.get("reason") == "InvalidImageName":
+        kind = "invalid"
+    else:
+        kind = classify_pull_error(detail)
+        if kind == "unknown" and waiting.get("message"):
+            kind = classify_pull_error(waiting["message"])
+    name = (pod.get("metadata") or {}).get("name", "?")
+    return ("ImagePull", _clip(f"Pod {name} cannot pull image {image!r} ({waiting.get('reason')}): "
+                               f"{PULL_KINDS[kind]}. Kubelet: {detail}"))
+
+
+# --- the interpretation -----------------------------------------------------------------------------
+
+
+def interpret(
+    pod: dict | None,
+    events: Sequence[dict] = (),
+    *,
+    now: float,
+    policy: StatusPolicy = StatusPolicy(),
+    container: str = "worker",
+    head: bool = False,
+    gone: bool = False,
+    deleted_by_rlark: bool = False,
+) -> PodStatus:
+    """Interpret one Worker's Pod.
+
+    Args:
+        pod: the Pod as the API returns it; when ``gone``, the last version seen (or None).
+        events: core/v1 Events of this Pod (any order).
+        now: the current time, Unix seconds (compared with the API's timestamps).
+        policy: graces and the pending timeout.
+        container: the Worker's container name (else the first container's status is used).
+        head: the Pod is the Run's head (names a loss ``HeadLost`` instead of ``WorkerLost``).
+        gone: the Pod object no longer exists (watch DELETED / 404).
+        deleted_by_rlark: RLark itself asked to delete it (stop, teardown): not a failure.
+    Returns:
+        A :class:`PodStatus`. Never raises for odd objects: missing fields read as absent.
+    """
+    lost = "HeadLost" if head else "WorkerLost"
+    pod = pod or {}
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    name = meta.get("name", "?")
+    facts = facts_of(pod, container) if pod else {}
+    cs = _container_status(pod, container) if pod else {}
+    state = cs.get("state") or {}
+    terminated = state.get("terminated")
+    waiting = state.get("waiting") or {}
+    exit_code = terminated.get("exitCode") if terminated else None
+    phase = status.get("phase", "Pending")
+    image = _container_spec(pod, container).get("image") or cs.get("image") or "?"
+
+    if gone:
+        if deleted_by_rlark:
+            return PodStatus("Gone", False, exit_code, None, facts)
+        if pod:  # its last state may say why it went (evicted, OOM-killed, node lost...)
+            last = interpret(pod, events, now=now, policy=policy, container=container, head=head)
+            if last.failure is not None:
+                return PodStatus("Gone", False, exit_code, last.failure, facts)
+        if terminated is not None or phase in ("Succeeded", "Failed"):
+            return PodStatus("Gone", False, exit_code, None, facts)
+        where = f" on node {spec['nodeName']}" if spec.get("nodeName") else ""
+        return PodStatus("Gone", False, None, (lost, _clip(
+            f"Pod {name} was deleted (not by RLark) while {phase}{where}, before its Worker "
+            "finished")), facts)
+
+    # the kubelet and the node: evicted, lost, rejected
+    reason = status.get("reason") or ""
+    if phase == "Failed" and reason == "Evicted":
+        return PodStatus("Failed", False, exit_code, ("Evicted", _clip(
+            f"Pod {name} was evicted by the kubelet of {spec.get('nodeName') or status.get('hostIP', '?')}: "
+            f"{status.get('message', '')}")), facts)
+    if phase == "Failed" and (reason.startswith("OutOf") or reason in (
+            "UnexpectedAdmissionError", "NodeAffinity", "NodeSelectorMismatching")):
+        return PodStatus("Failed", False, exit_code, ("AdmissionRejected", _clip(
+            f"the kubelet on node {spec.get('nodeName', '?')} rejected Pod {name}: {reason}: "
+            f"{status.get('message', '')}")), facts)
+    disruption = _condition(pod, "DisruptionTarget")
+    if phase == "Failed" and (reason in LOST_POD_REASONS or disruption.get("status") == "True"):
+        why = f"{reason}: {status.get('message', '')}" if reason else (
+            f"{disruption.get('reason', '')}: {disruption.get('message', '')}")
+        return PodStatus("Failed", False, exit_code, (lost, _clip(
+            f"Pod {name} on node {spec.get('nodeName', '?')} was terminated by Kubernetes: {why}")),
+            facts)
+
+    # the container
+    for st in (terminated, (cs.get("lastState") or {}).get("terminated")):
+        if st and st.get("reason") == "OOMKilled":
+            limit = (_container_spec(pod, container).get("resources") or {}).get("limits", {}).get("memory")
+            alive = terminated is None and phase not in ("Succeeded", "Failed")
+            return PodStatus(phase if alive else "Failed", alive, exit_code, ("OOMKilled", _clip(
+                f"container {cs.get('name', container)} of Pod {name} was killed by the kernel's "
+                f"OOM killer (exit code {st.get('exitCode')})"
+                + (f"; its memory limit is {limit}" if limit else "")
+                + "; raise resources.memory")), facts)
+    if terminated and terminated.get("reason") in START_TERMINATED:
+        return PodStatus("Failed", False, exit_code, ("ContainerStartFailed", _clip(
+            f"container {cs.get('name', container)} of Pod {name} could not start: "
+            f"{terminated.get('reason')}: {terminated.get('message', '')}")), facts)
+    if waiting.get("reason") == "CrashLoopBackOff":
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        return PodStatus(phase, True, None, ("CrashLoop", _clip(
+            f"container {cs.get('name', container)} of Pod {name} keeps failing "
+            f"({cs.get('restartCount', 0)} restarts; last exit code {last.get('exitCode')} "
+            f"{last.get('reason', '')}): {waiting.get('message', '')}")), facts)
+
+    if terminated is not None or phase in ("Succeeded", "Failed"):
+        if meta.get("deletionTimestamp") and not deleted_by_rlark and terminated is None:
+            return PodStatus("Failed", False, exit_code, (lost, _clip(
+                f"Pod {name} was deleted (not by RLark) before its Worker finished")), facts)
+        return PodStatus("Succeeded" if phase == "Succeeded" else "Failed", False, exit_code,
+                         None, facts)
+
+    if meta.get("deletionTimestamp") and not deleted_by_rlark:
+        why = (f" ({disruption.get('reason')}: {disruption.get('message', '')})"
+               if disruption.get("status") == "True" else "")
+        return PodStatus(phase, True, None, (lost, _clip(
+            f"Pod {name} is being deleted (not by RLark) while {phase}{why}")), facts)
+
+    # not started yet: scheduling, image, mounts, container creation
+    cond = _condition(pod, "PodScheduled")
+    bound = bool(spec.get("nodeName") or cond.get("status") == "True" or status.get("hostIP"))
+    if not bound:
+        since = parse_time(cond.get("lastTransitionTime")) if cond.get("status") == "False" else None
+        since = since or parse_time(meta.get("creationTimestamp")) or now
+        waited = now - since
+        if waited >= policy.pending_timeout_seconds:
+            sched = _events(events, ("FailedScheduling",))
+            msg = cond.get("message") or (sched[-1].get("message") if sched else "") or (
+                "no scheduler message")
+            return PodStatus("Unscheduled", True, None, ("Unschedulable", _clip(
+                f"Pod {name} was not scheduled within {waited:.0f} s: {msg}")), facts)
+        return PodStatus("Unscheduled", True, None, None, facts)
+
+    wreason = waiting.get("reason", "")
+    if wreason in IMAGE_PULL_FATAL:
+        return PodStatus("Scheduled", True, None, _pull_failure(pod, events, waiting, image), facts)
+    if wreason in IMAGE_PULL_WAITING:
+        pulls = [t for t in (_event_time(e) for e in _events(events, ("Failed", "BackOff"))) if t]
+        since = min(pulls) if pulls else (parse_time(status.get("startTime")) or now)
+        if now - since >= policy.image_pull_grace_seconds:
+            return PodStatus("Scheduled", True, None, _pull_failure(pod, events, waiting, image), facts)
+        return PodStatus("Scheduled", True, None, None, facts)
+    if wreason in CREATE_WAITING:
+        since = parse_time(status.get("startTime")) or now
+        if now - since >= policy.image_pull_grace_seconds:
+            return PodStatus("Scheduled", True, None, ("ContainerCreateFailed", _clip(
+                f"Pod {name}: {wreason}: {waiting.get('message', '')}")), facts)
+        return PodStatus("Scheduled", True, None, None, facts)
+    if not state.get("running"):
+        mounts = _events(events, MOUNT_EVENTS)
+        if mounts:
+            since = min((t for t in (_event_time(e) for e in mounts) if t is not None), default=now)
+            if now - since >= policy.mount_grace_seconds:
+                setup = [e for e in mounts if (e.get("message") or "").startswith("MountVolume")]
+                msg = (setup or mounts)[-1].get("message", "")
+                return PodStatus("Scheduled", True, None, ("MountFailed", _clip(
+                    f"Pod {name} on node {spec.get('nodeName') or status.get('hostIP', '?')}: {msg}")), facts)
+        return PodStatus("Scheduled", True, None, None, facts)
+    return PodStatus("Running", True, None, None, facts)

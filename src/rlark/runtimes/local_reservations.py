@@ -1,0 +1,55 @@
+"""Host-wide reservations of loopback addresses and port blocks for local Workers.
+
+The store only knows the Workers of its own server; several RLark servers (other RLARK_HOMEs,
+other users' sessions) may share one machine. Between choosing a free port block and Ray binding
+it there are seconds in which another server could choose the same block (seen: a second head's
+`ray start` joined the first Job's GCS). Each reservation is an ``flock`` on a file under
+``/tmp/rlark-locks`` held by the server that placed the Worker, until the Worker is gone; the
+operating system drops it if that server dies.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+DEFAULT_DIR = "/tmp/rlark-locks"
+
+
+class Reservations:
+    """Non-blocking flocks on ``<dir>/<kind>-<key>.lock``; one open file per held reservation."""
+
+    def __init__(self, directory: str | None = None):
+        self.dir = Path(directory or os.environ.get("RLARK_LOCK_DIR") or DEFAULT_DIR)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            os.chmod(self.dir, 0o1777)  # shared by every user's servers, like /tmp itself
+        except PermissionError:
+            pass
+        self._held: dict[str, object] = {}
+
+    def try_reserve(self, kind: str, key: str | int) -> bool:
+        """Take the reservation; False when another process (or this one) holds it."""
+        name = f"{kind}-{key}"
+        if name in self._held:
+            return False
+        f = open(self.dir / f"{name}.lock", "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            return False
+        self._held[name] = f
+        return True
+
+    def release(self, kind: str, key: str | int | None) -> None:
+        if key is None:
+            return
+        f = self._held.pop(f"{kind}-{key}", None)
+        if f is not None:
+            fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
+
+    def held(self) -> set[str]:
+        return set(self._held)

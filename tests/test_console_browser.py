@@ -1,0 +1,433 @@
+"""The web console in a real browser: Debian's Chromium driven by Playwright (pytest-playwright),
+against a real ``rlark server`` subprocess on the local runtime.
+
+Every test fails on a JavaScript error or a console error of the page. Screenshots of each page
+go to ``artifacts/screenshots/`` (a few are copied to docs/console/ for the README).
+Tests that start Ray nodes are marked ``ray``; the others fail their Workers before Ray starts
+(a prepare script that exits non-zero) or start none.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.server import RlarkServer
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+
+REPO = Path(__file__).resolve().parent.parent
+SHOTS = REPO / "artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+IMAGE = "docker.io/rlinf/rlinf:0.3.0"
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip("Debian chromium is not installed (scripts/test installs it with apt-get)")
+    return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS,
+            "headless": True}
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args):
+    return {**browser_context_args, "viewport": {"width": 1280, "height": 800},
+            "accept_downloads": True, "locale": "en-US"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("console-home")
+    srv = RlarkServer(home, {"RLARK_RAY_TMP": f"/tmp/rlt/{uuid.uuid4().hex[:8]}"}).start()
+    yield srv
+    srv.stop()
+
+
+class UI:
+    def __init__(self, page, server: RlarkServer):
+        self.page = page
+        self.server = server
+        self.url = server.url
+        self.errors: list[str] = []
+        page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}")
+                if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+        page.set_default_timeout(20_000)
+
+    def go(self, path: str):
+        self.page.goto(self.url + path)
+        return self.page
+
+    def shot(self, name: str, full: bool = True) -> None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full)
+
+    def step(self, n: int) -> None:
+        expect(self.page.locator("#wizard")).to_have_attribute("data-step", str(n))
+
+    def phase(self, phase: str, timeout: float = 180) -> None:
+        expect(self.page.locator("#job-live")).to_have_attribute("data-phase", phase,
+                                                                 timeout=timeout * 1000)
+
+    def download(self, selector: str) -> str:
+        with self.page.expect_download() as info:
+            self.page.click(selector)
+        return Path(info.value.path()).read_text()
+
+
+@pytest.fixture
+def ui(page, server):
+    u = UI(page, server)
+    yield u
+    assert not u.errors, u.errors
+
+
+def failing_job(name: str, code: int = 4) -> str:
+    return f"""
+apiVersion: rlark.io/v1
+kind: Job
+metadata: {{name: {name}}}
+spec:
+  headRole: head
+  terminationGracePeriodSeconds: 3
+  roles:
+    - {{name: head, workers: 1, image: "{IMAGE}", prepareScript: "echo preparing; exit {code}"}}
+  runScript: echo never
+"""
+
+
+# --- the wizard, end to end ----------------------------------------------------------------------
+
+
+@pytest.mark.ray
+def test_wizard_creates_a_two_role_job_that_succeeds_then_logs_and_record(ui):
+    page = ui.go("/jobs")
+    page.locator(".page-head").get_by_role("link", name="Create Job").click()
+    ui.step(1)
+    page.click("#wizard-next")  # no name yet: the step refuses
+    expect(page.locator("#step-errors [data-code=InvalidName]")).to_be_visible()
+    page.fill("#f-name", "wiz")
+    page.get_by_role("button", name="Add role").click()
+    expect(page.locator("#role-1-name")).to_have_value("role1")
+    page.fill("#role-1-name", "pool")
+    expect(page.locator("#head-0")).to_be_checked()
+    ui.shot("create-1-roles")
+    page.click("#wizard-next")
+    ui.step(2)
+
+    page.click("#tab-role-0")
+    expect(page.locator("#panel-role-0")).to_be_visible()
+    page.fill("#role-0-image", IMAGE)
+    page.fill("#role-0-cpu", "1")
+    page.fill("#role-0-memory", "1Gi")
+    page.locator("#panel-role-0").get_by_role("button", name="Add variable").click()
+    page.fill("#role-0-env-0-name", "GREETING")
+    page.fill("#role-0-env-0-value", "hello")
+    page.click("#wizard-next")  # the pool role has no image: the step shows that role's tab
+    ui.step(2)
+    expect(page.locator("#panel-role-1")).to_be_visible()
+    expect(page.locator("#panel-role-1 [data-code=InvalidImage]")).to_be_visible()
+    expect(page.locator("#role-1-image")).to_have_attribute("aria-invalid", "true")
+    page.fill("#role-1-image", IMAGE)
+    page.fill("#role-1-cpu", "1")
+    page.fill("#role-1-memory", "1Gi")
+    ui.shot("create-2-workers")
+    page.click("#wizard-next")
+    ui.step(3)
+
+    page.fill("#f-runScript", 'echo "console says $GREETING from rank $RLINF_NODE_RANK"')
+    page.fill("#f-joinTimeout", "90")
+    page.fill("#f-prepareTimeout", "60")
+    page.fill("#f-grace", "3")
+    ui.shot("create-3-shared")
+    page.click("#wizard-next")
+    ui.step(4)
+
+    expect(page.locator("#yaml-preview")).to_contain_text("name: wiz")
+    expect(page.locator("#yaml-preview")).to_contain_text("headRole: head")
+    expect(page.locator("#yaml-preview")).to_contain_text("GREETING")
+    rows = page.locator("#rank-table tbody tr")
+    expect(rows).to_have_count(2)
+    assert [(r.get_attribute("data-rank"), r.get_attribute("data-worker"))
+            for r in rows.all()] == [("0", "wiz-head-0"), ("1", "wiz-pool-0")]
+    expect(page.locator("#blocking")).to_have_count(0)
+    expect(page.locator("#wizard-submit")).to_be_enabled()
+    ui.shot("create-4-review")
+    page.click("#wizard-submit")
+
+    page.wait_for_url("**/jobs/wiz")
+    expect(page.locator(".notice-ok")).to_contain_text("Job “wiz” created")
+    ui.phase("Succeeded", timeout=180)  # the page follows the Run live
+    expect(page.locator("#workers-table tbody tr")).to_have_count(2)
+    expect(page.locator("#runs-table tr[data-run='1'] [data-phase=Succeeded]")).to_be_visible()
+    ui.shot("job-overview")
+
+    page.click("[data-tab=logs]")
+    page.select_option("#log-worker", "wiz-head-0")
+    page.locator("#tab-logs").get_by_role("button", name="Apply").click()
+    expect(page.locator("#log-lines")).to_contain_text("console says hello from rank 0")
+    ui.shot("job-logs")
+    page.click("#log-follow")  # the Workers have ended: the stream replays the tail, then ends
+    expect(page.locator("#log-status")).to_have_text("The Workers have ended; every line is shown.")
+    expect(page.locator("#log-lines")).to_contain_text("console says hello from rank 0")
+    text = ui.download("[data-download=txt]")
+    assert "console says hello from rank 0" in text
+    rows = list(csv.reader(io.StringIO(ui.download("[data-download=csv]"))))
+    assert rows[0] == ["worker", "role", "time", "line"]
+    said = [r for r in rows[1:] if "console says hello" in r[3]]
+    assert said and said[0][:2] == ["wiz-head-0", "head"] and said[0][2]
+
+    page.click("[data-tab=record]")
+    rec = json.loads(ui.download("[data-download=json]"))
+    assert rec["result"]["phase"] == "Succeeded" and rec["job"] == "wiz"
+    assert rec["workers"]["expected"] == 2 and rec["workers"]["actual"] == 2
+    assert [w["nodeRank"] for w in rec["workers"]["items"]] == [0, 1]
+    assert ui.download("[data-download=md]").startswith("# Run record: wiz run 1")
+    ui.shot("job-record")
+
+    page.click("[data-tab=events]")
+    expect(page.locator("#tab-events [data-reason=Completed]")).to_be_visible()
+    ui.shot("job-events")
+    ui.go("/jobs")
+    expect(page.locator("tr[data-job=wiz]")).to_have_attribute("data-phase", "Succeeded")
+    expect(page.locator("tr[data-job=wiz] [data-workers]")).to_have_text("2/2")
+    ui.shot("jobs-list")
+
+
+def test_bad_image_shows_the_blocking_finding_in_step_4(ui):
+    page = ui.go("/create")
+    page.locator(".yaml-start summary").click()
+    page.fill("#yaml-text", f"""apiVersion: rlark.io/v1
+kind: Job
+metadata: {{name: badimage}}
+spec:
+  headRole: head
+  roles:
+    - {{name: head, workers: 1, image: docker.io/rlinf/rlinf}}
+    - {{name: pool, workers: 1, image: "{IMAGE}"}}
+  runScript: echo hi
+""")
+    page.get_by_role("button", name="Load into the wizard").click()
+    ui.step(4)
+    finding = page.locator("#findings [data-code=ImageNoVersion]")
+    expect(finding).to_be_visible()
+    expect(finding).to_have_class("finding sev-error")
+    expect(finding).to_contain_text("spec.roles[0].image")
+    expect(page.locator("#blocking")).to_be_visible()
+    expect(page.locator("#wizard-submit")).to_be_disabled()
+    expect(page.locator("#rank-table tbody tr")).to_have_count(2)  # still planned
+    ui.shot("create-4-blocked")
+    # the same Finding keeps step 2 from going on
+    page.get_by_role("button", name="Back").click()
+    ui.step(3)
+    page.get_by_role("button", name="Back").click()
+    ui.step(2)
+    page.click("#wizard-next")
+    ui.step(2)
+    expect(page.locator("#step-errors [data-code=ImageNoVersion]")).to_be_visible()
+    expect(page.locator("#role-0-image")).to_have_attribute("aria-invalid", "true")
+    assert ui.server.http.get("/api/v1/jobs/badimage").status_code == 404
+
+    # an uploaded file starts the wizard the same way
+    page = ui.go("/create")
+    page.locator(".yaml-start summary").click()
+    page.set_input_files("#yaml-file", files=[{
+        "name": "job.yaml", "mimeType": "application/yaml",
+        "buffer": failing_job("uploaded").replace(IMAGE, "docker.io/rlinf/rlinf:latest").encode()}])
+    expect(page.locator("#yaml-text")).to_have_value(containing("uploaded"))
+    page.get_by_role("button", name="Load into the wizard").click()
+    ui.step(4)
+    expect(page.locator("#findings [data-code=ImageLatestTag]")).to_be_visible()
+    expect(page.locator("#wizard-submit")).to_be_disabled()
+
+
+def containing(text: str):
+    import re
+
+    return re.compile(".*" + re.escape(text) + ".*", re.S)
+
+
+def test_failing_job_shows_its_reason_on_the_list_and_detail_pages(ui):
+    page = ui.go("/jobs")  # open first: the row must appear and fail without a reload
+    ui.server.submit(failing_job("prepfail"))
+    row = page.locator("tr[data-job=prepfail]")
+    expect(row).to_have_attribute("data-phase", "Failed", timeout=60_000)
+    expect(row.locator("[data-reason]")).to_have_text("PrepareFailed")
+    expect(row.locator(".fail-msg")).to_contain_text("prepare script exited with code 4")
+    ui.shot("jobs-list-failed")
+    row.get_by_role("link", name="prepfail").click()
+    ui.phase("Failed")
+    live = page.locator("#job-live")
+    expect(live.locator(".status-phase [data-reason]")).to_have_text("PrepareFailed")
+    expect(live.locator("[data-message]")).to_contain_text(
+        "Worker prepfail-head-0 (rank 0, role head): prepare script exited with code 4")
+    worker = page.locator("#workers-table tr[data-worker=prepfail-head-0]")
+    expect(worker).to_contain_text("PrepareFailed")
+    expect(worker).to_contain_text("4")
+    ui.shot("job-failed")
+    page.click("[data-tab=events]")
+    expect(page.locator("#tab-events [data-reason=PrepareFailed]").first).to_be_visible()
+    page.click("[data-tab=logs]")
+    expect(page.locator("#log-lines")).to_contain_text("preparing")
+
+    # edit and restart reuses the wizard: a new Run with the new spec (it fails again, as asked)
+    page.click("#job-live [data-action=edit]")
+    ui.step(1)
+    expect(page.locator("#f-name")).to_have_attribute("readonly", "")
+    page.click("#wizard-next")
+    ui.step(2)
+    page.fill("#role-0-prepare", "echo preparing again; exit 5")
+    page.click("#wizard-next")
+    ui.step(3)
+    page.click("#wizard-next")
+    ui.step(4)
+    expect(page.locator("#yaml-preview")).to_contain_text("exit 5")
+    page.get_by_role("button", name="Save and restart").click()
+    page.wait_for_url("**/jobs/prepfail")
+    expect(page.locator("#runs-table tr[data-run='2']")).to_contain_text("spec updated",
+                                                                          timeout=30_000)
+    ui.phase("Failed", timeout=60)
+    expect(page.locator("#job-live [data-message]")).to_contain_text("exited with code 5")
+
+    # clone reuses it too, with a new name
+    page.click("#job-live [data-action=clone]")
+    expect(page.locator("#f-name")).to_have_value("prepfail-copy")
+
+
+@pytest.mark.ray
+def test_stop_start_restart_and_delete_from_the_ui(ui):
+    ui.server.submit(f"""
+apiVersion: rlark.io/v1
+kind: Job
+metadata: {{name: ctl}}
+spec:
+  headRole: head
+  terminationGracePeriodSeconds: 3
+  failurePolicy: {{joinTimeoutSeconds: 60}}
+  roles:
+    - {{name: head, workers: 1, image: "{IMAGE}", resources: {{cpu: 1}}}}
+  runScript: sleep 600
+""")
+    page = ui.go("/jobs/ctl")
+    ui.phase("Running", timeout=120)
+    expect(page.locator(".live-dot")).to_be_visible()
+    ui.shot("job-running")
+    page.click("#job-live [data-action=stop]")
+    expect(page.locator(".notice-ok")).to_contain_text("Stopping Job “ctl”")
+    ui.phase("Stopped", timeout=60)
+    page.click("#job-live [data-action=start]")
+    expect(page.locator(".notice-ok")).to_contain_text("started (run 2)")
+    ui.phase("Running", timeout=120)
+    page.click("#job-live [data-action=restart]")
+    expect(page.locator(".notice-ok")).to_contain_text("restarted (run 3)")
+    ui.phase("Running", timeout=120)
+    expect(page.locator("#runs-table tbody tr")).to_have_count(3)
+    runs = ui.server.http.get("/api/v1/jobs/ctl/runs").json()
+    assert [(r["number"], r["cause"], r["phase"]) for r in runs] == [
+        (1, "Submitted", "Stopped"), (2, "Started", "Stopped"), (3, "Restarted", "Running")]
+
+    page = ui.go("/jobs")
+    messages = []
+    page.once("dialog", lambda d: (messages.append(d.message), d.accept()))
+    page.click("tr[data-job=ctl] [data-action=delete]")
+    expect(page.locator(".notice-ok")).to_contain_text("ctl")
+    assert messages and "Delete Job “ctl”?" in messages[0]
+    expect(page.locator("tr[data-job=ctl]")).to_have_count(0, timeout=60_000)  # live list
+    assert ui.server.http.get("/api/v1/jobs/ctl").status_code == 404
+
+
+def test_chinese_locale_renders_the_same_pages(ui):
+    ui.server.submit(failing_job("zhfail"))
+    ui.server.wait_phase("zhfail", {"Failed"}, timeout=60)
+    page = ui.go("/jobs")
+    page.click("a[data-lang=zh-CN]")
+    expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
+    expect(page.locator("h1")).to_have_text("作业")
+    row = page.locator("tr[data-job=zhfail]")
+    expect(row.locator("[data-phase=Failed]")).to_have_text("失败")
+    expect(row.locator("[data-reason]")).to_have_text("PrepareFailed")
+    expect(row.locator("[data-action=delete]")).to_have_text("删除")
+    ui.shot("zh-jobs-list")
+
+    page = ui.go("/jobs/zhfail")  # remembered: a cookie
+    expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
+    expect(page.locator("#job-live .status-phase [data-phase=Failed]")).to_have_text("失败")
+    expect(page.locator("nav.tabs a")).to_have_text(["概览", "事件", "日志", "运行记录", "规格"])
+    expect(page.locator("#h-workers")).to_have_text("Worker 列表")
+    ui.shot("zh-job-detail")
+    page.click("[data-tab=logs]")
+    expect(page.locator("[data-download=csv]")).to_have_text("下载 CSV")
+    expect(page.locator("label[for=log-q]")).to_have_text("搜索文本")
+    page.click("[data-tab=record]")
+    expect(page.locator("[data-download=json]")).to_have_text("下载 JSON")
+    ui.shot("zh-job-record")
+
+    page = ui.go("/create")
+    expect(page.locator("h1")).to_have_text("创建作业")
+    expect(page.locator("ol.steps")).to_contain_text("名称与角色")
+    page.click("#wizard-next")
+    expect(page.locator("#step-errors .sev").first).to_have_text("错误")
+    page.fill("#f-name", "zhjob")
+    page.click("#wizard-next")
+    ui.step(2)
+    expect(page.locator("label[for=role-0-image]")).to_have_text("镜像")
+    ui.shot("zh-create-2")
+    page.click("a[data-lang=en]")
+    expect(page.locator("html")).to_have_attribute("lang", "en")
+    expect(page.locator("h1")).to_have_text("Create Job")
+
+
+def _unlabelled(page) -> list[str]:
+    return page.evaluate("""() => Array.from(document.querySelectorAll('input, select, textarea'))
+        .filter(e => e.type !== 'hidden' && !e.closest('[aria-hidden=true]')
+                && e.labels.length === 0 && !e.getAttribute('aria-label'))
+        .map(e => e.id || e.name)""")
+
+
+def _overflow(page) -> int:
+    return page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+
+
+def test_every_page_labels_its_inputs_and_fits_a_narrow_window(ui):
+    ui.server.submit(failing_job("narrow"))
+    ui.server.wait_phase("narrow", {"Failed"}, timeout=60)
+    ui.go("/jobs")
+    ui.shot("jobs-list-all", full=False)
+    pages = ["/jobs", "/create", "/jobs/narrow", "/jobs/narrow?tab=events",
+             "/jobs/narrow?tab=logs", "/jobs/narrow?tab=record", "/jobs/narrow?tab=spec"]
+    for width, height in ((1280, 800), (390, 844)):
+        ui.page.set_viewport_size({"width": width, "height": height})
+        for path in pages:
+            page = ui.go(path)
+            assert _unlabelled(page) == [], path
+            assert _overflow(page) <= 0, (path, width)
+            if width < 500:
+                ui.shot("narrow-" + path.strip("/").replace("/", "-").replace("?tab=", "-"))
+        # every wizard step, reached from YAML (step 4) and going back
+        page = ui.go("/create")
+        page.locator(".yaml-start summary").click()
+        page.fill("#yaml-text", failing_job("steps"))
+        page.get_by_role("button", name="Load into the wizard").click()
+        for step in (4, 3, 2, 1):
+            ui.step(step)
+            assert _unlabelled(page) == [], step
+            assert _overflow(page) <= 0, (step, width)
+            if width < 500:
+                ui.shot(f"narrow-create-{step}")
+            if step > 1:
+                page.get_by_role("button", name="Back").click()
+    # keyboard: Enter in a field goes to the next step, never "remove role"
+    page.fill("#f-name", "enter-key")
+    page.press("#f-name", "Enter")
+    ui.step(2)
+    expect(page.locator("#role-0-name")).to_have_count(1)  # the role is still there

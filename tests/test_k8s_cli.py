@@ -1,0 +1,117 @@
+"""``rlark render``, ``rlark nodes`` and ``rlark server --runtime`` (the real command in a
+subprocess; ``nodes`` against a real HTTP server)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import uvicorn
+import yaml
+
+from rlark.api.app import create_app
+from rlark.runtimes.kubernetes.capacity import parse_nodes
+from rlark.services.jobs import JobService
+from rlark.store import Store
+from tests.conftest import EXAMPLES
+from tests.server import free_port
+from tests.test_cli import cli_env, error_line, rlark
+from tests.test_k8s_capacity import AKS, DGX, K8S_NODE1
+
+QUICKSTART = EXAMPLES / "quickstart" / "job.yaml"
+
+
+def test_render_prints_a_yaml_stream_kubectl_can_apply():
+    proc = rlark("render", str(QUICKSTART), "--runtime", "kubernetes", "--namespace", "rl",
+                 "--run-id", "abc123")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("# RLark Job quickstart, run abc123: 3 Workers in namespace rl\n")
+    assert "# remove: kubectl delete pods,services,configmaps,pvc -n rl -l rlark.io/run=abc123" in proc.stdout
+    docs = list(yaml.safe_load_all(proc.stdout))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("ConfigMap", "quickstart-run-abc123"), ("Service", "quickstart-head"),
+        ("Pod", "quickstart-head-0"), ("Pod", "quickstart-pool-0"), ("Pod", "quickstart-pool-1")]
+    ranks = [{e["name"]: e["value"] for e in d["spec"]["containers"][0]["env"]}["RLINF_NODE_RANK"]
+             for d in docs[2:]]
+    assert ranks == ["0", "1", "2"]
+    assert all(d["metadata"]["namespace"] == "rl" for d in docs)
+    # the resolved workingDir is a path of this machine: said, not refused
+    assert "WorkingDirInImage" in proc.stderr
+
+
+def test_render_makes_a_run_id_and_refuses_other_runtimes_and_bad_jobs(tmp_path):
+    proc = rlark("render", str(QUICKSTART))
+    assert proc.returncode == 0
+    run_id = list(yaml.safe_load_all(proc.stdout))[0]["metadata"]["labels"]["rlark.io/run"]
+    assert len(run_id) == 12
+    proc = rlark("render", str(QUICKSTART), "--runtime", "local")
+    assert proc.returncode == 1 and "only kubernetes has objects to render" in error_line(proc)
+    proc = rlark("render", str(QUICKSTART), "--run-id", "Bad_Id")
+    assert proc.returncode == 1 and "run id 'Bad_Id'" in error_line(proc)
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["spec"]["roles"][0]["mounts"] = [{"name": "m", "type": "objectStorage",
+                                           "source": "s3://b/p", "mountPath": "/m"}]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    proc = rlark("render", str(bad))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "ObjectStorageNeedsDriver" in proc.stderr and "nothing was rendered" in error_line(proc)
+
+
+@pytest.mark.parametrize("args,words", [
+    (("render", "--help"), ["--runtime", "--namespace", "--run-id", "kubectl apply"]),
+    (("nodes", "--help"), ["--format", "allocatable", "GPUs"]),
+    (("server", "--help"), ["--runtime", "kubernetes", "--namespace"]),
+])
+def test_help(args, words):
+    proc = rlark(*args)
+    assert proc.returncode == 0
+    for word in words:
+        assert word in proc.stdout
+
+
+def test_server_refuses_an_unknown_runtime():
+    proc = rlark("server", "--runtime", "slurm", "--port", str(free_port()))
+    assert proc.returncode == 1 and "--runtime 'slurm' is not supported" in error_line(proc)
+
+
+@pytest.fixture
+def k8s_server(rlark_home):
+    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    nodes = parse_nodes([K8S_NODE1, AKS, DGX])
+    svc = JobService(store, runtime="kubernetes", inventory=lambda: (nodes, "namespace", None))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(svc), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=15)
+    store.dispose()
+
+
+def test_nodes_lists_the_inventory(k8s_server):
+    proc = rlark("nodes", env=cli_env(RLARK_SERVER=k8s_server))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "STATUS", "CPU", "FREE/ALLOC", "MEMORY", "FREE/ALLOC", "GPU",
+                                "FREE/ALLOC", "TAINTS"]
+    dgx = next(line.strip() for line in lines if line.strip().startswith("dgx-1"))
+    assert dgx.split()[1:4] == ["Ready", "224/224", "1968.1Gi/1968.1Gi"] and "8/8" in dgx
+    assert "own namespace" in proc.stdout or "RLark's namespace only" in proc.stdout
+    data = json.loads(rlark("nodes", "-o", "json", env=cli_env(RLARK_SERVER=k8s_server)).stdout)
+    assert data["runtime"] == "kubernetes" and len(data["items"]) == 3
+
+
+def test_server_without_a_kubernetes_configuration_says_so(tmp_path):
+    env = {k: v for k, v in cli_env().items() if not k.startswith("KUBERNETES_")}
+    env.update(KUBECONFIG=str(tmp_path / "none"), RLARK_HOME=str(tmp_path / "home"))
+    proc = rlark("server", "--runtime", "kubernetes", "--port", str(free_port()), env=env)
+    assert proc.returncode == 1
+    assert "no Kubernetes configuration: not in a Pod and no usable kubeconfig" in error_line(proc)
