@@ -371,7 +371,7 @@ def test_get_jobs_table_and_json(server, files):
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["NAME", "PHASE", "REASON", "WORKERS", "ROLES", "RUN", "CREATED"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert rows["demo"][1:6] == ["Pending", "Submitted", "0/3", "poolx2,headx1", "1"]
+    assert rows["demo"][1:6] == ["Pending", "Submitted", "0/3", "pool:2,head:1", "1"]
     assert rows["from-json"][1] == "Failed"
     assert [line.split()[0] for line in lines[1:]] == ["from-json", "demo"]  # newest first
 

@@ -14,7 +14,7 @@ import pytest
 
 from rlark.findings import Severity
 from rlark.rlinf_config.check import check_config, is_placeholder
-from rlark.spec import Job, parse_job
+from rlark.spec import Job, RLinfRef, parse_job
 
 SEVERITY = {
     "WorkersMismatch": "error", "RoleStraddlesNodeGroups": "warning",
@@ -254,3 +254,20 @@ def test_not_placeholders(value):
 
 def test_findings_severity_values_are_known():
     assert set(SEVERITY.values()) <= {s.value for s in Severity}
+
+
+@pytest.mark.parametrize("run_script, overrides, expected", [
+    ("python train.py --config-name x algorithm.lr=1e-5", ["algorithm.lr=1e-5"], []),
+    ("python train.py --config-name x", ["algorithm.lr=1e-5"], ["spec.rlinf.overrides[0]"]),
+    ("python train.py a=1", ["a=1", "b=2"], ["spec.rlinf.overrides[1]"]),
+    ("python train.py", [], []),
+], ids=["passed", "missing", "one-of-two-missing", "none"])
+def test_overrides_must_reach_rlinf_through_the_run_script(run_script, overrides, expected):
+    j = job(("node", 1, 0))
+    j.spec.run_script = run_script
+    j.spec.rlinf = RLinfRef(configDir="/cfg", configName="x", overrides=overrides)
+    found = [f for f in check_config(j, cfg(1, {"actor": "all"}))
+             if f.code == "OverrideNotInRunScript"]
+    assert [f.path for f in found] == expected
+    for f in found:
+        assert f.severity == Severity.warning and overrides[int(f.path[-2])] in f.message

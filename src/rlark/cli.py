@@ -573,7 +573,7 @@ def get_jobs(
         table.add_row(
             j["name"], Text(j["phase"], style=PHASE_STYLE.get(j["phase"], "")), j["reason"],
             f"{j['workersReady']}/{j['workersTotal']}",
-            ",".join(f"{r['name']}x{r['workers']}" for r in j["roles"]),
+            ",".join(f"{r['name']}:{r['workers']}" for r in j["roles"]),
             str(j["run"] or ""), (j["createdAt"] or "")[:19].replace("T", " "),
         )
     if not data["items"]:

@@ -24,6 +24,7 @@ code                            severity  what
 ``ComponentPlacedTwice``        error     one component appears in two placement entries
 ``NodeGroupLabelDuplicate``     error     two node groups share a label
 ``UnfilledPlaceholder``         error     ``ROBOT_IP``, ``/path/to/model``, ``???`` left in the config
+``OverrideNotInRunScript``      warning   a ``spec.rlinf.overrides`` entry the run script does not pass
 ``PathNotMounted``              warning   an absolute data/model/checkpoint/output path is not under
                                           any mount's ``mountPath``
 ``ConfigEnvNotSet``             warning   the config reads ``${oc.env:X}`` and neither this machine
@@ -195,7 +196,25 @@ def check_config(
     mounts = [m.mount_path for r in job.spec.roles for m in r.mounts]
     findings.extend(path_findings(data, mounts, known_dirs))
     findings.extend(env_findings(unresolved or {}, job))
+    findings.extend(override_findings(job))
     return findings
+
+
+def override_findings(job: Job) -> list[Finding]:
+    """``OverrideNotInRunScript`` warnings: RLark checks the config with ``spec.rlinf.overrides``
+    but never rewrites the user's command, so an override the run script does not pass to RLinf
+    was checked but will not be in effect."""
+    rlinf = job.spec.rlinf
+    out = []
+    for i, override in enumerate(rlinf.overrides if rlinf else []):
+        if override not in job.spec.run_script:
+            out.append(Finding(
+                code="OverrideNotInRunScript", severity=Severity.warning,
+                path=f"spec.rlinf.overrides[{i}]",
+                message=f"spec.rlinf.overrides[{i}] = {override!r} is not in spec.runScript: RLark "
+                        "checked the config with it, but RLinf will run without it",
+                hint=f"add {override} to the RLinf command in runScript (RLark never rewrites it)"))
+    return out
 
 
 def _roles_text(job: Job) -> str:
