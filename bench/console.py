@@ -167,6 +167,7 @@ def main() -> int:
         ("download: record Markdown", get(f"/jobs/{job}/record.md"),
          get(f"/api/v1/jobs/{job}/record?format=md")),
         ("job spec", get(f"/jobs/{job}?tab=spec"), get(f"/api/v1/jobs/{job}")),
+        ("nodes (this machine less the Jobs still active)", get("/nodes"), get("/api/v1/nodes")),
         ("create wizard (new)", get("/create"), get("/api/v1/schema")),
         ("edit wizard (from a Job)", get(f"/jobs/{job}/edit"), get(f"/api/v1/jobs/{job}")),
         ("wizard step 1 -> 2", post_form(wizard_form("bench-new", 1)),

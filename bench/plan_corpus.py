@@ -7,14 +7,14 @@ slowest configs, and the verdicts (accepted by RLinf / refused / failed to compo
 section). The target is under 60 s for the whole corpus on a 2-core machine.
 
 Usage: .venv/bin/python bench/plan_corpus.py [--corpus DIR] [--rounds 1] [--json out.json]
-(``--corpus`` defaults to $RLARK_CORPUS or ../shared/corpus next to the repository).
+(``--corpus`` defaults to $RLARK_CORPUS, else ../shared/corpus next to the repository, else
+/work/shared/corpus: the same lookup as the tests).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -25,6 +25,8 @@ from rlark.rlinf_config import plan_config
 from rlark.rlinf_config.compose import compose, locate
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tests.rlinf_corpus import find_corpus  # noqa: E402  (the tests' lookup, one place)
 
 
 def one_round(root: Path, files: list[str]) -> dict:
@@ -58,8 +60,7 @@ def one_round(root: Path, files: list[str]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = os.environ.get("RLARK_CORPUS") or str(REPO.parent / "shared" / "corpus")
-    parser.add_argument("--corpus", default=default)
+    parser.add_argument("--corpus", default=str(find_corpus()))
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()

@@ -1,4 +1,5 @@
-"""A real ``rlark server`` in a subprocess, for end-to-end tests, plus process/port checks."""
+"""A real ``rlark server`` in a subprocess, for end-to-end tests, plus process/port checks; and
+the app alone (no controller) served by uvicorn in a thread, for CLI and browser tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +18,36 @@ import psutil
 from rlark.runtimes.local_ports import BLOCK_SIZE, can_bind
 
 TERMINAL = {"Succeeded", "Failed", "Stopped"}
+
+
+class ThreadedServer:
+    """uvicorn serving ``create_app(service)`` (API and console, no controller) on a free port in
+    a background thread; ``url`` once started."""
+
+    def __init__(self, service):
+        import uvicorn
+
+        from rlark.api.app import create_app
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(service), host="127.0.0.1", port=self.port,
+                                log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"uvicorn did not start on {self.url}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
 
 
 def free_port(start: int = 18000, end: int = 19999) -> int:

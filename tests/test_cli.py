@@ -18,15 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import uvicorn
 import yaml
 from sqlalchemy import select
 
-from rlark.api.app import create_app
 from rlark.services.jobs import JobService
 from rlark.spec import json_schema
 from rlark.store import JobRow, Store
-from tests.server import free_port
+from tests.server import ThreadedServer, free_port
 from tests.test_api import job_yaml, set_run_state, set_worker_logs, snapshot
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -274,30 +272,12 @@ def test_no_server_says_how_to_start_one(files):
 # --- against a real HTTP server --------------------------------------------------------------------
 
 
-class LiveServer:
-    """uvicorn serving the API (no controller) in a background thread."""
+class LiveServer(ThreadedServer):
+    """The API and console (no controller) on a real port, with the CLI pointed at it."""
 
     def __init__(self, store: Store):
+        super().__init__(JobService(store))
         self.store = store
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(JobService(store)), host="127.0.0.1", port=self.port,
-                                log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def start(self) -> "LiveServer":
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"uvicorn did not start on {self.url}")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
 
     def cli(self, *args: str, **kw) -> subprocess.CompletedProcess:
         """The CLI pointed at this server through RLARK_SERVER."""
@@ -336,6 +316,13 @@ def test_submit_resolves_relative_paths_and_keeps_warnings(server, files, tmp_pa
     proc = server.cli("submit", str(files["warn"]))
     assert proc.returncode == 0
     assert "warning" in proc.stderr and "job/warned submitted" in proc.stdout
+    # describe keeps the warnings, each naming its field path once
+    findings = [line for line in server.cli("describe", "job", "warned").stdout.splitlines()
+                if line.startswith("Finding:")]
+    assert findings
+    for line in findings:
+        code, path = line.split()[1:3]
+        assert line.count(path.rstrip(":")) == 1, line
 
 
 @pytest.mark.parametrize("kind", ["bad", "broken", "binary"])
@@ -570,3 +557,16 @@ def test_server_flag_and_env_are_honoured(server, files):
     proc = rlark("get", "jobs", env=cli_env())
     if proc.returncode != 0:
         assert "http://127.0.0.1:8470" in error_line(proc)
+
+
+def test_nodes_on_the_local_runtime_lists_this_machine(server):
+    import socket
+
+    proc = server.cli("nodes")
+    assert proc.returncode == 0, proc.stderr
+    row = next(line.split() for line in proc.stdout.splitlines()
+               if line.strip().startswith(socket.gethostname()))
+    assert row[1] == "Ready" and row[2].endswith(f"/{os.cpu_count()}")
+    assert "free = this machine minus what the Workers of active RLark Jobs ask for" in proc.stdout
+    data = json.loads(server.cli("nodes", "-o", "json").stdout)
+    assert data["runtime"] == "local" and data["freeBasis"] == "rlark" and len(data["items"]) == 1

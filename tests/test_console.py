@@ -236,7 +236,10 @@ spec:
       env: [{name: A, value: "1"}, {name: B, value: "x y"}]
       mounts:
         - {name: data, type: pvc, source: datasets, mountPath: /data, readOnly: true}
-        - {name: ckpt, type: objectStorage, source: "s3://bucket/ckpt", mountPath: /ckpt}
+        - {name: ckpt, type: objectStorage, source: "s3://bucket/ckpt", mountPath: /ckpt,
+           kubernetes: {storageClass: csi-s3, size: 50Gi}}
+        - {name: out, type: objectStorage, source: "gs://runs/out", mountPath: /out,
+           kubernetes: {csiDriver: gcsfuse.csi.storage.gke.io, volumeAttributes: {bucketName: "{bucket}"}}}
       nodeSelector: {pool: a100}
       local: {python: /opt/venv}
     - name: actor
@@ -270,23 +273,64 @@ def test_wizard_keeps_fields_it_does_not_show():
                     "roles": [{"name": "h", "image": "i:1", "workers": 1, "kubernetes": {"sa": "x"},
                                "resources": {"cpu": 1, "ephemeral": "1Gi"},
                                "mounts": [{"name": "m", "type": "objectStorage", "source": "s3://b",
-                                           "mountPath": "/m", "kubernetes": {"csiDriver": "d"}}]}]}}
+                                           "mountPath": "/m", "kubernetes": {
+                                               "csiDriver": "d", "volumeAttributes": {"x": "y"}}}]}]}}
     st = WizardState.from_spec(doc)
     assert "metadata.annotations" in st.extra_fields() and "spec.future" in st.extra_fields()
     assert "kubernetes" in st.roles[0].extra_fields()
+    assert "mounts[0].kubernetes.volumeAttributes" in st.roles[0].extra_fields()
+    assert st.roles[0].mounts[0].csi_driver == "d"  # shown, so not in extra
     # the form carries them through a round trip of the page
     pairs = [("extra", st.extra), ("name", "x"), ("head", "0"), ("role-0-name", "h"),
              ("role-0-workers", "1"), ("role-0-image", "i:1"), ("role-0-cpu", "1"),
              ("role-0-extra", st.roles[0].extra), ("role-0-mount-0-name", "m"),
              ("role-0-mount-0-type", "objectStorage"), ("role-0-mount-0-source", "s3://b"),
              ("role-0-mount-0-path", "/m"), ("role-0-mount-0-extra", st.roles[0].mounts[0].extra),
+             ("role-0-mount-0-csi", "d"),
              ("runScript", "true"), ("maxRestarts", "1")]
     out, _ = WizardState.from_form(pairs).to_document()
     assert out["metadata"]["annotations"] == {"a": "b"}
     assert out["spec"]["future"] == {"k": 1} and out["spec"]["failurePolicy"]["backoff"] == 3
     role = out["spec"]["roles"][0]
     assert role["kubernetes"] == {"sa": "x"} and role["resources"]["ephemeral"] == "1Gi"
-    assert role["mounts"][0]["kubernetes"] == {"csiDriver": "d"}
+    assert role["mounts"][0]["kubernetes"] == {"csiDriver": "d", "volumeAttributes": {"x": "y"}}
+
+
+def test_wizard_sets_how_kubernetes_mounts_object_storage(client, service):
+    """A StorageClass typed into the mount row reaches the Job (the Kubernetes runtime refuses an
+    objectStorage mount without one, or a CSI driver); blank fields add nothing."""
+    form = wizard_form(step="2", **{
+        "role-1-mount-0-name": "models", "role-1-mount-0-type": "objectStorage",
+        "role-1-mount-0-source": "s3://models/llama", "role-1-mount-0-path": "/models",
+        "role-1-mount-0-ro": "1", "role-1-mount-0-sc": "csi-s3", "role-1-mount-0-size": "100Gi",
+        "role-1-mount-0-csi": "",
+        "role-1-mount-1-name": "data", "role-1-mount-1-type": "hostPath",
+        "role-1-mount-1-source": "/data", "role-1-mount-1-path": "/data",
+        "role-1-mount-1-sc": "", "role-1-mount-1-size": "", "role-1-mount-1-csi": ""})
+    doc, bad = WizardState.from_form(form.items()).to_document()
+    assert bad == []
+    models, data = doc["spec"]["roles"][1]["mounts"]
+    assert models["kubernetes"] == {"storageClass": "csi-s3", "size": "100Gi"}
+    assert "kubernetes" not in data
+    html = post_wizard(client, form, "next").text
+    assert current_step(html) == 3
+    html = post_wizard(client, {**form, "step": "4"}, "next").text
+    assert "storageClass: csi-s3" in html  # the YAML preview
+    # a row with only a Kubernetes field filled in is not dropped: its missing fields are said
+    only_sc = wizard_form(step="2", **{"role-0-mount-0-name": "", "role-0-mount-0-type": "hostPath",
+                                       "role-0-mount-0-source": "", "role-0-mount-0-path": "",
+                                       "role-0-mount-0-sc": "fast"})
+    doc, _ = WizardState.from_form(only_sc.items()).to_document()
+    assert doc["spec"]["roles"][0]["mounts"][0]["kubernetes"] == {"storageClass": "fast"}
+    html = post_wizard(client, only_sc, "next").text
+    assert current_step(html) == 2 and "spec.roles[0].mounts[0]" in html
+    # a new mount row shows the three fields, labelled, closed until one is filled in
+    html = post_wizard(client, wizard_form(step="2"), "add-mount:0").text
+    for field, label in (("sc", "Storage class"), ("size", "PVC size"), ("csi", "CSI driver")):
+        assert f'<label for="role-0-mount-0-{field}">{label}</label>' in html
+    assert '<details class="mount-k8s">' in html
+    html = post_wizard(client, form, "add-mount:0").text  # filled in: open
+    assert '<details class="mount-k8s" open>' in html and 'value="csi-s3"' in html
 
 
 def test_wizard_actions_and_number_fields():
@@ -602,7 +646,7 @@ def test_chinese_locale_shows_no_english_label(client, service):
     english = {v for k, v in en.items() if v != zh[k] and "{" not in v}
     client.cookies.set("rlark_lang", "zh-CN")
     pages = ["/jobs", "/create", "/jobs/zh", "/jobs/zh?tab=events", "/jobs/zh?tab=logs",
-             "/jobs/zh?tab=record", "/jobs/zh?tab=spec", "/jobs/zh/edit", "/jobs/nothing"]
+             "/jobs/zh?tab=record", "/jobs/zh?tab=spec", "/jobs/zh/edit", "/jobs/nothing", "/nodes"]
     for url in pages:
         html = client.get(url).text
         assert '<html lang="zh-CN">' in html
@@ -616,6 +660,156 @@ def test_chinese_locale_shows_no_english_label(client, service):
     assert "rlark_lang=en" in r.headers["set-cookie"] and "Max-Age=31536000" in r.headers["set-cookie"]
     client.cookies.clear()
     assert '<html lang="zh-CN">' in client.get("/jobs", headers={"Accept-Language": "zh-CN"}).text
+
+
+# --- nodes ---------------------------------------------------------------------------------------
+
+
+class _Rows(HTMLParser):
+    """``{data-node: {data-resource or column label: text}}`` of the Nodes table."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: dict[str, dict[str, str]] = {}
+        self._node: str | None = None
+        self._cell: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        d = dict(attrs)
+        if tag == "tr" and "data-node" in d:
+            self._node = d["data-node"]
+            self.rows[self._node] = {}
+        elif tag == "td" and self._node:
+            self._cell = d.get("data-resource") or d.get("data-label")
+            self.rows[self._node][self._cell] = ""
+
+    def handle_endtag(self, tag):
+        if tag == "td":
+            self._cell = None
+        elif tag == "tr":
+            self._node = None
+
+    def handle_data(self, data):
+        if self._node and self._cell:
+            self.rows[self._node][self._cell] += data
+
+
+def node_rows(html: str) -> dict[str, dict[str, str]]:
+    p = _Rows()
+    p.feed(html)
+    return {n: {k: " ".join(v.split()) for k, v in cells.items()} for n, cells in p.rows.items()}
+
+
+def test_nodes_page_shows_this_machine_minus_active_jobs(client, service):
+    import socket
+
+    html = client.get("/nodes").text
+    assert '<a href="/nodes" aria-current="page">Nodes</a>' in html
+    assert 'data-runtime="local"' in html and 'data-basis="rlark"' in html
+    (name, cells), = node_rows(html).items()
+    assert name == socket.gethostname()
+    assert cells["cpu"] == "16 / 16" and cells["memory"] == "64.0 GiB / 64.0 GiB"
+    assert cells["nvidia.com/gpu"] == "0 / 0" and cells["Status"] == "Ready"
+    assert "runs every Worker on this machine" in html
+    service.create(job_doc("busy", workers=3).replace(
+        'image: "docker.io/rlinf/rlinf:0.3.0"}\n    - {name: pool',
+        'image: "docker.io/rlinf/rlinf:0.3.0", resources: {cpu: 2, memory: 8Gi}}\n    - {name: pool'))
+    cells = node_rows(client.get("/nodes/_table").text)[name]
+    assert cells["cpu"] == "14 / 16" and cells["memory"] == "56.0 GiB / 64.0 GiB"
+    finish(service, "busy")
+    assert node_rows(client.get("/nodes").text)[name]["cpu"] == "16 / 16"
+
+
+def test_nodes_page_lists_a_kubernetes_inventory(rlark_home):
+    from rlark.api.app import create_app
+    from rlark.services.jobs import JobService
+    from rlark.store import Store
+    from tests.test_k8s_capacity import four_node_inventory
+
+    nodes = four_node_inventory()
+    inventory = {"value": (nodes, "namespace", None)}
+    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    service = JobService(store, runtime="kubernetes", inventory=lambda: inventory["value"])
+    try:
+        with TestClient(create_app(service)) as c:
+            html = c.get("/nodes").text
+            rows = node_rows(html)
+            assert list(rows) == ["aks-gpunp-98036146-vmss000004", "cpu-7", "dgx-1", "k8s-node1"]
+            dgx = rows["dgx-1"]
+            assert dgx["cpu"] == "208 / 224" and dgx["nvidia.com/gpu"] == "5 / 8"
+            assert dgx["memory"] == "1904.1 GiB / 1968.1 GiB"
+            assert dgx["Other devices"] == "rdma/hca: 1 / 1"
+            assert "Labels (1)" in dgx["Labels"] and "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3" in dgx["Labels"]
+            cpu7 = rows["cpu-7"]
+            assert cpu7["Status"] == "NotReady Cordoned" and cpu7["Taints"] == "dedicated=rl:NoSchedule"
+            assert rows["k8s-node1"]["nvidia.com/gpu"] == "1 / 1"
+            assert 'data-basis="namespace"' in html and "namespace only (RLark may not list Pods cluster-wide)" in html
+            totals = html[html.index("<tfoot>"):html.index("</tfoot>")]
+            assert "Total allocatable" in totals and ">265.84<" in totals and ">2160.9 GiB<" in totals
+            assert 'data-label="Memory"' in totals
+            assert "Ready, uncordoned node" in html
+            c.cookies.set("rlark_lang", "zh-CN")
+            zh = c.get("/nodes").text
+            assert "<h1>节点</h1>" in zh and "已封锁" in zh and "未就绪" in zh
+            c.cookies.clear()
+            inventory["value"] = (None, "none", "nodes is forbidden: User cannot list resource")
+            html = c.get("/nodes/_table").text
+            assert "<html" not in html and 'data-count="0"' in html
+            assert "The node inventory could not be read: nodes is forbidden" in html
+            assert "There are no nodes." in html
+    finally:
+        store.dispose()
+
+
+def test_nodes_page_survives_odd_stored_specs_odd_quantities_and_a_failing_inventory(
+        client, service, rlark_home):
+    from sqlalchemy import select as sql_select
+
+    from rlark.api.app import create_app
+    from rlark.runtimes.kubernetes.capacity import parse_nodes
+    from rlark.services.jobs import JobService
+    from rlark.store import RunRow, Store
+    from tests.test_k8s_capacity import node, pod
+
+    # a Run spec stored by another RLark version (a field this one does not know)
+    service.create(job_doc("old"))
+    with service.store.session() as s:
+        run = s.scalar(sql_select(RunRow))
+        run.spec = {**run.spec, "spec": {**run.spec["spec"], "futureField": 1}}
+    assert client.get("/nodes").status_code == 200
+    assert client.get("/api/v1/nodes").status_code == 200
+
+    odd = [node("inf", "inf", "Infinity"), node("huge", "1e400", "9" * 400, gpu="1e400")]
+    answers = [(parse_nodes(odd, [pod("inf", {"nvidia.com/gpu": "inf"})]), "cluster", None)]
+    def inventory():
+        if not answers:
+            raise RuntimeError("the API server went away")
+        return answers.pop()
+    store = Store(f"sqlite:///{rlark_home / 'k8s.db'}")
+    try:
+        with TestClient(create_app(JobService(store, runtime="kubernetes", inventory=inventory))) as c:
+            r = c.get("/nodes")
+            assert r.status_code == 200
+            rows = node_rows(r.text)
+            assert rows["inf"]["cpu"] == "0 / 0"  # not a finite quantity: counted as none
+            assert rows["huge"]["cpu"] == f"{10**400} / {10**400}"  # beyond a float: as it came
+            r = c.get("/nodes")
+            assert r.status_code == 200
+            assert "reading the node inventory failed: the API server went away" in r.text
+            assert c.get("/api/v1/nodes").json()["error"].endswith("the API server went away")
+    finally:
+        store.dispose()
+
+
+def test_api_docs_need_no_internet(client):
+    """/docs and /redoc load their assets from this server (fastapi-offline), never a CDN."""
+    for url in ("/docs", "/redoc"):
+        html = client.get(url).text
+        assert not re.findall(r'(?:src|href)="(https?://[^"]+)"', html), url
+        for asset in re.findall(r'(?:src|href)="(/static-docs/[^"]+)"', html):
+            r = client.get(asset)
+            assert r.status_code == 200 and len(r.content) > 1000, asset
+    assert "/openapi.json" in client.get("/docs").text
 
 
 def test_console_is_not_in_the_api_schema(client):

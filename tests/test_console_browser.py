@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -304,6 +305,43 @@ def test_failing_job_shows_its_reason_on_the_list_and_detail_pages(ui):
     expect(page.locator("#f-name")).to_have_value("prepfail-copy")
 
 
+def test_logs_follow_shows_lines_as_a_running_worker_writes_them(ui):
+    # a Worker still in its prepare script (no Ray yet) that writes a line every 0.3 s
+    ui.server.submit(f"""
+apiVersion: rlark.io/v1
+kind: Job
+metadata: {{name: ticker}}
+spec:
+  headRole: head
+  terminationGracePeriodSeconds: 3
+  roles:
+    - {{name: head, workers: 1, image: "{IMAGE}",
+       prepareScript: "for i in $(seq 1 400); do echo tick $i; sleep 0.3; done"}}
+  runScript: echo never
+""")
+    deadline = time.monotonic() + 60
+    while "tick 2" not in ui.server.cli("logs", "ticker").stdout:  # the tab shows what is there
+        assert time.monotonic() < deadline, "the Worker wrote nothing in 60 s"
+        time.sleep(0.3)
+    page = ui.go("/jobs/ticker?tab=logs")
+    expect(page.locator("#log-lines")).to_contain_text("tick 1")
+    page.click("#log-follow")
+    expect(page.locator("#log-follow")).to_have_attribute("aria-pressed", "true")
+    shown = lambda: [int(t.split()[1]) for t in page.locator("#log-lines").inner_text().splitlines()  # noqa: E731
+                     if t.startswith("tick ")]
+    last = max(shown())
+    # lines written after the click arrive without a reload, in order, none twice
+    expect(page.locator("#log-lines")).to_contain_text(f"tick {last + 5}\n", timeout=20_000)
+    ticks = shown()
+    assert ticks == list(range(ticks[0], ticks[-1] + 1)), ticks
+    ui.shot("job-logs-follow")
+    ui.server.cli("stop", "ticker")
+    expect(page.locator("#log-status")).to_have_text("The Workers have ended; every line is shown.",
+                                                     timeout=30_000)
+    expect(page.locator("#log-follow")).to_have_attribute("aria-pressed", "false")
+    ui.server.wait_phase("ticker", {"Stopped"}, timeout=60)
+
+
 @pytest.mark.ray
 def test_stop_start_restart_and_delete_from_the_ui(ui):
     ui.server.submit(f"""
@@ -372,6 +410,11 @@ def test_chinese_locale_renders_the_same_pages(ui):
     expect(page.locator("[data-download=json]")).to_have_text("下载 JSON")
     ui.shot("zh-job-record")
 
+    page.click("nav.main-nav a[href='/nodes']")
+    expect(page.locator("h1")).to_have_text("节点")
+    expect(page.locator("tr[data-node] [data-status]")).to_have_text("就绪")
+    ui.shot("zh-nodes")
+
     page = ui.go("/create")
     expect(page.locator("h1")).to_have_text("创建作业")
     expect(page.locator("ol.steps")).to_contain_text("名称与角色")
@@ -403,8 +446,12 @@ def test_every_page_labels_its_inputs_and_fits_a_narrow_window(ui):
     ui.server.wait_phase("narrow", {"Failed"}, timeout=60)
     ui.go("/jobs")
     ui.shot("jobs-list-all", full=False)
+    page = ui.go("/nodes")  # the local runtime: this machine, one row
+    expect(page.locator("tr[data-node] [data-status]")).to_have_text("Ready")
+    expect(page.locator("[data-basis=rlark]")).to_be_visible()
+    ui.shot("nodes", full=False)
     pages = ["/jobs", "/create", "/jobs/narrow", "/jobs/narrow?tab=events",
-             "/jobs/narrow?tab=logs", "/jobs/narrow?tab=record", "/jobs/narrow?tab=spec"]
+             "/jobs/narrow?tab=logs", "/jobs/narrow?tab=record", "/jobs/narrow?tab=spec", "/nodes"]
     for width, height in ((1280, 800), (390, 844)):
         ui.page.set_viewport_size({"width": width, "height": height})
         for path in pages:
@@ -431,3 +478,58 @@ def test_every_page_labels_its_inputs_and_fits_a_narrow_window(ui):
     page.press("#f-name", "Enter")
     ui.step(2)
     expect(page.locator("#role-0-name")).to_have_count(1)  # the role is still there
+
+
+def test_nodes_page_of_a_kubernetes_inventory(page, rlark_home):
+    """A server on the kubernetes runtime, its inventory built from saved Node and Pod objects:
+    the Nodes page shows readiness, cordon, free/allocatable, devices, labels and taints, and its
+    live refresh keeps the page free of errors."""
+    from rlark.services.jobs import JobService
+    from rlark.store import Store
+    from tests.server import ThreadedServer
+    from tests.test_k8s_capacity import four_node_inventory
+
+    nodes = four_node_inventory()
+    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    server = ThreadedServer(JobService(store, runtime="kubernetes",
+                                       inventory=lambda: (nodes, "cluster", None))).start()
+    ui = UI(page, server)  # type: ignore[arg-type]
+    try:
+        page = ui.go("/nodes")
+        expect(page.locator("tr[data-node]")).to_have_count(4)
+        dgx = page.locator("tr[data-node=dgx-1]")
+        expect(dgx.locator("[data-resource='nvidia.com/gpu']")).to_have_text("5 / 8")
+        expect(dgx.locator("[data-device='rdma/hca']")).to_have_text("rdma/hca: 1 / 1")
+        dgx.locator("details summary").click()
+        expect(dgx.locator("ul.kv")).to_contain_text("nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3")
+        expect(page.locator("tr[data-node=cpu-7] [data-cordoned]")).to_be_visible()
+        expect(page.locator("tr[data-node=cpu-7] [data-status]")).to_have_text("NotReady")
+        ui.shot("nodes-kubernetes", full=False)
+        # the live refresh (htmx, every 5 s) waits while a labels list is open, so it does not
+        # close under the reader; closed, the table is replaced without an error
+        page.evaluate("document.querySelector('#nodes-table').dataset.seen = '1'")
+        page.wait_for_timeout(6_000)
+        expect(page.locator("#nodes-table[data-seen]")).to_have_count(1)
+        expect(dgx.locator("details")).to_have_attribute("open", "")
+        dgx.locator("details summary").click()
+        expect(page.locator("#nodes-table:not([data-seen])")).to_have_count(1, timeout=12_000)
+        assert _overflow(page) <= 0 and _unlabelled(page) == []
+        # the table fits a 1280 px window: no column hidden behind a horizontal scroll
+        assert page.evaluate("() => { const w = document.querySelector('.table-wrap');"
+                             " return w.scrollWidth - w.clientWidth; }") <= 0
+        assert not ui.errors, ui.errors
+    finally:
+        server.stop()
+        store.dispose()
+
+
+def test_api_docs_render_with_no_internet(ui):
+    """Swagger UI at /docs, with every request that leaves this server refused: the operations
+    are listed (the assets come from the server, not a CDN)."""
+    ui.page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(ui.url)
+                  else route.abort())
+    page = ui.go("/docs")
+    expect(page.locator(".opblock-summary-path").first).to_be_visible(timeout=20_000)
+    expect(page.locator(".opblock-summary-path", has_text="/api/v1/jobs/{name}/record")).to_have_count(1)
+    ui.shot("api-docs", full=False)
+

@@ -476,3 +476,35 @@ def test_delete_of_an_active_job_stops_it_first(svc, store):
         svc.start("live")
     with pytest.raises(Conflict, match="being deleted"):
         svc.restart("live")
+
+
+# --- node inventory (local runtime) ------------------------------------------------------------
+
+
+def test_local_node_subtracts_active_requests_and_never_goes_below_zero():
+    from rlark.services.jobs import local_node
+
+    host = {"cpu": 8, "memory": 16 * 1024**3, "gpu": 1}
+    node = local_node("box", host, [{"cpu": 3.0, "memory": 4 * 1024**3, "gpu": 0},
+                                    {"cpu": 7.0, "memory": 1024**3, "gpu": 1}])
+    assert node["allocatable"] == {"cpu": 8, "memory": 16 * 1024**3, "nvidia.com/gpu": 1}
+    assert node["requested"] == {"cpu": 10.0, "memory": 5 * 1024**3, "nvidia.com/gpu": 1}
+    assert node["free"] == {"cpu": 0, "memory": 11 * 1024**3, "nvidia.com/gpu": 0}
+    assert local_node("box", host, [])["free"] == node["allocatable"]
+
+
+def test_local_nodes_count_only_the_workers_of_active_jobs(svc, store):
+    svc.create(job_yaml("a"))  # pool 2x(1 cpu, 2Gi) + head 2x(2 cpu, 4Gi) + env 1x(nothing)
+    svc.create(small("b", roles=[{"name": "head", "image": "python:3.11",
+                                  "resources": {"cpu": "500m", "memory": "1Gi"}}]))
+    data = svc.nodes()
+    assert data["runtime"] == "local" and data["freeBasis"] == "rlark" and data["error"] is None
+    (node,) = data["items"]
+    gib = 1024**3
+    # 500m is one whole Ray CPU (--num-cpus takes whole numbers)
+    assert node["requested"] == {"cpu": 7.0, "memory": 13 * gib, "nvidia.com/gpu": 0}
+    assert node["free"]["cpu"] == 64 - 7 and node["free"]["memory"] == 512 * gib - 13 * gib
+    set_run(store, "a", 1, phase="Failed", reason="RunFailed")
+    (node,) = svc.nodes()["items"]
+    assert node["requested"] == {"cpu": 1.0, "memory": gib, "nvidia.com/gpu": 0}
+    assert data["totals"] == {"cpu": 64, "memory": 512 * gib, "nvidia.com/gpu": 8}

@@ -50,12 +50,23 @@ DGX = node("dgx-1", "224", "2063731580Ki", 8, labels={"nvidia.com/gpu.product": 
            **{"rdma/hca": "1"})
 
 
+#: a cordoned, NotReady, tainted CPU node (for the inventory views)
+CPU7_CORDONED = node("cpu-7", "32", "128Gi", labels={"pool": "cpu"}, cordoned=True, ready=False,
+                     taints=[{"key": "dedicated", "value": "rl", "effect": "NoSchedule"}])
+
+
 def pod(node_name, requests=None, limits=None, phase="Running", init=None):
     c = {"name": "c", "resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v}}
     spec = {"nodeName": node_name, "containers": [c]}
     if init:
         spec["initContainers"] = [{"name": "i", "resources": {"requests": init}}]
     return {"spec": spec, "status": {"phase": phase}}
+
+
+def four_node_inventory():
+    """K8S_NODE1, AKS, DGX (a Pod there requests 16 cpu, 64Gi, 3 GPUs) and CPU7_CORDONED."""
+    return parse_nodes([K8S_NODE1, AKS, DGX, CPU7_CORDONED],
+                       [pod("dgx-1", {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "3"})])
 
 
 def job(*roles) -> Job:

@@ -4,19 +4,15 @@ subprocess; ``nodes`` against a real HTTP server)."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import pytest
-import uvicorn
 import yaml
 
-from rlark.api.app import create_app
 from rlark.runtimes.kubernetes.capacity import parse_nodes
 from rlark.services.jobs import JobService
 from rlark.store import Store
 from tests.conftest import EXAMPLES
-from tests.server import free_port
+from tests.server import ThreadedServer, free_port
 from tests.test_cli import cli_env, error_line, rlark
 from tests.test_k8s_capacity import AKS, DGX, K8S_NODE1
 
@@ -62,7 +58,7 @@ def test_render_makes_a_run_id_and_refuses_other_runtimes_and_bad_jobs(tmp_path)
 
 @pytest.mark.parametrize("args,words", [
     (("render", "--help"), ["--runtime", "--namespace", "--run-id", "kubectl apply"]),
-    (("nodes", "--help"), ["--format", "allocatable", "GPUs"]),
+    (("nodes", "--help"), ["--format", "--show-labels", "allocatable", "GPUs", "devices"]),
     (("server", "--help"), ["--runtime", "kubernetes", "--namespace"]),
 ])
 def test_help(args, words):
@@ -81,18 +77,10 @@ def test_server_refuses_an_unknown_runtime():
 def k8s_server(rlark_home):
     store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
     nodes = parse_nodes([K8S_NODE1, AKS, DGX])
-    svc = JobService(store, runtime="kubernetes", inventory=lambda: (nodes, "namespace", None))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(svc), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=15)
+    server = ThreadedServer(JobService(store, runtime="kubernetes",
+                                       inventory=lambda: (nodes, "namespace", None))).start()
+    yield server.url
+    server.stop()
     store.dispose()
 
 
@@ -101,10 +89,14 @@ def test_nodes_lists_the_inventory(k8s_server):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["NAME", "STATUS", "CPU", "FREE/ALLOC", "MEMORY", "FREE/ALLOC", "GPU",
-                                "FREE/ALLOC", "TAINTS"]
+                                "FREE/ALLOC", "DEVICES", "TAINTS"]
     dgx = next(line.strip() for line in lines if line.strip().startswith("dgx-1"))
-    assert dgx.split()[1:4] == ["Ready", "224/224", "1968.1Gi/1968.1Gi"] and "8/8" in dgx
+    assert dgx.split()[1:] == ["Ready", "224/224", "1968.1Gi/1968.1Gi", "8/8", "rdma/hca=1/1", "-"]
     assert "own namespace" in proc.stdout or "RLark's namespace only" in proc.stdout
+    proc = rlark("nodes", "--show-labels", env=cli_env(RLARK_SERVER=k8s_server))
+    assert proc.stdout.splitlines()[0].split()[-2:] == ["TAINTS", "LABELS"]
+    dgx = next(line.strip() for line in proc.stdout.splitlines() if line.strip().startswith("dgx-1"))
+    assert dgx.split()[-1] == "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"
     data = json.loads(rlark("nodes", "-o", "json", env=cli_env(RLARK_SERVER=k8s_server)).stdout)
     assert data["runtime"] == "kubernetes" and len(data["items"]) == 3
 

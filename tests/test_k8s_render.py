@@ -139,6 +139,39 @@ def test_object_storage_without_a_driver_is_refused_by_preflight_and_render():
         render.render_run(j, "r1")
 
 
+@pytest.mark.parametrize("k8s,code,field", [
+    ({"storageClass": "My Class!!"}, "InvalidStorageClass", "storageClass"),
+    ({"storageClass": "  fast  "}, "InvalidStorageClass", "storageClass"),
+    ({"storageClass": "存储类"}, "InvalidStorageClass", "storageClass"),
+    ({"storageClass": "a" * 254}, "InvalidStorageClass", "storageClass"),
+    ({"storageClass": "csi-s3", "size": "abc"}, "InvalidSize", "size"),
+    ({"storageClass": "csi-s3", "size": "-1Gi"}, "InvalidSize", "size"),
+    ({"storageClass": "csi-s3", "size": "0"}, "InvalidSize", "size"),
+    ({"csiDriver": "x" * 10_000}, "InvalidCsiDriver", "csiDriver"),
+    ({"csiDriver": "-gcsfuse"}, "InvalidCsiDriver", "csiDriver"),
+    ({"csiDriver": "gcs fuse"}, "InvalidCsiDriver", "csiDriver"),
+])
+def test_object_storage_driver_settings_are_checked_before_a_run_starts(k8s, code, field):
+    data = job(1).model_dump(by_alias=True, mode="json")
+    data["spec"]["roles"][0]["mounts"] = [{"name": "m", "type": "objectStorage",
+                                           "source": "s3://b/p", "mountPath": "/m", "kubernetes": k8s}]
+    findings = check_spec_for_kubernetes(Job.model_validate(data))
+    (f,) = [f for f in findings if f.severity == "error"]
+    assert (f.code, f.path) == (code, f"spec.roles[0].mounts[0].kubernetes.{field}")
+    assert f.message.startswith(f.path + " = ") and f.hint
+
+
+@pytest.mark.parametrize("k8s", [
+    {"storageClass": "csi-s3", "size": "100Gi"}, {"storageClass": "fast.example.com"},
+    {"csiDriver": "gcsfuse.csi.storage.gke.io"}, {"csiDriver": "s3.csi.aws.com"},
+])
+def test_good_object_storage_driver_settings_pass(k8s):
+    data = job(1).model_dump(by_alias=True, mode="json")
+    data["spec"]["roles"][0]["mounts"] = [{"name": "m", "type": "objectStorage",
+                                           "source": "s3://b/p", "mountPath": "/m", "kubernetes": k8s}]
+    assert not [f for f in check_spec_for_kubernetes(Job.model_validate(data)) if f.severity == "error"]
+
+
 def test_service_configmap_and_owner_references():
     objs = render.render_run(job(3), "r1", render.RenderOptions(namespace="rl", owner=OWNER))
     cm, svc = objs[0], objs[1]

@@ -69,10 +69,16 @@ def test_failed_run_is_retried_up_to_max_restarts(server):
 
 def test_submit_wait_exits_non_zero_with_the_reason(server, tmp_path):
     f = tmp_path / "job.yaml"
-    f.write_text(job_yaml("waitfail", run="exit 5"))
+    f.write_text(job_yaml("waitfail", run="sleep 2; exit 5"))  # Running long enough to be seen
     res = server.cli("submit", str(f), "--wait", timeout=240)
     assert res.returncode == 1
     assert "RunFailed" in res.stdout and "code 5" in res.stdout
+    # not a terminal: one progress line per change, phase and "Workers joined k/N" in each
+    progress = [line for line in res.stderr.splitlines() if line.startswith("waitfail: ")]
+    assert progress and all("Workers joined " in line for line in progress), res.stderr
+    assert any("Workers joined 2/2" in line and "Running" in line for line in progress), progress
+    assert "Failed" in progress[-1] and "(RunFailed)" in progress[-1]
+    assert len(progress) == len(set(line.rsplit("  ", 1)[0] for line in progress))  # no repeats
     assert_nothing_left(server.wait_released("waitfail"))
 
 

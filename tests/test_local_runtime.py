@@ -23,7 +23,7 @@ pytestmark = pytest.mark.ray
 
 def job_yaml(name: str, *, run: str = "echo hello from the head", head_prepare: str = "",
              pool_prepare: str = "", pool_workers: int = 1, join_timeout: int = 60,
-             grace: int = 5) -> str:
+             grace: int = 5, prepare_timeout: int = 120) -> str:
     return f"""
 apiVersion: rlark.io/v1
 kind: Job
@@ -31,7 +31,7 @@ metadata: {{name: {name}}}
 spec:
   headRole: head
   terminationGracePeriodSeconds: {grace}
-  failurePolicy: {{joinTimeoutSeconds: {join_timeout}, prepareTimeoutSeconds: 120}}
+  failurePolicy: {{joinTimeoutSeconds: {join_timeout}, prepareTimeoutSeconds: {prepare_timeout}}}
   roles:
     - name: head
       workers: 1
@@ -67,6 +67,25 @@ def test_prepare_failure_names_worker_and_exit_code(server):
     pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
     assert pool["phase"] == "Failed" and pool["reason"] == "PrepareFailed"
     job = server.wait_released("prep-fail")
+    assert_nothing_left(job)
+
+
+def test_prepare_script_past_its_timeout_fails_the_run(server):
+    # the script leaves a child of its own behind: the timeout must end it too
+    server.submit(job_yaml("prep-slow", pool_prepare="echo preparing; sleep 300 & sleep 300",
+                           prepare_timeout=3, join_timeout=120))
+    started = time.monotonic()
+    job = server.wait_phase("prep-slow", {"Failed"}, timeout=90)
+    elapsed = time.monotonic() - started
+    assert job["reason"] == "PrepareTimeout", job
+    assert "prep-slow-pool-0" in job["message"] and "3 s" in job["message"]
+    assert elapsed < 45, f"took {elapsed:.1f} s; prepareTimeoutSeconds is 3"
+    pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
+    assert pool["phase"] == "Failed" and pool["reason"] == "PrepareTimeout"
+    logs = server.cli("logs", "prep-slow")
+    assert logs.returncode == 0 and "preparing" in logs.stdout
+    assert "hello from the head" not in logs.stdout  # the run script never started
+    job = server.wait_released("prep-slow")
     assert_nothing_left(job)
 
 
@@ -175,6 +194,10 @@ def test_quickstart_runs_real_rlinf_placement(server):
     assert sorted(w["nodeRank"] for w in workers) == [0, 1, 2]
     assert {w["name"]: w["nodeRank"] for w in workers} == {
         "quickstart-head-0": 0, "quickstart-pool-0": 1, "quickstart-pool-1": 2}
+    # every Worker joined: the Run's count and each Task's agree after the Run ended
+    assert job["currentRun"]["workersReady"] == 3
+    assert [(t["role"], t["phase"], t["ready"], t["total"]) for t in job["currentRun"]["tasks"]] == [
+        ("head", "Succeeded", 1, 1), ("pool", "Succeeded", 2, 2)]
     logs = server.http.get("/api/v1/jobs/quickstart/logs", params={"role": "head"}).json()
     lines = logs["workers"][0]["lines"]
     summary = [json.loads(l.split(" ", 1)[1]) for l in lines if l.startswith("RLINF_PLACEMENT_SUMMARY ")]

@@ -207,6 +207,9 @@ def test_cli_plan_text_json_yaml(project):
     assert set(data) >= {"num_nodes", "node_groups", "components", "roles", "job", "findings"}
     as_yaml = yaml.safe_load(rlark("plan", "config/train.yaml", "-o", "yaml", cwd=project).stdout)
     assert as_yaml["roles"] == data["roles"]
+    # -o job: only the Job, its run script a readable `|` block, the same Job as in the JSON
+    job_text = rlark("plan", "config/train.yaml", "-o", "job", cwd=project).stdout
+    assert "runScript: |" in job_text and yaml.safe_load(job_text) == data["job"]
     # the suggested Job, saved next to where plan ran, passes `rlark check`
     (project / "job.yaml").write_text(yaml.safe_dump(data["job"]))
     checked = rlark("check", "job.yaml", "-o", "json", cwd=project)

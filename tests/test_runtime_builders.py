@@ -297,6 +297,24 @@ def test_bootstrap_file_is_the_worker_program():
     assert BOOTSTRAP_FILE.is_file()
 
 
+def test_bootstrap_imports_only_the_standard_library_and_ray():
+    """The same file runs in every Worker's image (ARCHITECTURE.md's bootstrap contract), where
+    RLark itself is not installed: anything but the standard library and ray breaks it there."""
+    import ast
+
+    tree = ast.parse(BOOTSTRAP_FILE.read_text())
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0 and node.module, f"relative import at line {node.lineno}"
+            roots.add(node.module.split(".")[0])
+    outside = sorted(r for r in roots if r not in sys.stdlib_module_names and r != "ray")
+    assert not outside, f"bootstrap/worker.py imports {outside}"
+    assert "json" in roots and "subprocess" in roots  # the walk sees the imports at all
+
+
 def test_python_for(tmp_path):
     assert python_for(None) == sys.executable
     assert python_for("") == sys.executable

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-import yaml
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -23,7 +22,14 @@ from rlark import settings
 from rlark.client import Client, ClientError
 from rlark.findings import Finding, Severity, has_errors
 from rlark.preflight import check_job
-from rlark.spec import DNS1123_LABEL, dump_job, json_schema, load_job, resolve_relative_paths
+from rlark.spec import (
+    DNS1123_LABEL,
+    dump_job,
+    dump_yaml,
+    json_schema,
+    load_job,
+    resolve_relative_paths,
+)
 
 HELP = """RLark runs RLinf training Jobs: it starts every Worker (one Ray node each, with its
 RLINF_NODE_RANK), waits for the whole Ray cluster, runs your run script on the head, and keeps
@@ -172,8 +178,6 @@ def _pairs(items: Optional[list[str]], option: str) -> dict[str, str]:
 
 
 def _emit(data: dict, format: str) -> None:
-    from rlark.rlinf_config.plan import dump_yaml
-
     sys.stdout.write(json.dumps(data, indent=2) + "\n" if format == "json" else dump_yaml(data))
 
 
@@ -232,7 +236,7 @@ def plan(
         sys.stdout.write(render_text(result))
     elif format == "job":
         if result.job:
-            sys.stdout.write(yaml.safe_dump(result.job, sort_keys=False))
+            sys.stdout.write(dump_yaml(result.job))
         _print_findings(result.findings)  # stderr, so the Job file stays clean
     else:
         _emit(result.to_dict(), format)
@@ -286,7 +290,7 @@ def check(
     else:
         _print_findings(findings, out)
         n = sum(1 for f in findings if f.severity == Severity.warning)
-        out.print(f"[green]valid[/green]: {file}{f' ({n} warnings)' if n else ''}" if valid
+        out.print(f"[green]valid[/green]: {file}{f' ({n} warning' + ('s' if n > 1 else '') + ')' if n else ''}" if valid
                   else f"[red]invalid[/red]: {file}")
     raise typer.Exit(0 if valid else 1)
 
@@ -297,8 +301,8 @@ def server(
     port: int = typer.Option(settings.DEFAULT_PORT, min=1, max=65535, help="Port to listen on."),
     database_url: Optional[str] = typer.Option(
         None, envvar="RLARK_DATABASE_URL",
-        help="SQLAlchemy URL (default SQLite under $RLARK_HOME, now "
-             "$RLARK_HOME); PostgreSQL: postgresql://user:pass@host/db"),
+        help="SQLAlchemy URL (default: SQLite in $RLARK_HOME, which defaults to ~/.rlark); "
+             "PostgreSQL: postgresql://user:pass@host/db"),
     runtime: str = typer.Option("local", "--runtime", "-r", envvar="RLARK_RUNTIME",
                                 help="Where Workers run: local (process groups on this machine) "
                                      "or kubernetes (one Pod per Worker)."),
@@ -387,10 +391,13 @@ def render(
 @app.command()
 def nodes(
     format: str = typer.Option("table", "--format", "-o", help="table or json"),
+    show_labels: bool = typer.Option(False, "--show-labels",
+                                     help="Add a LABELS column (key=value, as kubectl shows them)."),
     server: Optional[str] = ServerOpt,
 ) -> None:
-    """List the nodes the server's runtime places Workers on: readiness, cordon, allocatable and
-    free cpu, memory and GPUs, labels and taints (Kubernetes), or this machine (local)."""
+    """List the nodes the server's runtime places Workers on: readiness, cordon, free/allocatable
+    cpu, memory, GPUs and other devices, taints and (--show-labels) labels (Kubernetes), or this
+    machine (local), where free is what active Jobs' Workers leave."""
     if format not in ("table", "json"):
         _fail(f"--format {format!r} is not supported; use table or json")
     data = _call(_client(server).get, "/api/v1/nodes")
@@ -400,6 +407,7 @@ def nodes(
     if data.get("error"):
         err.print(Text(f"warning: {data['error']}", style="yellow"))
     gib = 1024**3
+    columns = ("cpu", "memory", "nvidia.com/gpu")
 
     def amount(d: dict, key: str) -> str:
         v = d.get(key)
@@ -408,14 +416,17 @@ def nodes(
         return f"{v / gib:.1f}Gi" if key == "memory" else f"{v:g}"
 
     table = Table(box=None, header_style="bold")
-    for col in ("NAME", "STATUS", "CPU FREE/ALLOC", "MEMORY FREE/ALLOC", "GPU FREE/ALLOC", "TAINTS"):
+    for col in ("NAME", "STATUS", "CPU FREE/ALLOC", "MEMORY FREE/ALLOC", "GPU FREE/ALLOC", "DEVICES",
+                "TAINTS", *(("LABELS",) if show_labels else ())):
         table.add_column(col)
     for n in data["items"]:
         status = ("Ready" if n["ready"] else "NotReady") + ("" if n["schedulable"] else ",Cordoned")
+        devices = ",".join(f"{k}={amount(n['free'], k)}/{amount(n['allocatable'], k)}"
+                           for k in n["allocatable"] if k not in columns)
+        labels = (",".join(f"{k}={v}" for k, v in n["labels"].items()) or "-",) if show_labels else ()
         table.add_row(n["name"], status,
-                      *(f"{amount(n['free'], k)}/{amount(n['allocatable'], k)}"
-                        for k in ("cpu", "memory", "nvidia.com/gpu")),
-                      ",".join(n["taints"]))
+                      *(f"{amount(n['free'], k)}/{amount(n['allocatable'], k)}" for k in columns),
+                      devices or "-", ",".join(n["taints"]) or "-", *labels)
     if not data["items"]:
         out.print(f"no nodes ({data['runtime']} runtime)")
     else:
@@ -423,6 +434,9 @@ def nodes(
         if data.get("freeBasis") == "namespace":
             out.print("[dim]free = allocatable minus the requests of Pods in RLark's namespace only "
                       "(no permission to list Pods cluster-wide)[/dim]")
+        elif data.get("freeBasis") == "rlark":
+            out.print("[dim]free = this machine minus what the Workers of active RLark Jobs ask "
+                      "for (other programs are not counted)[/dim]")
 
 
 @app.command()
@@ -609,7 +623,9 @@ def describe_job(
                   f"running {show(run['runningAt'])}  finished {show(run['finishedAt'])}  "
                   f"exit {show(run['exitCode'])}")
     for f in job.get("findings", []):
-        out.print(f"[yellow]Finding:[/yellow]   {f['code']} {f['path']}: {f['message']}")
+        # messages name their field path already (preflight's rule); say it once
+        message = f["message"] if f["message"].startswith(f["path"]) else f"{f['path']}: {f['message']}"
+        out.print(f"[yellow]Finding:[/yellow]   {f['code']} {message}")
     table = Table(title="Workers", box=None, header_style="bold", title_justify="left")
     for col in ("RANK", "NAME", "ROLE", "PHASE", "HOST", "IP", "RAY NODE", "EXIT", "REASON"):
         table.add_column(col)

@@ -494,11 +494,10 @@ def host_capacity() -> dict[str, float]:
     return {"cpu": os.cpu_count() or 1, "memory": psutil.virtual_memory().total, "gpu": gpus}
 
 
-def _host_capacity(job: Job, host: dict[str, float] | None = None) -> Iterator[Finding]:
-    """All Workers of a local Job share this machine: more GPUs than it has is an error (Ray
-    would advertise GPUs that do not exist); more CPU or memory than it has is a warning (Ray's
-    numbers are logical, but the Workers will compete)."""
-    host = host or host_capacity()
+def local_request(job: Job) -> dict[str, float]:
+    """What all Workers of ``job`` ask of this machine on the local runtime: ``cpu`` (cores,
+    each Worker's request rounded up as Ray's ``--num-cpus`` is), ``memory`` (bytes), ``gpu``
+    (count). A role whose cpu or memory does not parse adds nothing (check_job reports it)."""
     want = {"cpu": 0.0, "memory": 0, "gpu": 0}
     for role in job.spec.roles:
         n = max(role.workers, 0)
@@ -508,8 +507,17 @@ def _host_capacity(job: Job, host: dict[str, float] | None = None) -> Iterator[F
             if role.resources.memory is not None:
                 want["memory"] += parse_memory_bytes(role.resources.memory) * n
         except ValueError:
-            continue  # reported by check_job
+            continue
         want["gpu"] += max(role.resources.gpu, 0) * n
+    return want
+
+
+def _host_capacity(job: Job, host: dict[str, float] | None = None) -> Iterator[Finding]:
+    """All Workers of a local Job share this machine: more GPUs than it has is an error (Ray
+    would advertise GPUs that do not exist); more CPU or memory than it has is a warning (Ray's
+    numbers are logical, but the Workers will compete)."""
+    host = host or host_capacity()
+    want = local_request(job)
     gib = 1024**3
     if want["gpu"] > host["gpu"]:
         yield _err(

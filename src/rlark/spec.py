@@ -423,12 +423,31 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     return job.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """SafeDumper that writes multi-line strings as ``|`` blocks (readable run scripts)."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    # PyYAML itself falls back to a quoted style where a block cannot hold the text exactly
+    style = "|" if "\n" in value and not value.startswith(" ") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML for people: block style, key order kept, multi-line strings as ``|`` blocks."""
+    return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, default_flow_style=False,
+                     allow_unicode=True)
+
+
 def dump_job(job: Job, fmt: Literal["yaml", "json"] = "yaml") -> str:
-    """Serialise a Job as YAML (block style, field order kept) or indented JSON."""
+    """Serialise a Job as YAML (:func:`dump_yaml`) or indented JSON."""
     data = job_to_dict(job)
     if fmt == "json":
         return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    return dump_yaml(data)
 
 
 def json_schema() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlark import __version__
+from rlark.api.docs import mount_docs
 from rlark.api.routers import jobs, logs, meta, nodes
 from rlark.console import mount_console
 from rlark.findings import format_path
@@ -46,7 +47,10 @@ def create_app(service: JobService, controller=None) -> FastAPI:
         description="Run RLinf training on real machines: Jobs, Runs, Workers, logs, run records.",
         lifespan=lifespan,
         default_response_class=SafeJSONResponse,
+        docs_url=None,  # mount_docs: the same pages without a CDN
+        redoc_url=None,
     )
+    mount_docs(app)
     app.state.jobs = service
     app.state.controller = controller
 

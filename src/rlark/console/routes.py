@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import jinja2
-import yaml
 from fastapi import APIRouter, Request
 from fastapi.responses import (
     HTMLResponse,
@@ -43,7 +42,7 @@ from rlark.ranks import plan_workers
 from rlark.record import render as render_record
 from rlark.services.errors import NotFound, ServiceError
 from rlark.services.jobs import JobService
-from rlark.spec import dump_job, job_to_dict
+from rlark.spec import dump_job, dump_yaml, job_to_dict
 
 router = APIRouter(include_in_schema=False)
 
@@ -72,6 +71,22 @@ def _dt(iso: str | None) -> str:
     return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if t else ""
 
 
+#: resources the Nodes page gives a column of their own; others are "devices"
+NODE_COLUMNS = ("cpu", "memory", "nvidia.com/gpu")
+
+
+def _amount(resource: str, value: float | int | None) -> str:
+    """A node amount for people: memory (bytes) in GiB, cpu in cores, anything else a count."""
+    if value is None:
+        return "–"
+    try:
+        if resource == "memory":
+            return f"{value / 1024**3:.1f} GiB"
+        return f"{value:g}"
+    except (OverflowError, TypeError, ValueError):  # beyond a float: say it as it came
+        return str(value)
+
+
 def _seconds(start: str | None, end: str | None) -> float | None:
     a = _parse_time(start)
     if a is None:
@@ -90,7 +105,7 @@ env = jinja2.Environment(
 env.filters["dt"] = _dt
 env.globals.update(PHASES=PHASES, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_TYPES, STEPS=STEPS,
                    TABS=TABS, seconds=_seconds, version=__version__, htmx_version=HTMX_VERSION,
-                   quote=quote)
+                   quote=quote, amount=_amount, NODE_COLUMNS=NODE_COLUMNS)
 
 
 def _service(request: Request) -> JobService:
@@ -277,6 +292,18 @@ def jobs_table(request: Request, phase: str | None = None, q: str | None = None,
     return _render(request, "_jobs_table.html", full=False, **ctx)
 
 
+@router.get("/nodes")
+def nodes_page(request: Request) -> Response:
+    """The node inventory (what ``rlark nodes`` lists)."""
+    return _render(request, "nodes.html", **_service(request).nodes())
+
+
+@router.get("/nodes/_table")
+def nodes_table(request: Request) -> Response:
+    """The table alone, for the page's live refresh."""
+    return _render(request, "_nodes_table.html", full=False, **_service(request).nodes())
+
+
 def _job_context(service: JobService, name: str, run: int | None) -> dict:
     """The Job, the Run shown (``run``, default the current one) and its Workers."""
     job = service.get(name)
@@ -330,8 +357,7 @@ def job_page(request: Request, name: str, tab: str = "overview", run: str | None
     elif tab == "record" and number is not None:
         ctx["record"] = service.record(name, number)
     elif tab == "spec":
-        ctx["spec_yaml"] = yaml.safe_dump(ctx["job"]["spec"], sort_keys=False,
-                                          allow_unicode=True)
+        ctx["spec_yaml"] = dump_yaml(ctx["job"]["spec"])
         ctx["findings"] = [Finding.model_validate(f) for f in ctx["job"]["findings"]]
     return _render(request, "job.html", **ctx)
 
@@ -466,7 +492,7 @@ def _wizard_context(service: JobService, st: WizardState, findings: list[Finding
                            "yaml_text": "", "ranks": [], "rank_error": None}
     if st.step == 4:
         doc, _ = st.to_document()
-        ctx["yaml_text"] = dump_job(job) if job is not None else yaml.safe_dump(doc, sort_keys=False)
+        ctx["yaml_text"] = dump_job(job) if job is not None else dump_yaml(doc)
         if job is not None:
             try:
                 ctx["ranks"] = plan_workers(job)

@@ -42,7 +42,8 @@ KNOWN = {
              "nodeSelector", "local"},
     "resources": {"cpu", "memory", "gpu", "devices"},
     "local": {"python"},
-    "mount": {"name", "type", "source", "mountPath", "readOnly"},
+    "mount": {"name", "type", "source", "mountPath", "readOnly", "kubernetes"},
+    "mountKubernetes": {"storageClass", "csiDriver", "size"},
 }
 
 
@@ -80,10 +81,36 @@ class MountRow:
     source: str = ""
     path: str = ""
     read_only: bool = False
-    extra: str = ""  # JSON: {"mount": {...}} fields the wizard does not show
+    # objectStorage on Kubernetes (spec Mount.kubernetes): a PVC of a StorageClass, or a CSI driver
+    storage_class: str = ""
+    csi_driver: str = ""
+    size: str = ""
+    extra: str = ""  # JSON: {"mount"|"mountKubernetes": {...}} fields the wizard does not show
 
     def blank(self) -> bool:
-        return not (self.name.strip() or self.source.strip() or self.path.strip())
+        return not any(v.strip() for v in (self.name, self.source, self.path, self.storage_class,
+                                           self.csi_driver, self.size))
+
+    def kubernetes(self) -> dict[str, Any]:
+        """``mounts[].kubernetes`` of this row: the fields shown, over those kept in ``extra``."""
+        k8s = dict(_unpack(self.extra).get("mountKubernetes", {}))
+        for key, value in (("storageClass", self.storage_class), ("csiDriver", self.csi_driver),
+                           ("size", self.size)):
+            if value.strip():
+                k8s[key] = value.strip()
+        return k8s
+
+
+def _mount_row(m: dict) -> MountRow:
+    k8s = m.get("kubernetes") if isinstance(m.get("kubernetes"), dict) else {}
+    return MountRow(m.get("name", ""), m.get("type", "hostPath"), m.get("source", ""),
+                    m.get("mountPath", ""), bool(m.get("readOnly", False)),
+                    storage_class=_fmt(k8s.get("storageClass")), csi_driver=_fmt(k8s.get("csiDriver")),
+                    size=_fmt(k8s.get("size")),
+                    extra=_pack({"mount": {**_rest(m, "mount"),
+                                           **({} if k8s or "kubernetes" not in m
+                                              else {"kubernetes": m["kubernetes"]})},
+                                 "mountKubernetes": _rest(k8s, "mountKubernetes")}))
 
 
 @dataclass
@@ -110,6 +137,7 @@ class RoleForm:
         names += [f"local.{k}" for k in more.get("local", {})]
         for j, m in enumerate(self.mounts):
             names += [f"mounts[{j}].{k}" for k in _unpack(m.extra).get("mount", {})]
+            names += [f"mounts[{j}].kubernetes.{k}" for k in _unpack(m.extra).get("mountKubernetes", {})]
         return names
 
 
@@ -197,6 +225,9 @@ class WizardState:
                     source=form.get(q + "source", "").strip(),
                     path=form.get(q + "path", "").strip(),
                     read_only=bool(form.get(q + "ro")),
+                    storage_class=form.get(q + "sc", "").strip(),
+                    csi_driver=form.get(q + "csi", "").strip(),
+                    size=form.get(q + "size", "").strip(),
                     extra=form.get(q + "extra", ""),
                 ))
             for j in _indices(form, re.escape(p) + r"sel-(\d+)-", MAX_ROWS):
@@ -249,10 +280,7 @@ class WizardState:
                 prepare=r.get("prepareScript", "") or "",
                 python=(r.get("local") or {}).get("python") or "",
                 env=[KV(e.get("name", ""), e.get("value", "")) for e in r.get("env") or []],
-                mounts=[MountRow(m.get("name", ""), m.get("type", "hostPath"), m.get("source", ""),
-                                 m.get("mountPath", ""), bool(m.get("readOnly", False)),
-                                 _pack({"mount": _rest(m, "mount")}))
-                        for m in r.get("mounts") or []],
+                mounts=[_mount_row(m) for m in r.get("mounts") or []],
                 selector=[KV(str(k), str(v)) for k, v in (r.get("nodeSelector") or {}).items()],
                 devices=[KV(str(k), _fmt(v)) for k, v in (res.get("devices") or {}).items()],
                 extra=_pack({"role": _rest(r, "role"), "resources": _rest(res, "resources"),
@@ -363,7 +391,8 @@ class WizardState:
             mounts = [
                 {**_unpack(m.extra).get("mount", {}), "name": m.name, "type": m.type,
                  "source": m.source, "mountPath": m.path,
-                 **({"readOnly": True} if m.read_only else {})}
+                 **({"readOnly": True} if m.read_only else {}),
+                 **({"kubernetes": m.kubernetes()} if m.kubernetes() else {})}
                 for m in r.mounts if not m.blank()
             ]
             if mounts:

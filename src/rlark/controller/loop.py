@@ -30,6 +30,7 @@ from rlark.controller.phases import (
     Transition,
     WorkerView,
     decide,
+    has_joined,
     worker_phase,
 )
 from rlark.record import build_record
@@ -585,7 +586,7 @@ class Controller:
     def _sync_tasks(self, run: RunRow) -> None:
         for task in run.tasks:
             members = [w for w in run.workers if w.role == task.role]
-            task.ready = sum(1 for w in members if w.phase in ("Joined", "Running", "Succeeded"))
+            task.ready = sum(1 for w in members if has_joined(w.phase, w.lifecycle))
             task.total = len(members)
             if run.phase == Phase.failed.value and any(w.phase == "Failed" for w in members):
                 task.phase = "Failed"

@@ -54,6 +54,13 @@ class WorkerPhase(str, Enum):
     terminated = "Terminated"  # stopped by RLark after its Run failed
 
 
+def has_joined(phase: str | None, lifecycle: dict | None) -> bool:
+    """Whether a Worker's Ray node joined its Run's cluster, now or before it ended (what
+    "Workers joined k/N" and a Task's ready count show): a joined phase, or a ``joined``
+    lifecycle event from its bootstrap."""
+    return phase in ("Joined", "Running", "Succeeded") or bool((lifecycle or {}).get("joined"))
+
+
 @dataclass
 class WorkerView:
     """One Worker as the state machine sees it."""

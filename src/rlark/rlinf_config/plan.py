@@ -18,8 +18,6 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-import yaml
-
 from rlark.findings import Finding, Severity, has_errors
 from rlark.rlinf_config.cluster import (
     MAX_NODES,
@@ -32,6 +30,7 @@ from rlark.rlinf_config.cluster import (
     robot_count,
 )
 from rlark.rlinf_config.ranks import format_ranks
+from rlark.spec import dump_yaml
 
 #: Image the suggested Job uses until the user edits it (the quickstart's image).
 DEFAULT_IMAGE = "docker.io/rlinf/rlinf:0.3.0"
@@ -445,24 +444,6 @@ def _job(roles: list[SuggestedRole], name: str, image: str,
 
 
 # --- text --------------------------------------------------------------------------------------
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """SafeDumper that writes multi-line strings as ``|`` blocks (readable run scripts)."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value and not value.startswith(" ") else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_BlockDumper.add_representer(str, _str)
-
-
-def dump_yaml(data: Any) -> str:
-    """YAML for people: block style, key order kept, multi-line strings as ``|`` blocks."""
-    return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, default_flow_style=False,
-                     allow_unicode=True)
 
 
 def _table(rows: list[list[str]]) -> list[str]:

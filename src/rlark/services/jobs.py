@@ -8,6 +8,7 @@ shows the same fields.
 from __future__ import annotations
 
 import shutil
+import threading
 from typing import Any, Callable
 
 from sqlalchemy import func, or_, select
@@ -15,9 +16,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from rlark.controller.loop import add_event, new_run
-from rlark.controller.phases import ACTIVE, TERMINAL, Phase
+from rlark.controller.phases import ACTIVE, TERMINAL, Phase, has_joined
 from rlark.findings import Finding, Severity, has_errors
-from rlark.preflight import check_for_local_runtime, check_job, validate_document
+from rlark.preflight import check_for_local_runtime, check_job, local_request, validate_document
 from rlark.record import build_record
 from rlark.rlinf_config import preflight_job
 from rlark.record import iso as _iso
@@ -66,8 +67,7 @@ def run_view(r: RunRow, with_workers: bool = False) -> dict[str, Any]:
         "startedAt": _iso(r.started_at),
         "runningAt": _iso(r.running_at),
         "finishedAt": _iso(r.finished_at),
-        "workersReady": sum(1 for w in r.workers if w.phase in ("Joined", "Running", "Succeeded")
-                            or (w.lifecycle or {}).get("joined")),
+        "workersReady": sum(1 for w in r.workers if has_joined(w.phase, w.lifecycle)),
         "workersTotal": len(r.workers),
         "tasks": [
             {"role": t.role, "phase": t.phase, "ready": t.ready, "total": t.total,
@@ -116,6 +116,29 @@ def job_summary(job: JobRow, run: RunRow | None) -> dict[str, Any]:
     }
 
 
+def _run_request(spec: dict) -> dict[str, float]:
+    """:func:`local_request` of a stored Run spec; nothing for one that no longer parses (a spec
+    stored by another RLark version must not break the node view)."""
+    try:
+        return local_request(Job.model_validate(spec))
+    except ValueError:  # pydantic's ValidationError is a ValueError
+        return {"cpu": 0.0, "memory": 0, "gpu": 0}
+
+
+def local_node(hostname: str, host: dict[str, float], requests: list[dict[str, float]]) -> dict[str, Any]:
+    """This machine as :meth:`JobService.nodes` lists it: ``host`` is its capacity
+    (:func:`rlark.preflight.host_capacity`: cpu cores, memory bytes, gpu count), ``requests`` what
+    each active local Job asks for (:func:`rlark.preflight.local_request`); free never goes
+    below 0."""
+    keys = (("cpu", "cpu"), ("memory", "memory"), ("nvidia.com/gpu", "gpu"))
+    alloc = {k: host[h] if k == "cpu" else int(host[h]) for k, h in keys}
+    requested = {k: sum(r[h] for r in requests) for k, h in keys}
+    requested = {k: v if k == "cpu" else int(v) for k, v in requested.items()}
+    return {"name": hostname, "ready": True, "schedulable": True, "labels": {}, "taints": [],
+            "allocatable": alloc, "requested": requested,
+            "free": {k: max(alloc[k] - requested[k], 0) for k in alloc}}
+
+
 # --- the service -------------------------------------------------------------------------------------
 
 
@@ -135,6 +158,9 @@ class JobService:
         #: KubernetesRuntime.inventory; None: the capacity preflight is skipped
         self.inventory = inventory
         self.pending_timeout = pending_timeout
+        #: run id -> what its Workers ask of this machine (local runtime; see nodes())
+        self._run_requests: dict[int, dict[str, float]] = {}
+        self._lock = threading.Lock()
 
     # validation -------------------------------------------------------------------------------
 
@@ -227,23 +253,39 @@ class JobService:
         "ready", "schedulable", "labels", "taints", "allocatable", "requested", "free"}],
         "totals": {resource: allocatable}}``. Amounts: cpu in cores, memory in bytes, GPUs and
         devices as counts. Kubernetes: the cluster's nodes (``error`` set when the API could not
-        be read); local: this machine."""
+        be read; ``freeBasis`` ``cluster``, ``namespace`` or ``none``: whose Pods' requests
+        ``requested`` counts); local: this machine, ``requested`` being what the Workers of
+        active local Jobs ask for (``freeBasis`` ``rlark``)."""
         from rlark.runtimes.kubernetes.capacity import node_view
 
         if self.runtime == "kubernetes":
-            nodes, basis, error = self.inventory() if self.inventory else (
-                None, "none", "this server has no node inventory")
+            try:
+                nodes, basis, error = self.inventory() if self.inventory else (
+                    None, "none", "this server has no node inventory")
+            except Exception as exc:  # noqa: BLE001 - the page says why instead of failing
+                nodes, basis, error = None, "none", f"reading the node inventory failed: {exc}"
             items = [node_view(n) for n in nodes or []]
         else:
             import socket
 
             from rlark.preflight import host_capacity
 
-            host = self.host or host_capacity()
-            alloc = {"cpu": host["cpu"], "memory": int(host["memory"]), "nvidia.com/gpu": int(host["gpu"])}
-            items = [{"name": socket.gethostname(), "ready": True, "schedulable": True, "labels": {},
-                      "taints": [], "allocatable": alloc, "requested": {}, "free": alloc}]
-            basis, error = "none", None
+            with self.store.session() as s:
+                active = set(s.scalars(
+                    select(RunRow.id).join(JobRow, JobRow.current_run_id == RunRow.id)
+                    .where(JobRow.phase.in_(ACTIVE), RunRow.runtime == "local")))
+                with self._lock:  # a Run's spec never changes: worked out once per Run
+                    missing = active - self._run_requests.keys()
+                found = {run_id: _run_request(spec) for run_id, spec in (
+                    s.execute(select(RunRow.id, RunRow.spec).where(RunRow.id.in_(missing)))
+                    if missing else ())}
+            with self._lock:
+                self._run_requests.update(found)
+                for run_id in self._run_requests.keys() - active:
+                    del self._run_requests[run_id]
+                requests = [self._run_requests[r] for r in active if r in self._run_requests]
+            items = [local_node(socket.gethostname(), self.host or host_capacity(), requests)]
+            basis, error = "rlark", None
         totals: dict[str, float] = {}
         for item in items:
             for k, v in item["allocatable"].items():

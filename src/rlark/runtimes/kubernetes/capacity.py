@@ -57,10 +57,12 @@ class NodeInfo:
 
 
 def _quantity(value: Any) -> Decimal:
+    """A quantity as the API gives it; 0 for what is not a finite one (never raises)."""
     try:
-        return Decimal(parse_quantity(str(value)))
+        q = Decimal(parse_quantity(str(value)))
     except (ValueError, ArithmeticError):
         return Decimal(0)
+    return q if q.is_finite() else Decimal(0)
 
 
 def pod_requests(pod: dict) -> dict[str, Decimal]:

@@ -2,16 +2,61 @@
 
 from __future__ import annotations
 
+import re
+from typing import Iterator
+
 from rlark.findings import Finding, Severity
 from rlark.runtimes.kubernetes.capacity import NodeInfo, check_capacity
-from rlark.spec import Job
+from rlark.spec import Job, Mount
+
+#: a StorageClass name is a DNS-1123 subdomain (Kubernetes object names)
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+#: a CSI driver name: at most 63 characters, alphanumeric at both ends, '-' and '.' inside
+#: (Kubernetes API, CSIDriver.metadata.name / csi volume driver validation)
+CSI_DRIVER = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$")
+
+
+def _check_mount_driver(mount: Mount, path: str) -> Iterator[Finding]:
+    """Names and size of an objectStorage mount's ``kubernetes`` settings, checked before the API
+    server refuses the PVC or Pod of a Run that has already started."""
+    from rlark.preflight import parse_memory_bytes
+
+    k8s = mount.kubernetes
+    if k8s is None:
+        return
+    sc = k8s.storage_class
+    if sc is not None and (len(sc) > 253 or not DNS1123_SUBDOMAIN.match(sc)):
+        yield Finding(
+            code="InvalidStorageClass", path=f"{path}.kubernetes.storageClass",
+            message=f"{path}.kubernetes.storageClass = {sc!r} is not a StorageClass name",
+            hint="use the name `kubectl get storageclass` lists: lower-case letters, digits, "
+                 "'-' and '.', at most 253 characters",
+        )
+    csi = k8s.csi_driver
+    if csi is not None and (len(csi) > 63 or not CSI_DRIVER.match(csi)):
+        yield Finding(
+            code="InvalidCsiDriver", path=f"{path}.kubernetes.csiDriver",
+            message=f"{path}.kubernetes.csiDriver = {csi[:80]!r} is not a CSI driver name",
+            hint="use the name `kubectl get csidrivers` lists, e.g. gcsfuse.csi.storage.gke.io "
+                 "(at most 63 letters, digits, '-' and '.')",
+        )
+    if sc is not None:
+        try:
+            parse_memory_bytes(k8s.size)
+        except ValueError as exc:
+            yield Finding(
+                code="InvalidSize", path=f"{path}.kubernetes.size",
+                message=f"{path}.kubernetes.size = {k8s.size!r} {exc}",
+                hint="write the PVC's requested size as a quantity such as '100Gi'",
+            )
 
 
 def check_spec_for_kubernetes(job: Job) -> list[Finding]:
     """Spec rules of the Kubernetes runtime (pure).
 
     Errors: an ``objectStorage`` mount without ``kubernetes.storageClass`` or
-    ``kubernetes.csiDriver``, or with both. Warnings: ``kubernetes`` settings on a hostPath/pvc
+    ``kubernetes.csiDriver``, or with both; a storageClass or csiDriver that is not such a name;
+    a PVC size that is not a positive quantity. Warnings: ``kubernetes`` settings on a hostPath/pvc
     mount, and ``local.python`` (both ignored on Kubernetes: the image's ``python`` runs the
     bootstrap). Info: a ``workingDir`` under no mount must exist in the image.
     """
@@ -41,6 +86,7 @@ def check_spec_for_kubernetes(job: Job) -> list[Finding]:
                         hint="name the StorageClass of your object-storage CSI driver (a PVC is "
                              "created per Run), or the CSI driver for an inline volume",
                     ))
+                out.extend(_check_mount_driver(mount, path))
             elif k8s is not None:
                 out.append(Finding(
                     code="MountSettingIgnored", severity=Severity.warning, path=f"{path}.kubernetes",
