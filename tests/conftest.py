@@ -9,10 +9,11 @@
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.server import ray_tmp_dir, remove_ray_tmp_dirs
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -24,8 +25,14 @@ def rlark_home(tmp_path, monkeypatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("RLARK_HOME", str(home))
     monkeypatch.delenv("RLARK_DATABASE_URL", raising=False)
-    monkeypatch.setenv("RLARK_RAY_TMP", f"/tmp/rlt/{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("RLARK_RAY_TMP", ray_tmp_dir())
     return home
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ray_tmp_dirs_are_removed():
+    yield
+    remove_ray_tmp_dirs()
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,25 @@ import psutil
 from rlark.runtimes.local_ports import BLOCK_SIZE, can_bind
 
 TERMINAL = {"Succeeded", "Failed", "Stopped"}
+_RAY_TMP_DIRS: list[Path] = []
+
+
+def ray_tmp_dir() -> str:
+    """A short, unique ``RLARK_RAY_TMP`` (Ray's socket paths must stay short: FACTS.md); every
+    one handed out is removed when the test session ends (:func:`remove_ray_tmp_dirs`)."""
+    import uuid
+
+    path = Path("/tmp/rlt") / uuid.uuid4().hex[:8]
+    _RAY_TMP_DIRS.append(path)
+    return str(path)
+
+
+def remove_ray_tmp_dirs() -> None:
+    import shutil
+
+    for path in _RAY_TMP_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
+    _RAY_TMP_DIRS.clear()
 
 
 class ThreadedServer:

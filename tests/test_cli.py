@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from rlark.services.jobs import JobService
 from rlark.spec import json_schema
-from rlark.store import JobRow, Store
+from rlark.store import JobRow, RunRow, Store
 from tests.server import ThreadedServer, free_port
 from tests.test_api import job_yaml, set_run_state, set_worker_logs, snapshot
 
@@ -394,6 +394,20 @@ def test_describe_job_text_and_json(server, files):
     assert [(w[0], w[1], w[2]) for w in workers] == [
         ("0", "demo-head-0", "head"), ("1", "demo-pool-0", "pool"), ("2", "demo-pool-1", "pool")]
     assert "Job accepted: 3 Workers in 2 roles" in out
+    start = out.index("Tasks (one per role)")
+    tasks = out[start:out.index("\nWorkers", start)].splitlines()
+    assert [line.split() for line in tasks[2:] if line.strip()] == [
+        ["head", "Pending", "0/1", "0"], ["pool", "Pending", "0/2", "1-2"]]
+    # a Worker ended by a signal: the code says which (143 = 128 + SIGTERM, stopped by RLark)
+    with server.store.session() as s:
+        run = s.scalar(select(RunRow))
+        run.workers[1].exit_code, run.workers[1].phase = 143, "Completed"
+        run.workers[0].exit_code = 0
+    out = server.cli("describe", "job", "demo").stdout
+    pool0 = next(line for line in out.splitlines() if "demo-pool-0" in line)
+    assert "143 (SIGTERM)" in pool0
+    head0 = next(line for line in out.splitlines() if "demo-head-0" in line)
+    assert "SIG" not in head0 and " 0 " in head0 + " "
 
     data = json.loads(server.cli("describe", "job", "demo", "--format", "json").stdout)
     assert data["name"] == "demo" and data["phase"] == "Pending"
@@ -403,6 +417,15 @@ def test_describe_job_text_and_json(server, files):
 
     missing = server.cli("describe", "job", "nosuch")
     assert missing.returncode == 1 and "no Job named 'nosuch'" in error_line(missing)
+
+
+@pytest.mark.parametrize("code,text", [(None, ""), (0, "0"), (1, "1"), (7, "7"), (128, "128"),
+                                       (137, "137 (SIGKILL)"), (143, "143 (SIGTERM)"),
+                                       (130, "130 (SIGINT)"), (255, "255")])
+def test_exit_text(code, text):
+    from rlark.exitcodes import exit_text
+
+    assert exit_text(code) == text
 
 
 def test_stop_start_restart_delete(server, files):

@@ -565,6 +565,11 @@ def test_detail_tabs_render(client, service):
     row = re.search(r'<tr data-job="det".*?</tr>', client.get("/jobs").text, re.S).group(0)
     assert 'data-reason="RunFailed"' in row and "exited with code 3" in row
     assert 'data-action="start"' in row and 'data-action="stop"' not in row
+    from rlark.store import RunRow as Run  # a Worker stopped by RLark: its code says SIGTERM
+    with service.store.session() as s:
+        s.query(Run).one().workers[1].exit_code = 143
+    worker = re.search(r'<tr data-worker="det-pool-0".*?</tr>', client.get("/jobs/det").text, re.S)
+    assert '<td class="num">143 (SIGTERM)</td>' in worker.group(0)
     assert service.delete("det")["deleted"]
     r = client.get("/jobs/det/_live")
     assert r.status_code == 200 and r.headers["HX-Redirect"] == "/jobs"

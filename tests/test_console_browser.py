@@ -14,12 +14,11 @@ import io
 import json
 import os
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.server import RlarkServer
+from tests.server import RlarkServer, ray_tmp_dir
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -49,7 +48,7 @@ def browser_context_args(browser_context_args):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("console-home")
-    srv = RlarkServer(home, {"RLARK_RAY_TMP": f"/tmp/rlt/{uuid.uuid4().hex[:8]}"}).start()
+    srv = RlarkServer(home, {"RLARK_RAY_TMP": ray_tmp_dir()}).start()
     yield srv
     srv.stop()
 

@@ -4,11 +4,10 @@ stops or dies. Real server, real Ray nodes (two per Job), real SQLite."""
 from __future__ import annotations
 
 import signal
-import uuid
 
 import pytest
 
-from tests.server import RlarkServer, assert_nothing_left, run_processes
+from tests.server import RlarkServer, assert_nothing_left, ray_tmp_dir, run_processes
 from tests.test_local_runtime import job_yaml
 
 pytestmark = pytest.mark.ray
@@ -16,7 +15,7 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture
 def server(tmp_path):
-    srv = RlarkServer(tmp_path / "home", {"RLARK_RAY_TMP": f"/tmp/rlt/{uuid.uuid4().hex[:8]}"})
+    srv = RlarkServer(tmp_path / "home", {"RLARK_RAY_TMP": ray_tmp_dir()})
     srv.home.mkdir()
     srv.start()
     yield srv

@@ -10,13 +10,12 @@ import json
 import os
 import signal
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import EXAMPLES
-from tests.server import RlarkServer, assert_nothing_left, run_processes
+from tests.server import RlarkServer, assert_nothing_left, ray_tmp_dir, run_processes
 
 pytestmark = pytest.mark.ray
 
@@ -50,7 +49,7 @@ spec:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("rlark-home")
-    srv = RlarkServer(home, {"RLARK_RAY_TMP": f"/tmp/rlt/{uuid.uuid4().hex[:8]}"}).start()
+    srv = RlarkServer(home, {"RLARK_RAY_TMP": ray_tmp_dir()}).start()
     yield srv
     srv.stop()
 

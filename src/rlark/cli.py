@@ -20,6 +20,7 @@ from rich.text import Text
 
 from rlark import settings
 from rlark.client import Client, ClientError
+from rlark.exitcodes import exit_text
 from rlark.findings import Finding, Severity, has_errors
 from rlark.preflight import check_job
 from rlark.spec import (
@@ -602,7 +603,8 @@ def describe_job(
     format: str = typer.Option("text", "--format", "-o", help="text or json"),
     server: Optional[str] = ServerOpt,
 ) -> None:
-    """Phase and reason, Runs, Workers with node ranks, hosts, IPs and Ray node ids, Events."""
+    """Phase and reason, Tasks (one per role: ready k/N, node ranks), Workers with node ranks,
+    hosts, IPs, Ray node ids and exit codes (143 (SIGTERM): stopped by RLark), Runs, Events."""
     _check_name(name)
     client = _client(server)
     job = _call(client.get, f"/api/v1/jobs/{name}")
@@ -626,6 +628,15 @@ def describe_job(
         # messages name their field path already (preflight's rule); say it once
         message = f["message"] if f["message"].startswith(f["path"]) else f"{f['path']}: {f['message']}"
         out.print(f"[yellow]Finding:[/yellow]   {f['code']} {message}")
+    tasks = Table(title="Tasks (one per role)", box=None, header_style="bold", title_justify="left")
+    for col in ("ROLE", "PHASE", "READY", "NODE RANKS"):
+        tasks.add_column(col)
+    for t in run.get("tasks", []):
+        first, last = t["nodeRanks"]
+        tasks.add_row(t["role"], Text(t["phase"], style=PHASE_STYLE.get(t["phase"], "")),
+                      f"{t['ready']}/{t['total']}", str(first) if first == last else f"{first}-{last}")
+    if run.get("tasks"):
+        out.print(tasks)
     table = Table(title="Workers", box=None, header_style="bold", title_justify="left")
     for col in ("RANK", "NAME", "ROLE", "PHASE", "HOST", "IP", "RAY NODE", "EXIT", "REASON"):
         table.add_column(col)
@@ -633,14 +644,13 @@ def describe_job(
         table.add_row(str(w["nodeRank"]), w["name"], w["role"],
                       Text(w["phase"], style=PHASE_STYLE.get(w["phase"], "")),
                       w["host"] or "", w["ip"] or "", (w["rayNodeId"] or "")[:12],
-                      "" if w["exitCode"] is None else str(w["exitCode"]), w["reason"] or "")
+                      exit_text(w["exitCode"]), w["reason"] or "")
     out.print(table)
     runs = Table(title="Runs", box=None, header_style="bold", title_justify="left")
     for col in ("RUN", "CAUSE", "PHASE", "REASON", "EXIT", "STARTED", "FINISHED"):
         runs.add_column(col)
     for r in job["runs"]:
-        runs.add_row(str(r["number"]), r["cause"], r["phase"], r["reason"],
-                     "" if r["exitCode"] is None else str(r["exitCode"]),
+        runs.add_row(str(r["number"]), r["cause"], r["phase"], r["reason"], exit_text(r["exitCode"]),
                      (r["startedAt"] or "")[:19], (r["finishedAt"] or "")[:19])
     out.print(runs)
     ev = Table(title="Events", box=None, header_style="bold", title_justify="left")

@@ -37,6 +37,7 @@ from rlark.console.wizard import (
     step_of,
 )
 from rlark.controller.phases import ACTIVE, Phase
+from rlark.exitcodes import exit_text
 from rlark.findings import Finding, Severity
 from rlark.ranks import plan_workers
 from rlark.record import render as render_record
@@ -103,6 +104,7 @@ env = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
 )
 env.filters["dt"] = _dt
+env.filters["exit"] = exit_text
 env.globals.update(PHASES=PHASES, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_TYPES, STEPS=STEPS,
                    TABS=TABS, seconds=_seconds, version=__version__, htmx_version=HTMX_VERSION,
                    quote=quote, amount=_amount, NODE_COLUMNS=NODE_COLUMNS)
