@@ -375,6 +375,26 @@ def test_structural_findings_are_reported_together():
     }
 
 
+def test_unknown_fields_do_not_hide_the_value_errors():
+    """One pass shows everything to fix: with only unknown fields wrong structurally, the value
+    rules run on the rest; the Job is still refused. Any other structural problem stops there."""
+    data = base()
+    put("spec.roles.0.imagee", "x")(data)
+    put("spec.failurePolicy", {"retries": 2})(data)
+    put("metadata.name", "Bad_Name")(data)
+    put("spec.roles.1.workers", 0)(data)
+    job, findings = validate_document(yaml.safe_dump(data, sort_keys=False))
+    assert job is None
+    assert {(f.code, f.path) for f in findings} == {
+        ("UnknownField", f"{R0}.imagee"), ("UnknownField", "spec.failurePolicy.retries"),
+        ("InvalidName", "metadata.name"), ("WorkersBelowOne", f"{R1}.workers")}
+    from rlark.services.jobs import JobService
+
+    assert JobService.validate(data)[1] == findings  # a parsed document: the same Findings
+    drop("spec.headRole")(data)  # now a missing field too: structural Findings only
+    assert {f.code for f in findings_of(data)} == {"UnknownField", "MissingField"}
+
+
 def test_json_document_is_accepted():
     job, findings = validate_document(json.dumps(BASE))
     assert findings == [] and job is not None

@@ -22,13 +22,12 @@ from rlark import settings
 from rlark.client import Client, ClientError
 from rlark.exitcodes import exit_text
 from rlark.findings import Finding, Severity, has_errors
-from rlark.preflight import check_job
+from rlark.preflight import check_job, validate_document
 from rlark.spec import (
     DNS1123_LABEL,
     dump_job,
     dump_yaml,
     json_schema,
-    load_job,
     resolve_relative_paths,
 )
 
@@ -119,11 +118,11 @@ def _read_job_file(path: Path):
         _fail(f"cannot read {path}: {exc.strerror}")
     if len(text) > MAX_JOB_FILE_BYTES:
         _fail(f"{path} is larger than {MAX_JOB_FILE_BYTES // 1024} KiB; a Job file is a few KiB")
-    job, findings = load_job(text)
+    job, findings = validate_document(text)
     if job is None:
         return None, findings
     job = resolve_relative_paths(job, str(path.resolve().parent))
-    return job, check_job(job)
+    return job, check_job(job)  # again: the resolved paths are what is submitted
 
 
 # --- local commands -----------------------------------------------------------------------------

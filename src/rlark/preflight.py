@@ -13,7 +13,9 @@ import math
 import os
 import re
 from decimal import Decimal
-from typing import Iterator
+from typing import Any, Iterator
+
+from pydantic import ValidationError
 
 from rlark.findings import Finding, Severity
 from rlark.spec import (
@@ -24,8 +26,11 @@ from rlark.spec import (
     RESERVED_ENV,
     RESERVED_ENV_PREFIX,
     Job,
+    SpecSyntaxError,
     head_service_name,
+    load_document,
     load_job,
+    parse_job,
     worker_name,
 )
 
@@ -470,16 +475,54 @@ def check_job(job: Job) -> list[Finding]:
     return findings
 
 
+def _without_unknown_fields(data: dict[str, Any]) -> dict[str, Any] | None:
+    """A copy of ``data`` without the fields the schema does not know (pydantic's
+    ``extra_forbidden`` errors, located by alias); None when anything else is wrong."""
+    import copy
+
+    try:
+        Job.model_validate(data)
+        return data
+    except ValidationError as exc:
+        errors = exc.errors()
+    if any(e["type"] != "extra_forbidden" for e in errors):
+        return None
+    out = copy.deepcopy(data)
+    for e in errors:
+        *parents, key = e["loc"]
+        node: Any = out
+        for part in parents:
+            node = node[part]
+        node.pop(key, None)
+    return out
+
+
+def check_document(data: Any) -> tuple[Job | None, list[Finding]]:
+    """:func:`rlark.spec.parse_job`, then :func:`check_job`. Returns ``(job, findings)``; ``job``
+    is None when the document is not a Job. When its only problems are unknown fields, the value
+    rules still run on the rest, so one pass reports every error (the Job is still refused)."""
+    job, findings = parse_job(data)
+    if job is not None:
+        return job, check_job(job)
+    if findings and all(f.code == "UnknownField" for f in findings):
+        rest = _without_unknown_fields(data)
+        known, _ = parse_job(rest) if rest is not None else (None, [])
+        if known is not None:
+            return None, findings + check_job(known)
+    return None, findings
+
+
 def validate_document(text: str | bytes) -> tuple[Job | None, list[Finding]]:
-    """Parse and check a Job document (YAML or JSON).
+    """Parse and check a Job document (YAML or JSON): :func:`check_document` of its contents.
 
     Returns ``(job, findings)``; ``job`` is None when the document could not be parsed. Callers
     refuse the Job when :func:`rlark.findings.has_errors` is true.
     """
-    job, findings = load_job(text)
-    if job is None:
-        return None, findings
-    return job, check_job(job)
+    try:
+        data = load_document(text)
+    except SpecSyntaxError:
+        return load_job(text)  # its one InvalidDocument Finding, with line and column
+    return check_document(data)
 
 
 def host_capacity() -> dict[str, float]:

@@ -18,11 +18,16 @@ from sqlalchemy.orm import Session, selectinload
 from rlark.controller.loop import add_event, new_run
 from rlark.controller.phases import ACTIVE, TERMINAL, Phase, has_joined
 from rlark.findings import Finding, Severity, has_errors
-from rlark.preflight import check_for_local_runtime, check_job, local_request, validate_document
+from rlark.preflight import (
+    check_document,
+    check_for_local_runtime,
+    local_request,
+    validate_document,
+)
 from rlark.record import build_record
 from rlark.rlinf_config import preflight_job
 from rlark.record import iso as _iso
-from rlark.spec import DNS1123_LABEL, Job, job_to_dict, parse_job
+from rlark.spec import DNS1123_LABEL, Job, job_to_dict
 from rlark.services.errors import Conflict, Invalid, NotFound
 from rlark import settings
 from rlark.store import EventRow, JobRow, RunRow, Store, WorkerRow
@@ -168,10 +173,7 @@ class JobService:
     def validate(document: str | bytes | dict) -> tuple[Job | None, list[Finding]]:
         """Findings for a Job document (YAML/JSON text or an already parsed mapping)."""
         if isinstance(document, dict):
-            job, findings = parse_job(document)
-            if job is None:
-                return None, findings
-            return job, check_job(job)
+            return check_document(document)
         return validate_document(document)
 
     # create -----------------------------------------------------------------------------------
