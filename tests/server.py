@@ -31,6 +31,16 @@ def ray_tmp_dir() -> str:
     return str(path)
 
 
+def serve(home: Path):
+    """A real ``rlark server`` on ``home`` with its own Ray temp dir, for a fixture to yield
+    from; stopped (its Workers with it) when the fixture ends."""
+    srv = RlarkServer(home, {"RLARK_RAY_TMP": ray_tmp_dir()}).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
 def remove_ray_tmp_dirs() -> None:
     import shutil
 

@@ -56,6 +56,21 @@ JOB_YAML = textwrap.dedent(
 )
 
 
+#: three value errors at once: name, head role, workers (and an image without a version)
+BAD_JOB_YAML = textwrap.dedent(
+    """\
+    apiVersion: rlark.io/v1
+    kind: Job
+    metadata: {name: Bad_Name}
+    spec:
+      headRole: nohead
+      runScript: "true"
+      roles:
+        - {name: head, image: python, workers: 0}
+    """
+)
+
+
 def job_yaml(name: str = "demo") -> str:
     return JOB_YAML.format(name=name)
 
@@ -202,18 +217,7 @@ def test_create_keeps_warnings_as_findings(client):
 
 def test_invalid_spec_is_422_with_findings_naming_paths(client, store):
     create(client, "keep")
-    doc = textwrap.dedent(
-        """\
-        apiVersion: rlark.io/v1
-        kind: Job
-        metadata: {name: Bad_Name}
-        spec:
-          headRole: nohead
-          runScript: "true"
-          roles:
-            - {name: head, image: python, workers: 0}
-        """
-    )
+    doc = BAD_JOB_YAML
     detail = rejected(client, store, "POST", "/api/v1/jobs", status=422, content=doc,
                       headers={"Content-Type": "application/yaml"})
     assert detail["code"] == "Invalid"

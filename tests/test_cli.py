@@ -25,7 +25,7 @@ from rlark.services.jobs import JobService
 from rlark.spec import json_schema
 from rlark.store import JobRow, RunRow, Store
 from tests.server import ThreadedServer, free_port
-from tests.test_api import job_yaml, set_run_state, set_worker_logs, snapshot
+from tests.test_api import BAD_JOB_YAML, job_yaml, set_run_state, set_worker_logs, snapshot
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -68,18 +68,7 @@ def files(tmp_path) -> dict[str, Path]:
     out["json"] = d / "good.json"
     out["json"].write_text(json.dumps(yaml.safe_load(job_yaml("from-json"))))
     out["bad"] = d / "bad.yaml"
-    out["bad"].write_text(textwrap.dedent(
-        """\
-        apiVersion: rlark.io/v1
-        kind: Job
-        metadata: {name: Bad_Name}
-        spec:
-          headRole: nohead
-          runScript: "true"
-          roles:
-            - {name: head, image: python, workers: 0}
-        """
-    ))
+    out["bad"].write_text(BAD_JOB_YAML)
     out["warn"] = d / "warn.yaml"
     doc = yaml.safe_load(job_yaml("warned"))
     doc["spec"]["roles"][0]["env"] = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server import RlarkServer, ray_tmp_dir
+from tests.server import RlarkServer, serve
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -47,10 +47,7 @@ def browser_context_args(browser_context_args):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    home = tmp_path_factory.mktemp("console-home")
-    srv = RlarkServer(home, {"RLARK_RAY_TMP": ray_tmp_dir()}).start()
-    yield srv
-    srv.stop()
+    yield from serve(tmp_path_factory.mktemp("console-home"))
 
 
 class UI:

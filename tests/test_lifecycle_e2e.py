@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tests.server import RlarkServer, assert_nothing_left, ray_tmp_dir, run_processes
+from tests.server import assert_nothing_left, run_processes, serve
 from tests.test_local_runtime import job_yaml
 
 pytestmark = pytest.mark.ray
@@ -15,11 +15,8 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture
 def server(tmp_path):
-    srv = RlarkServer(tmp_path / "home", {"RLARK_RAY_TMP": ray_tmp_dir()})
-    srv.home.mkdir()
-    srv.start()
-    yield srv
-    srv.stop()
+    (tmp_path / "home").mkdir()
+    yield from serve(tmp_path / "home")
 
 
 def test_restart_while_running_replaces_the_run_then_delete_cleans_up(server):

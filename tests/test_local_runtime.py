@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES
-from tests.server import RlarkServer, assert_nothing_left, ray_tmp_dir, run_processes
+from tests.server import assert_nothing_left, run_processes, serve
 
 pytestmark = pytest.mark.ray
 
@@ -48,10 +48,7 @@ spec:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    home = tmp_path_factory.mktemp("rlark-home")
-    srv = RlarkServer(home, {"RLARK_RAY_TMP": ray_tmp_dir()}).start()
-    yield srv
-    srv.stop()
+    yield from serve(tmp_path_factory.mktemp("rlark-home"))
 
 
 def test_prepare_failure_names_worker_and_exit_code(server):
