@@ -28,6 +28,7 @@ from rlark.spec import (
     dump_job,
     dump_yaml,
     json_schema,
+    load_job,
     resolve_relative_paths,
 )
 
@@ -118,11 +119,11 @@ def _read_job_file(path: Path):
         _fail(f"cannot read {path}: {exc.strerror}")
     if len(text) > MAX_JOB_FILE_BYTES:
         _fail(f"{path} is larger than {MAX_JOB_FILE_BYTES // 1024} KiB; a Job file is a few KiB")
-    job, findings = validate_document(text)
-    if job is None:
-        return None, findings
+    job, _ = load_job(text)
+    if job is None:  # every Finding, the value rules too where they can run
+        return None, validate_document(text)[1]
     job = resolve_relative_paths(job, str(path.resolve().parent))
-    return job, check_job(job)  # again: the resolved paths are what is submitted
+    return job, check_job(job)  # on the resolved paths: what is submitted
 
 
 # --- local commands -----------------------------------------------------------------------------

@@ -210,6 +210,17 @@ async def _form(request: Request) -> list[tuple[str, str]]:
         raise _BadForm(str(exc)) from None
 
 
+async def _accepted_form(request: Request) -> list[tuple[str, str]] | HTMLResponse:
+    """The form of a console POST, or the page refusing it: 403 when it comes from another
+    site, 413 when it is too large or not a form."""
+    if _cross_site(request):
+        return _refuse(request, 403, "error.crossSite")
+    try:
+        return await _form(request)
+    except _BadForm:
+        return _refuse(request, 413, "error.formTooLarge")
+
+
 def _cross_site(request: Request) -> bool:
     """A form posted from another site (the console has no session to protect, but nothing
     another site shows should act on this server)."""
@@ -385,12 +396,10 @@ def job_live(request: Request, name: str, tab: str = "overview", run: str | None
 async def job_action(request: Request, name: str, action: str) -> Response:
     if action not in ACTIONS:
         return _refuse(request, 404, "error.noPage")
-    if _cross_site(request):
-        return _refuse(request, 403, "error.crossSite")
-    try:
-        form = dict(await _form(request))
-    except _BadForm:
-        return _refuse(request, 413, "error.formTooLarge")
+    pairs = await _accepted_form(request)
+    if isinstance(pairs, Response):
+        return pairs
+    form = dict(pairs)
     back = f"/jobs/{quote(name)}"
     nxt = _safe_next(form.get("next"), back)
     service = _service(request)
@@ -542,12 +551,9 @@ def _wizard_from_job(request: Request, name: str, edit: bool) -> Response:
 
 @router.post("/create")
 async def wizard_post(request: Request) -> Response:
-    if _cross_site(request):
-        return _refuse(request, 403, "error.crossSite")
-    try:
-        pairs = await _form(request)
-    except _BadForm:
-        return _refuse(request, 413, "error.formTooLarge")
+    pairs = await _accepted_form(request)
+    if isinstance(pairs, Response):
+        return pairs
     service = _service(request)
     st = WizardState.from_form(pairs)
     if st.mode == "edit":
@@ -604,12 +610,10 @@ async def wizard_post(request: Request) -> Response:
 async def wizard_from_yaml(request: Request) -> Response:
     """Start the wizard from pasted or uploaded YAML: at step 4 (review), or back on the first
     page with the Findings that keep the YAML from being read."""
-    if _cross_site(request):
-        return _refuse(request, 403, "error.crossSite")
-    try:
-        form = dict(await _form(request))
-    except _BadForm:
-        return _refuse(request, 413, "error.formTooLarge")
+    pairs = await _accepted_form(request)
+    if isinstance(pairs, Response):
+        return pairs
+    form = dict(pairs)
     service = _service(request)
     text = form.get("yaml", "")
     job, findings = await run_in_threadpool(service.validate, text)

@@ -392,7 +392,7 @@ class WizardState:
                 {**_unpack(m.extra).get("mount", {}), "name": m.name, "type": m.type,
                  "source": m.source, "mountPath": m.path,
                  **({"readOnly": True} if m.read_only else {}),
-                 **({"kubernetes": m.kubernetes()} if m.kubernetes() else {})}
+                 **({"kubernetes": k8s} if (k8s := m.kubernetes()) else {})}
                 for m in r.mounts if not m.blank()
             ]
             if mounts:
