@@ -127,8 +127,11 @@ def main() -> int:
     print(f"filling the store with {args.jobs} Jobs through JobService ...", flush=True)
     info = fill(service, args.jobs, settings.logs_dir())
     job = info["target"]
-    timer = Timer(create_app(service))
-    client = TestClient(timer, follow_redirects=False)
+    app = create_app(service)
+    token = app.state.auth.bootstrap()  # every request is authenticated, as in production
+    timer = Timer(app)
+    client = TestClient(timer, follow_redirects=False, base_url="http://127.0.0.1",
+                        headers={"Authorization": f"Bearer {token}"})
     yaml_body = job_yaml(args.jobs + 1).replace(f"job-{args.jobs + 1:04d}", "bench-new")
     form_hdr = {"Content-Type": "application/x-www-form-urlencoded", "HX-Request": "true"}
 

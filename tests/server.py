@@ -51,16 +51,23 @@ def remove_ray_tmp_dirs() -> None:
 
 class ThreadedServer:
     """uvicorn serving ``create_app(service)`` (API and console, no controller) on a free port in
-    a background thread; ``url`` once started."""
+    a background thread; ``url`` once started. ``token`` is the site administrator's, also
+    stored in ``$RLARK_HOME/credentials`` for ``url`` so the CLI finds it, as with a real
+    server's first start."""
 
-    def __init__(self, service):
+    def __init__(self, service, policy=None):
         import uvicorn
 
+        from rlark import credentials
         from rlark.api.app import create_app
+        from tests.access import admin_token
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(service), host="127.0.0.1", port=self.port,
+        self.app = create_app(service, policy=policy)
+        self.token = admin_token(service.store)
+        credentials.put(self.url, self.token, user="admin")
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
                                 log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -105,6 +112,8 @@ class RlarkServer:
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
     def start(self) -> "RlarkServer":
+        from rlark import credentials
+
         log = open(self.home / "server.log", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rlark.cli", "server", "--port", str(self.port)],
@@ -116,6 +125,9 @@ class RlarkServer:
                 raise RuntimeError((self.home / "server.log").read_text()[-3000:])
             try:
                 if self.http.get("/healthz").status_code == 200:
+                    # the first start wrote the admin's token where the CLI finds it
+                    self.token = credentials.entry(self.url, self.home / "credentials")["token"]
+                    self.http.headers["Authorization"] = f"Bearer {self.token}"
                     return self
             except httpx.HTTPError:
                 pass

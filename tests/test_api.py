@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 from fastapi.routing import APIRoute
-from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from rlark import __version__, settings
 from rlark.api.app import create_app
 from rlark.services.jobs import JobService
 from rlark.spec import json_schema
-from rlark.store import Base, EventRow, JobRow, RunRow, Store, WorkerRow
+from rlark.store import Base, EventRow, JobRow, RunRow, Store, TokenRow, WorkerRow
+from tests.access import admin_token, api_client
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -83,11 +83,14 @@ def job_dict(name: str = "demo") -> dict:
 
 
 def snapshot(store: Store) -> dict[str, list[tuple]]:
-    """Every row of every table, in primary-key order."""
+    """Every row of every table, in primary-key order; a token's ``last_used_at`` is left out
+    (using a token to send a request is not a change the request made)."""
     out = {}
     with store.engine.connect() as conn:
         for table in Base.metadata.sorted_tables:
-            rows = conn.execute(select(table).order_by(*table.primary_key.columns)).all()
+            columns = [c for c in table.columns
+                       if not (table.name == TokenRow.__tablename__ and c.name == "last_used_at")]
+            rows = conn.execute(select(*columns).order_by(*table.primary_key.columns)).all()
             out[table.name] = [tuple(r) for r in rows]
     return out
 
@@ -111,7 +114,8 @@ def set_run_state(store: Store, name: str, phase: str, *, released: bool | None 
 
 def set_worker_logs(store: Store, name: str, lines: dict[str, list[str]]) -> dict[str, Path]:
     """Give Workers of the current Run a log file with ``lines`` (worker name -> lines), the way
-    the local runtime does (``log_path`` in the Store, the file under $RLARK_HOME/logs)."""
+    the local runtime does (``log_path`` in the Store, the file under
+    ``$RLARK_HOME/logs/<project>/<job>/<run>``)."""
     paths = {}
     with store.session() as s:
         job = s.scalar(select(JobRow).where(JobRow.name == name))
@@ -119,7 +123,7 @@ def set_worker_logs(store: Store, name: str, lines: dict[str, list[str]]) -> dic
         for w in run.workers:
             if w.name not in lines:
                 continue
-            path = settings.logs_dir() / name / str(run.number) / f"{w.name}.log"
+            path = settings.job_logs_dir(job.project.name, name) / str(run.number) / f"{w.name}.log"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("".join(line + "\n" for line in lines[w.name]))
             w.log_path = str(path)
@@ -137,8 +141,10 @@ def app(store):
 
 
 @pytest.fixture
-def client(app):
-    with TestClient(app, raise_server_exceptions=False) as c:
+def client(app, store):
+    """A client with the site administrator's token (who may call what is tested in
+    test_access_routes.py; here, what the API does)."""
+    with api_client(app, admin_token(store)) as c:
         yield c
 
 
@@ -169,7 +175,7 @@ def rejected(client, store, method: str, url: str, status: int | tuple = (400, 4
 # --- create ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("content_type", ["application/yaml", "text/plain", "application/x-yaml"])
+@pytest.mark.parametrize("content_type", ["application/yaml", "text/yaml", "application/x-yaml"])
 def test_create_from_yaml(client, store, content_type):
     r = client.post("/api/v1/jobs", content=job_yaml("demo").encode(),
                     headers={"Content-Type": content_type})
@@ -191,6 +197,18 @@ def test_create_from_yaml(client, store, content_type):
     assert client.get("/api/v1/jobs/demo").json() == job
     with store.session() as s:
         assert s.scalar(select(JobRow.name)) == "demo"
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x", None])
+def test_a_body_a_browser_can_send_cross_site_is_415(client, store, content_type):
+    """text/plain, form and multipart bodies need no CORS preflight, so a hostile page could
+    send them: the API refuses them (and a body without a Content-Type) before reading them."""
+    headers = {"Content-Type": content_type} if content_type else {}
+    detail = rejected(client, store, "POST", "/api/v1/jobs", status=415,
+                      content=job_yaml("demo").encode(), headers=headers)
+    assert detail["code"] == "UnsupportedMediaType"
+    assert "application/json" in detail["message"]
 
 
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8"])
@@ -312,7 +330,9 @@ ALIAS_BOMB_CHILD = textwrap.dedent(
     from rlark.api.app import create_app
     from rlark.services.jobs import JobService
     from rlark.store import Store
+    from tests.access import admin_token, api_client
     store = Store(f"sqlite:///{os.environ['RLARK_HOME']}/rlark.db")
+    token = admin_token(store)
     lines = ["l0: &l0 [x,x,x,x,x,x,x,x,x]"]
     for i in range(1, 9):
         lines.append(f"l{i}: &l{i} [" + ",".join([f"*l{i-1}"] * 9) + "]")
@@ -321,8 +341,9 @@ ALIAS_BOMB_CHILD = textwrap.dedent(
         "spec: {headRole: h, runScript: t, roles: [{name: h, image: 'python:3.11'}]}\\n")
     limit = 1024 ** 3
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    with TestClient(create_app(JobService(store)), raise_server_exceptions=False) as c:
-        r = c.post("/api/v1/jobs", content=doc.encode())
+    with api_client(create_app(JobService(store)), token) as c:
+        r = c.post("/api/v1/jobs", content=doc.encode(),
+                   headers={"Content-Type": "application/yaml"})
     print("STATUS", r.status_code, len(doc))
     """
 )
@@ -456,7 +477,7 @@ def test_unknown_job_with_odd_name_is_404(client, store):
 
 def test_nul_in_job_name_is_404_on_sqlite(rlark_home):
     store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
-    with TestClient(create_app(JobService(store)), raise_server_exceptions=False) as c:
+    with api_client(create_app(JobService(store)), admin_token(store)) as c:
         for method, route in JOB_ROUTES:
             if method != "PUT":  # a NUL name is not a valid metadata.name: 422 first
                 rejected(c, store, method, route.format(name="a%00b"), status=404)
@@ -467,7 +488,7 @@ def test_nul_in_job_name_is_404_on_sqlite(rlark_home):
 def test_nul_in_job_name_is_4xx_on_postgres(postgres_url, rlark_home):
     store = Store(postgres_url)
     try:
-        with TestClient(create_app(JobService(store)), raise_server_exceptions=False) as c:
+        with api_client(create_app(JobService(store)), admin_token(store)) as c:
             for method, route in JOB_ROUTES + [("GET", "/api/v1/jobs?q=a%00b")]:
                 rejected(c, store, method, route.format(name="a%00b"))
     finally:
@@ -535,7 +556,7 @@ def test_huge_integer_query_parameter_is_4xx(client, store, path, param):
 def test_run_beyond_int32_is_4xx_on_postgres(postgres_url, rlark_home):
     store = Store(postgres_url)
     try:
-        with TestClient(create_app(JobService(store)), raise_server_exceptions=False) as c:
+        with api_client(create_app(JobService(store)), admin_token(store)) as c:
             create(c, "demo")
             rejected(c, store, "GET", "/api/v1/jobs/demo/workers", params={"run": str(2**31)})
     finally:
@@ -641,11 +662,11 @@ def test_delete_inactive_job_removes_everything(client, store):
     create(client, "other")
     set_worker_logs(store, "demo", {"demo-head-0": ["hello"]})
     set_run_state(store, "demo", "Succeeded", released=True)
-    logs = settings.logs_dir() / "demo"
+    logs = settings.job_logs_dir("default", "demo")
     assert logs.exists()
     r = client.delete("/api/v1/jobs/demo")
     assert r.status_code == 200, r.text
-    assert r.json() == {"name": "demo", "deleted": True}
+    assert r.json() == {"name": "demo", "project": "default", "deleted": True}
     assert client.get("/api/v1/jobs/demo").status_code == 404
     assert not logs.exists()
     with store.session() as s:
@@ -661,7 +682,7 @@ def test_delete_active_job_stops_first_and_refuses_start(client, store):
     create(client, "demo")
     r = client.delete("/api/v1/jobs/demo")
     assert r.status_code == 200, r.text
-    assert r.json() == {"name": "demo", "deleted": False, "deleting": True}
+    assert r.json() == {"name": "demo", "project": "default", "deleted": False, "deleting": True}
     job = client.get("/api/v1/jobs/demo").json()
     assert job["deleting"] is True and job["desired"] == "Stopped"
     set_run_state(store, "demo", "Stopped", released=True)
@@ -701,7 +722,9 @@ def test_runs_workers_events(client, store):
     assert [(e["reason"], e["run"]) for e in events] == [("Submitted", 1), ("Started", 2)]
     assert [e["reason"] for e in client.get("/api/v1/jobs/demo/events?run=2").json()] == ["Started"]
     assert client.get("/api/v1/jobs/demo/events?run=7").json() == []
-    assert set(events[0]) == {"time", "type", "reason", "message", "run", "worker", "from", "to"}
+    assert set(events[0]) == {"time", "type", "reason", "message", "run", "worker", "from", "to",
+                              "actor"}
+    assert [e["actor"] for e in events] == ["admin", "admin"]  # who asked: the token's user
 
 
 # --- validate, schema, health, openapi -----------------------------------------------------------
@@ -724,7 +747,8 @@ def test_validate_good_and_bad_store_nothing(client, store):
     assert body["valid"] is False
     assert {f["path"] for f in body["findings"]} == {"metadata.name", "spec.roles[0].image"}
     assert all(set(f) == {"code", "severity", "path", "message", "hint"} for f in body["findings"])
-    r = client.post("/api/v1/validate", content=b"- not a job")
+    r = client.post("/api/v1/validate", content=b"- not a job",
+                    headers={"Content-Type": "application/yaml"})
     assert r.json()["valid"] is False and r.json()["findings"][0]["code"] == "InvalidDocument"
     assert snapshot(store) == before
     detail = rejected(client, store, "POST", "/api/v1/validate", status=422, content=b"")

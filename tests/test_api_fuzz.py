@@ -2,8 +2,10 @@
 process against the ASGI app on SQLite, without a controller.
 
 The property: no request, valid or not, gets a 5xx; every 4xx answers JSON with a ``detail``.
-Each operation gets a fresh Store holding one finished Job (``demo``, Workers released, a log
-file), so ``/logs?follow=true`` always ends. ``MAX_EXAMPLES`` keeps the whole file well under a
+Requests carry the site administrator's token (authentication on, as in production), so they
+get past the door and reach the routes. Each operation gets a fresh Store holding one finished
+Job (``demo``, Workers released, a log file), so ``/logs?follow=true`` always ends, and a second
+user ``bob`` (member of ``default``, one token) for the user, token and member routes to act on. ``MAX_EXAMPLES`` keeps the whole file well under a
 minute; raise it locally (``RLARK_FUZZ_EXAMPLES=500``) for a deeper run.
 """
 
@@ -13,18 +15,21 @@ import collections
 import copy
 import json
 import os
+from dataclasses import dataclass
 
 import pytest
 import schemathesis
 import yaml
-from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from schemathesis.generation.modes import GenerationMode
 
 from rlark.api.app import create_app
+from rlark.services.accounts import AccountService
+from rlark.services.auth import OPEN_PRINCIPAL, AuthService
 from rlark.services.jobs import JobService
 from rlark.store import Store
+from tests.access import BASE_URL, admin_token, api_client, bearer, make_user
 from tests.test_api import job_dict, job_yaml, set_run_state, set_worker_logs, snapshot
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -34,22 +39,49 @@ MAX_EXAMPLES = int(os.environ.get("RLARK_FUZZ_EXAMPLES", "30"))
 
 # One app for the module (schemathesis reads its OpenAPI document at import time); each test
 # gets its own Store behind it. (schemathesis.pytest.from_fixture would be the natural way, but
-# 4.32 reads ``node._nodeid``, which pytest 9.2 no longer has.)
+# 4.32 reads ``node._nodeid``, which pytest 9.2 no longer has.) The document is taken from the app
+# itself: /openapi.json needs a token, and there is no Store to hold one before a test runs.
 APP = create_app(JobService(None))  # type: ignore[arg-type]
-schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
+schema = schemathesis.openapi.from_dict(APP.openapi())
+schema.app = APP  # requests go to the app in process, as with from_asgi
+
+
+@dataclass
+class FuzzEnv:
+    store: Store
+    #: the site administrator's
+    token: str
+    #: real objects for path parameters (besides the Job ``demo``)
+    path_values: dict[str, object]
+
+
+def _swap_services(service: JobService) -> None:
+    """Put ``service`` (and authentication and accounts on its Store) behind the module's app."""
+    APP.state.jobs = service
+    APP.state.auth = AuthService(service.store)
+    APP.state.accounts = AccountService(APP.state.auth)
 
 
 @pytest.fixture(autouse=True)
-def fresh_store(rlark_home):
+def env(rlark_home):
     store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
     service = JobService(store)
     service.create(job_yaml("demo"))
     set_worker_logs(store, "demo", {"demo-head-0": ["hello", "world"]})
     set_run_state(store, "demo", "Succeeded", released=True)
-    APP.state.jobs = service
-    yield store
-    APP.state.jobs = JobService(None)  # type: ignore[arg-type]
+    token = admin_token(store)
+    make_user(store, "bob", "default", "member")
+    bob_token_id = AccountService(AuthService(store)).list_tokens(OPEN_PRINCIPAL, user="bob")[0]["id"]
+    _swap_services(service)
+    yield FuzzEnv(store, token, {"name": "demo", "project": "default", "user": "bob",
+                                 "token_id": bob_token_id})
+    _swap_services(JobService(None))  # type: ignore[arg-type]
     store.dispose()
+
+
+@pytest.fixture
+def fresh_store(env) -> Store:
+    return env.store
 
 
 def has_huge_int(case) -> bool:
@@ -74,26 +106,40 @@ def test_every_route_is_fuzzed():
     paths = {p for p, ops in APP.openapi()["paths"].items() for _ in ops}
     assert {label.split(" ", 1)[1] for label in labels} == paths
     assert {"POST /api/v1/jobs", "GET /api/v1/jobs/{name}/logs", "POST /api/v1/validate",
-            "GET /healthz"} <= labels
+            "GET /healthz", "POST /api/v1/login", "POST /api/v1/users",
+            "PUT /api/v1/projects/{project}/members/{user}", "DELETE /api/v1/tokens/{token_id}"} <= labels
+
+
+def test_the_fuzz_gets_past_the_door(env):
+    """The token the fuzz sends works: it reaches the routes (not only the 401 answer)."""
+    case = next(op for op in OPERATIONS if op.method.upper() == "GET" and op.path == "/api/v1/me")
+    response = case.Case().call(base_url=BASE_URL, headers=bearer(env.token))
+    assert response.status_code == 200 and response.json()["name"] == "admin"
 
 
 # Our own parametrisation rather than ``@schema.parametrize()``: with pytest 9.2 the latter gives
 # every operation the same node id (schemathesis 4.32 sets ``node._nodeid``, gone in pytest 9).
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("operation", OPERATIONS, ids=lambda op: f"{op.method.upper()} {op.path}")
-def test_no_server_error(operation, fresh_store):
+def test_no_server_error(operation, env):
     modes = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
     strategies = [operation.as_strategy(generation_mode=m) for m in modes]
-    if "{name}" in operation.path:  # also hit the Job that exists, not only unknown names
-        strategies += [operation.as_strategy(generation_mode=m, path_parameters={"name": "demo"})
+    # also hit the objects that exist (the Job demo, user bob, his token, project default), not
+    # only unknown names
+    real = {k: v for k, v in env.path_values.items() if "{" + k + "}" in operation.path}
+    if real:
+        strategies += [operation.as_strategy(generation_mode=m, path_parameters=real)
                        for m in modes]
     cases = st.one_of(strategies)
+    statuses: collections.Counter = collections.Counter()
 
     @given(case=cases.filter(lambda c: not has_huge_int(c)))
     @settings(max_examples=MAX_EXAMPLES, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     def check(case):
-        response = case.call()
+        # the admin's token on an allowed Host (a generated Authorization header is replaced)
+        response = case.call(base_url=BASE_URL, headers=bearer(env.token))
+        statuses[response.status_code] += 1
         where = (f"{case.method} {case.formatted_path} query={case.query!r} "
                  f"headers={case.headers!r} body={case.body!r:.300}")
         assert response.status_code < 500, f"{where} -> {response.status_code}: {response.text[:500]}"
@@ -106,6 +152,9 @@ def test_no_server_error(operation, fresh_store):
                 assert body["detail"].get("code") and body["detail"].get("message"), (where, body)
 
     check()
+    # the token got the requests past authentication (a revoked one, or a 401 for every
+    # request, would fuzz nothing but the door)
+    assert set(statuses) - {401}, statuses
 
 
 # --- POST /api/v1/jobs with valid Jobs mutated at random places --------------------------------------
@@ -172,8 +221,8 @@ def huge_workers(doc) -> bool:
 
 
 @pytest.mark.timeout(120)
-def test_mutated_jobs_never_5xx_and_refusals_store_nothing(fresh_store):
-    client = TestClient(APP, raise_server_exceptions=False)
+def test_mutated_jobs_never_5xx_and_refusals_store_nothing(fresh_store, env):
+    client = api_client(APP, env.token)
     seen = collections.Counter()
 
     @given(mutations=st.lists(MUTATION, min_size=1, max_size=3),

@@ -462,7 +462,7 @@ def finish_delete(store: Store, name: str, timeout: float = 30) -> None:
             run.phase = "Stopped"
             for w in run.workers:
                 w.released = True
-    assert JobService(store).delete(name) == {"name": name, "deleted": True}
+    assert JobService(store).delete(name) == {"name": name, "project": "default", "deleted": True}
 
 
 def test_delete_inactive_job_at_once(server, files):

@@ -1,7 +1,9 @@
 """The web console without a browser: pages, wizard steps, actions, downloads, languages.
 
-A real app (create_app) on a real SQLite store, driven through HTTP with the TestClient; no
-controller runs, so Jobs stay as the service leaves them. Browser tests: test_console_browser.py.
+A real app (create_app) on a real SQLite store, driven through HTTP with the TestClient as the
+site administrator (an API token: console pages take one too); no controller runs, so Jobs stay
+as the service leaves them. Logging in, sessions, CSRF and roles: test_console_auth.py. Browser
+tests: test_console_browser.py.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from fastapi.testclient import TestClient
 
 from rlark.console import HTMX_VERSION, STATIC_DIR
 from rlark.console.i18n import CATALOG_DIR, LOCALES, Translator, catalog, negotiate
@@ -25,6 +26,7 @@ from rlark.controller.phases import Phase, WorkerPhase
 from rlark.findings import Finding
 from rlark.spec import job_to_dict, load_job
 from rlark.store import WorkerRow
+from tests.access import admin_token, api_client
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "src" / "rlark" / "console" / "templates"
 HOST = {"cpu": 16, "memory": 64 * 1024**3, "gpu": 0}
@@ -59,7 +61,7 @@ def service(rlark_home):
 def client(service):
     from rlark.api.app import create_app
 
-    with TestClient(create_app(service), follow_redirects=False) as c:
+    with api_client(create_app(service), admin_token(service.store), follow_redirects=False) as c:
         yield c
 
 
@@ -129,9 +131,9 @@ def test_catalogs_have_the_same_keys_and_placeholders():
 def test_every_key_the_console_uses_is_in_the_catalogs():
     en = catalog("en")
     used = set()
-    for path in [*TEMPLATES.glob("*.html"), TEMPLATES.parent / "routes.py"]:
+    for path in [*TEMPLATES.glob("*.html"), *TEMPLATES.parent.glob("*.py")]:
         text = path.read_text()
-        used |= set(re.findall(r"""\bt\(\s*["']([A-Za-z0-9_.]+)["']\s*[,)]""", text))
+        used |= set(re.findall(r"""\b_?t\(\s*(?:request,\s*)?["']([A-Za-z0-9_.]+)["']\s*[,)]""", text))
         used |= set(re.findall(r'"((?:flash|error)\.[A-Za-z]+)"(?!\.html)', text))
     used |= {f"flash.{a}" for a in ("stop", "start", "restart")}
     used |= {f"phase.{p.value}" for p in Phase} | {f"phase.{p.value}" for p in WorkerPhase}
@@ -141,6 +143,9 @@ def test_every_key_the_console_uses_is_in_the_catalogs():
     used |= {f"mount.{m}" for m in ("hostPath", "pvc", "objectStorage")}
     used |= {f"ev.{e}" for e in ("Normal", "Warning")} | {"dur.s", "dur.ms", "dur.hm"}
     used |= {f"wiz.step{n}" for n in range(1, 5)}
+    used |= {f"role.{r}" for r in ("viewer", "member", "admin")}
+    used |= {f"state.{s}" for s in ("active", "revoked", "expired")}
+    used |= {f"outcome.{o}" for o in ("ok", "denied", "failed")}
     used = {k for k in used if not k.endswith(".") and k != "error.html"}
     missing = sorted(used - set(en))
     assert not missing, missing
@@ -651,7 +656,8 @@ def test_chinese_locale_shows_no_english_label(client, service):
     english = {v for k, v in en.items() if v != zh[k] and "{" not in v}
     client.cookies.set("rlark_lang", "zh-CN")
     pages = ["/jobs", "/create", "/jobs/zh", "/jobs/zh?tab=events", "/jobs/zh?tab=logs",
-             "/jobs/zh?tab=record", "/jobs/zh?tab=spec", "/jobs/zh/edit", "/jobs/nothing", "/nodes"]
+             "/jobs/zh?tab=record", "/jobs/zh?tab=spec", "/jobs/zh/edit", "/jobs/nothing", "/nodes",
+             "/tokens", "/admin/users", "/admin/projects", "/admin/audit"]
     for url in pages:
         html = client.get(url).text
         assert '<html lang="zh-CN">' in html
@@ -736,7 +742,7 @@ def test_nodes_page_lists_a_kubernetes_inventory(rlark_home):
     store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
     service = JobService(store, runtime="kubernetes", inventory=lambda: inventory["value"])
     try:
-        with TestClient(create_app(service)) as c:
+        with api_client(create_app(service), admin_token(store)) as c:
             html = c.get("/nodes").text
             rows = node_rows(html)
             assert list(rows) == ["aks-gpunp-98036146-vmss000004", "cpu-7", "dgx-1", "k8s-node1"]
@@ -792,7 +798,8 @@ def test_nodes_page_survives_odd_stored_specs_odd_quantities_and_a_failing_inven
         return answers.pop()
     store = Store(f"sqlite:///{rlark_home / 'k8s.db'}")
     try:
-        with TestClient(create_app(JobService(store, runtime="kubernetes", inventory=inventory))) as c:
+        app = create_app(JobService(store, runtime="kubernetes", inventory=inventory))
+        with api_client(app, admin_token(store)) as c:
             r = c.get("/nodes")
             assert r.status_code == 200
             rows = node_rows(r.text)

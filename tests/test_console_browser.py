@@ -1,7 +1,9 @@
 """The web console in a real browser: Debian's Chromium driven by Playwright (pytest-playwright),
 against a real ``rlark server`` subprocess on the local runtime.
 
-Every test fails on a JavaScript error or a console error of the page. Screenshots of each page
+Every test logs in through the login page with the site administrator's token (what the first
+start wrote to ``$RLARK_HOME/credentials``), and fails on a JavaScript error or a console error
+of the page. Screenshots of each page
 go to ``artifacts/screenshots/`` (a few are copied to docs/console/ for the README).
 Tests that start Ray nodes are marked ``ray``; the others fail their Workers before Ray starts
 (a prepare script that exits non-zero) or start none.
@@ -65,6 +67,16 @@ class UI:
         self.page.goto(self.url + path)
         return self.page
 
+    def login(self, token: str) -> None:
+        """Log in through the login page, pasting an API token."""
+        page = self.go("/jobs")  # not logged in: the console sends the browser to log in
+        page.wait_for_url("**/login?next=%2Fjobs")
+        page.fill("#login-token", token)
+        self.shot("login", full=False)
+        page.click("#token-submit")
+        page.wait_for_url("**/jobs")
+        expect(page.locator("#logout")).to_be_visible()
+
     def shot(self, name: str, full: bool = True) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full)
@@ -85,6 +97,7 @@ class UI:
 @pytest.fixture
 def ui(page, server):
     u = UI(page, server)
+    u.login(server.token)
     yield u
     assert not u.errors, u.errors
 
@@ -447,7 +460,8 @@ def test_every_page_labels_its_inputs_and_fits_a_narrow_window(ui):
     expect(page.locator("[data-basis=rlark]")).to_be_visible()
     ui.shot("nodes", full=False)
     pages = ["/jobs", "/create", "/jobs/narrow", "/jobs/narrow?tab=events",
-             "/jobs/narrow?tab=logs", "/jobs/narrow?tab=record", "/jobs/narrow?tab=spec", "/nodes"]
+             "/jobs/narrow?tab=logs", "/jobs/narrow?tab=record", "/jobs/narrow?tab=spec", "/nodes",
+             "/tokens", "/admin/users", "/admin/projects", "/admin/audit"]
     for width, height in ((1280, 800), (390, 844)):
         ui.page.set_viewport_size({"width": width, "height": height})
         for path in pages:
@@ -476,6 +490,56 @@ def test_every_page_labels_its_inputs_and_fits_a_narrow_window(ui):
     expect(page.locator("#role-0-name")).to_have_count(1)  # the role is still there
 
 
+def test_admin_pages_project_switcher_and_logout(ui):
+    """A user made on the Users page (its token shown once) logs in with it in a second
+    window, sees only what their role allows, switches project, and logs out."""
+    r = ui.server.http.post("/api/v1/projects", json={"name": "team"})
+    assert r.status_code == 201, r.text
+    page = ui.go("/admin/users")
+    page.fill("#u-name", "riley")
+    page.select_option("#u-project", "team")
+    page.select_option("#u-role", "viewer")
+    page.click("#user-submit")
+    token = page.locator("#new-token-value").input_value()
+    assert token.startswith("rlark_")
+    expect(page.locator("tr[data-user=riley]")).to_contain_text("team")
+    ui.shot("admin-users")
+    page = ui.go("/admin/projects")
+    expect(page.locator("section[data-project=team] tr[data-member=riley]")).to_have_attribute(
+        "data-role", "viewer")
+    ui.shot("admin-projects")
+    page = ui.go("/admin/audit?action=user.")
+    expect(page.locator("#audit-table tbody tr").first).to_have_attribute("data-action", "user.create")
+    expect(page.locator("#audit-table tbody tr").first).to_contain_text("riley")
+    ui.shot("admin-audit")
+
+    # the switcher: choosing a project goes to its Jobs (no button: the choice submits itself)
+    page = ui.go("/jobs")
+    page.select_option("#project-switch", "team")
+    expect(page.locator("[data-project]").first).to_have_text("team")
+    expect(page.locator("#project-switch")).to_have_value("team")
+    expect(page.locator("tr[data-job]")).to_have_count(0)
+
+    other = UI(page.context.browser.new_page(), ui.server)  # a second, separate browser context
+    try:
+        other.login(token)
+        expect(other.page.locator("[data-user=riley]")).to_be_visible()
+        expect(other.page.locator("nav.main-nav a")).to_have_text(["Jobs", "Nodes", "API tokens", "API"])
+        expect(other.page.locator("#project-switch")).to_have_value("team")  # their project
+        expect(other.page.locator(".page-head .btn-primary")).to_have_count(0)  # a viewer
+        other.go("/tokens")
+        expect(other.page.locator("#tokens-table tbody tr")).to_have_count(1)
+        other.shot("tokens")
+        other.page.click("#logout")
+        other.page.wait_for_url("**/login")
+        expect(other.page.locator(".notice-ok")).to_have_text("You are logged out.")
+        other.go("/jobs")
+        other.page.wait_for_url("**/login?next=%2Fjobs")
+        assert not other.errors, other.errors
+    finally:
+        other.page.close()
+
+
 def test_nodes_page_of_a_kubernetes_inventory(page, rlark_home):
     """A server on the kubernetes runtime, its inventory built from saved Node and Pod objects:
     the Nodes page shows readiness, cordon, free/allocatable, devices, labels and taints, and its
@@ -491,6 +555,7 @@ def test_nodes_page_of_a_kubernetes_inventory(page, rlark_home):
                                        inventory=lambda: (nodes, "cluster", None))).start()
     ui = UI(page, server)  # type: ignore[arg-type]
     try:
+        ui.login(server.token)
         page = ui.go("/nodes")
         expect(page.locator("tr[data-node]")).to_have_count(4)
         dgx = page.locator("tr[data-node=dgx-1]")

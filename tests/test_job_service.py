@@ -435,7 +435,8 @@ def test_delete_of_a_pending_job_is_left_to_the_controller(svc):
     # never removes it itself: it marks the Job deleting and the controller finishes the job
     # (tests/test_controller.py covers that part).
     svc.create(small("fresh"))
-    assert svc.delete("fresh") == {"name": "fresh", "deleted": False, "deleting": True}
+    assert svc.delete("fresh") == {"name": "fresh", "project": "default", "deleted": False,
+                                    "deleting": True}
     job = svc.get("fresh")
     assert job["deleting"] is True and job["desired"] == "Stopped"
 
@@ -446,13 +447,13 @@ def test_delete_of_a_job_whose_runs_never_launched(svc, store, rlark_home):
     set_run(store, "never", 1, phase="Stopped")
     set_run(store, "never", 2, phase="Stopped")
     svc.create(small("other"))
-    logs = rlark_home / "logs" / "never" / "1"
+    logs = rlark_home / "logs" / "default" / "never" / "1"  # logs/<project>/<job>/<run>
     logs.mkdir(parents=True)
     (logs / "never-head-0.log").write_text("x")
-    assert svc.delete("never") == {"name": "never", "deleted": True}
+    assert svc.delete("never") == {"name": "never", "project": "default", "deleted": True}
     with pytest.raises(NotFound):
         svc.get("never")
-    assert not (rlark_home / "logs" / "never").exists()
+    assert not (rlark_home / "logs" / "default" / "never").exists()
     assert [j["name"] for j in svc.list()["items"]] == ["other"]
     with store.session() as s:  # Runs, Workers and Events went with it
         assert {r.number for r in s.scalars(select(RunRow))} == {1}
@@ -467,7 +468,8 @@ def test_delete_of_an_active_job_stops_it_first(svc, store):
     with store.session() as s:
         run = s.scalar(select(RunRow).join(JobRow).where(JobRow.name == "live"))
         run.workers[0].pid = 12345
-    assert svc.delete("live") == {"name": "live", "deleted": False, "deleting": True}
+    assert svc.delete("live") == {"name": "live", "project": "default", "deleted": False,
+                                   "deleting": True}
     out = svc.get("live")
     assert out["deleting"] is True and out["desired"] == "Stopped"
     assert run_row(store, "live", 1).stop_requested is True
@@ -476,6 +478,101 @@ def test_delete_of_an_active_job_stops_it_first(svc, store):
         svc.start("live")
     with pytest.raises(Conflict, match="being deleted"):
         svc.restart("live")
+
+
+# --- projects and actors ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def other_project(store) -> str:
+    from rlark.services.accounts import AccountService
+    from rlark.services.auth import OPEN_PRINCIPAL, AuthService
+
+    AccountService(AuthService(store)).create_project(OPEN_PRINCIPAL, None, "other")
+    return "other"
+
+
+def test_a_job_lives_in_one_project_and_its_name_is_free_in_others(svc, store, other_project):
+    mine = svc.create(small("same"))
+    theirs = svc.create(small("same", runScript="echo other"), project=other_project)
+    assert (mine["project"], theirs["project"]) == ("default", "other")
+    assert svc.get("same")["spec"]["spec"]["runScript"] == "true"
+    assert svc.get("same", other_project)["spec"]["spec"]["runScript"] == "echo other"
+    with pytest.raises(Conflict, match="already exists in project 'other'"):
+        svc.create(small("same"), project=other_project)
+    # a change in one project leaves the other's Job alone
+    svc.stop("same", other_project)
+    assert svc.get("same", other_project)["desired"] == "Stopped"
+    assert svc.get("same")["desired"] == "Running"
+    set_run_in(store, "same", other_project, phase="Stopped")
+    assert svc.delete("same", other_project) == {"name": "same", "project": "other", "deleted": True}
+    with pytest.raises(NotFound):
+        svc.get("same", other_project)
+    assert svc.get("same")["currentRun"]["phase"] == "Pending"  # untouched
+
+
+def set_run_in(store: Store, name: str, project: str, **values) -> None:
+    """:func:`set_run` for the first Run of the Job ``name`` of ``project``."""
+    from rlark.store import ProjectRow
+
+    with store.session() as s:
+        job = s.scalar(select(JobRow).join(ProjectRow, ProjectRow.id == JobRow.project_id)
+                       .where(JobRow.name == name, ProjectRow.name == project))
+        for k, v in values.items():
+            setattr(job.runs[0], k, v)
+
+
+@pytest.mark.parametrize("op", ["get", "runs", "workers", "events", "record", "stop", "start",
+                                "restart", "delete"])
+def test_a_job_of_another_project_is_not_found_there(svc, other_project, op):
+    svc.create(small("mine"))
+    with pytest.raises(NotFound) as info:
+        getattr(svc, op)("mine", project=other_project)
+    assert info.value.status == 404 and "'mine'" in info.value.message
+    with pytest.raises(NotFound):  # nor in a project that does not exist
+        getattr(svc, op)("mine", project="nosuch")
+
+
+def test_create_in_a_project_that_does_not_exist_is_not_found(svc, store):
+    with pytest.raises(NotFound, match="nosuch"):
+        svc.create(small("lost"), project="nosuch")
+    with store.session() as s:
+        assert s.scalars(select(JobRow)).all() == []
+
+
+def test_list_is_limited_to_the_projects_asked_for(svc, other_project):
+    svc.create(small("a"))
+    svc.create(small("b"), project=other_project)
+    assert [(j["name"], j["project"]) for j in svc.list()["items"]] == [("b", "other"), ("a", "default")]
+    assert [j["name"] for j in svc.list(projects=["default"])["items"]] == ["a"]
+    assert [j["name"] for j in svc.list(projects=["other"])["items"]] == ["b"]
+    assert svc.list(projects=[]) == {"items": [], "total": 0, "limit": 100, "offset": 0}
+
+
+def test_changes_name_their_actor_in_events_and_audit(svc, store):
+    from rlark.services.audit import Actor
+    from rlark.store import AuditRow
+
+    alice = Actor("alice", "10.0.0.7")
+    svc.create(small("acted"), actor=alice)
+    svc.stop("acted", actor=alice)
+    set_run(store, "acted", 1, phase="Stopped")
+    svc.start("acted", actor=alice)
+    svc.restart("acted", actor=alice)
+    svc.replace("acted", small("acted", runScript="echo new"), actor=alice)
+    by_reason = {e["reason"]: e for e in svc.events("acted")}
+    for reason in ("Submitted", "StopRequested", "Started", "Restarted", "SpecUpdated"):
+        assert by_reason[reason]["actor"] == "alice", reason
+    assert "by alice" in by_reason["Submitted"]["message"]
+    svc.delete("acted", actor=alice)
+    svc.create(small("quiet"))  # RLark itself (no user): no actor
+    assert svc.events("quiet")[0]["actor"] is None
+    with store.session() as s:
+        rows = s.scalars(select(AuditRow).order_by(AuditRow.id)).all()
+        entries = [(a.action, a.actor, a.client, a.project, a.target) for a in rows]
+    assert entries == [(f"job.{verb}", "alice", "10.0.0.7", "default", "acted")
+                       for verb in ("create", "stop", "start", "restart", "replace", "delete")] + [
+        ("job.create", None, None, "default", "quiet")]
 
 
 # --- node inventory (local runtime) ------------------------------------------------------------

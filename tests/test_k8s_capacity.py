@@ -10,7 +10,6 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from fastapi.testclient import TestClient
 
 from rlark.api.app import create_app
 from rlark.findings import Severity
@@ -26,6 +25,7 @@ from rlark.services.errors import Invalid
 from rlark.services.jobs import JobService
 from rlark.spec import Job, Toleration
 from rlark.store import Store
+from tests.access import admin_token, api_client
 
 
 def node(name, cpu, memory, gpu=None, labels=None, taints=None, cordoned=False, ready=True, **extra):
@@ -259,12 +259,14 @@ def test_unreadable_inventory_is_a_warning_not_a_refusal(rlark_home):
 
 
 def test_nodes_endpoint_kubernetes_and_local(k8s_service, rlark_home):
-    api = TestClient(create_app(k8s_service))
+    token = admin_token(k8s_service.store)
+    api = api_client(create_app(k8s_service), token)
     data = api.get("/api/v1/nodes").json()
     assert data["runtime"] == "kubernetes" and data["error"] is None
     assert [n["name"] for n in data["items"]] == ["aks-gpunp-98036146-vmss000004", "dgx-1", "k8s-node1"]
     assert data["totals"]["nvidia.com/gpu"] == 10
-    local = TestClient(create_app(JobService(k8s_service.store, runtime="local",
-                                             host={"cpu": 2, "memory": 24 * 1024**3, "gpu": 0})))
+    local = api_client(create_app(JobService(k8s_service.store, runtime="local",
+                                             host={"cpu": 2, "memory": 24 * 1024**3, "gpu": 0})),
+                       token)
     (item,) = local.get("/api/v1/nodes").json()["items"]
     assert item["allocatable"] == {"cpu": 2, "memory": 24 * 1024**3, "nvidia.com/gpu": 0}

@@ -59,7 +59,8 @@ def test_render_makes_a_run_id_and_refuses_other_runtimes_and_bad_jobs(tmp_path)
 @pytest.mark.parametrize("args,words", [
     (("render", "--help"), ["--runtime", "--namespace", "--run-id", "kubectl apply"]),
     (("nodes", "--help"), ["--format", "--show-labels", "allocatable", "GPUs", "devices"]),
-    (("server", "--help"), ["--runtime", "kubernetes", "--namespace"]),
+    (("server", "--help"), ["--runtime", "kubernetes", "--namespace", "--no-auth", "--allowed-host",
+                            "$RLARK_HOME/credentials"]),
 ])
 def test_help(args, words):
     proc = rlark(*args)

@@ -10,14 +10,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 import yaml
-from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from rlark.api.app import create_app
@@ -25,7 +21,8 @@ from rlark.services.errors import Invalid
 from rlark.services.jobs import JobService
 from rlark.spec import load_job, resolve_relative_paths
 from rlark.store import JobRow, Store
-from tests.server import free_port
+from tests.access import admin_token, api_client
+from tests.server import ThreadedServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -157,7 +154,7 @@ def test_quickstart_passes(svc):
 
 @pytest.fixture
 def client(store):
-    with TestClient(create_app(JobService(store)), raise_server_exceptions=False) as c:
+    with api_client(create_app(JobService(store)), admin_token(store)) as c:
         yield c
 
 
@@ -265,33 +262,11 @@ def test_cli_help_teaches():
         assert needle in check_help, needle
 
 
-class LiveServer:
-    """uvicorn serving the API (no controller) in a thread, for the CLI."""
-
-    def __init__(self, store: Store):
-        self.url = f"http://127.0.0.1:{free_port()}"
-        config = uvicorn.Config(create_app(JobService(store)), host="127.0.0.1",
-                                port=int(self.url.rsplit(":", 1)[1]), log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> "LiveServer":
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-
-
 def test_cli_submit_refuses_and_describe_shows_warnings(store, project):
     (project / "short.yaml").write_text(job_yaml("short", pool=1, working_dir="."))
     (project / "ok.yaml").write_text(job_yaml("ok", working_dir="."))
-    with LiveServer(store) as server:
+    server = ThreadedServer(JobService(store)).start()  # the CLI finds its token in $RLARK_HOME
+    try:
         env = {"RLARK_SERVER": server.url}
         refused = rlark("submit", "short.yaml", cwd=project, env=env)
         assert refused.returncode == 1 and "WorkersMismatch" in refused.stderr
@@ -301,6 +276,8 @@ def test_cli_submit_refuses_and_describe_shows_warnings(store, project):
         described = rlark("describe", "job", "ok", cwd=project, env=env)
         assert described.returncode == 0, described.stderr
         assert "PathNotMounted" in described.stdout and "runner.output_dir" in described.stdout
+    finally:
+        server.stop()
     assert n_jobs(store) == 1
 
 

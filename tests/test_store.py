@@ -1,20 +1,29 @@
 """The Store on SQLite and PostgreSQL: Alembic schema, JSON columns, constraints, cascades,
-timestamps, SQLite pragmas, and how ``RLARK_DATABASE_URL`` picks the database."""
+timestamps, SQLite pragmas, how ``RLARK_DATABASE_URL`` picks the database, and the 0004
+migration of a store made before projects existed."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from alembic import command
 from alembic.script import ScriptDirectory
-from sqlalchemy import delete, func, inspect, select, text
+from sqlalchemy import MetaData, Table, delete, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from rlark import settings
-from rlark.store import EventRow, JobRow, RunRow, Store, TaskRow, WorkerRow
-from rlark.store.db import alembic_config
+from rlark.services.errors import Conflict
+from rlark.services.jobs import JobService
+from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store, TaskRow, WorkerRow
+from rlark.store.db import alembic_config, make_engine
+from tests.test_job_service import ROOMY_HOST, small
 
-TABLES = {"jobs", "runs", "tasks", "workers", "events", "alembic_version"}
+TABLES = {"jobs", "runs", "tasks", "workers", "events", "users", "projects", "memberships",
+          "tokens", "sessions", "audit", "alembic_version"}
+#: the project every Job of a fresh store (and every Job from before projects) belongs to; the
+#: 0004 migration creates it with id 1
+DEFAULT_PROJECT_ID = 1
 
 
 @pytest.fixture
@@ -30,6 +39,7 @@ def _utc(t: datetime) -> datetime:
 
 
 def _job(name: str = "demo", **kw) -> JobRow:
+    kw.setdefault("project_id", DEFAULT_PROJECT_ID)
     return JobRow(name=name, spec=kw.pop("spec", {"kind": "Job"}), **kw)
 
 
@@ -78,6 +88,19 @@ def test_migration_creates_all_tables_at_head_revision(store):
     fks = {(fk["referred_table"], fk["options"].get("ondelete", "").upper())
            for t in ("runs", "tasks", "workers", "events") for fk in insp.get_foreign_keys(t)}
     assert fks == {("jobs", "CASCADE"), ("runs", "CASCADE")}
+    # accounts: a user's memberships, tokens and sessions go with the user; a project's
+    # memberships with the project; a Job's project must exist (never deleted under it)
+    account_fks = {(t, fk["referred_table"], fk["options"].get("ondelete", "").upper())
+                   for t in ("memberships", "tokens", "sessions", "jobs")
+                   for fk in insp.get_foreign_keys(t)}
+    assert account_fks == {("memberships", "users", "CASCADE"), ("memberships", "projects", "CASCADE"),
+                           ("tokens", "users", "CASCADE"), ("sessions", "users", "CASCADE"),
+                           ("jobs", "projects", "")}
+    uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("jobs")}
+    assert ("project_id", "name") in uniques and ("name",) not in uniques
+    assert ("digest",) in {tuple(u["column_names"]) for u in insp.get_unique_constraints("tokens")}
+    with store.session() as s:  # the migration made the project every Job starts in
+        assert s.scalars(select(ProjectRow.name)).all() == ["default"]
 
 
 def test_opening_the_store_twice_is_idempotent_and_keeps_data(db_url):
@@ -104,6 +127,101 @@ def test_store_without_migration_leaves_database_empty(db_url):
         assert inspect(st.engine).get_table_names() == []
     finally:
         st.dispose()
+
+
+# --- the 0004 migration: accounts and projects on a store made before them ----------------------
+
+
+def _store_at_0003_with_jobs(url: str) -> None:
+    """A database at revision 0003 (before projects) holding two Jobs, ``alpha`` (a Run and two
+    Events) and ``beta``, written as that revision's schema had them."""
+    engine = make_engine(url)
+    try:
+        command.upgrade(alembic_config(engine), "0003")
+        now = datetime.now(timezone.utc)
+        with engine.begin() as conn:
+            meta = MetaData()
+            jobs, runs, events = (Table(t, meta, autoload_with=conn) for t in ("jobs", "runs", "events"))
+            assert "project_id" not in jobs.c and "actor" not in events.c  # really the old schema
+            for name in ("alpha", "beta"):
+                conn.execute(jobs.insert().values(
+                    name=name, spec=small(name), labels={"team": name}, desired="Running",
+                    phase="Succeeded", reason="", message="", findings=[], delete_requested=False,
+                    created_at=now, updated_at=now))
+            alpha = conn.execute(select(jobs.c.id).where(jobs.c.name == "alpha")).scalar_one()
+            conn.execute(runs.insert().values(
+                job_id=alpha, number=1, uid="old-run-1", cause="Submitted", runtime="local",
+                spec=small("alpha"), phase="Succeeded", reason="", message="",
+                stop_requested=False, created_at=now, event_token="t" * 32))
+            run_id = conn.execute(select(runs.c.id)).scalar_one()
+            conn.execute(jobs.update().where(jobs.c.id == alpha).values(current_run_id=run_id))
+            for reason in ("Submitted", "Succeeded"):
+                conn.execute(events.insert().values(job_id=alpha, run_number=1, time=now,
+                                                    type="Normal", reason=reason, message=""))
+    finally:
+        engine.dispose()
+
+
+def test_0004_keeps_every_run_and_event_of_existing_jobs(db_url):
+    # on SQLite, 0004 rebuilds `jobs` in batch mode: with foreign keys on, dropping the old table
+    # would cascade to every Run, Worker, Task and Event (migrations/env.py turns them off)
+    _store_at_0003_with_jobs(db_url)
+    store = Store(db_url)  # upgrades to head, as a server start does
+    try:
+        with store.session() as s:
+            run = s.scalar(select(RunRow))
+            assert run is not None, "the migration lost the Run"
+            assert (run.uid, run.namespace, run.event_token) == ("old-run-1", None, "t" * 32)
+            assert s.scalar(select(func.count()).select_from(EventRow)) == 2
+        service = JobService(store, host=ROOMY_HOST)
+        alpha = service.get("alpha")  # project "default" unless told otherwise
+        assert alpha["project"] == "default" and alpha["currentRun"]["uid"] == "old-run-1"
+        events = service.events("alpha")  # no actor: from before users existed
+        assert [(e["reason"], e["actor"]) for e in events] == [("Submitted", None), ("Succeeded", None)]
+    finally:
+        store.dispose()
+
+
+def test_0004_moves_existing_jobs_to_default_and_scopes_names_by_project(db_url):
+    _store_at_0003_with_jobs(db_url)
+    store = Store(db_url)  # upgrades to head, as a server start does
+    try:
+        insp = inspect(store.engine)
+        assert set(insp.get_table_names()) == TABLES
+        assert "actor" in {c["name"] for c in insp.get_columns("events")}
+        assert "namespace" in {c["name"] for c in insp.get_columns("runs")}
+        assert "project_id" in {c["name"] for c in insp.get_columns("jobs")}
+        head = ScriptDirectory.from_config(alembic_config(store.engine)).get_current_head()
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head]
+        with store.session() as s:
+            rows = s.execute(select(JobRow.name, ProjectRow.name, JobRow.labels).join(
+                ProjectRow, ProjectRow.id == JobRow.project_id).order_by(JobRow.name)).all()
+            assert [tuple(r) for r in rows] == [("alpha", "default", {"team": "alpha"}),
+                                                ("beta", "default", {"team": "beta"})]
+        service = JobService(store, host=ROOMY_HOST)
+        assert service.get("beta")["project"] == "default"
+        assert service.list()["total"] == 2
+
+        # a new project after the migration (its id must not collide with the migration's
+        # explicit id 1: on PostgreSQL the sequence was advanced)
+        with store.session() as s:
+            s.add(ProjectRow(name="other"))
+        # the same name in another project is fine; twice in one project is refused
+        assert service.create(small("beta"), project="other")["project"] == "other"
+        for project in ("default", "other"):
+            with pytest.raises(Conflict, match="already exists in project"):
+                service.create(small("beta"), project=project)
+        with pytest.raises(IntegrityError):  # the database says so too, not only the service
+            with store.session() as s:
+                s.add(_job("beta"))
+                s.flush()
+        assert service.get("beta", "other")["currentRun"]["number"] == 1
+        assert service.get("beta", "default")["currentRun"] is None  # the old one had no Run
+        assert service.list(projects=["other"])["total"] == 1
+        assert service.list()["total"] == 3
+    finally:
+        store.dispose()
 
 
 # --- columns ----------------------------------------------------------------------------------------
@@ -160,6 +278,29 @@ def test_unique_job_names_are_enforced(store):
     # the failed transaction was rolled back; the first Job is intact and alone
     with store.session() as s:
         assert s.scalars(select(JobRow.name)).all() == ["same"]
+
+
+def test_job_names_are_unique_per_project(store):
+    with store.session() as s:
+        other = ProjectRow(name="other")
+        s.add(other)
+        s.flush()
+        s.add(_job("same"))
+        s.add(_job("same", project_id=other.id))  # another project: fine
+    with pytest.raises(IntegrityError):
+        with store.session() as s:
+            s.add(_job("same", project_id=other.id))
+    with store.session() as s:
+        rows = s.execute(select(ProjectRow.name, JobRow.name).join(
+            ProjectRow, ProjectRow.id == JobRow.project_id).order_by(ProjectRow.name)).all()
+        assert [tuple(r) for r in rows] == [("default", "same"), ("other", "same")]
+
+
+def test_a_job_needs_an_existing_project(store):
+    with pytest.raises(IntegrityError):
+        with store.session() as s:
+            s.add(_job("orphan", project_id=424242))
+            s.flush()
 
 
 def test_run_number_is_unique_per_job_and_uid_is_unique(store):

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rlark import settings
-from rlark.client import Client, ClientError
+from rlark.client import Client, ClientError, resolve_project, resolve_server
 from rlark.exitcodes import exit_text
 from rlark.findings import Finding, Severity, has_errors
 from rlark.preflight import check_job, validate_document
@@ -44,6 +44,13 @@ Typical session:
   rlark describe job quickstart                     # phase, reason, Workers, node ranks, Events
   rlark logs quickstart --role head                 # the run script's output
   rlark record quickstart                           # versions, images, ranks, hosts, result
+
+\b
+With a team (every request is authenticated; the server's first start stored the admin's token
+in $RLARK_HOME/credentials, so on its own machine nothing more is needed):
+  rlark user create alice --project default --role member --token    # as an administrator
+  rlark login --server https://rlark.example.com    # as alice, elsewhere: paste the token
+  rlark project use vision                          # Job commands act in this project (-p NAME)
 """
 
 app = typer.Typer(help=HELP, no_args_is_help=True, rich_markup_mode=None,
@@ -70,7 +77,11 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 RAY_CLI_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|SUCC|WARNING|VINFO)\s")
 
 ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER",
-                         help=f"RLark server URL (default {settings.DEFAULT_SERVER}).")
+                         help=f"RLark server URL (default: the one `rlark login` stored, else "
+                              f"{settings.DEFAULT_SERVER}).")
+ProjectOpt = typer.Option(None, "--project", "-p", envvar="RLARK_PROJECT",
+                          help="Project of the Job (default: the one `rlark project use` chose "
+                               "for this server, else default).")
 TERMINAL = {"Succeeded", "Failed", "Stopped"}
 PHASE_STYLE = {"Succeeded": "green", "Completed": "green", "Failed": "red", "Terminated": "dim", "Running": "cyan", "Starting": "yellow",
                "Pending": "yellow", "Stopping": "magenta", "Stopped": "magenta"}
@@ -94,7 +105,21 @@ def _print_findings(findings: list[Finding] | list[dict], console: Console = err
 
 
 def _client(server: Optional[str]) -> Client:
-    return Client(server)
+    """A client for ``server``; exits with the message when the credentials file cannot be
+    used (e.g. it is readable by others)."""
+    try:
+        return Client(server)
+    except ClientError as exc:
+        _fail(exc.message)
+
+
+def _job_client(server: Optional[str], project: Optional[str]) -> Client:
+    """A client whose every call acts in ``project`` (``--project``/``RLARK_PROJECT``), else in
+    the current project of ``server`` (``rlark project use``), else in ``default``."""
+    try:
+        return Client(server, project=resolve_project(resolve_server(server), project))
+    except ClientError as exc:
+        _fail(exc.message)
 
 
 def _call(fn, *args, **kw):
@@ -298,7 +323,8 @@ def check(
 
 @app.command()
 def server(
-    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (beyond loopback, "
+                             "authentication must stay on)."),
     port: int = typer.Option(settings.DEFAULT_PORT, min=1, max=65535, help="Port to listen on."),
     database_url: Optional[str] = typer.Option(
         None, envvar="RLARK_DATABASE_URL",
@@ -309,14 +335,37 @@ def server(
                                      "or kubernetes (one Pod per Worker)."),
     namespace: Optional[str] = typer.Option(
         None, "--namespace", "-n", envvar="RLARK_NAMESPACE",
-        help="kubernetes: namespace of the Pods (default: the ServiceAccount's in a Pod, else "
-             "the kubeconfig context's, else default)."),
+        help="kubernetes: namespace of the project 'default' (default: the ServiceAccount's in a "
+             "Pod, else the kubeconfig context's, else default); other projects use "
+             "<namespace>-<project> unless created with their own."),
+    allowed_host: Optional[list[str]] = typer.Option(
+        None, "--allowed-host", metavar="NAME",
+        help="Also answer requests whose Host is NAME (repeatable; *.example.com for "
+             "subdomains; also $RLARK_ALLOWED_HOSTS, comma-separated). Default: loopback names "
+             "(and this machine's names when --host is not loopback)."),
+    cors_origin: Optional[list[str]] = typer.Option(
+        None, "--cors-origin", metavar="ORIGIN",
+        help="Let web pages from ORIGIN (https://app.example.com) call the API with a token "
+             "(repeatable; also $RLARK_CORS_ORIGINS). Default: CORS closed."),
+    no_auth: bool = typer.Option(
+        False, "--no-auth",
+        help="Turn authentication off: every request acts as a site administrator. Refused "
+             "unless --host is a loopback address."),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Serve HTTPS with this "
+                                            "certificate (PEM); cookies are then Secure."),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="The certificate's key (PEM)."),
 ) -> None:
-    """Run the RLark server: REST API (OpenAPI at /docs) and the controller.
+    """Run the RLark server: REST API (OpenAPI at /docs), web console and the controller.
 
     State (database and Worker logs) lives in $RLARK_HOME (default ~/.rlark); one server per
     store. Ctrl-C stops the server and every Worker it started. With --runtime kubernetes the
     server uses the in-cluster ServiceAccount or your kubeconfig; docs/kubernetes.md.
+
+    \b
+    Every request is authenticated (docs/security.md). On its first start the server creates
+    the site administrator "admin" and writes its API token to $RLARK_HOME/credentials (mode
+    0600), where `rlark` on this machine finds it; set RLARK_ADMIN_TOKEN to choose the token.
+    Then: `rlark user create alice --project default --role member --token` for each person.
     """
     from rlark.server import serve
 
@@ -327,13 +376,16 @@ def server(
     if runtime not in ("local", "kubernetes"):
         _fail(f"--runtime {runtime!r} is not supported; use local or kubernetes")
     try:
-        serve(host, port, database_url, runtime=runtime, namespace=namespace)
+        serve(host, port, database_url, runtime=runtime, namespace=namespace, auth=not no_auth,
+              allowed_hosts=tuple(allowed_host or ()), cors_origins=tuple(cors_origin or ()),
+              tls_cert=str(tls_cert) if tls_cert else None, tls_key=str(tls_key) if tls_key else None)
     except (ValueError, StoreBusy) as exc:
         _fail(str(exc))
     except (SQLAlchemyError, OSError) as exc:
         url = database_url or os.environ.get("RLARK_DATABASE_URL") or "sqlite under $RLARK_HOME"
-        _fail(f"cannot open the database {url!r}: {str(exc).splitlines()[0]}. "
-              "Check RLARK_DATABASE_URL / --database-url (PostgreSQL: postgresql://user:pass@host:port/db)")
+        _fail(f"cannot open the database {settings.redact_url(url)!r}: "
+              f"{settings.redact_url(str(exc).splitlines()[0], url)}. Check RLARK_DATABASE_URL / "
+              "--database-url (PostgreSQL: postgresql://user:pass@host:port/db)")
 
 
 @app.command()
@@ -391,7 +443,7 @@ def render(
 
 @app.command()
 def nodes(
-    format: str = typer.Option("table", "--format", "-o", help="table or json"),
+    format: str = typer.Option("table", "--format", "--output", "-o", help="table or json"),
     show_labels: bool = typer.Option(False, "--show-labels",
                                      help="Add a LABELS column (key=value, as kubectl shows them)."),
     server: Optional[str] = ServerOpt,
@@ -445,16 +497,23 @@ def submit(
     file: Path = typer.Argument(..., metavar="FILE", help="Job file (YAML or JSON)."),
     wait: bool = typer.Option(False, "--wait", "-w",
                               help="Show progress until the Job ends; exit 0 only if it succeeds."),
+    project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
     """Submit a Job. Relative paths in it (workingDir, hostPath mounts) are resolved against the
-    file's directory. With --wait: live phase and Workers joined k/N, then the result."""
+    file's directory. With --wait: live phase and Workers joined k/N, then the result.
+
+    \b
+    Examples:
+      rlark submit job.yaml --wait
+      rlark submit job.yaml -p vision        # into the project vision
+    """
     job, findings = _read_job_file(file)
     if job is None or has_errors(findings):
         _print_findings(findings)
         _fail(f"{file} is not a valid Job; nothing was submitted")
     _print_findings([f for f in findings if f.severity != Severity.error])
-    client = _client(server)
+    client = _job_client(server, project)
     created = _call(client.post, "/api/v1/jobs", dump_job(job, "json").encode(), "application/json")
     shown = {(f.code, f.path) for f in findings}  # the server adds runtime and RLinf Findings
     _print_findings([f for f in created.get("findings", []) if (f["code"], f["path"]) not in shown])
@@ -469,16 +528,22 @@ def apply(
     file: Path = typer.Argument(..., metavar="FILE", help="Job file (YAML or JSON)."),
     wait: bool = typer.Option(False, "--wait", "-w",
                               help="Show progress until the Job ends; exit 0 only if it succeeds."),
+    project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
     """Create the Job, or give an existing Job this spec and start a new Run with it (its
-    current Run is stopped first; earlier Runs keep their records)."""
+    current Run is stopped first; earlier Runs keep their records).
+
+    \b
+    Example:
+      rlark apply job.yaml -p vision --wait
+    """
     job, findings = _read_job_file(file)
     if job is None or has_errors(findings):
         _print_findings(findings)
         _fail(f"{file} is not a valid Job; nothing was changed")
     _print_findings([f for f in findings if f.severity != Severity.error])
-    client = _client(server)
+    client = _job_client(server, project)
     body = dump_job(job, "json").encode()
     try:
         client.get(f"/api/v1/jobs/{job.name}")
@@ -536,7 +601,8 @@ def _wait(client: Client, name: str) -> int:
                 time.sleep(0.25)
                 job = _call(client.get, f"/api/v1/jobs/{name}")
     except KeyboardInterrupt:
-        err.print(f"\nstopped watching; job/{name} keeps running. Stop it with `rlark stop {name}`.")
+        err.print(f"\nstopped watching; job/{name} keeps running. Stop it with "
+                  f"`rlark stop {name}{_project_flag(client)}`.")
         return 130
     phase = job["phase"]
     if phase == "Succeeded":
@@ -565,34 +631,59 @@ def _print_failure_context(client: Client, job: dict) -> None:
         out.print(f"[dim]last lines of {culprit['name']}:[/dim]")
         for line in lines[-10:]:
             out.print(Text("  " + ANSI.sub("", line)))
-    out.print(f"see: rlark describe job {job['name']}; rlark logs {job['name']} --worker {culprit['name']}")
+    p = _project_flag(client)
+    out.print(f"see: rlark describe job {job['name']}{p}; rlark logs {job['name']}{p} --worker {culprit['name']}")
+
+
+def _project_flag(client: Client) -> str:
+    """`` -p NAME`` for the hints a command prints, when it acts outside ``default``."""
+    return f" -p {client.project}" if client.project and client.project != "default" else ""
 
 
 @get_app.command("jobs")
 def get_jobs(
     phase: Optional[str] = typer.Option(None, help="Only Jobs in this phase."),
     search: Optional[str] = typer.Option(None, "--search", "-q", help="Name contains."),
-    format: str = typer.Option("table", "--format", "-o", help="table or json"),
+    format: str = typer.Option("table", "--format", "--output", "-o", help="table, json or yaml"),
     limit: int = typer.Option(100, help="At most this many Jobs."),
+    all_projects: bool = typer.Option(
+        False, "--all-projects", "-A",
+        help="Jobs of every project you can read (adds PROJECT; --project is ignored)."),
+    project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
-    """List Jobs, newest first: phase and reason, Workers joined, roles, age."""
-    data = _call(_client(server).get, "/api/v1/jobs", phase=phase, q=search, limit=limit)
-    if format == "json":
-        out.print_json(json.dumps(data))
+    """List Jobs of the current project, newest first: phase and reason, Workers joined, roles,
+    age.
+
+    \b
+    Examples:
+      rlark get jobs                 # the current project (`rlark project use NAME` sets it)
+      rlark get jobs -p vision       # another project
+      rlark get jobs -A -o json      # every project you can read
+    """
+    if format not in ("table", "json", "yaml"):
+        _fail(f"--format {format!r} is not supported; use table, json or yaml")
+    client = _client(server) if all_projects else _job_client(server, project)
+    data = _call(client.get, "/api/v1/jobs", phase=phase, q=search, limit=limit)
+    if format != "table":
+        _emit(data, format)
         return
     table = Table(box=None, header_style="bold")
-    for col in ("NAME", "PHASE", "REASON", "WORKERS", "ROLES", "RUN", "CREATED"):
+    for col in (("PROJECT",) if all_projects else ()) + (
+            "NAME", "PHASE", "REASON", "WORKERS", "ROLES", "RUN", "CREATED"):
         table.add_column(col)
     for j in data["items"]:
         table.add_row(
+            *((j.get("project") or "",) if all_projects else ()),
             j["name"], Text(j["phase"], style=PHASE_STYLE.get(j["phase"], "")), j["reason"],
             f"{j['workersReady']}/{j['workersTotal']}",
             ",".join(f"{r['name']}:{r['workers']}" for r in j["roles"]),
             str(j["run"] or ""), (j["createdAt"] or "")[:19].replace("T", " "),
         )
     if not data["items"]:
-        out.print("no Jobs" + (f" in phase {phase}" if phase else "") + "; submit one with `rlark submit FILE`")
+        where = " in any project you can read" if all_projects else f" in project {client.project}"
+        out.print("no Jobs" + (f" in phase {phase}" if phase else "") + where
+                  + "; submit one with `rlark submit FILE`")
     else:
         out.print(table)
 
@@ -600,20 +691,30 @@ def get_jobs(
 @describe_app.command("job")
 def describe_job(
     name: str = typer.Argument(..., metavar="NAME", help="Job name."),
-    format: str = typer.Option("text", "--format", "-o", help="text or json"),
+    format: str = typer.Option("text", "--format", "--output", "-o", help="text, json or yaml"),
+    project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
     """Phase and reason, Tasks (one per role: ready k/N, node ranks), Workers with node ranks,
-    hosts, IPs, Ray node ids and exit codes (143 (SIGTERM): stopped by RLark), Runs, Events."""
+    hosts, IPs, Ray node ids and exit codes (143 (SIGTERM): stopped by RLark), Runs, Events
+    (with the USER who asked for each change).
+
+    \b
+    Example:
+      rlark describe job quickstart -p default
+    """
     _check_name(name)
-    client = _client(server)
+    if format not in ("text", "json", "yaml"):
+        _fail(f"--format {format!r} is not supported; use text, json or yaml")
+    client = _job_client(server, project)
     job = _call(client.get, f"/api/v1/jobs/{name}")
     events = _call(client.get, f"/api/v1/jobs/{name}/events")
-    if format == "json":
-        out.print_json(json.dumps({**job, "events": events}))
+    if format != "text":
+        _emit({**job, "events": events}, format)
         return
     run = job.get("currentRun") or {}
     out.print(f"[bold]Name:[/bold]      {job['name']}")
+    out.print(f"[bold]Project:[/bold]   {job.get('project') or client.project}")
     out.print(Text("Phase:     ", style="bold") + Text(job["phase"], style=PHASE_STYLE.get(job["phase"], ""))
               + Text(f"  {job['reason']}: {job['message']}"))
     out.print(f"[bold]Head role:[/bold] {job['headRole']}    [bold]Runtime:[/bold] {job['runtime']}")
@@ -654,10 +755,12 @@ def describe_job(
                      (r["startedAt"] or "")[:19], (r["finishedAt"] or "")[:19])
     out.print(runs)
     ev = Table(title="Events", box=None, header_style="bold", title_justify="left")
-    for col in ("TIME", "RUN", "TYPE", "REASON", "MESSAGE"):
+    for col in ("TIME", "RUN", "TYPE", "REASON", "USER", "MESSAGE"):
         ev.add_column(col)
     for e in events[-30:]:
-        ev.add_row((e["time"] or "")[11:23], str(e["run"] or ""), e["type"], e["reason"], e["message"])
+        # no actor: RLark itself (the controller) recorded it
+        ev.add_row((e["time"] or "")[11:23], str(e["run"] or ""), e["type"], e["reason"],
+                   e.get("actor") or "-", e["message"])
     out.print(ev)
 
 
@@ -670,12 +773,19 @@ def logs(
     run: Optional[int] = typer.Option(None, "--run", help="Run number (default: the current Run)."),
     tail: Optional[int] = typer.Option(None, "--tail", "-n", help="Last N lines per Worker."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the Workers end."),
+    project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
     """Print Worker logs (the bootstrap's lines, Ray's output, and on the head the run script's).
-    Several Workers: each line is prefixed with the Worker's name."""
+    Several Workers: each line is prefixed with the Worker's name.
+
+    \b
+    Examples:
+      rlark logs quickstart --role head -f
+      rlark logs quickstart --rank 1 --tail 50 -p vision
+    """
     _check_name(name)
-    client = _client(server)
+    client = _job_client(server, project)
     params = dict(role=role, rank=rank, worker=worker, run=run, tail=tail)
     if follow:
         many = True
@@ -715,18 +825,24 @@ def _check_name(name: str) -> None:
               "(`rlark get jobs` lists them)")
 
 
-def _action(verb: str, name: str, server: Optional[str]) -> dict:
+def _action(verb: str, name: str, client: Client) -> dict:
     _check_name(name)
-    client = _client(server)
     if verb == "delete":
         return _call(client.delete, f"/api/v1/jobs/{name}")
     return _call(client.post, f"/api/v1/jobs/{name}/{verb}")
 
 
 @app.command()
-def stop(name: str = typer.Argument(..., metavar="NAME", help="Job name."), server: Optional[str] = ServerOpt) -> None:
-    """Stop a Job's current Run (SIGTERM to every Worker, SIGKILL after the grace period)."""
-    job = _action("stop", name, server)
+def stop(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
+         project: Optional[str] = ProjectOpt, server: Optional[str] = ServerOpt) -> None:
+    """Stop a Job's current Run (SIGTERM to every Worker, SIGKILL after the grace period).
+    Needs the member role in the Job's project.
+
+    \b
+    Example:
+      rlark stop quickstart -p vision
+    """
+    job = _action("stop", name, _job_client(server, project))
     if job["phase"] in TERMINAL:
         out.print(f"job/{name} is already {job['phase']}; nothing to stop")
     else:
@@ -736,31 +852,49 @@ def stop(name: str = typer.Argument(..., metavar="NAME", help="Job name."), serv
 @app.command()
 def start(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
           wait: bool = typer.Option(False, "--wait", "-w", help="Wait for the result."),
-          server: Optional[str] = ServerOpt) -> None:
-    """Start a new Run of a stopped or finished Job (same spec, same node ranks)."""
-    job = _action("start", name, server)
+          project: Optional[str] = ProjectOpt, server: Optional[str] = ServerOpt) -> None:
+    """Start a new Run of a stopped or finished Job (same spec, same node ranks).
+
+    \b
+    Example:
+      rlark start quickstart --wait
+    """
+    client = _job_client(server, project)
+    job = _action("start", name, client)
     out.print(f"job/{name} started run {job['currentRun']['number']}")
     if wait:
-        raise typer.Exit(_wait(_client(server), name))
+        raise typer.Exit(_wait(client, name))
 
 
 @app.command()
 def restart(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
             wait: bool = typer.Option(False, "--wait", "-w", help="Wait for the result."),
-            server: Optional[str] = ServerOpt) -> None:
-    """Stop the current Run if it is active, then start a new Run."""
-    job = _action("restart", name, server)
+            project: Optional[str] = ProjectOpt, server: Optional[str] = ServerOpt) -> None:
+    """Stop the current Run if it is active, then start a new Run.
+
+    \b
+    Example:
+      rlark restart quickstart -p vision
+    """
+    client = _job_client(server, project)
+    job = _action("restart", name, client)
     out.print(f"job/{name} restarting as run {job['currentRun']['number']}")
     if wait:
-        raise typer.Exit(_wait(_client(server), name))
+        raise typer.Exit(_wait(client, name))
 
 
 @app.command()
-def delete(name: str = typer.Argument(..., metavar="NAME", help="Job name."), server: Optional[str] = ServerOpt) -> None:
-    """Delete a Job with its Runs, Events, records and logs (an active Job is stopped first)."""
-    res = _action("delete", name, server)
+def delete(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
+           project: Optional[str] = ProjectOpt, server: Optional[str] = ServerOpt) -> None:
+    """Delete a Job with its Runs, Events, records and logs (an active Job is stopped first).
+
+    \b
+    Example:
+      rlark delete quickstart -p vision
+    """
+    client = _job_client(server, project)
+    res = _action("delete", name, client)
     if not res.get("deleted"):
-        client = _client(server)
         with err.status(f"job/{name}: stopping its Workers, then deleting ..."):
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
@@ -782,14 +916,21 @@ def record(
     run: Optional[int] = typer.Option(None, "--run", help="Run number (default: the current Run)."),
     format: str = typer.Option("md", "--format", "-o", help="json, yaml or md"),
     output: Optional[Path] = typer.Option(None, "--output", help="Write to this file."),
+    project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
     """The run record: versions, images, RLinf config as given, node ranks, hosts, Ray node ids,
-    mounts, times, result, and where each log is."""
+    mounts, times, result, and where each log is.
+
+    \b
+    Example:
+      rlark record quickstart --run 2 -o json --output run2.json
+    """
     _check_name(name)
     if format not in ("json", "yaml", "md"):
         _fail(f"--format {format!r} is not supported; use json, yaml or md")
-    text = _call(_client(server).get_text, f"/api/v1/jobs/{name}/record", run=run, format=format)
+    text = _call(_job_client(server, project).get_text, f"/api/v1/jobs/{name}/record", run=run,
+                 format=format)
     if format == "json":
         text = json.dumps(json.loads(text), indent=2) + "\n"
     if output:
@@ -797,6 +938,11 @@ def record(
         out.print(f"wrote {output}")
     else:
         sys.stdout.write(text)
+
+
+from rlark import cli_access  # noqa: E402  (its commands use the helpers above)
+
+cli_access.register(app, sys.modules[__name__])
 
 
 def main() -> None:

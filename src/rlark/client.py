@@ -4,25 +4,125 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import json
+import os
+
 import httpx
 
-from rlark import settings
+from rlark import credentials, settings
+
+
+#: every Job belongs to a project; this one when nobody says which
+DEFAULT_PROJECT = "default"
 
 
 class ClientError(Exception):
     """A message fit for a terminal, plus the API's findings when there are any."""
 
-    def __init__(self, message: str, findings: list[dict] | None = None, status: int | None = None):
+    def __init__(self, message: str, findings: list[dict] | None = None, status: int | None = None,
+                 server_message: str | None = None):
         super().__init__(message)
         self.message = message
         self.findings = findings or []
         self.status = status
+        #: the server's own message, without the advice the client adds (e.g. on 401)
+        self.server_message = server_message or message
+
+
+def resolve_server(explicit: str | None = None) -> str:
+    """The server the CLI talks to: ``--server``, else ``$RLARK_SERVER``, else the credentials
+    file's current server (``rlark login``), else the local default."""
+    if explicit or os.environ.get("RLARK_SERVER"):
+        return settings.server_url(explicit)
+    try:
+        current = credentials.load().get("current")
+    except credentials.CredentialsError:
+        current = None
+    return settings.server_url(current if isinstance(current, str) else None)
+
+
+def resolve_token(server: str, explicit: str | None = None) -> str | None:
+    """The API token for ``server``: ``--token``, else ``$RLARK_TOKEN``, else the credentials
+    file's entry for that server.
+
+    Raises:
+        ClientError: the credentials file cannot be used (e.g. readable by others).
+    """
+    token = explicit or os.environ.get("RLARK_TOKEN")
+    if token:
+        return token.strip()
+    try:
+        item = credentials.entry(server)
+    except credentials.CredentialsError as exc:
+        raise ClientError(str(exc)) from None
+    return item.get("token") if item else None
+
+
+def token_source(explicit: str | None = None) -> str:
+    """Where :func:`resolve_token` takes the token from, in words (for ``rlark whoami``)."""
+    if explicit:
+        return "--token"
+    if os.environ.get("RLARK_TOKEN"):
+        return "RLARK_TOKEN"
+    return str(credentials.path())
+
+
+def resolve_project(server: str, explicit: str | None = None) -> str:
+    """The project Job commands act in: ``--project``, else ``$RLARK_PROJECT``, else the
+    credentials file's project for ``server`` (``rlark project use``), else ``default``.
+
+    Raises:
+        ClientError: the credentials file cannot be used (e.g. readable by others).
+    """
+    project = explicit or os.environ.get("RLARK_PROJECT")
+    if project:
+        return project.strip()
+    try:
+        item = credentials.entry(server)
+    except credentials.CredentialsError as exc:
+        raise ClientError(str(exc)) from None
+    return (item or {}).get("project") or DEFAULT_PROJECT
+
 
 
 class Client:
-    def __init__(self, server: str | None = None, timeout: float = 30.0):
-        self.base = settings.server_url(server)
-        self.http = httpx.Client(base_url=self.base, timeout=timeout)
+    """The REST API with the caller's token (see :func:`resolve_token`).
+
+    ``anonymous``: send no token at all (``rlark login --user``, whose password is the
+    credential). ``project``: send ``?project=`` with every request (Job commands).
+
+    Raises:
+        ClientError: the credentials file cannot be used.
+    """
+
+    def __init__(self, server: str | None = None, timeout: float = 30.0, token: str | None = None,
+                 *, anonymous: bool = False, project: str | None = None):
+        self.base = resolve_server(server)
+        self.token = None if anonymous else resolve_token(self.base, token)
+        self.project = project
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self.http = httpx.Client(base_url=self.base, timeout=timeout, headers=headers,
+                                 params={"project": project} if project else None)
+
+    def _error(self, resp: httpx.Response) -> ClientError:
+        """The API's answer ``resp`` (status >= 400) as a message fit for a terminal: the
+        server's own message, and for 401 how to log in."""
+        try:
+            detail = resp.json().get("detail", {})
+        except (ValueError, AttributeError):
+            detail = {"message": resp.text[:500]}
+        if isinstance(detail, str):
+            detail = {"message": detail}
+        elif not isinstance(detail, dict):  # a framework's list of validation errors
+            detail = {"message": str(detail)[:500]}
+        message = said = detail.get("message") or f"HTTP {resp.status_code}"
+        if resp.status_code == 401:
+            message = message.rstrip(".") + (
+                f". Log in with `rlark login --server {self.base}` (or set RLARK_TOKEN)"
+                if not self.token else
+                f". The token for {self.base} ({token_source()}) does not work: run "
+                f"`rlark login --server {self.base}` again")
+        return ClientError(message, detail.get("findings"), resp.status_code, said)
 
     def _request(self, method: str, path: str, **kw) -> httpx.Response:
         try:
@@ -35,17 +135,7 @@ class Client:
         except httpx.TimeoutException:
             raise ClientError(f"the RLark server at {self.base} did not answer in time") from None
         if resp.status_code >= 400:
-            try:
-                detail = resp.json().get("detail", {})
-            except ValueError:
-                detail = {"message": resp.text[:500]}
-            if isinstance(detail, str):
-                detail = {"message": detail}
-            raise ClientError(
-                detail.get("message") or f"HTTP {resp.status_code}",
-                detail.get("findings"),
-                resp.status_code,
-            )
+            raise self._error(resp)
         return resp
 
     def get(self, path: str, **params) -> Any:
@@ -66,6 +156,11 @@ class Client:
     def delete(self, path: str) -> Any:
         return self._request("DELETE", path).json()
 
+    def send_json(self, method: str, path: str, body: Any) -> Any:
+        """``method`` ``path`` with ``body`` as JSON; the answer's JSON."""
+        return self._request(method, path, content=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json"}).json()
+
     def stream_events(self, path: str, **params) -> Iterator[tuple[str, str]]:
         """Server-Sent Events as ``(event, data)`` pairs."""
         params = {k: v for k, v in params.items() if v is not None}
@@ -73,12 +168,7 @@ class Client:
             with self.http.stream("GET", path, params=params, timeout=None) as resp:
                 if resp.status_code >= 400:
                     resp.read()
-                    try:
-                        detail = resp.json().get("detail", {})
-                    except ValueError:
-                        detail = {"message": resp.text}
-                    raise ClientError(detail.get("message", f"HTTP {resp.status_code}"),
-                                      status=resp.status_code)
+                    raise self._error(resp)
                 event, data = "message", []
                 for line in resp.iter_lines():
                     if line.startswith(":"):

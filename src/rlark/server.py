@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
+import socket
 
 from fastapi import FastAPI
 
-from rlark import settings
+from rlark import credentials, settings
 from rlark.api.app import create_app
+from rlark.api.security import LOOPBACK_HOSTS, SecurityPolicy
+from rlark.services.auth import AuthService
 from rlark.controller.loop import Controller
 from rlark.runtimes.local import LocalRuntime
 from rlark.services.jobs import JobService
@@ -15,15 +20,110 @@ from rlark.store import Store
 from rlark.store.lock import ControllerLock, owner_info
 
 RUNTIMES = ("local", "kubernetes")
+log = logging.getLogger("rlark.server")
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` (a listen address) accepts connections from this machine only."""
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def security_policy(host: str, auth: bool = True, allowed_hosts: tuple[str, ...] = (),
+                    cors_origins: tuple[str, ...] = ()) -> SecurityPolicy:
+    """The request policy for a server listening on ``host``: loopback names, plus the listen
+    address and this machine's names when it listens beyond loopback, plus ``allowed_hosts``
+    (and ``$RLARK_ALLOWED_HOSTS``, comma-separated); CORS origins from ``cors_origins`` and
+    ``$RLARK_CORS_ORIGINS``.
+
+    Raises:
+        ValueError: authentication off on a non-loopback address (it would let anyone on the
+            network run code as the server's user).
+    """
+    if not auth and not is_loopback(host):
+        raise ValueError(f"--no-auth is refused with --host {host}: without authentication anyone who "
+                         "can reach the server runs code as its user. Turn authentication off "
+                         "only on 127.0.0.1 (or keep it on and use API tokens)")
+    names = list(LOOPBACK_HOSTS)
+    if not is_loopback(host):
+        if host not in ("0.0.0.0", "::", ""):
+            names.append(host)
+        names += [socket.gethostname(), socket.getfqdn()]
+    names += settings.csv_env("RLARK_ALLOWED_HOSTS") + list(allowed_hosts)
+    origins = settings.csv_env("RLARK_CORS_ORIGINS") + list(cors_origins)
+    return SecurityPolicy(auth=auth, allowed_hosts=tuple(dict.fromkeys(n.lower() for n in names if n)),
+                          cors_origins=tuple(dict.fromkeys(o.rstrip("/").lower() for o in origins)))
+
+
+def local_urls(host: str, port: int, scheme: str = "http") -> list[str]:
+    """The URLs the CLI on this machine may use for a server listening on ``host``."""
+    if host in ("0.0.0.0", "::", "") or is_loopback(host):
+        return [f"{scheme}://127.0.0.1:{port}", f"{scheme}://localhost:{port}"]
+    return [f"{scheme}://{host}:{port}"]
+
+
+def bootstrap_admin(auth: AuthService, urls: list[str]) -> None:
+    """First start: make the site administrator and store its token in the credentials file
+    for ``urls`` (``RLARK_ADMIN_TOKEN`` gives the token instead, e.g. from a Secret). Later
+    starts on another address: a token of the credentials file that this store still accepts
+    is stored for the new ``urls`` too, so the CLI on this machine keeps working. The token
+    itself is never logged."""
+    given = os.environ.pop("RLARK_ADMIN_TOKEN", None) or None  # no child process inherits it
+    token = auth.bootstrap(given)
+    if token is None:
+        _carry_token_to(auth, urls)
+        return
+    if given:
+        log.warning("first start: created the site administrator 'admin' with the token from "
+                    "RLARK_ADMIN_TOKEN")
+        return
+    for i, url in enumerate(urls):
+        where = credentials.put(url, token, user="admin", project="default", current=i == 0)
+    log.warning("first start: created the site administrator 'admin'; its API token is in %s "
+                "(mode 0600), where `rlark` on this machine finds it. Log in to the console with "
+                "it, or give people their own: `rlark user create NAME --project default --role member`",
+                where)
+
+
+def _carry_token_to(auth: AuthService, urls: list[str]) -> None:
+    from rlark.services.errors import Unauthenticated
+
+    try:
+        known = credentials.load().get("servers", {})
+    except credentials.CredentialsError as exc:
+        log.warning("not using the credentials file: %s", exc)
+        return
+    if not urls or all(url in known for url in urls):
+        return
+    for item in known.values():
+        token = item.get("token") if isinstance(item, dict) else None
+        if not token:
+            continue
+        try:
+            auth.from_token(token)  # only a token this store accepts
+        except Unauthenticated:
+            continue
+        for url in urls:
+            if url not in known:
+                credentials.put(url, token, user=item.get("user"), project=item.get("project"))
+        log.info("stored the credentials file's token for %s too", ", ".join(urls))
+        return
 
 
 def build_app(database_url: str | None = None, server_url: str | None = None,
-              runtime: str = "local", namespace: str | None = None) -> FastAPI:
+              runtime: str = "local", namespace: str | None = None,
+              policy: SecurityPolicy | None = None, admin_urls: list[str] | None = None) -> FastAPI:
     """The full server app; the controller runs with the app.
 
     ``runtime``: ``local`` (process groups on this machine, the default) or ``kubernetes``
     (Pods in ``namespace``; default: the in-cluster ServiceAccount's namespace or the kubeconfig
-    context's). Kubernetes settings from the environment: ``RLARK_K8S_PENDING_TIMEOUT``,
+    context's; other projects' Pods in their own namespaces). ``policy``: see
+    :func:`security_policy`; ``admin_urls``: where the first administrator's token is stored
+    for (:func:`bootstrap_admin`). Kubernetes settings from the environment: ``RLARK_K8S_PENDING_TIMEOUT``,
     ``RLARK_K8S_IMAGE_PULL_GRACE``, ``RLARK_K8S_MOUNT_GRACE`` (seconds),
     ``RLARK_K8S_RAY_DASHBOARD=1``.
 
@@ -42,10 +142,16 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
 
         policy = settings.k8s_status_policy()
         pending = policy.pending_timeout_seconds
+        from rlark.runtimes.kubernetes.client import KubeClient
+        from rlark.runtimes.kubernetes.namespaces import ProjectNamespaces
+
+        dashboard = settings.k8s_ray_dashboard()
         try:
-            rt = KubernetesRuntime(namespace, policy=policy, ray_dashboard=settings.k8s_ray_dashboard())
+            home = KubernetesRuntime(namespace, policy=policy, ray_dashboard=dashboard)
         except KubeError as exc:
             raise ValueError(str(exc)) from None
+        rt = ProjectNamespaces(home, lambda ns: KubernetesRuntime(
+            kube=KubeClient(home.kube.api, ns), policy=policy, ray_dashboard=dashboard))
         inventory = rt.inventory
     else:
         settings.ray_tmp_root()
@@ -54,15 +160,38 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     lock = ControllerLock(store.engine, owner_info(server_url)).acquire()
     controller = Controller(store, rt, on_shutdown=lock.release)
     service = JobService(store, controller.wake, runtime=runtime, inventory=inventory,
-                         pending_timeout=pending)
-    return create_app(service, controller)
+                         pending_timeout=pending,
+                         namespace=rt.namespace if runtime == "kubernetes" else None)
+    policy = policy or SecurityPolicy()
+    auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),
+                       login_rate=os.environ.get("RLARK_LOGIN_RATE") or "10/5 minutes")
+    if policy.auth:
+        bootstrap_admin(auth, admin_urls or [])
+    return create_app(service, controller, policy=policy, auth=auth)
 
 
 def serve(host: str, port: int, database_url: str | None = None, log_level: str = "info",
-          runtime: str = "local", namespace: str | None = None) -> None:
-    """Run the server until SIGINT/SIGTERM; on shutdown every Worker it started is stopped."""
+          runtime: str = "local", namespace: str | None = None, auth: bool = True,
+          allowed_hosts: tuple[str, ...] = (), cors_origins: tuple[str, ...] = (),
+          tls_cert: str | None = None, tls_key: str | None = None) -> None:
+    """Run the server until SIGINT/SIGTERM; on shutdown every Worker it started is stopped.
+
+    Raises:
+        ValueError: a setting is refused (see :func:`security_policy`, :func:`build_app`).
+    """
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = build_app(database_url, f"http://{host}:{port}", runtime=runtime, namespace=namespace)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    policy = security_policy(host, auth, allowed_hosts, cors_origins)
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("give both --tls-cert and --tls-key, or neither")
+    scheme = "https" if tls_cert else "http"
+    app = build_app(database_url, f"{scheme}://{host}:{port}", runtime=runtime, namespace=namespace,
+                    policy=policy, admin_urls=local_urls(host, port, scheme))
+    if not auth:
+        for line in ("AUTHENTICATION IS OFF (--no-auth): every request to this server acts as a",
+                     "site administrator and can run code as this user. Use it only on a machine",
+                     f"where you trust every local user. Listening on {host}:{port} only."):
+            log.warning("!!! %s", line)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, ssl_certfile=tls_cert,
+                ssl_keyfile=tls_key)

@@ -40,11 +40,31 @@ def database_url() -> str:
     return url
 
 
+def redact_url(text: str, url: str | None = None) -> str:
+    """``text`` with the password of a database URL replaced by ``***`` (``url``: the URL whose
+    password to hide inside ``text``; default: ``text`` is the URL)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url or text)
+    except (ArgumentError, ValueError):
+        return text
+    if not parsed.password:
+        return text
+    return text.replace(str(parsed.password), "***") if url else parsed.render_as_string(hide_password=True)
+
+
 def logs_dir() -> Path:
-    """Worker log files: ``$RLARK_HOME/logs/<job>/<run number>/<worker>.log``."""
+    """Worker log files: ``$RLARK_HOME/logs/<project>/<job>/<run number>/<worker>.log``."""
     path = rlark_home() / "logs"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def job_logs_dir(project: str, job: str) -> Path:
+    """A Job's Worker logs: ``$RLARK_HOME/logs/<project>/<job>`` (one directory per Run below)."""
+    return logs_dir() / project / job
 
 
 def server_url(explicit: str | None = None) -> str:
@@ -80,7 +100,21 @@ def keep_ray_temp() -> bool:
     return os.environ.get("RLARK_KEEP_RAY_TEMP", "") == "1"
 
 
-def _seconds(name: str, default: float) -> float:
+def csv_env(name: str) -> list[str]:
+    """A comma-separated environment variable as a list (blank items dropped)."""
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
+def positive_float_env(name: str, default: float) -> float:
+    """A positive number from the environment (``default`` when unset).
+
+    Raises:
+        ValueError: set, but not a positive number.
+    """
+    return _seconds(name, default, unit="")
+
+
+def _seconds(name: str, default: float, unit: str = " of seconds") -> float:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -89,7 +123,7 @@ def _seconds(name: str, default: float) -> float:
     except ValueError:
         value = -1.0
     if not 0 < value < float("inf"):
-        raise ValueError(f"{name}={raw!r} is not a positive number of seconds")
+        raise ValueError(f"{name}={raw!r} is not a positive number{unit}")
     return value
 
 

@@ -13,10 +13,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlark import __version__
 from rlark.api.docs import mount_docs
-from rlark.api.routers import jobs, logs, meta, nodes
+from rlark.api.routers import access, jobs, logs, meta, nodes
+from rlark.api.security import (
+    RequestGuard,
+    SecurityPolicy,
+    check_every_route_has_a_rule,
+)
 from rlark.console import mount_console
 from rlark.findings import format_path
-from rlark.services.errors import ServiceError
+from rlark.services.accounts import AccountService
+from rlark.services.auth import AuthService
+from rlark.services.errors import ServiceError, TooManyRequests, Unauthenticated
 from rlark.services.jobs import JobService
 
 
@@ -29,9 +36,19 @@ class SafeJSONResponse(JSONResponse):
                           separators=(",", ":")).encode("ascii")
 
 
-def create_app(service: JobService, controller=None) -> FastAPI:
+def create_app(service: JobService, controller=None, *, policy: SecurityPolicy | None = None,
+               auth: AuthService | None = None) -> FastAPI:
     """The app for ``service``; when a ``controller`` is given it runs while the app runs and
-    shuts down (stopping its Workers) with it."""
+    shuts down (stopping its Workers) with it.
+
+    ``policy``: how requests are guarded (default: authentication on, loopback ``Host`` names
+    only, CORS closed; see :mod:`rlark.api.security`). ``auth``: the authentication service
+    (default: one on ``service``'s store).
+
+    Raises:
+        RuntimeError: a route declares no access rule.
+    """
+    policy = policy or SecurityPolicy()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -53,10 +70,19 @@ def create_app(service: JobService, controller=None) -> FastAPI:
     mount_docs(app)
     app.state.jobs = service
     app.state.controller = controller
+    app.state.policy = policy
+    app.state.auth = auth or AuthService(service.store)
+    app.state.accounts = AccountService(app.state.auth, server_namespace=service.namespace)
 
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):
-        return SafeJSONResponse(status_code=exc.status, content={"detail": exc.to_dict()})
+        headers = {}
+        if isinstance(exc, TooManyRequests):
+            headers["Retry-After"] = str(exc.retry_after)
+        elif isinstance(exc, Unauthenticated):
+            headers["WWW-Authenticate"] = 'Bearer realm="rlark"'
+        return SafeJSONResponse(status_code=exc.status, content={"detail": exc.to_dict()},
+                                headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def request_error(_request: Request, exc: RequestValidationError):
@@ -92,5 +118,43 @@ def create_app(service: JobService, controller=None) -> FastAPI:
     app.include_router(logs.router)
     app.include_router(meta.router)
     app.include_router(nodes.router)
+    app.include_router(access.router)
     mount_console(app)  # the web console at / (its pages are not part of the OpenAPI schema)
+    check_every_route_has_a_rule(app)
+    _document_bearer_auth(app)
+    if policy.cors_origins:  # closed unless configured: then only these origins, tokens only
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(policy.cors_origins),
+                           allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type"], allow_credentials=False)
+    app.add_middleware(RequestGuard, policy=policy, auth=lambda: app.state.auth)
     return app
+
+
+def _document_bearer_auth(app: FastAPI) -> None:
+    """Say in the OpenAPI document that every operation but the public ones takes a bearer
+    token (the docs page's Authorize button; clients generated from it)."""
+    from fastapi.openapi.utils import get_openapi
+
+    from rlark.api.security import Rule, api_routes, route_rule
+
+    public = {(m.lower(), path) for path, r in api_routes(app) if route_rule(r) == Rule.public
+              for m in r.methods}
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version,
+                                 description=app.description, routes=app.routes)
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "an RLark API token (`rlark token create`)"}}
+            schema["security"] = [{"bearer": []}]
+            for path, ops in schema.get("paths", {}).items():
+                for method, op in ops.items():
+                    if (method, path) in public:
+                        op["security"] = []
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -11,6 +11,8 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from rlark.api.security import allow_user
+
 ASSETS_URL = "/static-docs"
 
 
@@ -20,7 +22,7 @@ def mount_docs(app: FastAPI) -> None:
     assets = files("fastapi_offline") / "static"
     app.mount(ASSETS_URL, StaticFiles(directory=str(assets)), name="static-docs")
 
-    @app.get("/docs", include_in_schema=False)
+    @app.get("/docs", include_in_schema=False, dependencies=[allow_user()])
     async def swagger_ui(request: Request) -> HTMLResponse:
         root = request.scope.get("root_path", "")
         return get_swagger_ui_html(
@@ -30,7 +32,7 @@ def mount_docs(app: FastAPI) -> None:
             swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
         )
 
-    @app.get("/redoc", include_in_schema=False)
+    @app.get("/redoc", include_in_schema=False, dependencies=[allow_user()])
     async def redoc(request: Request) -> HTMLResponse:
         root = request.scope.get("root_path", "")
         return get_redoc_html(

@@ -1,25 +1,51 @@
-"""The web console: server-rendered pages (Jinja2 + htmx) over :class:`JobService`.
+"""The web console: server-rendered pages (Jinja2 + htmx) over :class:`JobService` and
+:class:`AccountService`.
 
-Pages: the Jobs list (``/jobs``), the Create Job wizard (``/create``; also edit and clone), and
-a Job's detail (``/jobs/<name>``: overview, events, logs, run record, spec). Routes parse,
-call the service, render; every label comes from the catalogs in ``catalogs/`` (English and
-Simplified Chinese).
+Pages: the login page (``/login``), the Jobs list (``/jobs``), the Create Job wizard
+(``/create``; also edit and clone), a Job's detail (``/jobs/<name>``: overview, events, logs,
+run record, spec), Nodes, the caller's API tokens (``/tokens``) and the admin pages (users,
+projects and members, audit). Routes parse, call the service, render; every label comes from
+the catalogs in ``catalogs/`` (English and Simplified Chinese).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.staticfiles import StaticFiles
 
 HTMX_VERSION = "2.0.11"
 STATIC_DIR = Path(__file__).parent / "static"
 
 
-def mount_console(app: FastAPI) -> None:
-    """Serve the console at ``/`` (its assets at ``/static``) on ``app``."""
-    from rlark.console.routes import router
+def _is_console(path: str) -> bool:
+    """Paths whose errors are pages (everything but the API and its schema)."""
+    return not (path.startswith("/api/") or path == "/openapi.json")
 
+
+def mount_console(app: FastAPI) -> None:
+    """Serve the console at ``/`` (its assets at ``/static``) on ``app``, and show a refusal
+    (:class:`ServiceError` from an access rule or a service) on a console path as an HTML
+    page; API paths keep the app's JSON answer."""
+    from rlark.console.admin import router as admin_router
+    from rlark.console.auth_pages import router as auth_router
+    from rlark.console.routes import error_page
+    from rlark.console.routes import router
+    from rlark.services.errors import ServiceError
+
+    app.include_router(auth_router)
     app.include_router(router)
+    app.include_router(admin_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    as_json = app.exception_handlers.get(ServiceError)
+
+    async def service_error(request: Request, exc: Exception):
+        if not _is_console(request.url.path):
+            if as_json is None:
+                raise exc
+            return await as_json(request, exc)
+        return error_page(request, exc)  # type: ignore[arg-type]
+
+    app.add_exception_handler(ServiceError, service_error)

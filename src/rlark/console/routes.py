@@ -7,10 +7,11 @@ so every page also works as a bookmark and after a reload. Nothing here is in th
 
 from __future__ import annotations
 
+import hmac
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import jinja2
@@ -25,6 +26,13 @@ from fastapi.responses import (
 from starlette.concurrency import run_in_threadpool
 
 from rlark import __version__
+from rlark.api.security import (
+    PROJECT_COOKIE,
+    Access,
+    allow_project,
+    allow_public,
+    allow_user,
+)
 from rlark.console import HTMX_VERSION, logview
 from rlark.console.i18n import COOKIE, ENDONYMS, LOCALES, Translator, negotiate
 from rlark.console.wizard import (
@@ -41,11 +49,18 @@ from rlark.exitcodes import exit_text
 from rlark.findings import Finding, Severity
 from rlark.ranks import plan_workers
 from rlark.record import render as render_record
+from rlark.services.auth import DEFAULT_PROJECT, Principal
 from rlark.services.errors import NotFound, ServiceError
 from rlark.services.jobs import JobService
 from rlark.spec import dump_job, dump_yaml, job_to_dict
+from rlark.store import ProjectRole
 
 router = APIRouter(include_in_schema=False)
+#: who may see a page / act: roles in the console's current project (``?project=``, else the
+#: project switcher's cookie, else ``default``)
+Reader = Annotated[Access, allow_project(ProjectRole.viewer, console=True)]
+Writer = Annotated[Access, allow_project(ProjectRole.member, console=True)]
+User = Annotated[Access, allow_user()]
 
 TEMPLATES = Path(__file__).parent / "templates"
 PAGE_SIZE = 20
@@ -122,16 +137,62 @@ def _htmx(request: Request) -> bool:
     return request.headers.get("hx-request") == "true"
 
 
+def principal_of_page(request: Request) -> Principal | None:
+    """The caller RequestGuard authenticated (None on a public page without a login)."""
+    return request.scope.get("state", {}).get("principal")
+
+
+def page_project(request: Request) -> str:
+    """The project a console page is about: ``?project=``, else the project switcher's choice
+    (a cookie), else ``default`` -- the same order as ``allow_project(..., console=True)``."""
+    return (request.query_params.get("project") or request.cookies.get(PROJECT_COOKIE)
+            or DEFAULT_PROJECT)
+
+
+def project_url(url: str, project: str, current: str) -> str:
+    """``url`` with ``project=`` added unless both the Job's project and the browser's current
+    project are ``default``: a link then opens the same Job for anyone who may see it, whatever
+    project their own switcher is on."""
+    if project == DEFAULT_PROJECT and current == DEFAULT_PROJECT:
+        return url
+    return url + ("&" if "?" in url else "?") + urlencode({"project": project})
+
+
+def _viewer(request: Request, full: bool, project: str | None) -> dict[str, Any]:
+    """What every page knows about its caller: name, CSRF token, current project and the role
+    there (what buttons to show), the projects to switch to, and the admin pages they may use."""
+    principal = principal_of_page(request)
+    project = project or page_project(request)
+    current = request.cookies.get(PROJECT_COOKIE) or DEFAULT_PROJECT
+    role = principal.role_in(project) if principal else None
+    ctx: dict[str, Any] = {
+        "user": principal, "csrf": (principal.csrf or "") if principal else "",
+        "project": project,
+        "can_write": bool(role and role.allows(ProjectRole.member)),
+        "purl": lambda url, p=None: project_url(url, p or project, current),
+        "needs_project": lambda p=None: project_url("", p or project, current) != "",
+        "projects": {}, "is_site_admin": bool(principal and principal.is_admin),
+        "is_project_admin": False,
+    }
+    if full and principal is not None:
+        me = request.app.state.accounts.me(principal)
+        ctx["projects"] = me["projects"]
+        ctx["is_project_admin"] = any(r == ProjectRole.admin.value for r in me["projects"].values())
+    return ctx
+
+
 def _render(request: Request, template: str, status: int = 200, *, full: bool = True,
             **ctx: Any) -> HTMLResponse:
-    """Render a template with the request's language; ``full`` pages show (and clear) the
-    pending notice."""
+    """Render a template with the request's language and caller (see :func:`_viewer`); ``full``
+    pages show (and clear) the pending notice. ``project`` in ``ctx``: the page's project when
+    it is not :func:`page_project`'s."""
     locale = _locale(request)
     t = Translator(locale)
     notice = _read_flash(request, t) if full else None
+    viewer = _viewer(request, full, ctx.pop("project", None))
     html = env.get_template(template).render(
         t=t, locale=locale, locales=LOCALES, endonyms=ENDONYMS, notice=notice,
-        here=_here(request), **ctx)
+        here=_here(request), **viewer, **ctx)
     resp = HTMLResponse(html, status_code=status)
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["Vary"] = "Cookie, Accept-Language, HX-Request"
@@ -212,13 +273,38 @@ async def _form(request: Request) -> list[tuple[str, str]]:
 
 async def _accepted_form(request: Request) -> list[tuple[str, str]] | HTMLResponse:
     """The form of a console POST, or the page refusing it: 403 when it comes from another
-    site, 413 when it is too large or not a form."""
+    site or lacks the session's CSRF token, 413 when it is too large or not a form."""
     if _cross_site(request):
         return _refuse(request, 403, "error.crossSite")
     try:
-        return await _form(request)
+        pairs = await _form(request)
     except _BadForm:
         return _refuse(request, 413, "error.formTooLarge")
+    if not csrf_ok(request, pairs):
+        return _refuse(request, 403, "error.csrf")
+    return pairs
+
+
+def csrf_ok(request: Request, pairs: list[tuple[str, str]]) -> bool:
+    """Whether a console POST carries its session's CSRF token (the hidden ``csrf_token`` field
+    every form has, or htmx's ``X-CSRF-Token`` header).
+
+    Only a session needs one: a browser sends its session cookie with a form another site
+    submits, so the token is what proves the form came from a console page. An API token in
+    ``Authorization`` is never sent by a browser on its own, and a server without
+    authentication (``--no-auth``, loopback only) has no session; both still pass the
+    cross-site check.
+    """
+    principal = principal_of_page(request)
+    if principal is None:
+        return False
+    if principal.via in ("token", "open"):
+        return True
+    expected = principal.csrf or ""
+    sent = request.headers.get("x-csrf-token") or next(
+        (v for k, v in pairs if k == "csrf_token"), "")
+    return bool(expected) and hmac.compare_digest(sent.encode("utf-8", "replace"),
+                                                  expected.encode("utf-8"))
 
 
 def _cross_site(request: Request) -> bool:
@@ -253,12 +339,12 @@ def _text(text: str | None, limit: int = 200) -> str:
 # --- pages ---------------------------------------------------------------------------------------
 
 
-@router.get("/")
+@router.get("/", dependencies=[allow_user()])
 def home() -> Response:
     return RedirectResponse("/jobs", status_code=307)
 
 
-@router.get("/lang/{locale}")
+@router.get("/lang/{locale}", dependencies=[allow_public()])
 def set_language(locale: str, next: str | None = None) -> Response:
     resp = RedirectResponse(_safe_next(next, "/jobs"), status_code=303)
     if locale in LOCALES:
@@ -266,30 +352,39 @@ def set_language(locale: str, next: str | None = None) -> Response:
     return resp
 
 
-def _list_context(service: JobService, phase: str | None, q: str | None, page: int | None) -> dict:
+def _current(request: Request) -> str:
+    """The project the browser's switcher is on."""
+    return request.cookies.get(PROJECT_COOKIE) or DEFAULT_PROJECT
+
+
+def _list_context(service: JobService, project: str, current: str, phase: str | None,
+                  q: str | None, page: int | None) -> dict:
     phase = phase if phase in PHASES else None
     q = _text(q, 63) or None
     page = page or 1
-    data = service.list(phase=phase, q=q, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+    data = service.list(phase=phase, q=q, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE,
+                        projects=[project])
     pages = max((data["total"] + PAGE_SIZE - 1) // PAGE_SIZE, 1)
     if page > pages:
         page = pages
-        data = service.list(phase=phase, q=q, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+        data = service.list(phase=phase, q=q, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE,
+                            projects=[project])
     params = {k: v for k, v in (("phase", phase), ("q", q)) if v}
     return {
         "jobs": data["items"], "total": data["total"], "phase": phase or "", "q": q or "",
         "page": page, "pages": pages, "first": (page - 1) * PAGE_SIZE + 1 if data["items"] else 0,
         "last": (page - 1) * PAGE_SIZE + len(data["items"]),
         "query": urlencode({**params, "page": page}),
-        "page_url": lambda n: "/jobs?" + urlencode({**params, "page": n}),
-        "list_url": "/jobs?" + urlencode({**params, "page": page}),
+        "page_url": lambda n: project_url("/jobs?" + urlencode({**params, "page": n}), project, current),
+        "list_url": project_url("/jobs?" + urlencode({**params, "page": page}), project, current),
     }
 
 
 @router.get("/jobs")
-def jobs_page(request: Request, phase: str | None = None, q: str | None = None,
+def jobs_page(request: Request, access: Reader, phase: str | None = None, q: str | None = None,
               page: str | None = None) -> Response:
-    ctx = _list_context(_service(request), phase, q, _int(page, 1))
+    ctx = _list_context(_service(request), access.project, _current(request), phase, q,
+                        _int(page, 1))
     if _htmx(request):  # the filter form: the table only, and the address bar follows
         resp = _render(request, "_jobs_table.html", full=False, **ctx)
         resp.headers["HX-Push-Url"] = ctx["list_url"]
@@ -298,34 +393,35 @@ def jobs_page(request: Request, phase: str | None = None, q: str | None = None,
 
 
 @router.get("/jobs/_table")
-def jobs_table(request: Request, phase: str | None = None, q: str | None = None,
+def jobs_table(request: Request, access: Reader, phase: str | None = None, q: str | None = None,
                page: str | None = None) -> Response:
     """The table alone, for the list's live refresh."""
-    ctx = _list_context(_service(request), phase, q, _int(page, 1))
+    ctx = _list_context(_service(request), access.project, _current(request), phase, q,
+                        _int(page, 1))
     return _render(request, "_jobs_table.html", full=False, **ctx)
 
 
-@router.get("/nodes")
+@router.get("/nodes", dependencies=[allow_user()])
 def nodes_page(request: Request) -> Response:
     """The node inventory (what ``rlark nodes`` lists)."""
     return _render(request, "nodes.html", **_service(request).nodes())
 
 
-@router.get("/nodes/_table")
+@router.get("/nodes/_table", dependencies=[allow_user()])
 def nodes_table(request: Request) -> Response:
     """The table alone, for the page's live refresh."""
     return _render(request, "_nodes_table.html", full=False, **_service(request).nodes())
 
 
-def _job_context(service: JobService, name: str, run: int | None) -> dict:
+def _job_context(service: JobService, name: str, project: str, run: int | None) -> dict:
     """The Job, the Run shown (``run``, default the current one) and its Workers."""
-    job = service.get(name)
+    job = service.get(name, project)
     current = job["currentRun"]
     shown = next((r for r in job["runs"] if r["number"] == run), None) if run else None
     if shown is None or (current and shown["number"] == current["number"]):
         shown, workers = current, (current or {}).get("workers", [])
     else:
-        workers = service.workers(name, shown["number"])
+        workers = service.workers(name, shown["number"], project)
     live = bool(job["phase"] in ACTIVE or job["deleting"]
                 or any(w["startedAt"] and not w["finishedAt"] for w in workers))
     return {"job": job, "run": shown, "workers": workers, "live": live,
@@ -340,22 +436,25 @@ def _gone(request: Request, name: str) -> Response:
 
 
 @router.get("/jobs/{name}")
-def job_page(request: Request, name: str, tab: str = "overview", run: str | None = None,
-             role: str | None = None, worker: str | None = None, q: str | None = None) -> Response:
+def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
+             run: str | None = None, role: str | None = None, worker: str | None = None,
+             q: str | None = None) -> Response:
     service = _service(request)
+    project = access.project
     tab = tab if tab in TABS else "overview"
     try:
-        ctx = _job_context(service, name, _int(run))
+        ctx = _job_context(service, name, project, _int(run))
     except NotFound:
         return _gone(request, name)
     ctx.update(tab=tab, role=_text(role, 63), worker=_text(worker, 63), q=_text(q, 200))
     number = ctx["run"]["number"] if ctx["run"] else None
     if tab == "events":
-        ctx["events"] = list(reversed(service.events(name, _int(run))))
+        ctx["events"] = list(reversed(service.events(name, _int(run), project)))
         ctx["events_run"] = _int(run)
     elif tab == "logs" and number is not None:
         try:
-            chosen = service.worker_logs(name, number, ctx["worker"] or None, ctx["role"] or None, None)
+            chosen = service.worker_logs(name, number, ctx["worker"] or None, ctx["role"] or None,
+                                         None, project)
         except NotFound:
             chosen = []
         ctx["chosen"] = chosen
@@ -366,9 +465,10 @@ def job_page(request: Request, name: str, tab: str = "overview", run: str | None
                                     ("worker", ctx["worker"])) if v}
         ctx["log_query"] = urlencode({**params, **({"q": ctx["q"]} if ctx["q"] else {})})
         ctx["follow_url"] = f"/api/v1/jobs/{quote(name)}/logs?" + urlencode(
-            {**params, "follow": "true", "tail": LOG_TAIL})
+            {**params, "follow": "true", "tail": LOG_TAIL,
+             **({"project": project} if project != DEFAULT_PROJECT else {})})
     elif tab == "record" and number is not None:
-        ctx["record"] = service.record(name, number)
+        ctx["record"] = service.record(name, number, project)
     elif tab == "spec":
         ctx["spec_yaml"] = dump_yaml(ctx["job"]["spec"])
         ctx["findings"] = [Finding.model_validate(f) for f in ctx["job"]["findings"]]
@@ -376,40 +476,45 @@ def job_page(request: Request, name: str, tab: str = "overview", run: str | None
 
 
 @router.get("/jobs/{name}/_live")
-def job_live(request: Request, name: str, tab: str = "overview", run: str | None = None) -> Response:
+def job_live(request: Request, name: str, access: Reader, tab: str = "overview",
+             run: str | None = None) -> Response:
     """The live part of a Job's page (status, actions, and the overview or events tab), for
     polling while the Job is active."""
     service = _service(request)
     try:
-        ctx = _job_context(service, name, _int(run))
+        ctx = _job_context(service, name, access.project, _int(run))
     except NotFound:
-        resp = Response(status_code=200, headers={"HX-Redirect": "/jobs"})
+        resp = Response(status_code=200, headers={
+            "HX-Redirect": project_url("/jobs", access.project, _current(request))})
         return _flash(resp, "ok", "flash.deleted", name=name)
     ctx.update(tab=tab if tab in TABS else "overview", role="", worker="", q="")
     if ctx["tab"] == "events":
-        ctx["events"] = list(reversed(service.events(name, _int(run))))
+        ctx["events"] = list(reversed(service.events(name, _int(run), access.project)))
         ctx["events_run"] = _int(run)
     return _render(request, "_job_live.html", full=False, **ctx)
 
 
 @router.post("/jobs/{name}/{action}")
-async def job_action(request: Request, name: str, action: str) -> Response:
+async def job_action(request: Request, name: str, action: str, access: Writer) -> Response:
     if action not in ACTIONS:
         return _refuse(request, 404, "error.noPage")
     pairs = await _accepted_form(request)
     if isinstance(pairs, Response):
         return pairs
     form = dict(pairs)
-    back = f"/jobs/{quote(name)}"
+    job_path = f"/jobs/{quote(name)}"
+    back = project_url(job_path, access.project, _current(request))
     nxt = _safe_next(form.get("next"), back)
     service = _service(request)
     try:
-        result = await run_in_threadpool(getattr(service, action), name)
+        result = await run_in_threadpool(getattr(service, action), name, access.project,
+                                         access.actor)
     except ServiceError as exc:
         return _flash(_redirect(request, nxt), "error", text=exc.message)
     if action == "delete":
-        if urlsplit(nxt).path.startswith(back):
-            nxt = "/jobs"
+        gone_to = urlsplit(nxt).path
+        if gone_to == job_path or gone_to.startswith(job_path + "/"):
+            nxt = project_url("/jobs", access.project, _current(request))
         key = "flash.deleted" if result.get("deleted") else "flash.deleting"
         return _flash(_redirect(request, nxt), "ok", key, name=name)
     return _flash(_redirect(request, nxt), "ok", f"flash.{action}", name=name,
@@ -425,7 +530,7 @@ def _attachment(body: str, filename: str, media: str) -> Response:
 
 
 @router.get("/jobs/{name}/logs.{fmt}")
-def download_logs(request: Request, name: str, fmt: str, run: str | None = None,
+def download_logs(request: Request, name: str, fmt: str, access: Reader, run: str | None = None,
                   role: str | None = None, worker: str | None = None,
                   q: str | None = None) -> Response:
     if fmt not in ("txt", "csv"):
@@ -433,7 +538,7 @@ def download_logs(request: Request, name: str, fmt: str, run: str | None = None,
     service = _service(request)
     try:
         chosen = service.worker_logs(name, _int(run), _text(worker, 63) or None,
-                                     _text(role, 63) or None, None)
+                                     _text(role, 63) or None, None, access.project)
     except NotFound as exc:
         return PlainTextResponse(exc.message + "\n", status_code=404)
     number = chosen[0]["run"]
@@ -445,11 +550,12 @@ def download_logs(request: Request, name: str, fmt: str, run: str | None = None,
 
 
 @router.get("/jobs/{name}/record.{fmt}")
-def download_record(request: Request, name: str, fmt: str, run: str | None = None) -> Response:
+def download_record(request: Request, name: str, fmt: str, access: Reader,
+                    run: str | None = None) -> Response:
     if fmt not in ("json", "md"):
         return _refuse(request, 404, "error.noPage")
     try:
-        rec = _service(request).record(name, _int(run))
+        rec = _service(request).record(name, _int(run), access.project)
     except NotFound as exc:
         return PlainTextResponse(exc.message + "\n", status_code=404)
     media = "application/json" if fmt == "json" else "text/markdown; charset=utf-8"
@@ -459,7 +565,8 @@ def download_record(request: Request, name: str, fmt: str, run: str | None = Non
 # --- the Create Job wizard -------------------------------------------------------------------------
 
 
-def _step_findings(service: JobService, st: WizardState, step: int) -> tuple[list[Finding], Any]:
+def _step_findings(service: JobService, st: WizardState, step: int,
+                   project: str) -> tuple[list[Finding], Any]:
     """Findings about the fields of ``step`` (4: every Finding of the preflight submitting
     would run) and the parsed Job (step 4 only)."""
     doc, bad = st.to_document()
@@ -470,7 +577,7 @@ def _step_findings(service: JobService, st: WizardState, step: int) -> tuple[lis
     findings = bad + found
     if st.mode == "create" and step in (1, 4) and st.name:
         try:
-            service.get(st.name)
+            service.get(st.name, project)
         except NotFound:
             pass
         else:
@@ -484,10 +591,10 @@ def _step_findings(service: JobService, st: WizardState, step: int) -> tuple[lis
 
 
 def _wizard_context(service: JobService, st: WizardState, findings: list[Finding] | None,
-                    job=None, error: str | None = None) -> dict:
+                    project: str, job=None, error: str | None = None) -> dict:
     """What ``_wizard.html`` shows. Step 4 always runs the full preflight."""
     if st.step == 4:
-        findings, job = _step_findings(service, st, 4)
+        findings, job = _step_findings(service, st, 4, project)
     findings = findings or []
     by_field: dict[str, list[Finding]] = {}
     tab_errors: dict[int, int] = {}
@@ -519,25 +626,25 @@ def _wizard_page(request: Request, ctx: dict, status: int = 200, **extra: Any) -
 
 
 @router.get("/create")
-def create_page(request: Request) -> Response:
-    ctx = _wizard_context(_service(request), WizardState.new(), None)
+def create_page(request: Request, access: Writer) -> Response:
+    ctx = _wizard_context(_service(request), WizardState.new(), None, access.project)
     return _render(request, "create.html", **ctx, yaml_source="", yaml_findings=[])
 
 
 @router.get("/jobs/{name}/edit")
-def edit_page(request: Request, name: str) -> Response:
-    return _wizard_from_job(request, name, edit=True)
+def edit_page(request: Request, name: str, access: Writer) -> Response:
+    return _wizard_from_job(request, name, access.project, edit=True)
 
 
 @router.get("/jobs/{name}/clone")
-def clone_page(request: Request, name: str) -> Response:
-    return _wizard_from_job(request, name, edit=False)
+def clone_page(request: Request, name: str, access: Writer) -> Response:
+    return _wizard_from_job(request, name, access.project, edit=False)
 
 
-def _wizard_from_job(request: Request, name: str, edit: bool) -> Response:
+def _wizard_from_job(request: Request, name: str, project: str, edit: bool) -> Response:
     service = _service(request)
     try:
-        job = service.get(name)
+        job = service.get(name, project)
     except NotFound:
         return _gone(request, name)
     st = WizardState.from_spec(job["spec"])
@@ -545,16 +652,17 @@ def _wizard_from_job(request: Request, name: str, edit: bool) -> Response:
         st.mode, st.original = "edit", name
     else:
         st.name = st.clone_name()
-    ctx = _wizard_context(service, st, None)
+    ctx = _wizard_context(service, st, None, project)
     return _render(request, "create.html", **ctx, yaml_source="", yaml_findings=[])
 
 
 @router.post("/create")
-async def wizard_post(request: Request) -> Response:
+async def wizard_post(request: Request, access: Writer) -> Response:
     pairs = await _accepted_form(request)
     if isinstance(pairs, Response):
         return pairs
     service = _service(request)
+    project = access.project
     st = WizardState.from_form(pairs)
     if st.mode == "edit":
         st.name = st.original
@@ -567,7 +675,7 @@ async def wizard_post(request: Request) -> Response:
     elif action.startswith("goto:"):
         target = min(max(_int(action[5:], 1, 1, 4) or 1, 1), 4)
         while st.step < target:  # forward only through valid steps
-            found, _ = await run_in_threadpool(_step_findings, service, st, st.step)
+            found, _ = await run_in_threadpool(_step_findings, service, st, st.step, project)
             if blocking(found):
                 findings = found
                 break
@@ -576,24 +684,25 @@ async def wizard_post(request: Request) -> Response:
             st.step = target
     elif action == "submit":
         st.step = 4
-        found, job = await run_in_threadpool(_step_findings, service, st, 4)
+        found, job = await run_in_threadpool(_step_findings, service, st, 4, project)
         if not blocking(found):
             doc, _ = st.to_document()
             try:
                 if st.mode == "edit":
-                    await run_in_threadpool(service.replace, st.original, doc)
+                    await run_in_threadpool(service.replace, st.original, doc, project, access.actor)
                 else:
-                    await run_in_threadpool(service.create, doc)
+                    await run_in_threadpool(lambda: service.create(doc, project=project,
+                                                                   actor=access.actor))
             except ServiceError as exc:
-                ctx = await run_in_threadpool(_wizard_context, service, st, None)
+                ctx = await run_in_threadpool(_wizard_context, service, st, None, project)
                 return _wizard_page(request, ctx, 200, error=exc.message, yaml_source="",
                                     yaml_findings=[])
             key = "flash.updated" if st.mode == "edit" else "flash.created"
-            return _flash(_redirect(request, f"/jobs/{quote(doc['metadata']['name'])}"), "ok",
-                          key, name=doc["metadata"]["name"])
+            url = project_url(f"/jobs/{quote(doc['metadata']['name'])}", project, _current(request))
+            return _flash(_redirect(request, url), "ok", key, name=doc["metadata"]["name"])
     else:  # next (also Enter in a field)
         if st.step < 4:
-            found, _ = await run_in_threadpool(_step_findings, service, st, st.step)
+            found, _ = await run_in_threadpool(_step_findings, service, st, st.step, project)
             if blocking(found):
                 findings = found
                 if st.step == 2:  # show the first role with an error
@@ -602,12 +711,12 @@ async def wizard_post(request: Request) -> Response:
                         st.tab = first
             else:
                 st.step += 1
-    ctx = await run_in_threadpool(_wizard_context, service, st, findings)
+    ctx = await run_in_threadpool(_wizard_context, service, st, findings, project)
     return _wizard_page(request, ctx, yaml_source="", yaml_findings=[])
 
 
 @router.post("/create/yaml")
-async def wizard_from_yaml(request: Request) -> Response:
+async def wizard_from_yaml(request: Request, access: Writer) -> Response:
     """Start the wizard from pasted or uploaded YAML: at step 4 (review), or back on the first
     page with the Findings that keep the YAML from being read."""
     pairs = await _accepted_form(request)
@@ -618,10 +727,40 @@ async def wizard_from_yaml(request: Request) -> Response:
     text = form.get("yaml", "")
     job, findings = await run_in_threadpool(service.validate, text)
     if job is None:
-        ctx = _wizard_context(service, WizardState.new(), None)
+        ctx = _wizard_context(service, WizardState.new(), None, access.project)
         return _render(request, "create.html", 422, **ctx, yaml_source=text,
                        yaml_findings=findings)
     st = WizardState.from_spec(job_to_dict(job))
     st.step = 4
-    ctx = await run_in_threadpool(_wizard_context, service, st, None)
+    ctx = await run_in_threadpool(_wizard_context, service, st, None, access.project)
     return _render(request, "create.html", **ctx, yaml_source="", yaml_findings=[])
+
+
+# --- errors the access rules raise ----------------------------------------------------------------
+
+#: title and explanation (catalog keys) of a refused console page, by HTTP status
+ERROR_TEXTS = {401: ("error.unauthenticated", "error.loginAgain"),
+               403: ("error.forbidden", "error.notAllowed"),
+               404: ("error.notFound", "error.noPage"),
+               429: ("error.tooMany", "error.tryLater")}
+
+
+def error_page(request: Request, exc: ServiceError) -> Response:
+    """The console's page for a :class:`ServiceError` that reached the app (the access rules'
+    ``NotFound``/``Forbidden``, a service's refusal): HTML in the page's language, with the
+    service's own words below.
+
+    A Job page whose project the caller has no role in gets exactly the page of a Job that
+    does not exist: nobody learns that another project's Job is there.
+    """
+    t = Translator(_locale(request))
+    name = request.path_params.get("name")
+    if isinstance(exc, NotFound) and name is not None and request.url.path.startswith("/jobs/"):
+        return _gone(request, str(name))
+    title, text = ERROR_TEXTS.get(exc.status, ("error.title", "error.refused"))
+    resp = _render(request, "error.html", exc.status, title=t(title), message=t(text),
+                   detail=exc.message, login=exc.status == 401)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        resp.headers["Retry-After"] = str(retry_after)
+    return resp

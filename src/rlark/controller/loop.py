@@ -36,6 +36,7 @@ from rlark.controller.phases import (
 from rlark.record import build_record
 from rlark.ranks import plan_workers, rank_ranges
 from rlark.runtimes.base import LaunchSpec, Taken, WorkerRef, bootstrap_env
+from rlark.services.logs import job_log_dirs, remove_dirs
 from rlark.spec import Job
 from rlark.store import EventRow, JobRow, RunRow, Store, TaskRow, WorkerRow
 
@@ -105,9 +106,12 @@ def add_event(
     type: str = "Normal",
     from_phase: str | None = None,
     to_phase: str | None = None,
+    actor: str | None = None,
 ) -> None:
+    """Add an Event to ``s``; ``actor``: the user whose request caused it (None: RLark)."""
     s.add(
         EventRow(
+            actor=actor,
             job_id=job_id,
             run_number=run_number,
             worker=worker,
@@ -318,9 +322,10 @@ class Controller:
         ).all()
         taken = Taken(ips=frozenset(ip for ip, _ in live if ip),
                       port_bases=frozenset(b for _, b in live if b is not None))
-        placement = self.runtime.place(job, run.uid, list(planned.values()), taken)
+        placement = self.runtime.place(job, run.uid, list(planned.values()), taken,
+                                       namespace=run.namespace)
         rows = sorted(run.workers, key=lambda w: w.node_rank)
-        log_dir = settings.logs_dir() / run.job.name / str(run.number)
+        log_dir = settings.job_logs_dir(run.job.project.name, run.job.name) / str(run.number)
         self._transition(s, run, Transition(Phase.starting.value, "Launching",
                                             f"starting {len(rows)} Workers"))
         run.started_at = utcnow()
@@ -341,7 +346,7 @@ class Controller:
             try:
                 launched = self.runtime.launch(
                     LaunchSpec(job=job, run_uid=run.uid, worker=planned[w.node_rank], env=env,
-                               log_path=w.log_path, place=place)
+                               log_path=w.log_path, place=place, namespace=run.namespace)
                 )
             except Exception as exc:  # e.g. the role's interpreter does not exist
                 w.phase, w.reason, w.message = "Failed", "LaunchFailed", str(exc)
@@ -580,7 +585,7 @@ class Controller:
 
     def _finish(self, s: Session, run: RunRow) -> None:
         if run.record is None:
-            self.runtime.end_run(run.uid)
+            self.runtime.end_run(run.uid, run.namespace)
             run.record = build_record(run.job, run, run.workers, settings.logs_dir())
 
     def _sync_tasks(self, run: RunRow) -> None:
@@ -594,6 +599,7 @@ class Controller:
                 task.phase = run.phase
 
     def _finalize_deletes(self) -> None:
+        gone: list = []
         with self.store.session() as s:
             jobs = s.scalars(select(JobRow).where(JobRow.delete_requested.is_(True))).all()
             for job in jobs:
@@ -606,6 +612,6 @@ class Controller:
                         if r.phase in ACTIVE and not r.stop_requested:
                             r.stop_requested = True
                     continue
-                name = job.name
+                gone += job_log_dirs(job)
                 s.delete(job)
-                shutil.rmtree(settings.logs_dir() / name, ignore_errors=True)
+        remove_dirs(gone)  # once the deletes are committed

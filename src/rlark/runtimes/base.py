@@ -184,6 +184,8 @@ class LaunchSpec:
     log_path: str
     place: WorkerPlace
     python: str | None = None
+    #: kubernetes: the namespace of the Run's objects (its project's); None: the server's
+    namespace: str | None = None
 
 
 @dataclass
@@ -217,8 +219,10 @@ class Runtime(Protocol):
 
     name: str
 
-    def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken) -> Placement:
-        """Choose the head address and every Worker's address/ports/temp dir for a new Run.
+    def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken,
+              namespace: str | None = None) -> Placement:
+        """Choose the head address and every Worker's address/ports/temp dir for a new Run
+        (``namespace``: where a runtime with namespaces puts it; others ignore it).
 
         Raises:
             RuntimeError: no room (e.g. no free port block); the Run fails with LaunchFailed.
@@ -240,5 +244,5 @@ class Runtime(Protocol):
     def forget(self, ref: WorkerRef) -> None:
         """The Worker's end is recorded; drop what the runtime keeps about it."""
 
-    def end_run(self, run_uid: str) -> None:
+    def end_run(self, run_uid: str, namespace: str | None = None) -> None:
         """Every Worker of the Run is gone: remove what the Run alone needed (Services...)."""

@@ -82,7 +82,8 @@ class LocalRuntime:
         self.reservations = reservations or Reservations()
         self._run_places: dict[str, list[tuple[str, int]]] = {}
 
-    def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken) -> Placement:
+    def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken,
+              namespace: str | None = None) -> Placement:
         """Each Worker gets the lowest free loopback address from 127.0.0.2 and the lowest free
         block of 64 ports in 20000-32767 (free: held by no live Worker in the store and bindable
         now); its Ray temp dir is ``$RLARK_RAY_TMP/<run uid>-<rank>``."""
@@ -208,7 +209,7 @@ class LocalRuntime:
         if places and (ref.node_ip, ref.port_base) in places:
             places.remove((ref.node_ip, ref.port_base))
 
-    def end_run(self, run_uid: str) -> None:
+    def end_run(self, run_uid: str, namespace: str | None = None) -> None:
         """Free whatever of the Run is still reserved (Workers that never launched)."""
         for ip, base in self._run_places.pop(run_uid, []):
             self.reservations.release("ip", ip)

@@ -39,3 +39,28 @@ class Invalid(ServiceError):
 class TooLarge(ServiceError):
     status = 413
     code = "TooLarge"
+
+
+class Unauthenticated(ServiceError):
+    """No valid credentials: no token or session, or one that is unknown, revoked or expired."""
+
+    status = 401
+    code = "Unauthenticated"
+
+
+class Forbidden(ServiceError):
+    """Known user, not allowed: their role (or lack of one) does not permit the action."""
+
+    status = 403
+    code = "Forbidden"
+
+
+class TooManyRequests(ServiceError):
+    """A rate limit was reached; ``retry_after`` is in seconds."""
+
+    status = 429
+    code = "TooManyRequests"
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -7,7 +7,6 @@ shows the same fields.
 
 from __future__ import annotations
 
-import shutil
 import threading
 from typing import Any, Callable
 
@@ -28,9 +27,14 @@ from rlark.record import build_record
 from rlark.rlinf_config import preflight_job
 from rlark.record import iso as _iso
 from rlark.spec import DNS1123_LABEL, Job, job_to_dict
+from rlark.services import audit
+from rlark.services.accounts import project_namespace
+from rlark.services.audit import SYSTEM, Actor
+from rlark.services.auth import DEFAULT_PROJECT
 from rlark.services.errors import Conflict, Invalid, NotFound
+from rlark.services.logs import job_log_dirs, remove_dirs
 from rlark import settings
-from rlark.store import EventRow, JobRow, RunRow, Store, WorkerRow
+from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store, WorkerRow
 
 
 # --- views ----------------------------------------------------------------------------------------
@@ -95,6 +99,7 @@ def event_view(e: EventRow) -> dict[str, Any]:
         "worker": e.worker,
         "from": e.from_phase,
         "to": e.to_phase,
+        "actor": e.actor,
     }
 
 
@@ -103,6 +108,7 @@ def job_summary(job: JobRow, run: RunRow | None) -> dict[str, Any]:
     roles = spec.get("roles", [])
     return {
         "name": job.name,
+        "project": job.project.name,
         "phase": job.phase,
         "reason": job.reason,
         "message": job.message,
@@ -153,8 +159,10 @@ class JobService:
 
     def __init__(self, store: Store, wake: Callable[[], None] = lambda: None, runtime: str = "local",
                  host: dict[str, float] | None = None, inventory: Callable[[], tuple] | None = None,
-                 pending_timeout: float | None = None):
+                 pending_timeout: float | None = None, namespace: str | None = None):
         self.store = store
+        #: kubernetes: the server's namespace (projects map to namespaces: accounts.project_namespace)
+        self.namespace = namespace
         self.wake = wake
         self.runtime = runtime
         #: capacity of the machine local Workers run on (preflight.host_capacity); None: measure
@@ -208,21 +216,27 @@ class JobService:
             raise Invalid(f"the Job spec has {n} error{'s' if n != 1 else ''}", findings)
         return job, findings
 
-    def create(self, document: str | bytes | dict) -> dict[str, Any]:
-        """Validate and store a Job, with its first Run (Pending).
+    def create(self, document: str | bytes | dict, *, project: str = DEFAULT_PROJECT,
+               actor: Actor = SYSTEM) -> dict[str, Any]:
+        """Validate and store a Job in ``project``, with its first Run (Pending).
 
         Raises:
             Invalid: the spec has error Findings (all Findings are attached).
-            Conflict: a Job of that name exists.
+            NotFound: no such project.
+            Conflict: a Job of that name exists in the project.
         """
         job, findings = self._checked(document)
         with self.store.session() as s:
-            if s.scalar(select(JobRow.id).where(JobRow.name == job.name)) is not None:
+            prow = self._project(s, project)
+            if s.scalar(select(JobRow.id).where(JobRow.project_id == prow.id,
+                                                JobRow.name == job.name)) is not None:
                 raise Conflict(
-                    f"a Job named {job.name!r} already exists; delete it, restart it, or choose "
-                    "another metadata.name"
+                    f"a Job named {job.name!r} already exists in project {project!r}; use "
+                    "`rlark apply` to give it this spec, delete it, or choose another metadata.name"
                 )
             row = JobRow(
+                project_id=prow.id,
+                project=prow,
                 name=job.name,
                 spec=job_to_dict(job),
                 labels=dict(job.metadata.labels),
@@ -234,19 +248,27 @@ class JobService:
             try:
                 s.flush()
             except IntegrityError:
-                raise Conflict(f"a Job named {job.name!r} already exists") from None
-            run = new_run(row, "Submitted", self.runtime)
+                raise Conflict(f"a Job named {job.name!r} already exists in project {project!r}") from None
+            run = self._make_run(row, "Submitted")
             s.add(run)
             s.flush()
             row.current_run_id = run.id
             add_event(s, row.id, "Submitted",
-                      f"Job accepted: {job.total_workers} Workers in {len(job.spec.roles)} roles",
-                      run_number=run.number)
+                      f"Job accepted: {job.total_workers} Workers in {len(job.spec.roles)} roles"
+                      + _by(actor), run_number=run.number, actor=actor.name)
             for f in findings:  # messages name their field path already
                 add_event(s, row.id, f.code, f.message, type="Warning")
+            audit.record(s, actor, "job.create", project=project, target=job.name,
+                         detail=f"run {run.number}")
             out = self._detail(s, row)
         self.wake()
         return out
+
+    def _make_run(self, job: JobRow, cause: str) -> RunRow:
+        run = new_run(job, cause, self.runtime)
+        if self.runtime == "kubernetes":
+            run.namespace = project_namespace(job.project, job.project.namespace, self.namespace)
+        return run
 
     # node inventory ---------------------------------------------------------------------------
 
@@ -297,11 +319,22 @@ class JobService:
 
     # reads --------------------------------------------------------------------------------------
 
-    def _job(self, s: Session, name: str) -> JobRow:
+    @staticmethod
+    def _project(s: Session, name: str) -> ProjectRow:
+        row = s.scalar(select(ProjectRow).where(ProjectRow.name == name)) if DNS1123_LABEL.match(name or "") else None
+        if row is None:
+            raise NotFound(f"no project named {name!r} that you can see; `rlark project list` shows yours")
+        return row
+
+    def _job(self, s: Session, name: str, project: str) -> JobRow:
         # a name that cannot be a Job's is not looked up (NUL bytes would upset PostgreSQL)
-        job = s.scalar(select(JobRow).where(JobRow.name == name)) if DNS1123_LABEL.match(name) else None
+        job = s.scalar(
+            select(JobRow).join(ProjectRow, ProjectRow.id == JobRow.project_id)
+            .where(JobRow.name == name, ProjectRow.name == project)
+        ) if DNS1123_LABEL.match(name) and DNS1123_LABEL.match(project or "") else None
         if job is None:
-            raise NotFound(f"no Job named {name!r}; `rlark get jobs` lists them")
+            where = "" if project == DEFAULT_PROJECT else f" in project {project!r}"
+            raise NotFound(f"no Job named {name!r}{where}; `rlark get jobs` lists them")
         return job
 
     @staticmethod
@@ -334,10 +367,15 @@ class JobService:
         q: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        projects: list[str] | None = None,
     ) -> dict[str, Any]:
-        """Jobs newest first, optionally filtered by phase and a name substring."""
+        """Jobs newest first, optionally filtered by phase and a name substring. ``projects``:
+        only Jobs of these projects (None: every project)."""
         with self.store.session() as s:
             stmt = select(JobRow.id)
+            if projects is not None:
+                stmt = stmt.join(ProjectRow, ProjectRow.id == JobRow.project_id).where(
+                    ProjectRow.name.in_(projects))
             if phase:
                 stmt = stmt.where(JobRow.phase == phase)
             if q:
@@ -348,7 +386,8 @@ class JobService:
             ids = s.scalars(
                 stmt.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit).offset(offset)
             ).all()
-            by_id = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
+            by_id = {j.id: j for j in s.scalars(
+                select(JobRow).where(JobRow.id.in_(ids)).options(selectinload(JobRow.project)))} if ids else {}
             jobs = [by_id[i] for i in ids if i in by_id]
             run_ids = [j.current_run_id for j in jobs if j.current_run_id]
             # Workers and Tasks of the page's Runs in two queries, not two per row
@@ -358,44 +397,47 @@ class JobService:
             items = [job_summary(j, runs.get(j.current_run_id)) for j in jobs]
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
-    def get(self, name: str) -> dict[str, Any]:
+    def get(self, name: str, project: str = DEFAULT_PROJECT) -> dict[str, Any]:
         with self.store.session() as s:
-            return self._detail(s, self._job(s, name))
+            return self._detail(s, self._job(s, name, project))
 
-    def runs(self, name: str) -> list[dict[str, Any]]:
+    def runs(self, name: str, project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
         with self.store.session() as s:
-            return [run_view(r) for r in self._job(s, name).runs]
+            return [run_view(r) for r in self._job(s, name, project).runs]
 
-    def workers(self, name: str, run: int | None = None) -> list[dict[str, Any]]:
+    def workers(self, name: str, run: int | None = None,
+                project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
         with self.store.session() as s:
-            return [worker_view(w) for w in self._run(s, self._job(s, name), run).workers]
+            return [worker_view(w) for w in self._run(s, self._job(s, name, project), run).workers]
 
-    def events(self, name: str, run: int | None = None) -> list[dict[str, Any]]:
+    def events(self, name: str, run: int | None = None,
+               project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
         with self.store.session() as s:
-            job = self._job(s, name)
+            job = self._job(s, name, project)
             stmt = select(EventRow).where(EventRow.job_id == job.id)
             if run is not None:
                 stmt = stmt.where(EventRow.run_number == run)
             return [event_view(e) for e in s.scalars(stmt.order_by(EventRow.id))]
 
-    def record(self, name: str, run: int | None = None) -> dict[str, Any]:
+    def record(self, name: str, run: int | None = None,
+               project: str = DEFAULT_PROJECT) -> dict[str, Any]:
         """The stored run record of a finished Run, or a live one for an active Run."""
         with self.store.session() as s:
-            job = self._job(s, name)
+            job = self._job(s, name, project)
             r = self._run(s, job, run)
             if r.record is not None:
                 return r.record
             return build_record(job, r, r.workers, settings.logs_dir())
 
     def worker_logs(self, name: str, run: int | None, worker: str | None, role: str | None,
-                    rank: int | None) -> list[dict[str, Any]]:
+                    rank: int | None, project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
         """The Workers (name, role, rank, log path) whose logs match the filters, rank order.
 
         Raises:
             NotFound: no Worker matches.
         """
         with self.store.session() as s:
-            r = self._run(s, self._job(s, name), run)
+            r = self._run(s, self._job(s, name, project), run)
             chosen = [
                 w for w in r.workers
                 if (worker is None or w.name == worker)
@@ -413,24 +455,25 @@ class JobService:
 
     # changes --------------------------------------------------------------------------------------
 
-    def stop(self, name: str) -> dict[str, Any]:
+    def stop(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
         """Stop the current Run (SIGTERM, then SIGKILL after the grace period). Idempotent."""
         with self.store.session() as s:
-            job = self._job(s, name)
+            job = self._job(s, name, project)
             job.desired = "Stopped"
-            self._request_stop(s, job, "stop requested by the user")
+            self._request_stop(s, job, "stop requested" + _by(actor), actor)
+            audit.record(s, actor, "job.stop", project=project, target=name)
             out = self._detail(s, job)
         self.wake()
         return out
 
-    def start(self, name: str) -> dict[str, Any]:
+    def start(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
         """Start a new Run of a Job that is not running.
 
         Raises:
             Conflict: the current Run is still active (use restart).
         """
         with self.store.session() as s:
-            job = self._job(s, name)
+            job = self._job(s, name, project)
             if job.delete_requested:
                 raise Conflict(f"Job {name!r} is being deleted")
             run = self._current(s, job)
@@ -438,39 +481,45 @@ class JobService:
                 raise Conflict(
                     f"Job {name!r} is {run.phase} (run {run.number}); stop it first or use restart"
                 )
-            out = self._new_run(s, job, "Started")
+            out = self._new_run(s, job, "Started", actor)
+            audit.record(s, actor, "job.start", project=project, target=name,
+                         detail=f"run {out['currentRun']['number']}")
         self.wake()
         return out
 
-    def restart(self, name: str) -> dict[str, Any]:
+    def restart(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
         """Stop the current Run if active, then start a new Run with the same spec."""
         with self.store.session() as s:
-            job = self._job(s, name)
+            job = self._job(s, name, project)
             if job.delete_requested:
                 raise Conflict(f"Job {name!r} is being deleted")
-            self._request_stop(s, job, "restart requested by the user")
-            out = self._new_run(s, job, "Restarted")
+            self._request_stop(s, job, "restart requested" + _by(actor), actor)
+            out = self._new_run(s, job, "Restarted", actor)
+            audit.record(s, actor, "job.restart", project=project, target=name,
+                         detail=f"run {out['currentRun']['number']}")
         self.wake()
         return out
 
-    def _request_stop(self, s: Session, job: JobRow, why: str) -> None:
+    def _request_stop(self, s: Session, job: JobRow, why: str, actor: Actor = SYSTEM) -> None:
         """Ask the controller to stop the Job's current Run if it is active (once)."""
         run = self._current(s, job)
         if run is not None and run.phase in ACTIVE and not run.stop_requested:
             run.stop_requested = True
-            add_event(s, job.id, "StopRequested", why, run_number=run.number)
+            add_event(s, job.id, "StopRequested", why, run_number=run.number, actor=actor.name)
 
-    def _new_run(self, s: Session, job: JobRow, cause: str) -> dict[str, Any]:
+    def _new_run(self, s: Session, job: JobRow, cause: str, actor: Actor = SYSTEM) -> dict[str, Any]:
         job.desired = "Running"
-        run = new_run(job, cause, self.runtime)
+        run = self._make_run(job, cause)
         s.add(run)
         s.flush()
         job.current_run_id = run.id
         job.phase, job.reason, job.message = run.phase, cause, ""
-        add_event(s, job.id, cause, f"run {run.number} created", run_number=run.number)
+        add_event(s, job.id, cause, f"run {run.number} created" + _by(actor), run_number=run.number,
+                  actor=actor.name)
         return self._detail(s, job)
 
-    def replace(self, name: str, document: str | bytes | dict) -> dict[str, Any]:
+    def replace(self, name: str, document: str | bytes | dict, project: str = DEFAULT_PROJECT,
+                actor: Actor = SYSTEM) -> dict[str, Any]:
         """Give a Job a new spec and start a new Run with it (the current Run, if active, is
         stopped first; earlier Runs keep their own spec snapshots and records).
 
@@ -479,6 +528,8 @@ class JobService:
             Invalid: the spec has error Findings, or names another Job.
             Conflict: the Job is being deleted.
         """
+        with self.store.session() as s:  # a Job the caller cannot see is 404 before any check
+            self._job(s, name, project)
         job, findings = self._checked(document)
         if job.name != name:
             raise Invalid(
@@ -488,36 +539,49 @@ class JobService:
                          hint=f"set metadata.name to {name!r}, or create a new Job")],
             )
         with self.store.session() as s:
-            row = self._job(s, name)
+            row = self._job(s, name, project)
             if row.delete_requested:
                 raise Conflict(f"Job {name!r} is being deleted")
             row.spec = job_to_dict(job)
             row.labels = dict(job.metadata.labels)
             row.findings = [f.model_dump(mode="json") for f in findings]
-            add_event(s, row.id, "SpecUpdated", "the Job spec was replaced")
-            self._request_stop(s, row, "stopped to run the new spec")
-            out = self._new_run(s, row, "Updated")
+            add_event(s, row.id, "SpecUpdated", "the Job spec was replaced" + _by(actor),
+                      actor=actor.name)
+            self._request_stop(s, row, "stopped to run the new spec", actor)
+            out = self._new_run(s, row, "Updated", actor)
+            audit.record(s, actor, "job.replace", project=project, target=name,
+                         detail=f"run {out['currentRun']['number']}")
         self.wake()
         return out
 
-    def delete(self, name: str) -> dict[str, Any]:
+    def delete(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
         """Delete a Job with its Runs, Events, records and logs. An active Job is stopped first
         and removed once its Workers are gone (``deleting: true`` until then)."""
         with self.store.session() as s:
-            job = self._job(s, name)
+            job = self._job(s, name, project)
+            audit.record(s, actor, "job.delete", project=project, target=name)
             busy = any(
                 r.phase in ACTIVE or any(not w.released and w.launched for w in r.workers)
                 for r in job.runs
             )
             if not busy:
+                logs = job_log_dirs(job)
                 s.delete(job)
-                shutil.rmtree(settings.logs_dir() / name, ignore_errors=True)
-                return {"name": name, "deleted": True}
-            job.delete_requested = True
-            job.desired = "Stopped"
-            for r in job.runs:
-                if r.phase in ACTIVE:
-                    r.stop_requested = True
-            add_event(s, job.id, "DeleteRequested", "delete requested; stopping Workers first")
+            else:
+                job.delete_requested = True
+                job.desired = "Stopped"
+                for r in job.runs:
+                    if r.phase in ACTIVE:
+                        r.stop_requested = True
+                add_event(s, job.id, "DeleteRequested", "delete requested" + _by(actor)
+                          + "; stopping Workers first", actor=actor.name)
+        if not busy:  # only once the delete is committed
+            remove_dirs(logs)
+            return {"name": name, "project": project, "deleted": True}
         self.wake()
-        return {"name": name, "deleted": False, "deleting": True}
+        return {"name": name, "project": project, "deleted": False, "deleting": True}
+
+
+def _by(actor: Actor) -> str:
+    """`` by <user>`` for event messages (nothing for RLark's own changes)."""
+    return f" by {actor.name}" if actor.name else ""

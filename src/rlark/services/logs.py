@@ -7,8 +7,15 @@ server, so logs stay readable after a Job ended and after a restart.
 from __future__ import annotations
 
 import os
+import shutil
 import time
-from typing import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from rlark import settings
+
+if TYPE_CHECKING:
+    from rlark.store import JobRow
 
 CHUNK = 64 * 1024
 
@@ -83,3 +90,19 @@ def follow_lines(
             if not active:
                 continue  # one more read to the end of the file
         time.sleep(poll_seconds)
+
+
+def job_log_dirs(job: "JobRow") -> list[Path]:
+    """A Job's Worker log directories: its directory under ``$RLARK_HOME/logs`` and, for Runs
+    made before logs were kept per project, the directories its Workers' log paths name; never
+    anything outside RLark's own log directory."""
+    dirs = {settings.job_logs_dir(job.project.name, job.name)}
+    dirs |= {Path(w.log_path).parent for r in job.runs for w in r.workers if w.log_path}
+    root = settings.logs_dir().resolve()
+    return sorted(d for d in dirs if d.resolve().is_relative_to(root))
+
+
+def remove_dirs(dirs: list[Path]) -> None:
+    """Remove directories (those :func:`job_log_dirs` names), ignoring ones already gone."""
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)

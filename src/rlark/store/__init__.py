@@ -1,9 +1,20 @@
-"""Persistent state: Jobs, Runs, Tasks, Workers, Events (SQLAlchemy 2, Alembic migrations).
+"""Persistent state: Jobs, Runs, Tasks, Workers, Events; users, projects, tokens, sessions and the
+audit log (SQLAlchemy 2, Alembic migrations).
 
 SQLite (WAL) under ``$RLARK_HOME`` by default; PostgreSQL through ``RLARK_DATABASE_URL``.
 """
 
+from rlark.store.accounts import (
+    AuditRow,
+    MembershipRow,
+    ProjectRole,
+    ProjectRow,
+    SessionRow,
+    TokenRow,
+    UserRow,
+)
 from rlark.store.db import Store
 from rlark.store.models import Base, EventRow, JobRow, RunRow, TaskRow, WorkerRow
 
-__all__ = ["Store", "Base", "JobRow", "RunRow", "TaskRow", "WorkerRow", "EventRow"]
+__all__ = ["Store", "Base", "JobRow", "RunRow", "TaskRow", "WorkerRow", "EventRow", "UserRow",
+           "ProjectRow", "MembershipRow", "ProjectRole", "TokenRow", "SessionRow", "AuditRow"]

@@ -56,9 +56,12 @@ class Base(DeclarativeBase):
 
 class JobRow(Base):
     __tablename__ = "jobs"
+    #: a Job's name is unique within its project (projects map to Kubernetes namespaces)
+    __table_args__ = (UniqueConstraint("project_id", "name", name="uq_jobs_project_name"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(63), unique=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"), index=True)
+    name: Mapped[str] = mapped_column(String(63), index=True)
     spec: Mapped[dict[str, Any]]
     labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
     #: what the user asked for: Running (start/restart) or Stopped (stop)
@@ -79,6 +82,7 @@ class JobRow(Base):
         back_populates="job", cascade="all, delete-orphan", passive_deletes=True,
         order_by="RunRow.number",
     )
+    project: Mapped["ProjectRow"] = relationship()  # noqa: F821 - store/accounts.py
 
 
 class RunRow(Base):
@@ -95,6 +99,8 @@ class RunRow(Base):
     #: why this Run exists: Submitted, Started, Restarted, Retry
     cause: Mapped[str] = mapped_column(String(16), default="Submitted")
     runtime: Mapped[str] = mapped_column(String(16), default="local")
+    #: kubernetes: the namespace of the Run's objects (its project's namespace when it was made)
+    namespace: Mapped[str | None] = mapped_column(String(63), nullable=True)
     spec: Mapped[dict[str, Any]]
     phase: Mapped[str] = mapped_column(String(16), default="Pending", index=True)
     reason: Mapped[str] = mapped_column(String(64), default="")
@@ -193,3 +199,5 @@ class EventRow(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     from_phase: Mapped[str | None] = mapped_column(String(16), nullable=True)
     to_phase: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    #: the user whose request caused the event; None: RLark itself (the controller)
+    actor: Mapped[str | None] = mapped_column(String(63), nullable=True)

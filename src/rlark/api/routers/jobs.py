@@ -8,12 +8,19 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from rlark.api.deps import job_service
+from rlark.api.security import Access, allow_project, allow_user
 from rlark.controller.phases import Phase
+from rlark.services.auth import authorize
 from rlark.services.errors import Invalid, TooLarge
 from rlark.services.jobs import JobService
+from rlark.store import ProjectRole
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 Service = Annotated[JobService, Depends(job_service)]
+#: who may call: read (viewer), change (member) in the Job's project (``?project=``, default
+#: ``default``)
+Reader = Annotated[Access, allow_project(ProjectRole.viewer)]
+Writer = Annotated[Access, allow_project(ProjectRole.member)]
 
 JOB_BODY = {
     "requestBody": {
@@ -49,69 +56,79 @@ async def read_document(request: Request) -> bytes:
 
 
 @router.post("", status_code=201, openapi_extra=JOB_BODY, summary="Create a Job (YAML or JSON)")
-async def create_job(request: Request, jobs: Service) -> dict:
+async def create_job(request: Request, jobs: Service, access: Writer) -> dict:
     """Validate the Job; on error Findings answer 422 with them. Starts the first Run."""
     body = await read_document(request)
-    return await run_in_threadpool(jobs.create, body)  # preflight may compose an RLinf config
+    return await run_in_threadpool(jobs.create, body, project=access.project,
+                                   actor=access.actor)  # preflight may compose an RLinf config
 
 
-@router.get("", summary="List Jobs")
+@router.get("", summary="List Jobs (of one project, or of every project you can read)")
 def list_jobs(
     jobs: Service,
+    access: Annotated[Access, allow_user()],
+    project: Annotated[str | None, Query(max_length=63, description=(
+        "only this project's Jobs (default: every project you have a role in)"))] = None,
     phase: Annotated[Phase | None, Query(description="only Jobs in this phase")] = None,
     q: Annotated[str | None, Query(max_length=63, pattern=r"^[^\x00]*$",
                                    description="name contains")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
 ) -> dict:
-    return jobs.list(phase=phase.value if phase else None, q=q, limit=limit, offset=offset)
+    if project is not None:
+        authorize(access.principal, project, ProjectRole.viewer)
+        projects: list[str] | None = [project]
+    else:
+        projects = access.principal.readable_projects()
+    return jobs.list(phase=phase.value if phase else None, q=q, limit=limit, offset=offset,
+                     projects=projects)
 
 
 @router.get("/{name}", summary="A Job with its current Run, Workers and Runs history")
-def get_job(name: str, jobs: Service) -> dict:
-    return jobs.get(name)
+def get_job(name: str, jobs: Service, access: Reader) -> dict:
+    return jobs.get(name, access.project)
 
 
 @router.put("/{name}", openapi_extra=JOB_BODY,
             summary="Replace a Job's spec and start a new Run with it")
-async def replace_job(name: str, request: Request, jobs: Service) -> dict:
+async def replace_job(name: str, request: Request, jobs: Service, access: Writer) -> dict:
     """The current Run (if active) is stopped first; earlier Runs keep their own snapshots."""
     body = await read_document(request)
-    return await run_in_threadpool(jobs.replace, name, body)
+    return await run_in_threadpool(jobs.replace, name, body, access.project, access.actor)
 
 
 @router.post("/{name}/stop", summary="Stop the current Run")
-def stop_job(name: str, jobs: Service) -> dict:
-    return jobs.stop(name)
+def stop_job(name: str, jobs: Service, access: Writer) -> dict:
+    return jobs.stop(name, access.project, access.actor)
 
 
 @router.post("/{name}/start", summary="Start a new Run of a stopped or finished Job")
-def start_job(name: str, jobs: Service) -> dict:
-    return jobs.start(name)
+def start_job(name: str, jobs: Service, access: Writer) -> dict:
+    return jobs.start(name, access.project, access.actor)
 
 
 @router.post("/{name}/restart", summary="Stop the current Run (if any) and start a new one")
-def restart_job(name: str, jobs: Service) -> dict:
-    return jobs.restart(name)
+def restart_job(name: str, jobs: Service, access: Writer) -> dict:
+    return jobs.restart(name, access.project, access.actor)
 
 
 @router.delete("/{name}", summary="Delete a Job, its Runs, records and logs")
-def delete_job(name: str, jobs: Service) -> dict:
-    return jobs.delete(name)
+def delete_job(name: str, jobs: Service, access: Writer) -> dict:
+    return jobs.delete(name, access.project, access.actor)
 
 
 @router.get("/{name}/runs", summary="Runs of a Job")
-def list_runs(name: str, jobs: Service) -> list[dict]:
-    return jobs.runs(name)
+def list_runs(name: str, jobs: Service, access: Reader) -> list[dict]:
+    return jobs.runs(name, access.project)
 
 
 @router.get("/{name}/workers", summary="Workers of a Run (default: the current Run)")
-def list_workers(name: str, jobs: Service,
+def list_workers(name: str, jobs: Service, access: Reader,
                  run: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None) -> list[dict]:
-    return jobs.workers(name, run)
+    return jobs.workers(name, run, access.project)
 
 
 @router.get("/{name}/events", summary="Events of a Job (optionally of one Run)")
-def list_events(name: str, jobs: Service,
+def list_events(name: str, jobs: Service, access: Reader,
                 run: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None) -> list[dict]:
-    return jobs.events(name, run)
+    return jobs.events(name, run, access.project)

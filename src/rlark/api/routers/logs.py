@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from rlark.api.deps import job_service
-from rlark.api.routers.jobs import INT32_MAX
+from rlark.api.routers.jobs import INT32_MAX, Reader
 from rlark.record import render
 from rlark.services.jobs import JobService
 from rlark.services.logs import MAX_WHOLE_BYTES, follow_lines, tail_lines
@@ -24,6 +24,7 @@ Service = Annotated[JobService, Depends(job_service)]
 def get_logs(
     name: str,
     jobs: Service,
+    access: Reader,
     worker: str | None = None,
     role: str | None = None,
     rank: Annotated[int | None, Query(ge=0, le=INT32_MAX)] = None,
@@ -35,7 +36,7 @@ def get_logs(
     With ``follow``: ``text/event-stream``: first a ``workers`` event (the chosen Worker names),
     then ``line`` events (``{"worker", "line"}``), and an ``end`` event once every chosen Worker
     has stopped and its log is read."""
-    chosen = jobs.worker_logs(name, run, worker, role, rank)
+    chosen = jobs.worker_logs(name, run, worker, role, rank, access.project)
     if not follow:
         out = []
         for w in chosen:
@@ -44,11 +45,12 @@ def get_logs(
                         "run": w["run"], "lines": lines,
                         "truncated": tail is None and size > MAX_WHOLE_BYTES})
         return {"workers": out}
-    return StreamingResponse(_follow(jobs, name, run, chosen, tail), media_type="text/event-stream",
+    return StreamingResponse(_follow(jobs, name, access.project, run, chosen, tail), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def _follow(jobs: JobService, name: str, run: int | None, chosen: list[dict], tail: int | None):
+def _follow(jobs: JobService, name: str, project: str, run: int | None, chosen: list[dict],
+            tail: int | None):
     q: queue.Queue = queue.Queue(maxsize=10000)
     stop = threading.Event()
 
@@ -56,7 +58,7 @@ def _follow(jobs: JobService, name: str, run: int | None, chosen: list[dict], ta
         if stop.is_set():
             return False
         try:
-            return jobs.worker_logs(name, run, worker, None, None)[0]["active"]
+            return jobs.worker_logs(name, run, worker, None, None, project)[0]["active"]
         except Exception:
             return False
 
@@ -93,10 +95,11 @@ def _follow(jobs: JobService, name: str, run: int | None, chosen: list[dict], ta
 def get_record(
     name: str,
     jobs: Service,
+    access: Reader,
     run: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None,
     format: Literal["json", "yaml", "md"] = "json",
 ):
-    rec = jobs.record(name, run)
+    rec = jobs.record(name, run, access.project)
     if format == "json":
         return rec
     media = "application/yaml" if format == "yaml" else "text/markdown"

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends, Request
 from rlark import __version__
 from rlark.api.deps import job_service
 from rlark.api.routers.jobs import JOB_BODY, read_document
+from rlark.api.security import allow_public, allow_user
 from rlark.findings import has_errors
 from rlark.services.jobs import JobService
 from rlark.spec import json_schema
@@ -14,7 +15,8 @@ from rlark.spec import json_schema
 router = APIRouter(tags=["meta"])
 
 
-@router.post("/api/v1/validate", openapi_extra=JOB_BODY, summary="Findings for a Job, nothing stored")
+@router.post("/api/v1/validate", openapi_extra=JOB_BODY, summary="Findings for a Job, nothing stored",
+             dependencies=[allow_user()])
 async def validate(request: Request, jobs: JobService = Depends(job_service)) -> dict:
     _, findings = jobs.validate(await read_document(request))
     return {"valid": not has_errors(findings),
@@ -22,7 +24,7 @@ async def validate(request: Request, jobs: JobService = Depends(job_service)) ->
 
 
 @router.post("/api/v1/check", openapi_extra=JOB_BODY,
-             summary="Every Finding a submission would get, nothing stored")
+             summary="Every Finding a submission would get, nothing stored", dependencies=[allow_user()])
 def check(jobs: JobService = Depends(job_service),
           document: bytes = Depends(read_document)) -> dict:
     """The spec's Findings, this server's runtime's, and those of the RLinf config the Job names
@@ -34,11 +36,11 @@ def check(jobs: JobService = Depends(job_service),
             "findings": [f.model_dump(mode="json") for f in findings]}
 
 
-@router.get("/api/v1/schema", summary="JSON Schema of the Job document")
+@router.get("/api/v1/schema", summary="JSON Schema of the Job document", dependencies=[allow_user()])
 def schema() -> dict:
     return json_schema()
 
 
-@router.get("/healthz", summary="Liveness")
+@router.get("/healthz", summary="Liveness", dependencies=[allow_public()])
 def healthz(request: Request) -> dict:
     return {"ok": True, "version": __version__, "runtime": request.app.state.jobs.runtime}

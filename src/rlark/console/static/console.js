@@ -1,7 +1,9 @@
 /* RLark console: the little that needs JavaScript (htmx does the rest).
  *  - forms with data-confirm ask before they submit (delete names the Job);
  *  - a YAML file chosen on the Create page fills the YAML text box;
- *  - the Logs tab follows new lines over Server-Sent Events (the REST API's log stream).
+ *  - the Logs tab follows new lines over Server-Sent Events (the REST API's log stream);
+ *  - the project switcher goes to the chosen project as soon as one is chosen;
+ *  - a newly made API token is selected when its box gets focus, ready to copy.
  */
 (function () {
   "use strict";
@@ -14,6 +16,18 @@
       event.stopImmediatePropagation();
     }
   }, true);
+
+  document.addEventListener("change", function (event) {
+    var select = event.target;
+    if (select && select.hasAttribute && select.hasAttribute("data-autosubmit") && select.form) {
+      select.form.submit();
+    }
+  });
+
+  document.addEventListener("focusin", function (event) {
+    var box = event.target;
+    if (box && box.hasAttribute && box.hasAttribute("data-select-all")) box.select();
+  });
 
   document.addEventListener("change", function (event) {
     var input = event.target;

@@ -264,8 +264,10 @@ class KubernetesRuntime:
 
     # --- Runtime protocol -------------------------------------------------------------------------
 
-    def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken) -> Placement:
-        """The head Service's DNS name and port 6379; Ray's defaults for every Worker."""
+    def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken,
+              namespace: str | None = None) -> Placement:
+        """The head Service's DNS name and port 6379; Ray's defaults for every Worker. (Always in
+        this runtime's namespace: :class:`.namespaces.ProjectNamespaces` picks the runtime.)"""
         return Placement(head_address=render.head_address(job, self.namespace),
                          workers={w.node_rank: WorkerPlace() for w in workers})
 
@@ -427,7 +429,7 @@ class KubernetesRuntime:
         if follower is not None:
             follower.stop()
 
-    def end_run(self, run_uid: str) -> None:
+    def end_run(self, run_uid: str, namespace: str | None = None) -> None:
         """Delete everything of the Run by label (Pods at once: their ends are recorded)."""
         selector = f"{render.LABEL_RUN}={run_uid}"
         for kind, grace in (("Pod", 0), ("Service", None), ("PersistentVolumeClaim", None),

@@ -1,0 +1,91 @@
+"""One Kubernetes runtime per namespace: RLark projects map to namespaces, so a server runs the
+Runs of each project in that project's namespace (services/accounts.py: ``project_namespace``).
+
+:class:`ProjectNamespaces` is the Runtime the controller uses on Kubernetes. It keeps a
+:class:`.runtime.KubernetesRuntime` (with its own Pod and Event watches) per namespace it has
+been asked to use, started on first use, and sends each call to the one that owns the Worker: a
+Worker's handle is ``<namespace>/<pod>``; a new Run names its namespace in ``place`` and
+``LaunchSpec.namespace``; None means the server's own namespace.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from rlark.ranks import PlannedWorker
+from rlark.runtimes.base import LaunchSpec, Launched, Observed, Placement, Taken, WorkerRef
+from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
+from rlark.spec import Job
+
+
+class ProjectNamespaces:
+    """The Runtime protocol over one :class:`KubernetesRuntime` per namespace.
+
+    Args:
+        default: the server's runtime (its namespace is the default one, and its node inventory
+            serves them all).
+        factory: makes the runtime of another namespace (sharing the API client's
+            configuration), e.g. ``lambda ns: KubernetesRuntime(kube=KubeClient(api, ns))``.
+    """
+
+    name = "kubernetes"
+
+    def __init__(self, default: KubernetesRuntime, factory: Callable[[str], KubernetesRuntime]):
+        self.default = default
+        self.namespace = default.namespace
+        self._factory = factory
+        self._by_ns: dict[str, KubernetesRuntime] = {default.namespace: default}
+        self._lock = threading.Lock()
+
+    def runtime_for(self, namespace: str | None) -> KubernetesRuntime:
+        """The runtime of ``namespace`` (None: the server's), started on first use."""
+        ns = namespace or self.namespace
+        with self._lock:
+            rt = self._by_ns.get(ns)
+            if rt is None:
+                rt = self._by_ns[ns] = self._factory(ns)
+            return rt
+
+    def _owner(self, ref: WorkerRef) -> KubernetesRuntime:
+        ns = ref.handle.split("/", 1)[0] if ref.handle and "/" in ref.handle else None
+        return self.runtime_for(ns)
+
+    @property
+    def namespaces(self) -> list[str]:
+        with self._lock:
+            return sorted(self._by_ns)
+
+    # --- the Runtime protocol -------------------------------------------------------------------
+
+    def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken,
+              namespace: str | None = None) -> Placement:
+        return self.runtime_for(namespace).place(job, run_uid, workers, taken)
+
+    def launch(self, spec: LaunchSpec) -> Launched:
+        return self.runtime_for(spec.namespace).launch(spec)
+
+    def observe(self, ref: WorkerRef) -> Observed:
+        return self._owner(ref).observe(ref)
+
+    def signal_stop(self, ref: WorkerRef) -> None:
+        self._owner(ref).signal_stop(ref)
+
+    def kill(self, ref: WorkerRef) -> None:
+        self._owner(ref).kill(ref)
+
+    def forget(self, ref: WorkerRef) -> None:
+        self._owner(ref).forget(ref)
+
+    def end_run(self, run_uid: str, namespace: str | None = None) -> None:
+        self.runtime_for(namespace).end_run(run_uid)
+
+    def inventory(self, max_age: float = 5.0):
+        """The node inventory (nodes are cluster-wide: the server's runtime reads them)."""
+        return self.default.inventory(max_age)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            runtimes = list(self._by_ns.values())
+        for rt in runtimes:
+            rt.shutdown()

@@ -1,0 +1,464 @@
+"""Users, API tokens, projects and their members: what the ``user``, ``token`` and ``project``
+commands, their API routes and the console's admin pages share.
+
+Who may do what:
+
+* a site administrator (``users.is_admin``) manages users, projects and every token, and is an
+  admin in every project;
+* a project's ``admin`` manages that project's members; ``member`` and ``viewer`` may list them;
+* everyone manages their own tokens and password.
+
+Every change is audited (:mod:`rlark.services.audit`) in its own transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from rlark.record import iso
+from rlark.services import audit
+from rlark.services.auth import (
+    DEFAULT_PROJECT,
+    SHOWN_PREFIX,
+    AuthService,
+    Principal,
+    authorize,
+    digest,
+    forbid_unless_admin,
+    new_token,
+    utcnow,
+)
+from rlark.services.errors import Conflict, Invalid, NotFound
+from rlark.spec import DNS1123_LABEL
+from rlark.store import JobRow, MembershipRow, ProjectRole, ProjectRow, TokenRow, UserRow
+
+USER_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+MAX_TOKEN_DAYS = 3650
+
+
+def project_namespace(project: ProjectRow | str, explicit: str | None, server_namespace: str | None) -> str | None:
+    """The Kubernetes namespace of a project's Pods: its own when set; else the server's
+    namespace for ``default`` and ``<server namespace>-<project>`` for the others (so two
+    projects never share object names); None when the server has no namespace (local runtime)."""
+    name = project.name if isinstance(project, ProjectRow) else project
+    if explicit:
+        return explicit
+    if server_namespace is None:
+        return None
+    if name == DEFAULT_PROJECT:
+        return server_namespace
+    return f"{server_namespace}-{name}"[:63].rstrip("-")
+
+
+def user_view(u: UserRow, roles: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"name": u.name, "admin": u.is_admin, "disabled": u.disabled,
+            "hasPassword": u.password_hash is not None, "createdAt": iso(u.created_at),
+            "createdBy": u.created_by,
+            "projects": roles if roles is not None else
+            {m.project.name: m.role.value for m in u.memberships}}
+
+
+def token_view(t: TokenRow) -> dict[str, Any]:
+    now = utcnow()
+    state = ("revoked" if t.revoked_at else
+             "expired" if t.expires_at is not None and t.expires_at <= now else "active")
+    return {"id": t.id, "name": t.name, "user": t.user.name, "prefix": t.prefix + "...",
+            "state": state, "createdAt": iso(t.created_at), "expiresAt": iso(t.expires_at),
+            "revokedAt": iso(t.revoked_at), "lastUsedAt": iso(t.last_used_at)}
+
+
+def _check_name(kind: str, name: str, pattern: re.Pattern[str]) -> None:
+    if not isinstance(name, str) or len(name) > 63 or not pattern.match(name):
+        chars = "lower-case letters, digits, '-', '.' and '_'" if pattern is USER_NAME else \
+            "lower-case letters, digits and '-'"
+        raise Invalid(f"{kind} name {name!r} is not valid: use 1-63 {chars}, starting and ending "
+                      "with a letter or digit")
+
+
+class AccountService:
+    """Users, tokens, projects and members on the :class:`AuthService`'s store.
+
+    ``server_namespace``: the Kubernetes runtime's namespace (None on the local runtime), for
+    :func:`project_namespace`.
+    """
+
+    def __init__(self, auth: AuthService, server_namespace: str | None = None):
+        self.auth = auth
+        self.store = auth.store
+        self.server_namespace = server_namespace
+
+    # --- lookups ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _user(s: Session, name: str) -> UserRow:
+        user = s.scalar(select(UserRow).where(UserRow.name == name)) if USER_NAME.match(name or "") else None
+        if user is None:
+            raise NotFound(f"no user named {name!r}; `rlark user list` lists them")
+        return user
+
+    @staticmethod
+    def project_row(s: Session, name: str) -> ProjectRow:
+        """The project named ``name``.
+
+        Raises:
+            NotFound: no such project.
+        """
+        row = s.scalar(select(ProjectRow).where(ProjectRow.name == name)) if DNS1123_LABEL.match(name or "") else None
+        if row is None:
+            raise NotFound(f"no project named {name!r} that you can see; `rlark project list` shows yours")
+        return row
+
+    def namespace_of(self, project: ProjectRow) -> str | None:
+        return project_namespace(project, project.namespace, self.server_namespace)
+
+    @staticmethod
+    def _enabled_admins(s: Session) -> int:
+        return s.scalar(select(func.count()).select_from(UserRow)
+                        .where(UserRow.is_admin.is_(True), UserRow.disabled.is_(False))) or 0
+
+    # --- me -----------------------------------------------------------------------------------------
+
+    def me(self, principal: Principal) -> dict[str, Any]:
+        """The caller: name, site admin or not, how they authenticated (``tokenId``: the id of
+        the API token used, if any), and their role per project (``{project: role}``; every
+        project for a site administrator)."""
+        with self.store.session() as s:
+            if principal.is_admin:
+                roles = {p: "admin" for p in s.scalars(select(ProjectRow.name).order_by(ProjectRow.name))}
+            else:
+                roles = {p: r.value for p, r in sorted(principal.roles.items())}
+        return {"name": principal.name, "admin": principal.is_admin, "via": principal.via,
+                "tokenId": principal.token_id, "projects": roles}
+
+    # --- users ----------------------------------------------------------------------------------------
+
+    def list_users(self, principal: Principal) -> list[dict[str, Any]]:
+        forbid_unless_admin(principal, "list users")
+        with self.store.session() as s:
+            return [user_view(u) for u in s.scalars(select(UserRow).order_by(UserRow.name))]
+
+    def get_user(self, principal: Principal, name: str) -> dict[str, Any]:
+        if name != principal.name:
+            forbid_unless_admin(principal, "see other users")
+        with self.store.session() as s:
+            return user_view(self._user(s, name))
+
+    def create_user(self, principal: Principal, client: str | None, name: str, *,
+                    admin: bool = False, password: str | None = None,
+                    project: str | None = None, role: ProjectRole | None = None,
+                    token_name: str | None = None) -> dict[str, Any]:
+        """A new user, optionally with a role in ``project`` and a first API token (returned
+        once as ``token``).
+
+        Raises:
+            Forbidden: the caller is not a site administrator. Invalid: a bad name or password.
+            Conflict: the name is taken. NotFound: no such project.
+        """
+        forbid_unless_admin(principal, "create users")
+        _check_name("user", name, USER_NAME)
+        if (project is None) != (role is None):
+            raise Invalid("give both a project and a role for the new user, or neither")
+        pw_hash = self._password(password) if password is not None else None
+        raw = None
+        with self.store.session() as s:
+            if s.scalar(select(UserRow.id).where(UserRow.name == name)) is not None:
+                raise Conflict(f"a user named {name!r} exists")
+            user = UserRow(name=name, is_admin=admin, password_hash=pw_hash, created_by=principal.name)
+            s.add(user)
+            s.flush()
+            detail = "site administrator" if admin else "user"
+            if project is not None:
+                prow = self.project_row(s, project)
+                s.add(MembershipRow(user_id=user.id, project_id=prow.id, role=role))
+                detail += f", {role.value} of {project}"
+            if token_name is not None:
+                raw = self._add_token(s, user, token_name, None)
+            audit.record(s, principal.actor(client), "user.create", target=name, detail=detail,
+                         project=project)
+            s.flush()
+            s.refresh(user)
+            out = user_view(user)
+        if raw is not None:
+            out["token"] = raw
+        return out
+
+    def update_user(self, principal: Principal, client: str | None, name: str, *,
+                    disabled: bool | None = None, admin: bool | None = None,
+                    password: str | None = None) -> dict[str, Any]:
+        """Disable or enable a user, make or unmake a site administrator (site administrators
+        only), or set a password (yours, or anyone's as site administrator). Disabling a user
+        also ends their console sessions (their tokens stop working while disabled).
+
+        Raises:
+            Forbidden, NotFound, Invalid; Conflict: it would leave no enabled site administrator.
+        """
+        if name != principal.name or disabled is not None or admin is not None:
+            forbid_unless_admin(principal, "change other users, or anyone's admin or disabled state")
+        pw_hash = self._password(password) if password is not None else None
+        with self.store.session() as s:
+            user = self._user(s, name)
+            changes = []
+            if disabled is not None and disabled != user.disabled:
+                user.disabled = disabled
+                changes.append("disabled" if disabled else "enabled")
+            if admin is not None and admin != user.is_admin:
+                user.is_admin = admin
+                changes.append("made site administrator" if admin else "no longer site administrator")
+            if pw_hash is not None:
+                user.password_hash = pw_hash
+                changes.append("password set")
+            s.flush()
+            if self._enabled_admins(s) == 0:
+                raise Conflict("that would leave no enabled site administrator; make another "
+                               "user an administrator first")
+            if disabled:
+                from rlark.store import SessionRow
+                for row in s.scalars(select(SessionRow).where(SessionRow.user_id == user.id)):
+                    s.delete(row)
+            if changes:
+                audit.record(s, principal.actor(client), "user.update", target=name,
+                             detail=", ".join(changes))
+            return user_view(user)
+
+    def delete_user(self, principal: Principal, client: str | None, name: str) -> dict[str, Any]:
+        """Delete a user with their tokens, sessions and memberships (audit entries stay).
+
+        Raises:
+            Forbidden, NotFound; Conflict: it is the caller, or the last site administrator.
+        """
+        forbid_unless_admin(principal, "delete users")
+        if name == principal.name:
+            raise Conflict("you cannot delete yourself; another site administrator can")
+        with self.store.session() as s:
+            user = self._user(s, name)
+            s.delete(user)
+            s.flush()
+            if self._enabled_admins(s) == 0:
+                raise Conflict("that would leave no enabled site administrator")
+            audit.record(s, principal.actor(client), "user.delete", target=name)
+        return {"name": name, "deleted": True}
+
+    def _password(self, password: str) -> str:
+        try:
+            return self.auth.hash_password(password)
+        except ValueError as exc:
+            raise Invalid(f"password: {exc}") from None
+
+    # --- tokens ---------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _add_token(s: Session, user: UserRow, name: str, expires_in_days: int | None) -> str:
+        name = (name or "").strip()
+        if not name or len(name) > 63 or any(ord(c) < 32 for c in name):
+            raise Invalid(f"token name {name!r} is not valid: 1-63 printable characters")
+        if expires_in_days is not None and not 1 <= expires_in_days <= MAX_TOKEN_DAYS:
+            raise Invalid(f"expiresInDays = {expires_in_days}: use 1 to {MAX_TOKEN_DAYS} days, "
+                          "or leave it out for a token that does not expire")
+        raw = new_token()
+        expires = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
+        s.add(TokenRow(user_id=user.id, name=name, prefix=raw[:SHOWN_PREFIX], digest=digest(raw),
+                       expires_at=expires))
+        return raw
+
+    def create_token(self, principal: Principal, client: str | None, name: str, *,
+                     expires_in_days: int | None = None, user: str | None = None) -> dict[str, Any]:
+        """A new API token for the caller (or, for a site administrator, for ``user``); the
+        answer's ``token`` is the only time it is shown.
+
+        Raises:
+            Forbidden, NotFound, Invalid.
+        """
+        owner = user or principal.name
+        if owner != principal.name:
+            forbid_unless_admin(principal, "create tokens for other users")
+        if principal.user_id is None and owner == principal.name:
+            raise Invalid("this server runs without authentication; it has no users to make tokens for")
+        with self.store.session() as s:
+            row = self._user(s, owner)
+            raw = self._add_token(s, row, name, expires_in_days)
+            s.flush()
+            tok = s.scalar(select(TokenRow).where(TokenRow.digest == digest(raw)))
+            audit.record(s, principal.actor(client), "token.create", target=f"{owner}/{tok.name}",
+                         detail=f"token {tok.prefix}... (id {tok.id})"
+                         + (f", expires in {expires_in_days} days" if expires_in_days else ""))
+            out = token_view(tok)
+        out["token"] = raw
+        return out
+
+    def list_tokens(self, principal: Principal, user: str | None = None,
+                    all_users: bool = False) -> list[dict[str, Any]]:
+        """The caller's tokens; a site administrator's ``user``'s, or everyone's."""
+        if all_users or (user and user != principal.name):
+            forbid_unless_admin(principal, "list other users' tokens")
+        with self.store.session() as s:
+            stmt = select(TokenRow).join(UserRow, UserRow.id == TokenRow.user_id)
+            if not all_users:
+                stmt = stmt.where(UserRow.name == (user or principal.name))
+            return [token_view(t) for t in s.scalars(stmt.order_by(TokenRow.id))]
+
+    def revoke_token(self, principal: Principal, client: str | None, token_id: int) -> dict[str, Any]:
+        """Revoke a token (yours, or anyone's as site administrator); idempotent.
+
+        Raises:
+            NotFound: no such token among those the caller may see.
+        """
+        with self.store.session() as s:
+            tok = s.get(TokenRow, token_id)
+            if tok is None or (tok.user_id != principal.user_id and not principal.is_admin):
+                raise NotFound(f"no token with id {token_id} among yours; `rlark token list` shows them")
+            if tok.revoked_at is None:
+                tok.revoked_at = utcnow()
+                audit.record(s, principal.actor(client), "token.revoke",
+                             target=f"{tok.user.name}/{tok.name}", detail=f"token {tok.prefix}... (id {tok.id})")
+            return token_view(tok)
+
+    # --- projects ---------------------------------------------------------------------------------------
+
+    def _project_view(self, s: Session, p: ProjectRow, role: str | None,
+                      members: bool = False) -> dict[str, Any]:
+        out = {"name": p.name, "namespace": self.namespace_of(p), "role": role,
+               "createdAt": iso(p.created_at), "createdBy": p.created_by,
+               "jobs": s.scalar(select(func.count()).select_from(JobRow).where(JobRow.project_id == p.id))}
+        if members:
+            out["members"] = [{"user": m.user.name, "role": m.role.value}
+                              for m in sorted(p.memberships, key=lambda m: m.user.name)]
+        return out
+
+    def list_projects(self, principal: Principal) -> list[dict[str, Any]]:
+        """The projects the caller has a role in (every project for a site administrator)."""
+        with self.store.session() as s:
+            rows = s.scalars(select(ProjectRow).order_by(ProjectRow.name)).all()
+            return [self._project_view(s, p, principal.role_in(p.name).value)
+                    for p in rows if principal.role_in(p.name) is not None]
+
+    def get_project(self, principal: Principal, name: str) -> dict[str, Any]:
+        """A project with its members (any role in it may read this).
+
+        Raises:
+            NotFound: no such project, or the caller has no role in it.
+        """
+        role = authorize(principal, name, ProjectRole.viewer)
+        with self.store.session() as s:
+            return self._project_view(s, self.project_row(s, name), role.value, members=True)
+
+    def create_project(self, principal: Principal, client: str | None, name: str,
+                       namespace: str | None = None) -> dict[str, Any]:
+        """A new project (site administrators only). ``namespace``: its Kubernetes namespace
+        (default: see :func:`project_namespace`); no two projects share one.
+
+        Raises:
+            Forbidden, Invalid, Conflict.
+        """
+        forbid_unless_admin(principal, "create projects")
+        _check_name("project", name, DNS1123_LABEL)
+        if namespace is not None:
+            _check_name("namespace", namespace, DNS1123_LABEL)
+        with self.store.session() as s:
+            if s.scalar(select(ProjectRow.id).where(ProjectRow.name == name)) is not None:
+                raise Conflict(f"a project named {name!r} exists")
+            wanted = project_namespace(name, namespace, self.server_namespace)
+            if wanted is not None:
+                for other in s.scalars(select(ProjectRow)):
+                    if self.namespace_of(other) == wanted:
+                        raise Conflict(f"namespace {wanted!r} already belongs to project {other.name!r}; "
+                                       "give this project its own namespace (--namespace)")
+            row = ProjectRow(name=name, namespace=namespace, created_by=principal.name)
+            s.add(row)
+            s.flush()
+            audit.record(s, principal.actor(client), "project.create", project=name, target=name,
+                         detail=f"namespace {wanted}" if wanted else "")
+            return self._project_view(s, row, "admin", members=True)
+
+    def delete_project(self, principal: Principal, client: str | None, name: str) -> dict[str, Any]:
+        """Delete an empty project (site administrators only; never ``default``).
+
+        Raises:
+            Forbidden, NotFound; Conflict: it still has Jobs, or it is ``default``.
+        """
+        forbid_unless_admin(principal, "delete projects")
+        with self.store.session() as s:
+            row = self.project_row(s, name)
+            if name == DEFAULT_PROJECT:
+                raise Conflict("the project 'default' cannot be deleted")
+            jobs = s.scalar(select(func.count()).select_from(JobRow).where(JobRow.project_id == row.id))
+            if jobs:
+                raise Conflict(f"project {name!r} still has {jobs} Job{'s' if jobs != 1 else ''}; "
+                               "delete them first")
+            s.delete(row)
+            audit.record(s, principal.actor(client), "project.delete", project=name, target=name)
+        return {"name": name, "deleted": True}
+
+    def set_member(self, principal: Principal, client: str | None, project: str, user: str,
+                   role: ProjectRole) -> dict[str, Any]:
+        """Give ``user`` ``role`` in ``project`` (project admins and site administrators).
+
+        Raises:
+            NotFound, Forbidden.
+        """
+        authorize(principal, project, ProjectRole.admin)
+        with self.store.session() as s:
+            prow = self.project_row(s, project)
+            urow = self._user(s, user)
+            m = s.scalar(select(MembershipRow).where(MembershipRow.user_id == urow.id,
+                                                     MembershipRow.project_id == prow.id))
+            before = m.role.value if m is not None else None
+            if m is None:
+                s.add(MembershipRow(user_id=urow.id, project_id=prow.id, role=role))
+            else:
+                m.role = role
+            if before != role.value:
+                audit.record(s, principal.actor(client), "member.set", project=project, target=user,
+                             detail=f"{before or 'no role'} -> {role.value}")
+            s.flush()
+            s.refresh(prow)
+            return self._project_view(s, prow, principal.role_in(project).value, members=True)
+
+    def remove_member(self, principal: Principal, client: str | None, project: str,
+                      user: str) -> dict[str, Any]:
+        """Take ``user``'s role in ``project`` away (project admins and site administrators).
+
+        Raises:
+            NotFound: no such project or user, or the user has no role there. Forbidden.
+        """
+        authorize(principal, project, ProjectRole.admin)
+        with self.store.session() as s:
+            prow = self.project_row(s, project)
+            urow = self._user(s, user)
+            m = s.scalar(select(MembershipRow).where(MembershipRow.user_id == urow.id,
+                                                     MembershipRow.project_id == prow.id))
+            if m is None:
+                raise NotFound(f"user {user!r} has no role in project {project!r}")
+            audit.record(s, principal.actor(client), "member.remove", project=project, target=user,
+                         detail=f"was {m.role.value}")
+            s.delete(m)
+            s.flush()
+            s.refresh(prow)
+            return self._project_view(s, prow, principal.role_in(project).value, members=True)
+
+    # --- audit --------------------------------------------------------------------------------------------
+
+    def audit(self, principal: Principal, *, project: str | None = None, actor: str | None = None,
+              action: str | None = None, limit: int = 100, offset: int = 0) -> dict[str, Any]:
+        """Audit entries, newest first. Site administrators see everything; a project admin
+        sees the entries of the projects they administer (``project`` narrows it).
+
+        Raises:
+            NotFound, Forbidden: ``project`` is not one the caller administers; Forbidden: a
+                caller who administers nothing.
+        """
+        if project is not None:
+            authorize(principal, project, ProjectRole.admin)
+        if principal.is_admin:
+            visible = None
+        else:
+            visible = [p for p, r in principal.roles.items() if r == ProjectRole.admin]
+            if not visible:
+                forbid_unless_admin(principal, "read the audit log (project admins see their projects')")
+        with self.store.session() as s:
+            return audit.query(s, projects=visible, project=project, actor=actor, action=action,
+                               limit=limit, offset=offset)
