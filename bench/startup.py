@@ -4,9 +4,12 @@ Both sides, in the same process, alternating, ``--rounds`` times (default 5):
 
 * **baseline**: the three ``ray start --block`` commands RLark would run (same flags, built by
   the same function, each in its own PID namespace with ``RLINF_NODE_RANK`` exported), all
-  launched at once, plus an operator script that waits until ``ray.nodes()`` shows all three
-  (polling every 0.1 s) and then starts the run script. This is the fastest honest by-hand
-  procedure: no prepare scripts, no bookkeeping.
+  launched at once, plus an operator script that waits until all three nodes are alive and then
+  starts the run script. It waits with the same barrier as RLark's head (the bootstrap's
+  node-table reader, :func:`rlark.bootstrap.worker.open_node_table`, polled every
+  ``BARRIER_POLL_SECONDS``), so the two sides differ only in what RLark adds; an operator using
+  ``ray.init`` + ``ray.nodes()`` instead pays a Ray driver's start (about 0.3 s more per round
+  here). This is the fastest honest by-hand procedure: no prepare scripts, no bookkeeping.
 * **rlark**: an embedded RLark (SQLite store, controller, local runtime) given the same Job:
   validation, persistence, port/address allocation, three Worker bootstraps, the head's join
   barrier and rank check, then the run script.
@@ -39,9 +42,10 @@ from pathlib import Path
 from rlark.bootstrap.worker import LABEL_RANK, LABEL_RUN, BootstrapConfig, build_ray_start_command
 from rlark.controller.loop import Controller
 from rlark.ranks import plan_workers
-from rlark.runtimes.base import ray_resources
+from rlark.runtimes.base import local_block_size, local_worker_ports, ray_resources
 from rlark.runtimes.local import LocalRuntime, use_pid_namespace
-from rlark.runtimes.local_ports import can_bind, pick_loopback, pick_port_block, port_layout
+from rlark.runtimes.local_ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
+from rlark.runtimes.local_reservations import Reservations
 from rlark.services.jobs import JobService
 from rlark.spec import load_job
 from rlark.store import Store
@@ -62,20 +66,23 @@ spec:
     sleep 30
 """
 
+# the operator's barrier: RLark's own (bootstrap/worker.py), so both sides wait the same way
 WAITER = r"""
-import socket, subprocess, sys, time
-import ray
+import os, subprocess, sys, threading, time
+from rlark.bootstrap.worker import BARRIER_POLL_SECONDS, _port_open, check_ranks, open_node_table
 head, n, uid, script = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+threading.Thread(target=lambda: __import__("ray._raylet"), daemon=True).start()  # as the head does
 host, port = head.rsplit(":", 1)
+while not _port_open(host, int(port)):
+    time.sleep(0.05)
 while True:
     try:
-        socket.create_connection((host, int(port)), timeout=0.5).close(); break
-    except OSError:
+        table = open_node_table(head, dict(os.environ))
+        break
+    except Exception:  # the port is open, the GCS not yet answering
         time.sleep(0.05)
-ray.init(address=head, logging_level="ERROR", log_to_driver=False)
-while sum(1 for x in ray.nodes() if x["Alive"] and (x.get("Labels") or {}).get("rlark.io/run") == uid) < n:
-    time.sleep(0.1)
-ray.shutdown()
+while check_ranks(table.nodes(), uid, n)[1]:
+    time.sleep(BARRIER_POLL_SECONDS)
 subprocess.Popen(["bash", "-c", script])
 """
 
@@ -126,6 +133,9 @@ class GcsObserver(threading.Thread):
             time.sleep(0.01)
 
 
+RESERVATIONS: Reservations  # host-wide, set in main()
+
+
 def baseline_round(workdir: Path) -> dict:
     job, findings = load_job(JOB.format(name="bench", marker="/dev/null"))
     assert job is not None, findings
@@ -133,20 +143,38 @@ def baseline_round(workdir: Path) -> dict:
     marker = workdir / f"baseline-{uid}"
     run_script = f"python3 -c 'import time; print(time.time())' > {marker}; sleep 30"
     planned = plan_workers(job)
+    cpus = os.cpu_count() or 1
+    sizes = [local_block_size(job.role(w.role), cpus) for w in planned]
     ips, bases = [], []
-    for _ in planned:
-        ips.append(pick_loopback(ips))
-        bases.append(pick_port_block(bases, lambda b, ip=ips[-1]: can_bind(ip, range(b, b + 64))))
+    for size in sizes:  # reserved host-wide, as the local runtime does (another server may run)
+        tried = set(ips)
+        ip = pick_loopback(tried)
+        while not RESERVATIONS.try_reserve("ip", ip):
+            tried.add(ip)
+            ip = pick_loopback(tried)
+        ips.append(ip)
+
+        def free(b, ip=ip, size=size):
+            units = list(block_units(b, size))
+            got = [u for u in units if RESERVATIONS.try_reserve("ports", u)]
+            if len(got) == len(units) and can_bind(ip, range(b, b + size)):
+                return True
+            for u in got:
+                RESERVATIONS.release("ports", u)
+            return False
+
+        bases.append(pick_port_block([(b, b + z) for b, z in zip(bases, sizes)], size, free))
     head_address = f"{ips[0]}:{port_layout(bases[0])['gcs']}"
     ray = str(Path(sys.executable).with_name("ray"))
     procs = []
     t0 = time.time()
-    for w, ip, base in zip(planned, ips, bases):
+    for w, ip, base, size in zip(planned, ips, bases, sizes):
         res = ray_resources(job.role(w.role))
+        layout = port_layout(base, size, local_worker_ports(job.role(w.role), cpus))
         cfg = BootstrapConfig(
             node_rank=w.node_rank, num_nodes=len(planned), role=w.role, worker=w.name, run_id=uid,
             head_address=head_address, node_ip=ip,
-            ray_ports={k: v for k, v in port_layout(base).items() if k != "gcs"},
+            ray_ports={k: v for k, v in layout.items() if k != "gcs"},
             num_cpus=res.num_cpus, num_gpus=res.num_gpus, memory_bytes=res.memory_bytes,
             object_store_bytes=res.object_store_bytes, ray_temp_dir=f"/tmp/rlark-bench/{uid}-{w.node_rank}",
         )
@@ -168,10 +196,13 @@ def baseline_round(workdir: Path) -> dict:
             except ProcessLookupError:
                 pass
             p.wait()
-        for ip, base in zip(ips, bases):
+        for ip, base, size in zip(ips, bases, sizes):
             deadline = time.monotonic() + 30
-            while not can_bind(ip, range(base, base + 64)) and time.monotonic() < deadline:
+            while not can_bind(ip, range(base, base + size)) and time.monotonic() < deadline:
                 time.sleep(0.2)
+            RESERVATIONS.release("ip", ip)
+            for unit in block_units(base, size):
+                RESERVATIONS.release("ports", unit)
         shutil.rmtree("/tmp/rlark-bench", ignore_errors=True)
     return {"seconds": t_run - t0}
 
@@ -187,11 +218,16 @@ def rlark_round(workdir: Path, svc: JobService, name: str) -> dict:
     while observer is None and time.monotonic() < deadline:
         w = svc.workers(name)[0]
         if w["portBase"] is not None:
-            observer = GcsObserver(f"{w['ip']}:{port_layout(w['portBase'])['gcs']}", run["uid"])
+            observer = GcsObserver(f"{w['ip']}:{port_layout(w['portBase'])['gcs']}", run["uid"])  # gcs: block's first port
             observer.start()
         else:
             time.sleep(0.005)
-    t_run = wait_for_file(marker)
+    try:
+        t_run = wait_for_file(marker)
+    except TimeoutError:
+        job = svc.get(name)
+        raise RuntimeError(f"RLark's Run never started its run script: {job['phase']} "
+                           f"{job['reason']}: {job['message']}") from None
     job = svc.get(name)
     observer.stop.set()
     # when the head's barrier saw each rank: its `nodes` lifecycle lines
@@ -224,8 +260,10 @@ def main() -> int:
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="rlark-bench-"))
     os.environ["RLARK_HOME"] = str(workdir / "home")
+    global RESERVATIONS
+    RESERVATIONS = Reservations()
     store = Store()
-    controller = Controller(store, LocalRuntime())
+    controller = Controller(store, LocalRuntime(RESERVATIONS))
     svc = JobService(store, controller.wake)
     controller.start()
     rows = []

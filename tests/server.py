@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from rlark.runtimes.local_ports import BLOCK_SIZE, can_bind
+from rlark.runtimes.local_ports import UNIT, block_size, can_bind
 
 TERMINAL = {"Succeeded", "Failed", "Stopped"}
 _RAY_TMP_DIRS: list[Path] = []
@@ -187,16 +187,57 @@ class RlarkServer:
             time.sleep(0.2)
 
 
+def _pid_namespace(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _is_namespace_init(pid: int) -> bool:
+    """PID 1 of a PID namespace below ours (``NSpid: <ours> ... 1``)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                ids = line.split()[1:]
+                return len(ids) > 1 and ids[-1] == "1"
+    except OSError:
+        pass
+    return False
+
+
+def _environ_has(pid: int, needle: str) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+
+
 def run_processes(run_uid: str) -> list[psutil.Process]:
-    """Every process on the host that belongs to the Run (its environment carries the uid)."""
-    found = []
+    """Every process on the host that belongs to the Run.
+
+    As root each Worker is its own PID namespace whose PID 1 is the bootstrap RLark started
+    with ``RLARK_RUN_ID=<uid>``: every process in such a namespace belongs to the Run, whatever
+    its environment says (a process cannot leave its PID namespace; one that drops or rewrites
+    its environment is still found), and the namespace ends with its PID 1. Processes outside
+    them are the Run's when they carry the uid themselves (the ``unshare`` wrappers, and every
+    process of a Worker that runs without a namespace, i.e. not as root)."""
     needle = f"RLARK_RUN_ID={run_uid}"
-    for p in psutil.process_iter(["pid"]):
+    ours = _pid_namespace("self")
+    procs = list(psutil.process_iter(["pid"]))
+    namespaces = {
+        ns for p in procs
+        if _is_namespace_init(p.pid) and _environ_has(p.pid, needle)
+        and (ns := _pid_namespace(p.pid)) not in (None, ours)
+    }
+    found = []
+    for p in procs:
         try:
-            env = Path(f"/proc/{p.pid}/environ").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.NoSuchProcess:
             continue
-        if needle in env and p.status() != psutil.STATUS_ZOMBIE:
+        if _pid_namespace(p.pid) in namespaces or _environ_has(p.pid, needle):
             found.append(p)
     return found
 
@@ -213,12 +254,16 @@ def assert_nothing_left(job: dict, timeout: float = 30) -> None:
             raise AssertionError("left running: " + "; ".join(
                 f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in left))
         time.sleep(0.3)
+    # a Worker's block: its 16 own ports and its role's worker ports (what describe shows)
+    sizes = {t["role"]: block_size(t["rayNode"]["workerPorts"])
+             for t in run.get("tasks", []) if t.get("rayNode")}
     for w in run["workers"]:
         if w["portBase"] is None:
             continue
-        ports = range(w["portBase"], w["portBase"] + BLOCK_SIZE)
+        size = sizes.get(w["role"], UNIT)
+        ports = range(w["portBase"], w["portBase"] + size)
         deadline = time.monotonic() + timeout
         while not can_bind(w["ip"], ports):
             if time.monotonic() > deadline:
-                raise AssertionError(f"ports of {w['name']} ({w['portBase']}+{BLOCK_SIZE}) still taken")
+                raise AssertionError(f"ports of {w['name']} ({w['portBase']}+{size}) still taken")
             time.sleep(0.5)

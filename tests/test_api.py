@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -369,15 +368,16 @@ def test_lone_surrogate_is_refused_and_stores_nothing(client, store):
              headers={"Content-Type": "application/json"})
 
 
-def test_nul_characters_in_a_valid_spec_are_kept(client):
+def test_nul_characters_in_a_spec_are_refused_naming_the_field(client, store):
+    """A NUL cannot be stored in PostgreSQL nor passed to a process: the Job is refused with
+    an InvalidText Finding on the field that holds it, and nothing is stored."""
     doc = job_dict("nul")
     doc["spec"]["runScript"] = "echo a\u0000b"
-    r = client.post("/api/v1/jobs", json=doc)
-    assert r.status_code in (201, 422), r.text
-    if r.status_code == 201:
-        assert client.get("/api/v1/jobs/nul").json()["spec"]["spec"]["runScript"] == "echo a\u0000b"
-    else:
-        assert client.get("/api/v1/jobs/nul").status_code == 404
+    detail = rejected(client, store, "POST", "/api/v1/jobs", status=422, json=doc)
+    findings = detail["findings"]
+    assert [(f["code"], f["path"]) for f in findings] == [("InvalidText", "spec.runScript")]
+    assert "NUL" in findings[0]["message"]
+    assert client.get("/api/v1/jobs/nul").status_code == 404
 
 
 @pytest.mark.parametrize("workers", [2**31, 2**63])
@@ -888,42 +888,95 @@ def line_events(events: list[tuple[str, str]], workers: list[str]) -> list[dict]
     return [json.loads(d) for _, d in events[:-1]]
 
 
+class LiveStream:
+    """A follow stream read as it arrives, from a real HTTP server (uvicorn in a thread; the
+    in-process TestClient hands over a response only once it is complete), so a test can act
+    on what the stream has delivered so far instead of sleeping: ``until(pred)`` reads events
+    until one satisfies ``pred``; ``rest()`` reads to the end. Events: ``(event, data)``."""
+
+    def __init__(self, store, path: str, params: dict):
+        import httpx
+
+        from tests.server import ThreadedServer
+
+        self.server = ThreadedServer(JobService(store)).start()
+        self.http = httpx.Client(base_url=self.server.url, timeout=30,
+                                 headers={"Authorization": f"Bearer {self.server.token}"})
+        self._cm = self.http.stream("GET", path, params=params)
+        self.response = self._cm.__enter__()
+        self._lines = self.response.iter_lines()
+        self.events: list[tuple[str, str]] = []
+        self.ended = False
+
+    def _next(self) -> tuple[str, str] | None:
+        event, data = "message", []
+        for line in self._lines:
+            if line == "":
+                if data:
+                    return event, "\n".join(data)
+                event = "message"
+                continue
+            if line.startswith(":"):
+                continue
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].lstrip())
+        self.ended = True
+        return (event, "\n".join(data)) if data else None
+
+    def until(self, pred) -> tuple[str, str]:
+        while True:
+            ev = self._next()
+            assert ev is not None, f"the stream ended first: {self.events}"
+            self.events.append(ev)
+            if pred(ev):
+                return ev
+
+    def rest(self) -> list[tuple[str, str]]:
+        while (ev := self._next()) is not None:
+            self.events.append(ev)
+        return self.events
+
+    def close(self) -> None:
+        self._cm.__exit__(None, None, None)
+        self.http.close()
+        self.server.stop()
+
+
+def is_line(text: str):
+    return lambda ev: ev[0] == "line" and json.loads(ev[1])["line"] == text
+
+
 @pytest.mark.timeout(90)
 def test_logs_follow_streams_lines_and_ends_when_released(client, store):
+    """Tail first, then what is appended, then the end once the Workers are released; each
+    write happens after the stream has shown what came before it (no sleeps)."""
     create(client, "demo")
     paths = set_worker_logs(store, "demo", {
         "demo-head-0": [f"old {i}" for i in range(12)],
         "demo-pool-0": ["pool old"],
     })
     set_run_state(store, "demo", "Running")
-    errors: list[BaseException] = []
-
-    def writer():
-        try:
-            time.sleep(0.6)
-            with open(paths["demo-head-0"], "a") as f:
-                f.write("new 1\nnew 2\n")
-                f.flush()
-                time.sleep(0.5)
-                f.write("partial")  # no newline: still delivered at the end
-            with open(paths["demo-pool-0"], "a") as f:
-                f.write("pool new\n")
-            time.sleep(1.5)
-            set_run_state(store, "demo", "Succeeded", released=True)
-        except BaseException as exc:  # noqa: BLE001 - report in the test thread
-            errors.append(exc)
-
-    t = threading.Thread(target=writer)
-    t.start()
     started = time.monotonic()
-    with client.stream("GET", "/api/v1/jobs/demo/logs",
-                       params={"follow": "true", "role": "head", "tail": 3}) as r:
-        assert r.status_code == 200
-        assert r.headers["content-type"].startswith("text/event-stream")
-        text = "".join(r.iter_text())
-    t.join()
-    assert not errors, errors
-    lines = line_events(parse_sse(text), ["demo-head-0"])
+    stream = LiveStream(store, "/api/v1/jobs/demo/logs",
+                        {"follow": "true", "role": "head", "tail": 3})
+    try:
+        assert stream.response.status_code == 200
+        assert stream.response.headers["content-type"].startswith("text/event-stream")
+        stream.until(is_line("old 11"))  # the tail is out: now append
+        with open(paths["demo-head-0"], "a") as f:
+            f.write("new 1\nnew 2\n")
+        stream.until(is_line("new 2"))  # followed: now a line without its newline, and another
+        with open(paths["demo-head-0"], "a") as f:  # Worker's line (not followed: role head)
+            f.write("partial")  # no newline: still delivered at the end
+        with open(paths["demo-pool-0"], "a") as f:
+            f.write("pool new\n")
+        set_run_state(store, "demo", "Succeeded", released=True)
+        events = stream.rest()
+    finally:
+        stream.close()
+    lines = line_events(events, ["demo-head-0"])
     assert {item["worker"] for item in lines} == {"demo-head-0"}
     assert [item["line"] for item in lines] == ["old 9", "old 10", "old 11", "new 1", "new 2", "partial"]
     assert time.monotonic() - started < 30
@@ -949,24 +1002,24 @@ def test_logs_follow_many_workers_default_tail(client, store):
 
 @pytest.mark.timeout(90)
 def test_logs_follow_waits_while_the_run_is_terminal_but_workers_unreleased(client, store):
+    """A terminal Run whose Workers are not released yet may still write: the stream stays
+    open (a line written after the first was delivered still arrives) until they are."""
     create(client, "demo")
     paths = set_worker_logs(store, "demo", {"demo-head-0": ["a"]})
     set_run_state(store, "demo", "Succeeded", released=False)
-
-    def release():
-        time.sleep(1.5)
+    stream = LiveStream(store, "/api/v1/jobs/demo/logs", {"follow": "true", "worker": "demo-head-0"})
+    try:
+        stream.until(is_line("a"))
         with open(paths["demo-head-0"], "a") as f:
             f.write("b\n")
-        time.sleep(0.3)
+        stream.until(is_line("b"))  # still following: the Run ended, its Workers did not
+        assert not stream.ended
         set_run_state(store, "demo", "Succeeded", released=True)
-
-    t = threading.Thread(target=release)
-    t.start()
-    started = time.monotonic()
-    r = client.get("/api/v1/jobs/demo/logs", params={"follow": "true", "worker": "demo-head-0"})
-    t.join()
-    assert time.monotonic() - started >= 1.5
-    assert [item["line"] for item in line_events(parse_sse(r.text), ["demo-head-0"])] == ["a", "b"]
+        events = stream.rest()
+    finally:
+        stream.close()
+    assert stream.ended
+    assert [item["line"] for item in line_events(events, ["demo-head-0"])] == ["a", "b"]
 
 
 # --- record --------------------------------------------------------------------------------------

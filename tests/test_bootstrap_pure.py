@@ -19,6 +19,7 @@ from rlark.bootstrap.worker import (
     BootstrapError,
     build_ray_start_command,
     check_ranks,
+    script_argv,
 )
 from rlark.controller.lifecycle import parse_lifecycle
 
@@ -376,3 +377,21 @@ def test_any_split_point_gives_the_same_events():
         rest, off2 = parse_lifecycle(log[off:], off)
         assert first + rest == whole, cut
         assert off2 == len(log), cut
+
+
+# --- how scripts run: errexit and pipefail ------------------------------------------------------
+
+
+@pytest.mark.parametrize("script, code, out", [
+    # the example: a command that exits 3, then `echo saving logs`
+    ("echo before; sh -c 'exit 3'; echo saving logs", 3, "before\n"),
+    ("false | cat; echo after a failed pipeline", 1, ""),  # pipefail
+    ("echo one; echo two", 0, "one\ntwo\n"),
+    ("if false; then echo no; fi; false || echo handled", 0, "handled\n"),  # tested commands pass
+])
+def test_scripts_stop_at_the_first_failing_command(script, code, out):
+    import subprocess
+
+    assert script_argv(script) == ["bash", "-e", "-o", "pipefail", "-c", script]
+    done = subprocess.run(script_argv(script), capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout) == (code, out)

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -89,14 +88,22 @@ def files(tmp_path) -> dict[str, Path]:
 # --- validate ------------------------------------------------------------------------------------
 
 
-def test_validate_good_file(files):
-    proc = rlark("validate", str(files["good"]))
-    assert proc.returncode == 0, proc.stderr
-    assert f"valid: {files['good']} (3 Workers, 2 roles)" in proc.stdout
+def offline() -> dict:
+    """The CLI's environment with no server answering: validate and check run what this
+    machine can check, and say what they could not (tests/test_one_set_of_checks.py)."""
+    return cli_env(RLARK_SERVER=f"http://127.0.0.1:{free_port()}")
 
-    proc = rlark("validate", str(files["json"]), "--format", "json")
+
+def test_validate_good_file(files):
+    proc = rlark("validate", str(files["good"]), env=offline())
+    assert proc.returncode == 0, proc.stderr
+    assert f"valid: {files['good']} (3 Workers, 2 roles; checked here, without a server)" in proc.stdout
+
+    proc = rlark("validate", str(files["json"]), "--format", "json", env=offline())
     assert proc.returncode == 0
-    assert json.loads(proc.stdout) == {"valid": True, "findings": []}
+    data = json.loads(proc.stdout)
+    assert data["valid"] is True and data["server"] is None
+    assert [(f["severity"], f["code"]) for f in data["findings"]] == [("info", "RuntimeNotChecked")]
 
 
 def test_validate_bad_file_text(files):
@@ -110,25 +117,27 @@ def test_validate_bad_file_text(files):
 
 
 def test_validate_bad_file_json_shape(files):
-    proc = rlark("validate", str(files["bad"]), "-o", "json")
+    proc = rlark("validate", str(files["bad"]), "-o", "json", env=offline())
     assert proc.returncode == 1
     data = json.loads(proc.stdout)
-    assert set(data) == {"valid", "findings"} and data["valid"] is False
+    assert set(data) == {"valid", "findings", "server"} and data["valid"] is False
     assert all(set(f) == FINDING_KEYS for f in data["findings"])
-    assert {f["path"] for f in data["findings"]} == {
+    errors = [f for f in data["findings"] if f["severity"] == "error"]
+    assert {f["path"] for f in errors} == {
         "metadata.name", "spec.headRole", "spec.roles[0].workers", "spec.roles[0].image"}
-    assert {f["severity"] for f in data["findings"]} == {"error"}
+    assert [f["code"] for f in data["findings"] if f["severity"] != "error"] == ["RuntimeNotChecked"]
     assert all(f["hint"] for f in data["findings"])
 
 
 def test_validate_warnings_only_is_valid(files):
-    proc = rlark("validate", str(files["warn"]), "--format", "json")
+    proc = rlark("validate", str(files["warn"]), "--format", "json", env=offline())
     assert proc.returncode == 0
     data = json.loads(proc.stdout)
     assert data["valid"] is True
-    assert [(f["severity"], f["path"].split("[")[0]) for f in data["findings"]] == [("warning", "spec.roles")]
-    text = rlark("validate", str(files["warn"]))
-    assert text.returncode == 0 and "1 warning)" in text.stdout and "warning" in text.stdout
+    assert [(f["severity"], f["path"].split("[")[0]) for f in data["findings"]] == [
+        ("warning", "spec.roles"), ("info", "$")]
+    text = rlark("validate", str(files["warn"]), env=offline())
+    assert text.returncode == 0 and "1 warning;" in text.stdout and "warning" in text.stdout
 
 
 def test_validate_missing_file(tmp_path):
@@ -167,13 +176,14 @@ def test_errors_stay_on_one_line_when_piped(files):
 def test_validate_resolves_relative_working_dir_against_the_file(files, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    proc = rlark("validate", str(files["relative"]), "--format", "json", cwd=elsewhere)
+    proc = rlark("validate", str(files["relative"]), "--format", "json", cwd=elsewhere,
+                 env=offline())
     assert proc.returncode == 0, proc.stdout
     data = json.loads(proc.stdout)
     assert data["valid"] is True
     assert "RelativePath" not in {f["code"] for f in data["findings"]}
     # a relative path given on the command line works too
-    proc = rlark("validate", "jobs/relative.yaml", cwd=tmp_path)
+    proc = rlark("validate", "jobs/relative.yaml", cwd=tmp_path, env=offline())
     assert proc.returncode == 0 and "RelativePath" not in proc.stdout
 
 
@@ -212,7 +222,7 @@ COMMANDS = all_commands()
 KNOWN = {
     (), ("validate",), ("schema",), ("server",), ("submit",), ("get",), ("get", "jobs"),
     ("describe",), ("describe", "job"), ("logs",), ("stop",), ("start",), ("restart",),
-    ("delete",), ("record",),
+    ("delete",), ("record",), ("get", "job"), ("describe", "jobs"), ("get", "nodes"),
 }
 
 
@@ -278,13 +288,18 @@ class LiveServer(ThreadedServer):
             return sorted(s.scalars(select(JobRow.name)))
 
 
-@pytest.fixture
-def server(rlark_home):
-    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+def serve_live(home):
+    """A LiveServer on a fresh store in ``home``, for a fixture to yield from."""
+    store = Store(f"sqlite:///{home / 'rlark.db'}")
     live = LiveServer(store).start()
     yield live
     live.stop()
     store.dispose()
+
+
+@pytest.fixture
+def server(rlark_home):
+    yield from serve_live(rlark_home)
 
 
 def test_submit_without_wait_leaves_the_job_pending(server, files):
@@ -331,7 +346,7 @@ def test_submit_duplicate_is_refused(server, files):
     before = snapshot(server.store)
     proc = server.cli("submit", str(files["good"]))
     assert proc.returncode == 1
-    assert "'demo' already exists" in error_line(proc)
+    assert "'demo' already exists" in error_line(proc) and "`rlark apply`" in error_line(proc)
     assert snapshot(server.store) == before
 
 
@@ -385,7 +400,7 @@ def test_describe_job_text_and_json(server, files):
     assert "Job accepted: 3 Workers in 2 roles" in out
     start = out.index("Tasks (one per role)")
     tasks = out[start:out.index("\nWorkers", start)].splitlines()
-    assert [line.split() for line in tasks[2:] if line.strip()] == [
+    assert [line.split()[:4] for line in tasks[2:] if line.strip()] == [
         ["head", "Pending", "0/1", "0"], ["pool", "Pending", "0/2", "1-2"]]
     # a Worker ended by a signal: the code says which (143 = 128 + SIGTERM, stopped by RLark)
     with server.store.session() as s:
@@ -487,12 +502,16 @@ def test_record_formats_and_output_file(server, files, tmp_path):
 
     target = tmp_path / "out" / "record.json"
     target.parent.mkdir()
-    proc = server.cli("record", "demo", "--format", "json", "--output", str(target))
+    proc = server.cli("record", "demo", "-o", "json", "--save", str(target))
     assert proc.returncode == 0 and f"wrote {target}" in proc.stdout
     assert json.loads(target.read_text()) == rec
     target_md = tmp_path / "record.md"
-    assert server.cli("record", "demo", "--output", str(target_md)).returncode == 0
+    assert server.cli("record", "demo", "--save", str(target_md)).returncode == 0
     assert target_md.read_text() == md.stdout
+    assert server.cli("record", "demo", "--format", "md").stdout == md.stdout  # the older name
+    # -o/--output is the format on every read command; a file name there says where files go
+    mixed = server.cli("record", "demo", "--output", str(target))
+    assert mixed.returncode == 1 and f"--save {target}" in error_line(mixed)
 
     bad = server.cli("record", "demo", "--format", "pdf")
     assert bad.returncode == 1 and "'pdf'" in error_line(bad)

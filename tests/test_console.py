@@ -125,7 +125,8 @@ def test_catalogs_have_the_same_keys_and_placeholders():
         assert en[key].strip() and zh[key].strip(), key
         fields = lambda s: sorted(re.findall(r"\{(\w+)", s))  # noqa: E731
         assert fields(en[key]) == fields(zh[key]), key
-    assert sorted(p.stem for p in CATALOG_DIR.glob("*.json")) == sorted(LOCALES)
+    # one catalog per locale, and messages.json: the server's texts (console/messages.py)
+    assert sorted(p.stem for p in CATALOG_DIR.glob("*.json")) == sorted([*LOCALES, "messages"])
 
 
 def test_every_key_the_console_uses_is_in_the_catalogs():
@@ -367,10 +368,20 @@ def test_findings_map_to_steps_and_fields():
     assert field_of(f("spec.failurePolicy.joinTimeoutSeconds")) == "joinTimeout"
 
 
-def test_log_line_times():
+def test_log_line_times(monkeypatch):
+    """Every time in one form, UTC with its zone; a stamp without a zone is local time."""
+    import time
+
     assert stamp_of('RLARK_EVENT {"ts": 0.5, "event": "phase"}') == "1970-01-01T00:00:00.500+00:00"
-    assert stamp_of("2026-01-02 03:04:05,123\tINFO x") == "2026-01-02T03:04:05.123"
-    assert stamp_of("[2026-01-02 03:04:05] hello") == "2026-01-02T03:04:05.000"
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    assert stamp_of("2026-01-02 03:04:05,123\tINFO x") == "2026-01-02T03:04:05.123+00:00"
+    assert stamp_of("[2026-01-02 03:04:05] hello") == "2026-01-02T03:04:05.000+00:00"
+    monkeypatch.setenv("TZ", "Asia/Shanghai")  # UTC+8, no daylight saving
+    time.tzset()
+    assert stamp_of("2026-01-02 03:04:05,123\tINFO x") == "2026-01-01T19:04:05.123+00:00"
+    monkeypatch.undo()
+    time.tzset()
     assert stamp_of("plain line") is None
 
 
@@ -580,7 +591,11 @@ def test_detail_tabs_render(client, service):
     assert r.status_code == 200 and r.headers["HX-Redirect"] == "/jobs"
 
 
-def test_logs_tab_and_downloads(client, service, rlark_home):
+def test_logs_tab_and_downloads(client, service, rlark_home, monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "UTC")  # the pool's stamp has no zone: this machine's time
+    time.tzset()
     service.create(job_doc("logs"))
     logs = rlark_home / "logs" / "logs" / "1"
     logs.mkdir(parents=True)
@@ -598,13 +613,16 @@ def test_logs_tab_and_downloads(client, service, rlark_home):
     assert "second, line" in r.text and "hello" not in r.text
     r = client.get("/jobs/logs/logs.txt?role=head")
     assert r.headers["content-disposition"] == 'attachment; filename="logs-run1-logs.txt"'
-    assert r.text.splitlines()[1:] == ["hello from the head", "second, line"]
+    assert r.text.splitlines() == ["hello from the head", "second, line"]  # no lifecycle line
     r = client.get("/jobs/logs/logs.csv")
     rows = list(csv.reader(io.StringIO(r.text)))
     assert rows[0] == ["worker", "role", "time", "line"]
-    assert rows[2] == ["logs-head-0", "head", "2023-11-14T22:13:20.250+00:00", "hello from the head"]
-    assert rows[3][:3] == ["logs-head-0", "head", "2023-11-14T22:13:20.250+00:00"]  # carried on
-    assert rows[4] == ["logs-pool-0", "pool", "2026-01-02T03:04:05.100", "2026-01-02 03:04:05,100\tINFO pool says hi"]
+    # the hidden lifecycle line still dates the lines after it
+    assert rows[1] == ["logs-head-0", "head", "2023-11-14T22:13:20.250+00:00", "hello from the head"]
+    assert rows[2][:3] == ["logs-head-0", "head", "2023-11-14T22:13:20.250+00:00"]  # carried on
+    assert rows[3] == ["logs-pool-0", "pool", "2026-01-02T03:04:05.100+00:00",
+                       "2026-01-02 03:04:05,100\tINFO pool says hi"]
+    assert client.get("/jobs/logs/logs.csv?lifecycle=1").text.count("RLARK_EVENT") == 1
     assert client.get("/jobs/logs/logs.csv?worker=nope").status_code == 404
 
 

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from rlark.api.security import PROJECT_COOKIE, SESSION_COOKIE, SecurityPolicy
 from rlark.services.accounts import AccountService
-from rlark.services.auth import OPEN_PRINCIPAL, AuthService
+from rlark.services.auth import ANONYMOUS, OPEN_PRINCIPAL, AuthService
 from rlark.store import ProjectRole
 from tests.access import BASE_URL, admin_token, api_client, make_user
 from tests.test_console import HOST, _visible_text, finish, job_doc, wizard_form
@@ -131,7 +131,8 @@ def test_wrong_password_or_token_is_401_and_audited(app, service):
     r = post(c, "/login", {"token": "rlark_" + "x" * 43})
     assert r.status_code == 401 and "That API token is not valid" in r.text
     failed = audit(service.store, "login.failed")
-    assert [e["actor"] for e in failed] == [None, "ada"]  # newest first; the token had no user
+    # newest first; a token that is no one's is "(anonymous)", never RLark itself (None)
+    assert [e["actor"] for e in failed] == [ANONYMOUS, "ada"]
     assert c.get("/jobs").status_code == 303  # still not logged in
 
 

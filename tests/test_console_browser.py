@@ -124,8 +124,10 @@ def test_wizard_creates_a_two_role_job_that_succeeds_then_logs_and_record(ui):
     page = ui.go("/jobs")
     page.locator(".page-head").get_by_role("link", name="Create Job").click()
     ui.step(1)
-    page.click("#wizard-next")  # no name yet: the step refuses
-    expect(page.locator("#step-errors [data-code=InvalidName]")).to_be_visible()
+    page.click("#wizard-next")  # no name yet: the step refuses, saying why once, at the field
+    expect(page.locator("#step-errors")).to_be_visible()
+    expect(page.locator("[data-code=InvalidName]")).to_have_count(1)
+    expect(page.locator(".field-error[data-code=InvalidName]")).to_be_visible()
     page.fill("#f-name", "wiz")
     page.get_by_role("button", name="Add role").click()
     expect(page.locator("#role-1-name")).to_have_value("role1")
@@ -244,7 +246,7 @@ spec:
     ui.step(2)
     page.click("#wizard-next")
     ui.step(2)
-    expect(page.locator("#step-errors [data-code=ImageNoVersion]")).to_be_visible()
+    expect(page.locator("#panel-role-0 .field-error[data-code=ImageNoVersion]")).to_be_visible()
     expect(page.locator("#role-0-image")).to_have_attribute("aria-invalid", "true")
     assert ui.server.http.get("/api/v1/jobs/badimage").status_code == 404
 
@@ -279,7 +281,7 @@ def test_failing_job_shows_its_reason_on_the_list_and_detail_pages(ui):
     ui.phase("Failed")
     live = page.locator("#job-live")
     expect(live.locator(".status-phase [data-reason]")).to_have_text("PrepareFailed")
-    expect(live.locator("[data-message]")).to_contain_text(
+    expect(live.locator(".status-message[data-message]")).to_contain_text(
         "Worker prepfail-head-0 (rank 0, role head): prepare script exited with code 4")
     worker = page.locator("#workers-table tr[data-worker=prepfail-head-0]")
     expect(worker).to_contain_text("PrepareFailed")
@@ -289,6 +291,15 @@ def test_failing_job_shows_its_reason_on_the_list_and_detail_pages(ui):
     expect(page.locator("#tab-events [data-reason=PrepareFailed]").first).to_be_visible()
     page.click("[data-tab=logs]")
     expect(page.locator("#log-lines")).to_contain_text("preparing")
+    expect(page.locator("#log-lines .ln-event")).to_have_count(0)  # RLark's own lines: hidden
+    page.check("#log-lifecycle")
+    page.select_option("#log-order", "time")
+    page.locator("#tab-logs").get_by_role("button", name="Apply").click()
+    expect(page.locator("#log-lines .ln-event").first).to_be_visible()
+    assert '"tok"' not in page.locator("#log-lines").inner_text()
+    page.uncheck("#log-lifecycle")
+    page.locator("#tab-logs").get_by_role("button", name="Apply").click()
+    expect(page.locator("#log-lines .ln-event")).to_have_count(0)
 
     # edit and restart reuses the wizard: a new Run with the new spec (it fails again, as asked)
     page.click("#job-live [data-action=edit]")
@@ -307,7 +318,7 @@ def test_failing_job_shows_its_reason_on_the_list_and_detail_pages(ui):
     expect(page.locator("#runs-table tr[data-run='2']")).to_contain_text("spec updated",
                                                                           timeout=30_000)
     ui.phase("Failed", timeout=60)
-    expect(page.locator("#job-live [data-message]")).to_contain_text("exited with code 5")
+    expect(page.locator("#job-live .status-message[data-message]")).to_contain_text("exited with code 5")
 
     # clone reuses it too, with a new name
     page.click("#job-live [data-action=clone]")
@@ -402,7 +413,9 @@ def test_chinese_locale_renders_the_same_pages(ui):
     expect(page.locator("h1")).to_have_text("作业")
     row = page.locator("tr[data-job=zhfail]")
     expect(row.locator("[data-phase=Failed]")).to_have_text("失败")
-    expect(row.locator("[data-reason]")).to_have_text("PrepareFailed")
+    # the reason in Chinese (its code stays in data-reason), and the message too
+    expect(row.locator("[data-reason=PrepareFailed]")).to_have_text("准备脚本失败")
+    expect(row.locator(".fail-msg")).to_contain_text("准备脚本以退出码 4 结束")
     expect(row.locator("[data-action=delete]")).to_have_text("删除")
     ui.shot("zh-jobs-list")
 
@@ -428,7 +441,9 @@ def test_chinese_locale_renders_the_same_pages(ui):
     expect(page.locator("h1")).to_have_text("创建作业")
     expect(page.locator("ol.steps")).to_contain_text("名称与角色")
     page.click("#wizard-next")
-    expect(page.locator("#step-errors .sev").first).to_have_text("错误")
+    expect(page.locator("#step-errors")).to_contain_text("进入下一步前请先修复 1 个问题")
+    expect(page.locator(".field-error[data-code=InvalidName]")).to_contain_text(
+        "不是以字母开头的 DNS-1123 标签")
     page.fill("#f-name", "zhjob")
     page.click("#wizard-next")
     ui.step(2)

@@ -56,10 +56,14 @@ def test_failed_run_is_retried_up_to_max_restarts(server):
         time.sleep(0.3)
     assert [(r["cause"], r["phase"], r["reason"], r["exitCode"]) for r in runs] == [
         ("Submitted", "Failed", "RunFailed", 7), ("Retry", "Failed", "RunFailed", 7)]
-    time.sleep(1)
-    assert len(server.http.get("/api/v1/jobs/retry/runs").json()) == 2  # no third attempt
+    # A retry is decided in the same transaction as the failure it follows (no wait can show
+    # more): once run 2 is Failed, and still once its Workers are gone, it is the current Run
+    # and nothing was queued after it.
     job = server.wait_released("retry")
-    assert job["phase"] == "Failed"
+    assert (job["phase"], job["currentRun"]["number"]) == ("Failed", 2)
+    assert len(server.http.get("/api/v1/jobs/retry/runs").json()) == 2  # no third attempt
+    events = server.http.get("/api/v1/jobs/retry/events").json()
+    assert [e["run"] for e in events if e["reason"] == "Retry"] == [2]
     assert_nothing_left(job)
 
 
@@ -87,6 +91,11 @@ def test_server_shutdown_stops_every_worker(server):
     job = server.job("bye")
     assert (job["phase"], job["reason"]) == ("Stopped", "ServerShutdown")
     assert all(w["finishedAt"] for w in job["currentRun"]["workers"])
+    # a stopped Run has no ready Workers, and each says RLark stopped it
+    assert job["workersReady"] == job["currentRun"]["workersReady"] == 0
+    assert [t["ready"] for t in job["currentRun"]["tasks"]] == [0, 0]
+    assert [(w["phase"], w["reason"], w["exitCode"]) for w in job["currentRun"]["workers"]] == [
+        ("Stopped", "StoppedByRLark", None)] * 2
 
 
 def test_server_killed_then_restarted_ends_orphaned_run(server):

@@ -21,8 +21,17 @@ pytestmark = pytest.mark.ray
 
 
 def job_yaml(name: str, *, run: str = "echo hello from the head", head_prepare: str = "",
-             pool_prepare: str = "", pool_workers: int = 1, join_timeout: int = 60,
-             grace: int = 5, prepare_timeout: int = 120) -> str:
+             pool_prepare: str = "", pool_workers: int = 1, join_timeout: int = 180,
+             grace: int = 5, prepare_timeout: int = 120, head_env: dict | None = None,
+             cpu: int = 1) -> str:
+    """A Job: role ``head`` (1 Worker) and, unless ``pool_workers`` is 0, role ``pool``."""
+    env = json.dumps([{"name": k, "value": v} for k, v in (head_env or {}).items()])
+    pool = f"""
+    - name: pool
+      workers: {pool_workers}
+      image: docker.io/rlinf/rlinf:0.3.0
+      resources: {{cpu: 1, memory: 1Gi}}
+      prepareScript: {json.dumps(pool_prepare)}""" if pool_workers else ""
     return f"""
 apiVersion: rlark.io/v1
 kind: Job
@@ -35,15 +44,16 @@ spec:
     - name: head
       workers: 1
       image: docker.io/rlinf/rlinf:0.3.0
-      resources: {{cpu: 1, memory: 1Gi}}
+      resources: {{cpu: {cpu}, memory: 1Gi}}
       prepareScript: {json.dumps(head_prepare)}
-    - name: pool
-      workers: {pool_workers}
-      image: docker.io/rlinf/rlinf:0.3.0
-      resources: {{cpu: 1, memory: 1Gi}}
-      prepareScript: {json.dumps(pool_prepare)}
+      env: {env}{pool}
   runScript: {json.dumps(run)}
 """
+
+
+def worker_states(job: dict) -> list[tuple]:
+    """(name, phase, reason, exit code) of every Worker of the current Run."""
+    return [(w["name"], w["phase"], w["reason"], w["exitCode"]) for w in job["currentRun"]["workers"]]
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +104,18 @@ def test_run_script_exit_code_fails_the_run(server):
     assert job["reason"] == "RunFailed"
     assert job["currentRun"]["exitCode"] == 7
     assert "code 7" in job["message"]
+    # the head's own last lines come with the reason; lifecycle lines never do
+    assert "last lines of exit-seven-head-0:\nabout to fail" in job["message"], job["message"]
+    assert "RLARK_EVENT" not in job["message"]
+    # final with the Run: the head failed with its script's code; RLark ended the pool Worker
+    settled = [("exit-seven-head-0", "Failed", "RunFailed", 7),
+               ("exit-seven-pool-0", "Terminated", "StoppedByRLark", None)]
+    assert worker_states(job) == settled
     # it was Running before it failed, with both nodes joined
     events = server.http.get("/api/v1/jobs/exit-seven/events").json()
     assert [e["to"] for e in events if e["to"]] == ["Starting", "Running", "Failed"]
     job = server.wait_released("exit-seven")
+    assert worker_states(job) == settled  # nothing changes once the Run is over
     assert_nothing_left(job)
     logs = server.cli("logs", "exit-seven", "--role", "head")
     assert logs.returncode == 0 and "about to fail" in logs.stdout
@@ -131,6 +149,94 @@ def test_worker_that_never_joins_times_out_and_run_script_never_starts(server, t
     assert_nothing_left(job)
 
 
+def _seconds(a: str, b: str) -> float:
+    from datetime import datetime
+
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
+
+
+def test_a_head_still_preparing_at_the_join_deadline_fails_the_run_from_launch(server, tmp_path):
+    """The join deadline is the Run's, from its launch, for every rank: a head whose prepare
+    script outlasts it is named (rank 0), the other Workers do not wait join + prepare, and the
+    pool Worker whose `ray start` is retrying the missing GCS stops at once, not after the
+    grace period."""
+    marker = tmp_path / "run-script-started"
+    server.submit(job_yaml("late-head", head_prepare="echo preparing the head; sleep 60",
+                           join_timeout=8, grace=20, run=f"touch {marker}"))
+    job = server.wait_phase("late-head", {"Failed"}, timeout=60)
+    run = job["currentRun"]
+    assert job["reason"] == "JoinTimeout", job
+    assert "rank 0 (late-head-head-0), rank 1 (late-head-pool-0) did not join" in job["message"]
+    assert "within 8 s of the launch" in job["message"]
+    assert "late-head-head-0: Preparing" in job["message"]
+    assert "last lines of late-head-head-0:\npreparing the head" in job["message"]
+    took = _seconds(run["startedAt"], run["finishedAt"])
+    assert 8 <= took < 12, f"failed {took:.1f} s after launch; joinTimeoutSeconds is 8"
+    assert worker_states(job) == [("late-head-head-0", "Failed", "JoinTimeout", None),
+                                  ("late-head-pool-0", "Failed", "JoinTimeout", None)]
+    events = server.http.get("/api/v1/jobs/late-head/events").json()
+    assert "Running" not in [e["to"] for e in events]
+    failed = [e for e in events if e["to"] == "Failed"]
+    assert len(failed) == 1 and failed[0]["message"] == job["message"]
+    job = server.wait_released("late-head", timeout=30)
+    stopped_in = max(_seconds(run["finishedAt"], w["finishedAt"]) for w in job["currentRun"]["workers"])
+    assert stopped_in < 8, f"Workers took {stopped_in:.1f} s to stop; the grace period is 20 s"
+    assert worker_states(job) == [("late-head-head-0", "Failed", "JoinTimeout", None),
+                                  ("late-head-pool-0", "Failed", "JoinTimeout", None)]
+    assert not marker.exists()
+    assert_nothing_left(job)
+
+
+def test_a_failed_prepare_script_shows_pips_own_error(server):
+    """The reason comes with the failing Worker's last lines: in the status, the Event, the
+    API's job and run views and the console's overview."""
+    server.submit(job_yaml("prep-pip", pool_workers=0, head_prepare=(
+        "python -m pip install --disable-pip-version-check --no-index rlark-no-such-package")))
+    job = server.wait_phase("prep-pip", {"Failed"}, timeout=60)
+    pip_says = "ERROR: No matching distribution found for rlark-no-such-package"
+    assert job["reason"] == "PrepareFailed"
+    first, rest = job["message"].split("\n", 1)
+    assert first == ("Worker prep-pip-head-0 (rank 0, role head): prepare script exited with "
+                     "code 1")
+    assert rest.startswith("last lines of prep-pip-head-0:\n") and rest.endswith(pip_says), rest
+    lines = rest.splitlines()[1:]
+    assert 1 <= len(lines) <= 20 and len(rest.encode()) <= 4096 + 100
+    assert not any(l.startswith("RLARK_EVENT") for l in lines)
+    assert job["currentRun"]["message"] == job["message"]
+    runs = server.http.get("/api/v1/jobs/prep-pip/runs").json()
+    assert runs[-1]["message"] == job["message"]
+    events = server.http.get("/api/v1/jobs/prep-pip/events").json()
+    assert [e["message"] for e in events if e["reason"] == "PrepareFailed"] == [job["message"]]
+    page = server.http.get("/jobs/prep-pip")
+    assert page.status_code == 200
+    import html
+    assert f'<pre class="log" data-message-lines>{html.escape(rest, quote=True)}</pre>' in page.text
+    assert_nothing_left(server.wait_released("prep-pip"))
+
+
+def test_the_first_failing_command_of_the_run_script_ends_it(server):
+    """errexit: a command that exits 3, then `echo saving logs`: RunFailed with exit code 3."""
+    server.submit(job_yaml("errexit", pool_workers=0,
+                           run="echo before; sh -c 'exit 3'; echo saving logs"))
+    job = server.wait_phase("errexit", {"Failed"}, timeout=90)
+    assert (job["reason"], job["currentRun"]["exitCode"]) == ("RunFailed", 3)
+    assert job["message"].endswith("last lines of errexit-head-0:\nbefore"), job["message"]
+    job = server.wait_released("errexit")
+    logs = server.cli("logs", "errexit")
+    assert "before" in logs.stdout and "saving logs" not in logs.stdout
+    assert_nothing_left(job)
+
+
+def test_a_failed_ray_start_is_ray_start_failed_with_rays_message(server):
+    # RAY_START_HOOK names a class `ray start` loads first (Ray 2.60); a missing one fails it
+    server.submit(job_yaml("bad-ray", pool_workers=0,
+                           head_env={"RAY_START_HOOK": "rlark_no_such_module.hook"}))
+    job = server.wait_phase("bad-ray", {"Failed"}, timeout=90)
+    assert job["reason"] == "RayStartFailed", job
+    assert "ModuleNotFoundError: No module named 'rlark_no_such_module'" in job["message"]
+    assert_nothing_left(server.wait_released("bad-ray"))
+
+
 def test_stop_while_running_then_start_again_keeps_ranks(server):
     server.submit(job_yaml("stop-start", run="sleep 600", pool_workers=1))
     job = server.wait_phase("stop-start", {"Running"}, timeout=120)
@@ -141,8 +247,9 @@ def test_stop_while_running_then_start_again_keeps_ranks(server):
     job = server.wait_phase("stop-start", {"Stopped"}, timeout=60)
     job = server.wait_released("stop-start")
     assert_nothing_left(job)
-    assert all(w["phase"] == "Stopped" for w in job["currentRun"]["workers"]), [
-        (w["name"], w["phase"], w["reason"], w["exitCode"]) for w in job["currentRun"]["workers"]]
+    assert worker_states(job) == [("stop-start-head-0", "Stopped", "StoppedByRLark", None),
+                                  ("stop-start-pool-0", "Stopped", "StoppedByRLark", None)]
+    assert job["currentRun"]["workersReady"] == 0
 
     res = server.cli("start", "stop-start")
     assert res.returncode == 0, res.stderr
@@ -157,8 +264,15 @@ def test_stop_while_running_then_start_again_keeps_ranks(server):
 
 def test_logs_and_record_survive_the_end_and_a_server_restart(server):
     server.submit(job_yaml("durable", run="echo durable-output-line"))
-    server.wait_phase("durable", {"Succeeded"}, timeout=120)
+    job = server.wait_phase("durable", {"Succeeded"}, timeout=120)
+    # the first look at the Succeeded Run already shows every Worker's final status: the head's
+    # run script's code, and the pool Worker RLark ends now as "stopped by RLark", no 143/137
+    settled = [("durable-head-0", "Succeeded", "Completed", 0),
+               ("durable-pool-0", "Completed", "StoppedByRLark", None)]
+    assert worker_states(job) == settled
+    assert job["currentRun"]["workersReady"] == 2 and job["workersReady"] == 2
     job = server.wait_released("durable")
+    assert worker_states(job) == settled
     record_before = server.http.get("/api/v1/jobs/durable/record").json()
     assert record_before["result"]["phase"] == "Succeeded"
     assert record_before["workers"]["expected"] == record_before["workers"]["actual"] == 2

@@ -11,7 +11,16 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from rlark.controller.phases import ALLOWED, TERMINAL, RunView, WorkerView, decide, failure_of
+from rlark.controller.phases import (
+    ALLOWED,
+    TERMINAL,
+    RunView,
+    WorkerView,
+    decide,
+    failure_of,
+    is_ready,
+    settle,
+)
 
 NAMES = {0: "ppo-head-0", 1: "ppo-pool-0", 2: "ppo-pool-1"}
 
@@ -109,11 +118,11 @@ CASES = [
          [("Failed", "PrepareFailed")], in_message=["ppo-pool-1"], exit_code=3),
     Case("failed-line-beats-silent-loss", "Running",
          workers(r0=RUNNING_HEAD, r1=dict(alive=False, exit_code=137),
-                 r2=dict(failed=failed("NodeLost", "ray exited"))),
+                 r2=dict(failed=failed("NodeLost", "ray exited"), joined=True)),
          [("Failed", "NodeLost")], in_message=["ppo-pool-1"]),
     Case("failed-line-beats-run-failed", "Running",
          workers(r0=dict(running=True, run_finished=finished(1)),
-                 r1=dict(failed=failed("NodeLost", "ray exited"))),
+                 r1=dict(failed=failed("NodeLost", "ray exited"), joined=True)),
          [("Failed", "NodeLost")], in_message=["ppo-pool-0"]),
     # --- Workers gone without a word -------------------------------------------------------------
     Case("worker-lost-signal-9", "Running", workers(r0=RUNNING_HEAD, r1=dict(alive=False, exit_code=137)),
@@ -227,3 +236,140 @@ def test_failure_after_successful_run_does_not_fail_it():
         ),
     )
     assert [(t.to, t.reason) for t in decide(run)] == [("Succeeded", "Completed")]
+
+
+# --- the Run's join deadline (from launch, every rank) ------------------------------------------
+
+
+def timed(now: float, phase: str = "Starting", **changes) -> RunView:
+    """Launched at t=100 with joinTimeoutSeconds 60; observed at ``now``."""
+    return RunView(phase=phase, stop_requested=False, workers=workers(**changes), now=now,
+                   launched_at=100.0, join_timeout=60.0)
+
+
+PREPARING_HEAD = dict(reported_phase="Preparing")
+JOINED = dict(joined=True, reported_phase="RayStarted")
+
+
+def test_join_deadline_names_a_head_still_in_its_prepare_script():
+    run = timed(160.0, r0=PREPARING_HEAD, r1=dict(reported_phase="StartingRay"),
+                r2=dict(reported_phase="StartingRay"))
+    [t] = decide(run)
+    assert (t.to, t.reason) == ("Failed", "JoinTimeout")
+    assert t.message.startswith(
+        "rank 0 (ppo-head-0), rank 1 (ppo-pool-0), rank 2 (ppo-pool-1) did not join the Ray "
+        "cluster within 60 s of the launch (spec.failurePolicy.joinTimeoutSeconds)")
+    assert "ppo-head-0: Preparing; ppo-pool-0: StartingRay" in t.message
+    assert t.blamed == ("ppo-head-0", "ppo-pool-0", "ppo-pool-1") and t.worker == "ppo-head-0"
+
+
+def test_join_deadline_names_only_the_missing_ranks():
+    run = timed(170.0, r0=JOINED, r1=JOINED, r2=dict(reported_phase="Preparing"))
+    [t] = decide(run)
+    assert t.reason == "JoinTimeout" and t.message.startswith("rank 2 (ppo-pool-1) did not join")
+    assert t.blamed == ("ppo-pool-1",)
+
+
+@pytest.mark.parametrize("now, changes", [
+    (159.9, dict(r0=PREPARING_HEAD)),  # not yet
+    (200.0, dict(r0=JOINED, r1=JOINED, r2=JOINED)),  # all joined: the run script is starting
+])
+def test_join_deadline_not_due(now, changes):
+    assert decide(timed(now, **changes)) == []
+
+
+def test_join_deadline_only_while_starting():
+    assert decide(timed(500.0, phase="Running", r0=dict(running=True, joined=True))) == []
+    assert decide(RunView(phase="Starting", stop_requested=False, workers=workers())) == []
+
+
+def test_a_workers_own_failure_comes_before_the_deadline():
+    run = timed(170.0, r1=dict(failed=failed("PrepareFailed", "prepare script exited with code 1",
+                                             exit_code=1, status=1)))
+    [t] = decide(run)
+    assert (t.reason, t.blamed, t.worker) == ("PrepareFailed", ("ppo-pool-0",), "ppo-pool-0")
+
+
+def test_every_failure_names_the_worker_whose_lines_explain_it():
+    cases = [
+        (workers(r0=dict(running=True, run_finished=finished(3))), "ppo-head-0"),  # RunFailed
+        (workers(r0=dict(running=True, alive=False, exit_code=137)), "ppo-head-0"),  # HeadLost
+        (workers(r0=RUNNING_HEAD, r2=dict(alive=False, exit_code=1)), "ppo-pool-1"),  # WorkerLost
+        (workers(r0=dict(failed=failed("JoinTimeout", "m", missing_ranks=[2, 1]))), "ppo-pool-1"),
+    ]
+    for ws, name in cases:
+        t = failure_of(RunView(phase="Running", stop_requested=False, workers=ws))
+        assert t.worker == name, t
+
+
+# --- Workers settle with their Run ------------------------------------------------------------------
+
+
+def _w(rank: int = 1, **changes) -> WorkerView:
+    return workers(**{f"r{rank}": changes})[rank]
+
+
+@pytest.mark.parametrize("worker, run_phase, run_reason, blamed, expected", [
+    # the head's run script decides its own end
+    (_w(0, running=True, run_finished=finished(0)), "Succeeded", "Completed", (),
+     ("Succeeded", "Completed", "the run script exited with code 0", 0)),
+    (_w(0, running=True, run_finished=finished(7), alive=False, exit_code=7), "Failed", "RunFailed",
+     ("ppo-head-0",), ("Failed", "RunFailed", "the run script exited with code 7", 7)),
+    # Workers RLark ends because the Run is over: no 143/137, a reason
+    (_w(1), "Succeeded", "Completed", (),
+     ("Completed", "StoppedByRLark", "stopped by RLark: its Run succeeded", None)),
+    (_w(1), "Failed", "RunFailed", ("ppo-head-0",),
+     ("Terminated", "StoppedByRLark", "stopped by RLark: its Run failed", None)),
+    (_w(1, alive=False, stopped=True, exit_code=143), "Stopped", "Stopped", (),
+     ("Stopped", "StoppedByRLark", "stopped by RLark: its Run was stopped", None)),
+    (_w(1, alive=False, exit_code=137), "Stopped", "ServerShutdown", (),
+     ("Stopped", "StoppedByRLark", "stopped by RLark: its Run was stopped", None)),
+    # its own failure: its reason, and the status its failed line announced while still alive
+    (_w(2, failed=failed("PrepareFailed", "prepare script exited with code 3", exit_code=3, status=3)),
+     "Failed", "PrepareFailed", ("ppo-pool-1",), ("Failed", "PrepareFailed", "prepare script exited with code 3", 3)),
+    (_w(2, alive=False, exit_code=80, failed=failed("PrepareFailed", "m", status=3)),
+     "Failed", "PrepareFailed", ("ppo-pool-1",), ("Failed", "PrepareFailed", "m", 80)),
+    # named by the Run's failure
+    (_w(1, alive=False, exit_code=137), "Failed", "WorkerLost", ("ppo-pool-0",),
+     ("Failed", "WorkerLost", "was killed by signal 9 before its Run ended", 137)),
+    (_w(0, reported_phase="Preparing"), "Failed", "JoinTimeout", ("ppo-head-0",),
+     ("Failed", "JoinTimeout", "its Ray node did not join the cluster in time; stopped by RLark", None)),
+    # ended on its own before the Run did, not what ended it
+    (_w(1, alive=False, exit_code=0), "Succeeded", "Completed", (), ("Exited", "", "exited with code 0", 0)),
+    # never launched
+    (_w(2, launched=False, alive=False), "Stopped", "StopRequested", (),
+     ("Stopped", "NotLaunched", "never started: its Run was stopped first", None)),
+    (_w(2, launched=False, alive=False), "Failed", "LaunchFailed", (),
+     ("Terminated", "NotLaunched", "never started: its Run failed first", None)),
+])
+def test_settle(worker, run_phase, run_reason, blamed, expected):
+    out = settle(worker, run_phase, run_reason, frozenset(blamed))
+    assert (out.phase, out.reason, out.message, out.exit_code) == expected
+
+
+@pytest.mark.parametrize("run_phase, phase, lifecycle, ready", [
+    ("Running", "Joined", {}, True),
+    ("Starting", "StartingRay", {"joined": True}, True),
+    ("Starting", "StartingRay", {}, False),
+    ("Succeeded", "Succeeded", {"joined": True}, True),
+    ("Succeeded", "Completed", {"joined": True}, True),
+    ("Stopped", "Stopped", {"joined": True}, False),  # a stopped Run has no ready Workers
+    ("Failed", "Terminated", {"joined": True}, False),
+    ("Failed", "Failed", {"joined": True}, False),
+])
+def test_is_ready(run_phase, phase, lifecycle, ready):
+    assert is_ready(run_phase, phase, lifecycle) is ready
+
+
+def test_a_ray_start_that_ends_before_its_node_joined_is_a_failed_start():
+    line = failed("NodeLost", "`ray start --block` exited with code 1: this Ray node is gone",
+                  exit_code=1)
+    run = RunView(phase="Starting", stop_requested=False, workers=workers(r1=dict(failed=line)))
+    [t] = decide(run)
+    assert (t.reason, t.blamed) == ("RayStartFailed", ("ppo-pool-0",))
+    assert t.message == ("Worker ppo-pool-0 (rank 1, role pool): `ray start` exited with code 1 "
+                         "before its node joined the Ray cluster")
+    # once it had joined, the same line is a lost node
+    run = RunView(phase="Running", stop_requested=False,
+                  workers=workers(r0=RUNNING_HEAD, r1=dict(failed=line, joined=True)))
+    assert [x.reason for x in decide(run)] == ["NodeLost"]

@@ -384,7 +384,9 @@ def test_job_changes_are_audited_with_actor_and_client_and_shown_in_events(serve
     steps = [("POST", "/api/v1/jobs", job_yaml("audited"), 201),
              ("POST", "/api/v1/jobs/audited/stop", None, 200),
              ("POST", "/api/v1/jobs/audited/restart", None, 200),
-             ("PUT", "/api/v1/jobs/audited", job_yaml("audited"), 200)]
+             # a changed spec (an unchanged one starts nothing and is not audited)
+             ("PUT", "/api/v1/jobs/audited",
+              job_yaml("audited").replace("python train.py", "python train.py --seed 2"), 200)]
     for method, url, body, status in steps:
         r = served.http.request(method, url, content=body, headers=h)
         assert r.status_code == status, (url, r.text[:300])

@@ -271,3 +271,26 @@ def test_overrides_must_reach_rlinf_through_the_run_script(run_script, overrides
     assert [f.path for f in found] == expected
     for f in found:
         assert f.severity == Severity.warning and overrides[int(f.path[-2])] in f.message
+
+
+def test_a_placeholder_at_several_keys_names_an_override_for_each_key():
+    """Keys holding the same placeholder are separate settings: the issue's example grouped
+    ``actor.model.model_path`` and ``rollout.model.model_path`` under one override."""
+    config = cfg(1, {"actor": "all"}, actor={"model": {"model_path": "/path/to/model"}},
+                 rollout={"model": {"model_path": "/path/to/model"}})
+    findings = [f for f in check_config(job(("head", 1, 8)), config)
+                if f.code == "UnfilledPlaceholder"]
+    assert len(findings) == 1
+    f = findings[0]
+    assert f.message == ("actor.model.model_path = '/path/to/model' is a placeholder that was "
+                         "never filled in (also at rollout.model.model_path)")
+    assert f.hint == (
+        "put the real values in the config, or override each of the 2 keys: add "
+        "actor.model.model_path=<value>, rollout.model.model_path=<value> to "
+        "spec.rlinf.overrides and to the run script's RLinf command (rlark check: "
+        "--override actor.model.model_path=<value> --override rollout.model.model_path=<value>)")
+    one = check_config(job(("head", 1, 8)), cfg(1, {"actor": "all"}, runner={"experiment": "???"}))
+    assert [x.hint for x in one if x.code == "UnfilledPlaceholder"] == [
+        "put the real value in the config, or override it: add runner.experiment=<value> to "
+        "spec.rlinf.overrides and to the run script's RLinf command (rlark check: --override "
+        "runner.experiment=<value>)"]

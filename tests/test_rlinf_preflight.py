@@ -211,7 +211,8 @@ def test_cli_plan_text_json_yaml(project):
     (project / "job.yaml").write_text(yaml.safe_dump(data["job"]))
     checked = rlark("check", "job.yaml", "-o", "json", cwd=project)
     assert checked.returncode == 0, checked.stdout
-    assert codes(json.loads(checked.stdout)["findings"]) == ["PathNotMounted"]
+    # no server runs here: the check says which runtime checks it could not run
+    assert codes(json.loads(checked.stdout)["findings"]) == ["PathNotMounted", "RuntimeNotChecked"]
 
 
 def test_cli_plan_errors_exit_1(project):
@@ -240,7 +241,7 @@ def test_cli_check(project):
     proc = rlark("check", "short.yaml", "--rlinf-config", "config/none.yaml", "-o", "json", cwd=project)
     assert proc.returncode == 1
     assert [(f["code"], f["severity"]) for f in json.loads(proc.stdout)["findings"]] == [
-        ("RLinfConfigNotFound", "error")]
+        ("RLinfConfigNotFound", "error"), ("RuntimeNotChecked", "info")]
     fixed = rlark("check", "short.yaml", "-O", "cluster.num_nodes=2", "-O",
                   "cluster.node_groups.1.node_ranks=1", "-O",
                   "cluster.component_placement.rollout.placement=0", "-o", "json", cwd=project)

@@ -19,18 +19,28 @@ from rlark.runtimes.base import (
     OBJECT_STORE_MAX,
     OBJECT_STORE_MIN,
     bootstrap_env,
+    local_block_size,
+    ray_node_summary,
+    ray_node_view,
     ray_resources,
+    taken_port_ranges,
+    worker_ports,
 )
 from rlark.runtimes.local import BOOTSTRAP_FILE, python_for, worker_argv
 from rlark.runtimes.local_ports import (
-    BLOCK_SIZE,
     LOOPBACK_FIRST,
+    MAX_BLOCK_SIZE,
     PORT_RANGE_END,
     PORT_RANGE_START,
-    block_bases,
+    UNIT,
+    block_size,
+    block_units,
+    default_worker_ports,
     pick_loopback,
     pick_port_block,
     port_layout,
+    unit_bases,
+    worker_ports_of,
 )
 from rlark.spec import Job, job_to_dict, parse_job
 
@@ -89,7 +99,23 @@ def test_ray_resources(resources, cpus, memory, store):
 
 def test_ray_resources_object_store_bounds():
     assert OBJECT_STORE_MIN == 128 * MiB and OBJECT_STORE_MAX == 4 * GiB
-    assert OBJECT_STORE_DEFAULT == 256 * MiB
+    assert OBJECT_STORE_DEFAULT == 512 * MiB
+
+
+@pytest.mark.parametrize("resources, store", [
+    ({"objectStoreMemory": "2Gi"}, 2 * GiB),
+    ({"objectStoreMemory": "2Gi", "memory": "1Gi"}, 2 * GiB),  # set: not derived from memory
+    ({"objectStoreMemory": 100 * MiB}, 100 * MiB),
+    ({"objectStoreMemory": "6Gi", "memory": "64Gi"}, 6 * GiB),  # above the default's 4 GiB cap
+])
+def test_object_store_memory_is_a_settable_resource(resources, store):
+    role = make_job(head={"resources": resources}).spec.roles[0]
+    assert ray_resources(role).object_store_bytes == store
+    assert ray_node_view(role, "local", host_cpus=2)["objectStoreBytes"] == store
+    env = envs(make_job(head={"resources": resources}))["ppo-head-0"]
+    assert env["RLARK_OBJECT_STORE_BYTES"] == str(store)
+    cmd = build_ray_start_command(BootstrapConfig.from_env(env))
+    assert f"--object-store-memory={store}" in cmd
 
 
 def test_ray_resources_gpus_and_devices():
@@ -196,7 +222,7 @@ def test_bootstrap_env_optional_variables():
 def test_bootstrap_env_is_read_back_by_the_bootstrap():
     """The controller's environment and the bootstrap's parser agree (one contract)."""
     job = make_job(pool={"resources": {"cpu": 2, "memory": "1Gi", "devices": {"rdma/hca": 1}}})
-    ports = port_layout(20064)
+    ports = port_layout(20064, 3 * UNIT)
     ports.pop("gcs")
     worker = plan_workers(job)[2]
     env = bootstrap_env(job, worker, run_uid="uid1", head_address="127.0.0.2:20000",
@@ -214,19 +240,95 @@ def test_bootstrap_env_is_read_back_by_the_bootstrap():
 # --- local ports and addresses ----------------------------------------------------------------------
 
 
-def test_port_layout_every_block():
-    bases = list(block_bases())
-    assert bases[0] == PORT_RANGE_START and len(bases) > 100
+@pytest.mark.parametrize("size", [UNIT, 3 * UNIT, MAX_BLOCK_SIZE])
+def test_port_layout_every_block(size):
+    bases = list(range(PORT_RANGE_START, PORT_RANGE_END - size + 1, UNIT))
+    assert bases[0] == PORT_RANGE_START and bases
     for base in bases:
-        ports = port_layout(base)
+        ports = port_layout(base, size)
         assert all(PORT_RANGE_START <= p < 32768 for p in ports.values()), base
         assert len(set(ports.values())) == len(ports), base
         lo, hi = ports["min-worker-port"], ports["max-worker-port"]
-        assert base <= lo < hi < base + BLOCK_SIZE and hi - lo + 1 >= 32
+        assert (lo, hi) == (base + 16, base + size - 1)
+        assert hi - lo + 1 == worker_ports_of(size)
         single = [p for k, p in ports.items() if k not in ("min-worker-port", "max-worker-port")]
         assert all(base <= p < lo for p in single), base  # none inside the worker port range
-    assert bases[-1] + BLOCK_SIZE <= PORT_RANGE_END
-    assert all(b - a == BLOCK_SIZE for a, b in zip(bases, bases[1:]))  # blocks never overlap
+    assert list(unit_bases())[-1] + UNIT <= PORT_RANGE_END
+
+
+def test_port_layout_with_a_set_worker_range():
+    """A role's ray.workerPorts is the range's exact size; the block around it is whole units."""
+    ports = port_layout(20064, 2 * UNIT, worker_ports=70)
+    assert (ports["min-worker-port"], ports["max-worker-port"]) == (20080, 20149)
+    with pytest.raises(ValueError, match="do not fit"):
+        port_layout(20064, UNIT, worker_ports=49)
+
+
+@pytest.mark.parametrize("cpus, ports, size, given", [
+    (1, 48, 64, 48),       # the floor: one unit, as before sizes followed the role
+    (3, 48, 64, 48),
+    (4, 64, 128, 112),
+    (8, 128, 192, 176),    # the issue's example: 56 actors + a driver fit
+    (16, 256, 320, 304),
+    (1000, 4096, 4160, 4144),  # the default stops at 4096
+])
+def test_default_worker_ports_follow_the_cpus(cpus, ports, size, given):
+    assert default_worker_ports(cpus) == ports
+    assert block_size(ports) == size and size % UNIT == 0
+    assert worker_ports_of(size) == given >= ports
+    role = make_job(head={"resources": {"cpu": cpus}}).spec.roles[0]
+    assert worker_ports(role, host_cpus=2) == ports
+    assert local_block_size(role, host_cpus=2) == size
+    assert ray_node_view(role, "local", host_cpus=2)["workerPorts"] == given
+
+
+def test_worker_ports_without_cpu_follow_the_host():
+    role = make_job().spec.roles[0]
+    assert worker_ports(role, host_cpus=8) == 128 and worker_ports(role, host_cpus=1) == 48
+
+
+@pytest.mark.parametrize("value, size", [(1, 64), (48, 64), (49, 128), (500, 576), (12720, MAX_BLOCK_SIZE)])
+def test_worker_ports_set_on_the_role(value, size):
+    role = make_job(head={"resources": {"cpu": 64}, "ray": {"workerPorts": value}}).spec.roles[0]
+    assert ray_resources(role).worker_ports == value
+    assert worker_ports(role, host_cpus=2) == value  # the role's value wins over the CPUs
+    assert local_block_size(role, host_cpus=2) == size
+    view = ray_node_view(role, "local", host_cpus=2)
+    assert view["workerPorts"] == value and view["workerPortsSet"] is True  # exactly
+    # a runtime that pins no ports (Kubernetes): the value is the range, from Ray's own start
+    assert ray_node_view(role, "kubernetes")["workerPorts"] == value
+
+
+def test_worker_ports_on_a_runtime_without_pinned_ports():
+    """Kubernetes places no ports: the role's value becomes --min/--max-worker-port from
+    Ray's own 10002; without a value Ray's own range stays."""
+    job = make_job(pool={"ray": {"workerPorts": 300}})
+    env = envs(job)
+    assert json.loads(env["ppo-pool-0"]["RLARK_RAY_PORTS"]) == {
+        "min-worker-port": 10002, "max-worker-port": 10301}
+    assert "RLARK_RAY_PORTS" not in env["ppo-head-0"]
+    assert ray_node_view(job.spec.roles[0], "kubernetes")["workerPorts"] == 9998
+    # a runtime that pins them (local) keeps its own range
+    pinned = envs(job, ray_ports={"min-worker-port": 20016, "max-worker-port": 20319})
+    assert json.loads(pinned["ppo-pool-0"]["RLARK_RAY_PORTS"])["min-worker-port"] == 20016
+
+
+def test_ray_node_summary():
+    role = make_job(head={"resources": {"cpu": 8, "memory": "4Gi", "gpu": 1}}).spec.roles[0]
+    assert ray_node_summary(ray_node_view(role, "local", host_cpus=2)) == (
+        "8 CPUs, 1 GPU, 4 GiB memory, 1.2 GiB object store, 176 worker ports")
+    bare = make_job().spec.roles[0]
+    assert ray_node_summary(ray_node_view(bare, "local", host_cpus=1)) == (
+        "512 MiB object store, 48 worker ports")
+
+
+def test_taken_port_ranges_follow_each_role():
+    job = make_job(head={"resources": {"cpu": 8}}, pool={"ray": {"workerPorts": 500}})
+    spec = job_to_dict(job)
+    live = [(20000, spec, "head"), (20192, spec, "pool"), (None, spec, "pool"),
+            (21000, {"not": "a job"}, "x")]
+    assert taken_port_ranges(live, host_cpus=2) == {
+        (20000, 20192), (20192, 20768), (21000, 21064)}  # an unreadable spec: one unit
 
 
 def test_port_layout_names_the_ray_start_flags():
@@ -239,9 +341,19 @@ def test_port_layout_names_the_ray_start_flags():
 
 
 def test_pick_port_block_lowest_free():
-    assert pick_port_block([], lambda b: True) == PORT_RANGE_START
-    assert pick_port_block([20000, 20128], lambda b: True) == 20064
-    assert pick_port_block([20000], lambda b: True, exclude=[20064]) == 20128
+    assert pick_port_block([], UNIT, lambda b: True) == PORT_RANGE_START
+    assert pick_port_block([(20000, 20064), (20128, 20192)], UNIT, lambda b: True) == 20064
+    assert pick_port_block([(20000, 20064)], UNIT, lambda b: True,
+                           exclude=[(20064, 20128)]) == 20128
+
+
+def test_pick_port_block_of_any_size_overlaps_no_taken_range():
+    taken = [(20000, 20192), (20256, 20320)]  # a 3-unit block, a gap of one unit, one unit
+    assert pick_port_block(taken, UNIT, lambda b: True) == 20192  # fits the gap
+    assert pick_port_block(taken, 2 * UNIT, lambda b: True) == 20320  # does not
+    base = pick_port_block(taken, 5 * UNIT, lambda b: True)
+    assert all(not (s < base + 5 * UNIT and base < e) for s, e in taken)
+    assert list(block_units(20000, 3 * UNIT)) == [20000, 20064, 20128]
 
 
 def test_pick_port_block_skips_blocks_that_are_not_free():
@@ -251,15 +363,18 @@ def test_pick_port_block_skips_blocks_that_are_not_free():
         asked.append(base)
         return base >= 20192
 
-    assert pick_port_block([20064], is_free) == 20192
+    assert pick_port_block([(20064, 20128)], UNIT, is_free) == 20192
     assert asked == [20000, 20128, 20192]  # the used block is not even probed
 
 
 def test_pick_port_block_full():
-    with pytest.raises(RuntimeError, match="no free block"):
-        pick_port_block(block_bases(), lambda b: True)
+    everything = [(b, b + UNIT) for b in unit_bases()]
+    with pytest.raises(RuntimeError, match="no free block of 64 ports"):
+        pick_port_block(everything, UNIT, lambda b: True)
+    with pytest.raises(RuntimeError, match="ray.workerPorts"):
+        pick_port_block([], MAX_BLOCK_SIZE + UNIT, lambda b: True)
     with pytest.raises(RuntimeError):
-        pick_port_block([], lambda b: False)
+        pick_port_block([], UNIT, lambda b: False)
 
 
 def test_pick_loopback():
@@ -354,7 +469,10 @@ def record_inputs():
         )
         return SimpleNamespace(**{**base, **kw})
 
-    facts = {"python": "3.12.1", "ray": "2.60.0", "rlinf": None, "torch": "2.5.0"}
+    facts = {"python": "3.12.1", "ray": "2.60.0", "rlinf": None, "torch": "2.5.0",
+             "ray_resources": {"num_cpus": 1, "num_gpus": 0, "memory_bytes": GiB,
+                               "object_store_bytes": 300 * MiB, "custom": {},
+                               "worker_ports": [20016, 20063]}}
     workers = [  # deliberately not in rank order
         worker(2, "ppo-pool-1", "pool", False, None, phase="Failed", reason="PrepareFailed", exit_code=80),
         worker(0, "ppo-head-0", "head", True, dict(facts), ip="10.0.0.1", phase="Succeeded"),
@@ -380,6 +498,11 @@ def test_build_record():
     assert items[0]["ip"] == "10.0.0.1" and items[1]["ip"] == "127.0.0.3"  # falls back to node IP
     assert items[2]["reason"] == "PrepareFailed" and items[1]["reason"] is None
     assert items[2]["facts"] == {}
+    # each Worker's Ray: its version and what its node was started with
+    assert [w["rayVersion"] for w in items] == ["2.60.0", "2.60.0", None]
+    assert items[0]["rayNode"] == {"numCpus": 1, "numGpus": 0, "memoryBytes": GiB,
+                                   "objectStoreBytes": 300 * MiB, "workerPorts": [20016, 20063]}
+    assert items[2]["rayNode"] is None
     assert rec["images"] == {"head": "docker.io/rlinf/rlinf:0.3.0",
                              "pool": "docker.io/rlinf/rlinf@sha256:" + "ab" * 32}
     assert rec["rlinf"] == {"configDir": "config", "configName": "ppo",
@@ -431,6 +554,7 @@ def test_render_markdown(fmt):
     rows = [line for line in md.splitlines() if line.startswith("| ") and "ppo-" in line]
     assert [r.split(" | ")[1] for r in rows] == ["ppo-head-0", "ppo-pool-0", "ppo-pool-1"]
     assert "| 2 | ppo-pool-1 | pool |" in md and "| Failed | 80 |" in md
+    assert "| 2.60.0 | 300 MiB | 20016-20063 (48) |" in md
     assert "## Mounts" in md and "| pool | ckpt | pvc | ckpt-claim | /ckpt | False |" in md
 
 

@@ -228,6 +228,45 @@ def test_resolve_working_dir(working_dir, expected):
     assert out.spec.working_dir == expected
 
 
+def test_resolve_document_paths_works_on_documents_that_are_not_valid_jobs():
+    """A typo elsewhere must not make ``workingDir: .`` an error: the paths of a document are
+    resolved whether or not it parses (the CLI does this before any check)."""
+    from rlark.spec import resolve_document_paths
+
+    doc = {"apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": "x"},
+           "spec": {"headRole": "h", "workingDir": ".", "bogus": 1, "roles": [
+               {"name": "h", "worker": 2, "image": "i:1", "mounts": [
+                   {"name": "a", "type": "hostPath", "source": "data", "mountPath": "/a"},
+                   {"name": "b", "type": "pvc", "source": "claim", "mountPath": "/b"},
+                   {"name": "c", "type": "hostPath", "mountPath": "/c"},
+                   "not a mount"]},
+               "not a role"]}}
+    out = resolve_document_paths(doc, "/base")
+    assert out["spec"]["workingDir"] == "/base"
+    mounts = out["spec"]["roles"][0]["mounts"]
+    assert [m.get("source") if isinstance(m, dict) else m for m in mounts] == [
+        "/base/data", "claim", None, "not a mount"]
+    assert "source" not in mounts[2]  # a missing source stays missing (MissingField)
+    assert doc["spec"]["workingDir"] == "."  # a copy
+    for odd in ([], {"spec": []}, {"spec": {"workingDir": 3, "roles": "x"}}):
+        assert resolve_document_paths(odd, "/base") == odd
+
+
+def test_job_changes_leaves_out_the_defaults_and_writes_whole_numbers_as_integers():
+    from rlark.spec import job_changes, spec_changes, whole_numbers
+
+    job, _ = load_job(MINIMAL_YAML)
+    full = job_to_dict(job)
+    assert full["spec"]["failurePolicy"]["joinTimeoutSeconds"] == 300.0
+    short = job_changes(job)
+    assert "failurePolicy" not in short["spec"] and "terminationGracePeriodSeconds" not in short["spec"]
+    assert Job.model_validate(short) == job  # loading it gives the same Job
+    assert spec_changes(full) == short
+    assert whole_numbers({"a": [1.0, 1.5, True, "2.0"]}) == {"a": [1, 1.5, True, "2.0"]}
+    broken = {"apiVersion": "rlark.io/v1", "kind": "Job", "spec": {"x": 2.0}}
+    assert spec_changes(broken) == {"apiVersion": "rlark.io/v1", "kind": "Job", "spec": {"x": 2}}
+
+
 # --- node ranks -------------------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -18,19 +18,25 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+import httpx
+import yaml
+
 from rlark import settings
 from rlark.client import Client, ClientError, resolve_project, resolve_server
 from rlark.exitcodes import exit_text
 from rlark.findings import Finding, Severity, has_errors
-from rlark.preflight import check_job, validate_document
+from rlark.preflight import check_document
 from rlark.spec import (
     DNS1123_LABEL,
-    dump_job,
+    Job,
+    SpecSyntaxError,
     dump_yaml,
     json_schema,
+    load_document,
     load_job,
-    resolve_relative_paths,
+    resolve_document_paths,
 )
+from rlark.words import plural
 
 HELP = """RLark runs RLinf training Jobs: it starts every Worker (one Ray node each, with its
 RLINF_NODE_RANK), waits for the whole Ray cluster, runs your run script on the head, and keeps
@@ -72,9 +78,6 @@ def _console(stderr: bool = False) -> Console:
 out = _console()
 err = _console(stderr=True)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-#: `ray start`'s own progress lines ("2026-11-29 17:30:43,029 INFO scripts.py:1266 -- ..."):
-#: noise next to a failure (and they suggest `ray stop`, which RLark never uses)
-RAY_CLI_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|SUCC|WARNING|VINFO)\s")
 
 ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER",
                          help=f"RLark server URL (default: the one `rlark login` stored, else "
@@ -88,7 +91,8 @@ PHASE_STYLE = {"Succeeded": "green", "Completed": "green", "Failed": "red", "Ter
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(Text("error: ", style="bold red") + Text(message))
+    # one line whatever its length: scripts and tests read the `error: ` line
+    err.print(Text("error: ", style="bold red") + Text(message), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -99,9 +103,9 @@ def _print_findings(findings: list[Finding] | list[dict], console: Console = err
         line = Text(f"{f.severity.value:7} ", style=f"bold {style}")
         line.append(f"{f.code:20} ", style=style)
         line.append(f"{f.message}")
-        console.print(line)
+        console.print(line, soft_wrap=True)
         if f.hint:
-            console.print(Text(f"        fix: {f.hint}", style="dim"))
+            console.print(Text(f"        fix: {f.hint}", style="dim"), soft_wrap=True)
 
 
 def _client(server: Optional[str]) -> Client:
@@ -133,10 +137,31 @@ def _call(fn, *args, **kw):
 
 MAX_JOB_FILE_BYTES = 1024 * 1024  # as the API's body limit
 
+#: every read command's -o/--output: the same three forms ("table" and "md" are older names of
+#: text, still accepted)
+OUTPUT_FORMATS = ("text", "json", "yaml")
+_TEXT_ALIASES = {"table": "text", "md": "text", "markdown": "text"}
 
-def _read_job_file(path: Path):
-    """Load a Job file; relative workingDir and hostPath sources are resolved against the
-    file's directory. Returns (job or None, findings)."""
+
+def _output_option(help_text: str = "text, json or yaml"):
+    return typer.Option("text", "--output", "-o", "--format", metavar="FORMAT", help=help_text)
+
+
+def _output(value: str, extra: tuple[str, ...] = ()) -> str:
+    """The -o/--output value as one of :data:`OUTPUT_FORMATS` (or ``extra``); exits naming the
+    choices otherwise."""
+    value = _TEXT_ALIASES.get(value, value)
+    if value in OUTPUT_FORMATS or value in extra:
+        return value
+    choices = [*OUTPUT_FORMATS, *extra]
+    _fail(f"-o/--output {value!r} is not supported; use {', '.join(choices[:-1])} or {choices[-1]}")
+
+
+def _load_job_file(path: Path) -> tuple[dict | None, list[Finding]]:
+    """Read and parse a Job file: ``(document, [])`` with relative workingDir and hostPath
+    sources made absolute against the file's directory (whether or not the rest is valid: a
+    typo elsewhere must not turn ``workingDir: .`` into an error), or ``(None, [the
+    InvalidDocument Finding])`` when it is not YAML/JSON. Exits when the file cannot be read."""
     try:
         with open(path, "rb") as f:
             text = f.read(MAX_JOB_FILE_BYTES + 1)
@@ -144,53 +169,167 @@ def _read_job_file(path: Path):
         _fail(f"cannot read {path}: {exc.strerror}")
     if len(text) > MAX_JOB_FILE_BYTES:
         _fail(f"{path} is larger than {MAX_JOB_FILE_BYTES // 1024} KiB; a Job file is a few KiB")
-    job, _ = load_job(text)
-    if job is None:  # every Finding, the value rules too where they can run
-        return None, validate_document(text)[1]
-    job = resolve_relative_paths(job, str(path.resolve().parent))
-    return job, check_job(job)  # on the resolved paths: what is submitted
+    try:
+        data = load_document(text)
+    except SpecSyntaxError:
+        return None, load_job(text)[1]
+    return resolve_document_paths(data, str(path.resolve().parent)), []
 
 
-# --- local commands -----------------------------------------------------------------------------
+def _read_job_file(path: Path) -> tuple[Job | None, list[Finding]]:
+    """:func:`_load_job_file`, then the spec's own checks here (no server): for commands that
+    work without one (render)."""
+    data, findings = _load_job_file(path)
+    if data is None:
+        return None, findings
+    return check_document(data)
+
+
+def _document_body(data: dict) -> bytes | None:
+    """A parsed Job document as YAML for the API (YAML keeps what JSON cannot say, such as
+    dates, so the server reads exactly what the file holds); None when it cannot be encoded
+    (text that is not valid Unicode)."""
+    try:
+        return dump_yaml(data).encode("utf-8")
+    except (UnicodeEncodeError, yaml.YAMLError):
+        return None
+
+
+#: what only the server can check (its runtime's preflight), for the Finding that says so
+RUNTIME_CHECKS = ("this machine's capacity (CPU, memory, GPUs) and Ray port blocks, "
+                  "local.python and workingDir on the server's machine (local runtime); "
+                  "node capacity, selectors and quotas (kubernetes)")
+
+
+class Checked:
+    """The Findings for a Job file and who produced them (``server``: its URL, or None when
+    no server could be asked; ``why``: why not)."""
+
+    def __init__(self, document: dict | None, findings: list[Finding], server: str | None,
+                 why: str | None = None):
+        self.document = document
+        self.findings = findings
+        self.server = server
+        self.why = why
+
+    @property
+    def valid(self) -> bool:
+        """What submitting would decide: a Job without error Findings."""
+        return self.document is not None and not has_errors(self.findings)
+
+
+def _check_file(file: Path, server: Optional[str], project: Optional[str], *,
+                rlinf_config: tuple[str, str] | None = None,
+                overrides: list[str] | None = None) -> Checked:
+    """Every Finding ``rlark submit`` would get for ``file``: the server's
+    (``POST /api/v1/check``: the spec, its runtime, the RLinf config in ``spec.rlinf``) when a
+    server answers, else the checks this machine can run, plus an ``info`` Finding
+    ``RuntimeNotChecked`` naming what only the server checks.
+
+    ``rlinf_config``/``overrides`` (``rlark check --rlinf-config/-O``): check the RLinf part
+    against that config here, instead of the server's check of ``spec.rlinf``.
+    """
+    from rlark.rlinf_config import preflight_job
+
+    data, findings = _load_job_file(file)
+    if data is None:
+        return Checked(None, findings, None)
+    own_rlinf = rlinf_config is not None or bool(overrides)
+    body = _document_body(data)
+    why = None
+    url = None
+    if body is None:
+        why = "the document holds text that is not valid Unicode"
+    else:
+        try:
+            client = Client(server, timeout=httpx.Timeout(120.0, connect=5.0),
+                            project=resolve_project(resolve_server(server), project))
+            url = client.base
+            answer = client.post("/api/v1/check" + ("?rlinf=false" if own_rlinf else ""), body)
+            findings = [Finding.model_validate(f) for f in answer["findings"]]
+        except ClientError as exc:
+            if exc.status is not None and exc.status not in (401, 403):
+                _fail(exc.message)
+            why = exc.message
+        else:
+            job = None
+            if own_rlinf:
+                job, _ = check_document(data)
+    if why is not None:
+        job, findings = check_document(data)
+        if not own_rlinf and job is not None:
+            findings = findings + preflight_job(job)
+        url = None
+    if own_rlinf and job is not None:
+        ref = job.spec.rlinf
+        all_overrides = [*(ref.overrides if ref else []), *(overrides or [])]
+        findings = findings + preflight_job(job, config=rlinf_config, overrides=all_overrides,
+                                            missing_is_error=rlinf_config is not None)
+    if why is not None:  # never silently fewer checks than submit runs
+        findings = findings + [Finding(
+            code="RuntimeNotChecked", severity=Severity.info, path="$",
+            message=f"checked here without a server ({why.rstrip('.')}): the spec and its RLinf "
+                    f"config only; not checked: {RUNTIME_CHECKS}",
+            hint="run the check with the server running (or --server URL); submit runs every "
+                 "check")]
+    return Checked(data, findings, url, why)
+
+
+def _report(file: Path, checked: Checked, output: str) -> None:
+    """Print a check's Findings (text: one line each and a summary; json/yaml: ``{"valid",
+    "findings", "server"}``) and exit 0 when valid, else 1."""
+    valid = checked.valid
+    if output != "text":
+        _emit({"valid": valid, "findings": [f.model_dump(mode="json") for f in checked.findings],
+               "server": checked.server}, output)
+        raise typer.Exit(0 if valid else 1)
+    _print_findings(checked.findings, out)
+    if not valid:
+        n = sum(1 for f in checked.findings if f.severity == Severity.error)
+        out.print(f"[red]invalid[/red]: {file} ({plural(n, 'error')})", soft_wrap=True)
+        raise typer.Exit(1)
+    doc = checked.document or {}
+    roles = ((doc.get("spec") or {}).get("roles")) or []
+    workers = sum(r.get("workers", 1) for r in roles if isinstance(r, dict))
+    n = sum(1 for f in checked.findings if f.severity == Severity.warning)
+    parts = [plural(workers, "Worker"), plural(len(roles), "role")] + ([plural(n, "warning")] if n else [])
+    where = f"checked by {checked.server}" if checked.server else "checked here, without a server"
+    out.print(f"[green]valid[/green]: {file} ({', '.join(parts)}; {where})", soft_wrap=True)
+    raise typer.Exit(0)
+
+
+# --- checking Job files -------------------------------------------------------------------------
 
 
 @app.command()
 def validate(
     file: Path = typer.Argument(..., metavar="FILE", help="Job file (YAML or JSON)."),
-    format: str = typer.Option("text", "--format", "-o", help="text or json"),
+    output: str = _output_option(),
+    project: Optional[str] = ProjectOpt,
+    server: Optional[str] = ServerOpt,
 ) -> None:
-    """Check a Job file and print its Findings (nothing is started). Exit status 1 on errors.
+    """Check a Job file and print its Findings; nothing is started. Exit status 1 on errors.
 
-    JSON output: {"valid": bool, "findings": [{"code", "severity", "path", "message", "hint"}]}.
+    The same Findings `rlark check`, `rlark submit`, the API's /api/v1/check and the console's
+    review step give: the file is sent to the server's check (its runtime's checks and the RLinf
+    config in spec.rlinf included). Without a server the checks this machine can run are run,
+    and an info Finding (RuntimeNotChecked) names the ones that were not. Relative workingDir
+    and hostPath sources are resolved against the file's directory, as submit does.
+
+    JSON/YAML output: {"valid": bool, "findings": [{"code", "severity", "path", "message",
+    "hint"}], "server": URL or null}.
     """
-    if format not in ("text", "json"):
-        _fail(f"--format {format!r} is not supported; use text or json")
-    job, findings = _read_job_file(file)
-    valid = job is not None and not has_errors(findings)
-    if format == "json":
-        out.print_json(json.dumps({"valid": valid,
-                                   "findings": [f.model_dump(mode="json") for f in findings]}))
-    else:
-        _print_findings(findings, out)
-        if valid:
-            n = sum(1 for f in findings if f.severity == Severity.warning)
-            out.print(f"[green]valid[/green]: {file} ({job.total_workers} Workers, "
-                      f"{len(job.spec.roles)} roles"
-                      f"{f', {n} warning' + ('s' if n > 1 else '') if n else ''})")
-        else:
-            out.print(f"[red]invalid[/red]: {file}")
-    raise typer.Exit(0 if valid else 1)
+    output = _output(output)
+    _report(file, _check_file(file, server, project), output)
 
 
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the Job document (for editors and CI checks)."""
-    out.print_json(json.dumps(json_schema()))
+    _emit(json_schema(), "json")  # as written: no wrapping of long descriptions
 
 
 # --- RLinf configs: plan and check (logic in rlark.rlinf_config) ------------------------------------
-
-_OUTPUT_FORMATS = ("text", "json", "yaml")
 
 
 def _pairs(items: Optional[list[str]], option: str) -> dict[str, str]:
@@ -203,7 +342,7 @@ def _pairs(items: Optional[list[str]], option: str) -> dict[str, str]:
     return pairs
 
 
-def _emit(data: dict, format: str) -> None:
+def _emit(data: Any, format: str) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n" if format == "json" else dump_yaml(data))
 
 
@@ -225,8 +364,7 @@ def plan(
         None, "--env", metavar="NAME=DIR",
         help="RLinf path variable for composing (REPO_PATH, EMBODIED_PATH, ...). Default: your "
              "environment, else what RLinf's run scripts set for a config inside an RLinf checkout."),
-    format: str = typer.Option("text", "--format", "-o",
-                               help="text, json, yaml, or job (only the suggested Job, as YAML)"),
+    output: str = _output_option("text, json, yaml, or job (only the suggested Job, as YAML)"),
 ) -> None:
     """Plan RLark roles for an RLinf config: node ranks, node groups, where each component runs,
     suggested roles, and a ready-to-edit Job. Reads the config; never changes it.
@@ -242,7 +380,7 @@ def plan(
     \b
     Examples:
       rlark plan RLinf/examples/embodiment/config/maniskill_ppo_openvlaoft.yaml --gpus-per-node 8
-      rlark plan config/ -c quickstart -O cluster.num_nodes=3 --format json
+      rlark plan config/ -c quickstart -O cluster.num_nodes=3 -o json
       rlark plan my.yaml -o job > job.yaml  # just the Job, ready for `rlark check job.yaml`
 
     JSON: {"num_nodes", "node_groups": {label: [ranks]}, "components": {name: {"node_group",
@@ -252,20 +390,19 @@ def plan(
     from rlark.rlinf_config import plan_config
     from rlark.rlinf_config.plan import render_text
 
-    if format not in _OUTPUT_FORMATS + ("job",):
-        _fail(f"--format {format!r} is not supported; use text, json, yaml or job")
+    output = _output(output, ("job",))
     if config.is_dir() and not config_name:
         _fail(f"{config} is a directory: name the config with --config-name NAME")
     result = plan_config(config, config_name, override or [], gpus_per_node=gpus_per_node,
                          image=image, job_name=name, env=_pairs(env, "--env"))
-    if format == "text":
+    if output == "text":
         sys.stdout.write(render_text(result))
-    elif format == "job":
+    elif output == "job":
         if result.job:
             sys.stdout.write(dump_yaml(result.job))
         _print_findings(result.findings)  # stderr, so the Job file stays clean
     else:
-        _emit(result.to_dict(), format)
+        _emit(result.to_dict(), output)
     raise typer.Exit(0 if result.ok else 1)
 
 
@@ -274,51 +411,43 @@ def check(
     file: Path = typer.Argument(..., metavar="FILE", help="Job file (YAML or JSON)."),
     rlinf_config: Optional[Path] = typer.Option(
         None, "--rlinf-config", "-r", metavar="CONFIG",
-        help="RLinf config to check against (a YAML file, or a directory with --config-name). "
-             "Default: the one spec.rlinf names (configDir relative to spec.workingDir)."),
+        help="RLinf config to check against instead of the one spec.rlinf names (a YAML file, or "
+             "a directory with --config-name), read on this machine."),
     config_name: Optional[str] = typer.Option(None, "--config-name", "-c",
                                               help="Config name when --rlinf-config is a directory."),
     override: Optional[list[str]] = typer.Option(
         None, "--override", "-O", metavar="KEY=VALUE",
-        help="Hydra override added after spec.rlinf.overrides (repeatable)."),
-    format: str = typer.Option("text", "--format", "-o", help="text, json or yaml"),
+        help="Hydra override added after spec.rlinf.overrides (repeatable); the RLinf part is "
+             "then checked on this machine."),
+    output: str = _output_option(),
+    project: Optional[str] = ProjectOpt,
+    server: Optional[str] = ServerOpt,
 ) -> None:
-    """Check a Job against its RLinf config: everything `rlark validate` reports, plus whether
-    the roles' Workers add up to cluster.num_nodes, line up with node_groups, have the GPUs the
-    placements need, and whether the config still holds placeholders (ROBOT_IP, /path/to/model)
-    or paths outside the mounts. The same checks run when the Job is submitted.
+    """Check a Job against the server's runtime and its RLinf config: everything `rlark
+    validate` reports (the two give the same Findings, as do submit, the API's /api/v1/check
+    and the console's review step), including whether the roles' Workers add up to
+    cluster.num_nodes, line up with node_groups, have the GPUs the placements need, and whether
+    the config still holds placeholders (ROBOT_IP, /path/to/model) or paths outside the mounts.
 
     \b
     Examples:
-      rlark check job.yaml                                   # config from spec.rlinf
+      rlark check job.yaml                                   # as submit will check it
       rlark check job.yaml --rlinf-config RLinf/examples/embodiment/config/x.yaml -O a.b=1
 
-    JSON output like `rlark validate`: {"valid": bool, "findings": [...]}. Exit status 1 on
-    any error Finding. A config named only in spec.rlinf that is not on this machine is a
-    warning (it may exist only in the image); an explicit --rlinf-config must exist.
+    JSON output like `rlark validate`: {"valid": bool, "findings": [...], "server": ...}. Exit
+    status 1 on any error Finding. A config named only in spec.rlinf that is not on the
+    server's machine is a warning (it may exist only in the image); an explicit --rlinf-config
+    must exist. Without a server, the checks this machine can run are run and an info Finding
+    (RuntimeNotChecked) names the rest.
     """
-    from rlark.rlinf_config import preflight_job
     from rlark.rlinf_config.compose import locate
 
-    if format not in _OUTPUT_FORMATS:
-        _fail(f"--format {format!r} is not supported; use text, json or yaml")
+    output = _output(output)
     if rlinf_config is not None and rlinf_config.is_dir() and not config_name:
         _fail(f"{rlinf_config} is a directory: name the config with --config-name NAME")
-    job, findings = _read_job_file(file)
-    if job is not None:
-        overrides = [*(job.spec.rlinf.overrides if job.spec.rlinf else []), *(override or [])]
-        where = locate(rlinf_config, config_name) if rlinf_config is not None else None
-        findings = findings + preflight_job(job, config=where, overrides=overrides,
-                                            missing_is_error=rlinf_config is not None)
-    valid = job is not None and not has_errors(findings)
-    if format != "text":
-        _emit({"valid": valid, "findings": [f.model_dump(mode="json") for f in findings]}, format)
-    else:
-        _print_findings(findings, out)
-        n = sum(1 for f in findings if f.severity == Severity.warning)
-        out.print(f"[green]valid[/green]: {file}{f' ({n} warning' + ('s' if n > 1 else '') + ')' if n else ''}" if valid
-                  else f"[red]invalid[/red]: {file}")
-    raise typer.Exit(0 if valid else 1)
+    where = locate(rlinf_config, config_name) if rlinf_config is not None else None
+    _report(file, _check_file(file, server, project, rlinf_config=where, overrides=override),
+            output)
 
 
 @app.command()
@@ -354,6 +483,10 @@ def server(
     tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Serve HTTPS with this "
                                             "certificate (PEM); cookies are then Secure."),
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="The certificate's key (PEM)."),
+    trusted_proxy: Optional[list[str]] = typer.Option(
+        None, "--trusted-proxy", metavar="ADDRESS",
+        help="Believe X-Forwarded-For/-Proto from this address (a TLS proxy in front; "
+             "repeatable; also $RLARK_TRUSTED_PROXIES). Default: from nobody."),
 ) -> None:
     """Run the RLark server: REST API (OpenAPI at /docs), web console and the controller.
 
@@ -378,7 +511,8 @@ def server(
     try:
         serve(host, port, database_url, runtime=runtime, namespace=namespace, auth=not no_auth,
               allowed_hosts=tuple(allowed_host or ()), cors_origins=tuple(cors_origin or ()),
-              tls_cert=str(tls_cert) if tls_cert else None, tls_key=str(tls_key) if tls_key else None)
+              tls_cert=str(tls_cert) if tls_cert else None, tls_key=str(tls_key) if tls_key else None,
+              trusted_proxies=tuple(trusted_proxy or ()))
     except (ValueError, StoreBusy) as exc:
         _fail(str(exc))
     except (SQLAlchemyError, OSError) as exc:
@@ -443,19 +577,19 @@ def render(
 
 @app.command()
 def nodes(
-    format: str = typer.Option("table", "--format", "--output", "-o", help="table or json"),
+    output: str = _output_option(),
     show_labels: bool = typer.Option(False, "--show-labels",
                                      help="Add a LABELS column (key=value, as kubectl shows them)."),
     server: Optional[str] = ServerOpt,
 ) -> None:
-    """List the nodes the server's runtime places Workers on: readiness, cordon, free/allocatable
-    cpu, memory, GPUs and other devices, taints and (--show-labels) labels (Kubernetes), or this
-    machine (local), where free is what active Jobs' Workers leave."""
-    if format not in ("table", "json"):
-        _fail(f"--format {format!r} is not supported; use table or json")
+    """List the nodes the server's runtime places Workers on (also `rlark get nodes`):
+    NAME, STATUS (Ready/NotReady, Cordoned), CPU, MEMORY and GPU (GPUs) as free/allocatable,
+    DEVICES (other devices: example.com/fpga...), TAINTS and, with --show-labels, LABELS. Kubernetes: the cluster's nodes; local: this
+    machine, where free is what active Jobs' Workers leave."""
+    output = _output(output)
     data = _call(_client(server).get, "/api/v1/nodes")
-    if format == "json":
-        out.print_json(json.dumps(data))
+    if output != "text":
+        _emit(data, output)
         return
     if data.get("error"):
         err.print(Text(f"warning: {data['error']}", style="yellow"))
@@ -492,6 +626,39 @@ def nodes(
                       "for (other programs are not counted)[/dim]")
 
 
+get_app.command("nodes")(nodes)
+get_app.command("node", hidden=True)(nodes)
+
+
+def _send_job(file: Path, verb: str) -> tuple[bytes, str]:
+    """A Job file as the API body (relative paths resolved against the file's directory) and
+    its metadata.name; exits, printing its Finding, when it is not YAML/JSON at all (every
+    other problem is the server's to report, so the Findings are submit's own)."""
+    data, findings = _load_job_file(file)
+    body = _document_body(data) if data is not None else None
+    if data is None or body is None:
+        if data is not None:
+            findings = check_document(data)[1]
+        _print_findings(findings)
+        _fail(f"{file} is not a valid Job; nothing was {verb}")
+    name = (data.get("metadata") or {}).get("name") if isinstance(data.get("metadata"), dict) else None
+    return body, name if isinstance(name, str) else ""
+
+
+def _refused(file: Path, exc: ClientError, verb: str) -> None:
+    """Print the Findings the server refused a Job with, and exit."""
+    if exc.findings:
+        _print_findings(exc.findings)
+        n = sum(1 for f in exc.findings if f.get("severity") == "error")
+        _fail(f"{file} is not a valid Job ({plural(n, 'error')}); nothing was {verb}")
+    _fail(exc.message)
+
+
+def _warnings(job: dict) -> None:
+    """The Job's Findings (warnings and advice: a stored Job has no errors), on stderr."""
+    _print_findings(job.get("findings", []))
+
+
 @app.command()
 def submit(
     file: Path = typer.Argument(..., metavar="FILE", help="Job file (YAML or JSON)."),
@@ -500,25 +667,25 @@ def submit(
     project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
-    """Submit a Job. Relative paths in it (workingDir, hostPath mounts) are resolved against the
-    file's directory. With --wait: live phase and Workers joined k/N, then the result.
+    """Submit a new Job. Relative paths in it (workingDir, hostPath mounts) are resolved against
+    the file's directory. The server checks it (the Findings `rlark check` shows): errors refuse
+    it, warnings stay on it. A Job of that name already exists: use `rlark apply`. With --wait:
+    live phase and Workers joined k/N, then the result.
 
     \b
     Examples:
       rlark submit job.yaml --wait
       rlark submit job.yaml -p vision        # into the project vision
     """
-    job, findings = _read_job_file(file)
-    if job is None or has_errors(findings):
-        _print_findings(findings)
-        _fail(f"{file} is not a valid Job; nothing was submitted")
-    _print_findings([f for f in findings if f.severity != Severity.error])
+    body, _ = _send_job(file, "submitted")
     client = _job_client(server, project)
-    created = _call(client.post, "/api/v1/jobs", dump_job(job, "json").encode(), "application/json")
-    shown = {(f.code, f.path) for f in findings}  # the server adds runtime and RLinf Findings
-    _print_findings([f for f in created.get("findings", []) if (f["code"], f["path"]) not in shown])
+    try:
+        created = client.post("/api/v1/jobs", body)
+    except ClientError as exc:
+        _refused(file, exc, "submitted")
+    _warnings(created)
     out.print(f"job/[bold]{created['name']}[/bold] submitted (run {created['currentRun']['number']}, "
-              f"{created['workersTotal']} Workers)")
+              f"{plural(created['workersTotal'], 'Worker')})")
     if wait:
         raise typer.Exit(_wait(client, created["name"]))
 
@@ -532,34 +699,37 @@ def apply(
     server: Optional[str] = ServerOpt,
 ) -> None:
     """Create the Job, or give an existing Job this spec and start a new Run with it (its
-    current Run is stopped first; earlier Runs keep their records).
+    current Run is stopped first; earlier Runs keep their records). A spec equal to the Job's
+    is "unchanged": nothing is started. Prints the Job's warnings, as submit does.
 
     \b
     Example:
       rlark apply job.yaml -p vision --wait
     """
-    job, findings = _read_job_file(file)
-    if job is None or has_errors(findings):
-        _print_findings(findings)
-        _fail(f"{file} is not a valid Job; nothing was changed")
-    _print_findings([f for f in findings if f.severity != Severity.error])
+    body, name = _send_job(file, "changed")
     client = _job_client(server, project)
-    body = dump_job(job, "json").encode()
+    exists = False
+    if name and DNS1123_LABEL.match(name):
+        try:
+            client.get(f"/api/v1/jobs/{name}")
+            exists = True
+        except ClientError as exc:
+            if exc.status != 404:
+                _fail(exc.message)
     try:
-        client.get(f"/api/v1/jobs/{job.name}")
-        exists = True
+        res = client.put(f"/api/v1/jobs/{name}", body) if exists else client.post("/api/v1/jobs", body)
     except ClientError as exc:
-        if exc.status != 404:
-            _fail(exc.message)
-        exists = False
-    if exists:
-        res = _call(client.put, f"/api/v1/jobs/{job.name}", body, "application/json")
-        out.print(f"job/[bold]{job.name}[/bold] updated; new run {res['currentRun']['number']}")
+        _refused(file, exc, "changed")
+    _warnings(res)
+    if not exists:
+        out.print(f"job/[bold]{res['name']}[/bold] created (run {res['currentRun']['number']})")
+    elif res.get("unchanged"):
+        out.print(f"job/[bold]{res['name']}[/bold] unchanged; nothing was started "
+                  f"(`rlark restart {res['name']}{_project_flag(client)}` starts a new Run)")
     else:
-        res = _call(client.post, "/api/v1/jobs", body, "application/json")
-        out.print(f"job/[bold]{job.name}[/bold] created (run {res['currentRun']['number']})")
+        out.print(f"job/[bold]{res['name']}[/bold] configured; new run {res['currentRun']['number']}")
     if wait:
-        raise typer.Exit(_wait(client, job.name))
+        raise typer.Exit(_wait(client, res["name"]))
 
 
 def _progress_line(job: dict) -> Text:
@@ -614,23 +784,14 @@ def _wait(client: Client, name: str) -> int:
 
 
 def _print_failure_context(client: Client, job: dict) -> None:
-    """The last lines of the Worker that failed (or the head), and where to look next."""
+    """Where to look next about the Worker that failed (or the head). The Run's message
+    already ends with that Worker's last log lines (the controller adds them)."""
     run = job.get("currentRun") or {}
     workers = run.get("workers", [])
     culprit = next((w for w in workers if w["phase"] == "Failed"), None) or next(
         (w for w in workers if w["isHead"]), None)
     if culprit is None:
         return
-    try:
-        data = client.get(f"/api/v1/jobs/{job['name']}/logs", worker=culprit["name"], tail=15)
-    except ClientError:
-        return
-    lines = [l for l in data["workers"][0]["lines"]
-             if not l.startswith("RLARK_EVENT ") and not RAY_CLI_LINE.match(ANSI.sub("", l))]
-    if lines:
-        out.print(f"[dim]last lines of {culprit['name']}:[/dim]")
-        for line in lines[-10:]:
-            out.print(Text("  " + ANSI.sub("", line)))
     p = _project_flag(client)
     out.print(f"see: rlark describe job {job['name']}{p}; rlark logs {job['name']}{p} --worker {culprit['name']}")
 
@@ -640,11 +801,35 @@ def _project_flag(client: Client) -> str:
     return f" -p {client.project}" if client.project and client.project != "default" else ""
 
 
-@get_app.command("jobs")
+#: the columns of `rlark get jobs`, in order, with what each shows (its --help lists them)
+JOB_COLUMNS = (
+    ("NAME", "the Job's name"),
+    ("PHASE", "the current Run's phase"),
+    ("REASON", "why it is in that phase"),
+    ("WORKERS", "Workers ready/total (ready: joined the Ray cluster; once the Run ended: "
+                "did their part)"),
+    ("ROLES", "role:workers for each role"),
+    ("RUN", "the current Run's number"),
+    ("CREATED", "when the Job was created (UTC)"),
+)
+
+
+def _job_row(j: dict, all_projects: bool) -> list:
+    return [
+        *((j.get("project") or "",) if all_projects else ()),
+        j["name"], Text(j["phase"], style=PHASE_STYLE.get(j["phase"], "")), j["reason"],
+        f"{j['workersReady']}/{j['workersTotal']}",
+        ",".join(f"{r['name']}:{r['workers']}" for r in j["roles"]),
+        str(j["run"] or ""), (j["createdAt"] or "")[:19].replace("T", " "),
+    ]
+
+
 def get_jobs(
+    name: Optional[str] = typer.Argument(None, metavar="NAME",
+                                         help="Only this Job (as `kubectl get job NAME`)."),
     phase: Optional[str] = typer.Option(None, help="Only Jobs in this phase."),
     search: Optional[str] = typer.Option(None, "--search", "-q", help="Name contains."),
-    format: str = typer.Option("table", "--format", "--output", "-o", help="table, json or yaml"),
+    output: str = _output_option(),
     limit: int = typer.Option(100, help="At most this many Jobs."),
     all_projects: bool = typer.Option(
         False, "--all-projects", "-A",
@@ -652,34 +837,37 @@ def get_jobs(
     project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
-    """List Jobs of the current project, newest first: phase and reason, Workers joined, roles,
-    age.
+    """List Jobs of the current project, newest first (also `rlark get job`). Columns:
+
+    \b
+    {columns}
+    (PROJECT first with --all-projects)
 
     \b
     Examples:
       rlark get jobs                 # the current project (`rlark project use NAME` sets it)
+      rlark get job quickstart       # one Job
       rlark get jobs -p vision       # another project
       rlark get jobs -A -o json      # every project you can read
     """
-    if format not in ("table", "json", "yaml"):
-        _fail(f"--format {format!r} is not supported; use table, json or yaml")
-    client = _client(server) if all_projects else _job_client(server, project)
-    data = _call(client.get, "/api/v1/jobs", phase=phase, q=search, limit=limit)
-    if format != "table":
-        _emit(data, format)
+    output = _output(output)
+    if name is not None:
+        _check_name(name)
+        client = _job_client(server, project)
+        job = _call(client.get, f"/api/v1/jobs/{name}")
+        data = {"items": [job], "total": 1, "limit": 1, "offset": 0}
+        all_projects = False
+    else:
+        client = _client(server) if all_projects else _job_client(server, project)
+        data = _call(client.get, "/api/v1/jobs", phase=phase, q=search, limit=limit)
+    if output != "text":
+        _emit(data["items"][0] if name is not None else data, output)
         return
     table = Table(box=None, header_style="bold")
-    for col in (("PROJECT",) if all_projects else ()) + (
-            "NAME", "PHASE", "REASON", "WORKERS", "ROLES", "RUN", "CREATED"):
+    for col in (("PROJECT",) if all_projects else ()) + tuple(c for c, _ in JOB_COLUMNS):
         table.add_column(col)
     for j in data["items"]:
-        table.add_row(
-            *((j.get("project") or "",) if all_projects else ()),
-            j["name"], Text(j["phase"], style=PHASE_STYLE.get(j["phase"], "")), j["reason"],
-            f"{j['workersReady']}/{j['workersTotal']}",
-            ",".join(f"{r['name']}:{r['workers']}" for r in j["roles"]),
-            str(j["run"] or ""), (j["createdAt"] or "")[:19].replace("T", " "),
-        )
+        table.add_row(*_job_row(j, all_projects))
     if not data["items"]:
         where = " in any project you can read" if all_projects else f" in project {client.project}"
         out.print("no Jobs" + (f" in phase {phase}" if phase else "") + where
@@ -688,30 +876,57 @@ def get_jobs(
         out.print(table)
 
 
-@describe_app.command("job")
+# the help lists the table's columns from JOB_COLUMNS, so the two cannot disagree
+get_jobs.__doc__ = get_jobs.__doc__.replace("{columns}", "\n    ".join(
+    f"{col:9} {what}" for col, what in JOB_COLUMNS))
+get_app.command("jobs")(get_jobs)
+get_app.command("job", hidden=True)(get_jobs)
+
+
 def describe_job(
-    name: str = typer.Argument(..., metavar="NAME", help="Job name."),
-    format: str = typer.Option("text", "--format", "--output", "-o", help="text, json or yaml"),
+    name: Optional[str] = typer.Argument(None, metavar="NAME",
+                                         help="Job name (none: every Job of the project)."),
+    output: str = _output_option(),
     project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
-    """Phase and reason, Tasks (one per role: ready k/N, node ranks), Workers with node ranks,
-    hosts, IPs, Ray node ids and exit codes (143 (SIGTERM): stopped by RLark), Runs, Events
-    (with the USER who asked for each change).
+    """Phase and reason, the Job's Findings, Tasks (one per role: ready k/N, node ranks),
+    Workers with node ranks, hosts, IPs, Ray node ids and exit codes (143 (SIGTERM): stopped
+    by RLark), Runs, Events (with the USER who asked for each change). Also `rlark describe
+    jobs` (without NAME: every Job of the project, newest first).
 
     \b
     Example:
       rlark describe job quickstart -p default
     """
-    _check_name(name)
-    if format not in ("text", "json", "yaml"):
-        _fail(f"--format {format!r} is not supported; use text, json or yaml")
+    output = _output(output)
     client = _job_client(server, project)
-    job = _call(client.get, f"/api/v1/jobs/{name}")
-    events = _call(client.get, f"/api/v1/jobs/{name}/events")
-    if format != "text":
-        _emit({**job, "events": events}, format)
+    if name is None:
+        names = [j["name"] for j in _call(client.get, "/api/v1/jobs", limit=100)["items"]]
+    else:
+        _check_name(name)
+        names = [name]
+    described = []
+    for n in names:
+        job = _call(client.get, f"/api/v1/jobs/{n}")
+        described.append({**job, "events": _call(client.get, f"/api/v1/jobs/{n}/events")})
+    if output != "text":
+        _emit(described[0] if name is not None else {"items": described}, output)
         return
+    if not described:
+        out.print(f"no Jobs in project {client.project}; submit one with `rlark submit FILE`")
+    for i, job in enumerate(described):
+        if i:
+            out.print()
+        _describe_text(client, job)
+
+
+describe_app.command("job")(describe_job)
+describe_app.command("jobs", hidden=True)(describe_job)
+
+
+def _describe_text(client: Client, job: dict) -> None:
+    events = job["events"]
     run = job.get("currentRun") or {}
     out.print(f"[bold]Name:[/bold]      {job['name']}")
     out.print(f"[bold]Project:[/bold]   {job.get('project') or client.project}")
@@ -730,12 +945,13 @@ def describe_job(
         message = f["message"] if f["message"].startswith(f["path"]) else f"{f['path']}: {f['message']}"
         out.print(f"[yellow]Finding:[/yellow]   {f['code']} {message}")
     tasks = Table(title="Tasks (one per role)", box=None, header_style="bold", title_justify="left")
-    for col in ("ROLE", "PHASE", "READY", "NODE RANKS"):
+    for col in ("ROLE", "PHASE", "READY", "NODE RANKS", "RAY NODE (EACH WORKER)"):
         tasks.add_column(col)
     for t in run.get("tasks", []):
         first, last = t["nodeRanks"]
         tasks.add_row(t["role"], Text(t["phase"], style=PHASE_STYLE.get(t["phase"], "")),
-                      f"{t['ready']}/{t['total']}", str(first) if first == last else f"{first}-{last}")
+                      f"{t['ready']}/{t['total']}", str(first) if first == last else f"{first}-{last}",
+                      (t.get("rayNode") or {}).get("summary", ""))
     if run.get("tasks"):
         out.print(tasks)
     table = Table(title="Workers", box=None, header_style="bold", title_justify="left")
@@ -773,6 +989,13 @@ def logs(
     run: Optional[int] = typer.Option(None, "--run", help="Run number (default: the current Run)."),
     tail: Optional[int] = typer.Option(None, "--tail", "-n", help="Last N lines per Worker."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the Workers end."),
+    lifecycle: bool = typer.Option(
+        False, "--lifecycle",
+        help="Also show RLark's own lifecycle lines (RLARK_EVENT {...}: phases and facts the "
+             "Worker bootstrap reports), hidden by default."),
+    output: str = _output_option("text (lines), json or yaml ({\"workers\": [{\"name\", "
+                                 "\"lines\", ...}]}; with --follow, json: one {\"worker\", "
+                                 "\"line\"} object per line)"),
     project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
@@ -783,10 +1006,15 @@ def logs(
     Examples:
       rlark logs quickstart --role head -f
       rlark logs quickstart --rank 1 --tail 50 -p vision
+      rlark logs quickstart --lifecycle     # with RLark's lifecycle lines
     """
     _check_name(name)
+    output = _output(output)
+    if follow and output == "yaml":
+        _fail("-o yaml cannot be followed; use -o json (one JSON object per line) or text")
     client = _job_client(server, project)
-    params = dict(role=role, rank=rank, worker=worker, run=run, tail=tail)
+    params = dict(role=role, rank=rank, worker=worker, run=run, tail=tail,
+                  lifecycle="true" if lifecycle else None)
     if follow:
         many = True
         try:
@@ -795,13 +1023,20 @@ def logs(
                     many = len(json.loads(data)) > 1
                 elif event == "line":
                     item = json.loads(data)
-                    _emit_line(item["worker"], item["line"], prefix=many)
+                    if output == "json":
+                        sys.stdout.write(json.dumps(item) + "\n")
+                        sys.stdout.flush()
+                    else:
+                        _emit_line(item["worker"], item["line"], prefix=many)
         except ClientError as exc:
             _fail(exc.message)
         except KeyboardInterrupt:
             pass
         return
     data = _call(client.get, f"/api/v1/jobs/{name}/logs", **params)
+    if output != "text":
+        _emit(data, output)
+        return
     many = len(data["workers"]) > 1
     for w in data["workers"]:
         if w.get("truncated"):
@@ -914,8 +1149,9 @@ def delete(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
 def record(
     name: str = typer.Argument(..., metavar="NAME", help="Job name."),
     run: Optional[int] = typer.Option(None, "--run", help="Run number (default: the current Run)."),
-    format: str = typer.Option("md", "--format", "-o", help="json, yaml or md"),
-    output: Optional[Path] = typer.Option(None, "--output", help="Write to this file."),
+    output: str = _output_option("text (Markdown), json or yaml"),
+    save: Optional[Path] = typer.Option(None, "--save", metavar="PATH",
+                                        help="Write to this file instead of the terminal."),
     project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
@@ -924,18 +1160,22 @@ def record(
 
     \b
     Example:
-      rlark record quickstart --run 2 -o json --output run2.json
+      rlark record quickstart --run 2 -o json --save run2.json
     """
     _check_name(name)
-    if format not in ("json", "yaml", "md"):
-        _fail(f"--format {format!r} is not supported; use json, yaml or md")
+    if output not in OUTPUT_FORMATS and output not in _TEXT_ALIASES and (
+            "/" in output or "." in output):
+        _fail(f"-o/--output {output!r} is a format (text, json or yaml); write to a file with "
+              f"--save {output}")
+    output = _output(output)
+    fmt = "md" if output == "text" else output
     text = _call(_job_client(server, project).get_text, f"/api/v1/jobs/{name}/record", run=run,
-                 format=format)
-    if format == "json":
+                 format=fmt)
+    if fmt == "json":
         text = json.dumps(json.loads(text), indent=2) + "\n"
-    if output:
-        output.write_text(text)
-        out.print(f"wrote {output}")
+    if save:
+        save.write_text(text)
+        out.print(f"wrote {save}")
     else:
         sys.stdout.write(text)
 

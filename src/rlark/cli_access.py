@@ -43,8 +43,9 @@ project_app = typer.Typer(help="Projects, their members and roles; the current p
 ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER",
                          help=f"RLark server URL (default: the one `rlark login` stored, else "
                               f"{settings.DEFAULT_SERVER}).")
-OUTPUTS = ("table", "json", "yaml")
-OutputOpt = typer.Option("table", "--output", "-o", "--format", help="table, json or yaml")
+#: every read command's -o/--output, as rlark.cli's (text, json or yaml; "table" = text)
+OutputOpt = typer.Option("text", "--output", "-o", "--format", metavar="FORMAT",
+                         help="text, json or yaml")
 
 
 class Role(str, Enum):
@@ -95,9 +96,9 @@ def _client(server: Optional[str], **kw) -> Client:
         _fail(exc.message)
 
 
-def _check_output(output: str) -> None:
-    if output not in OUTPUTS:
-        _fail(f"--output {output!r} is not supported; use table, json or yaml")
+def _check_output(output: str) -> str:
+    """``-o/--output`` as rlark.cli reads it everywhere (exits naming the choices)."""
+    return _base._output(output)
 
 
 def _emit(data: Any, output: str) -> None:
@@ -283,7 +284,7 @@ def whoami(
       rlark whoami
       rlark whoami -o json
     """
-    _check_output(output)
+    output = _check_output(output)
     client = _client(server)
     me = _call(client.get, "/api/v1/me")
     try:
@@ -293,7 +294,7 @@ def whoami(
     info = {**me, "server": client.base, "currentProject": project,
             "tokenPrefix": _prefix(client.token) if client.token else None,
             "tokenFrom": token_source() if client.token else None}
-    if output != "table":
+    if output != "text":
         _emit(info, output)
         return
     admin = "site administrator" if me.get("admin") else "no"
@@ -375,9 +376,9 @@ def user_list(output: str = OutputOpt, server: Optional[str] = ServerOpt) -> Non
     Example:
       rlark user list -o json
     """
-    _check_output(output)
+    output = _check_output(output)
     users = _call(_client(server).get, "/api/v1/users")
-    if output != "table":
+    if output != "text":
         _emit(users, output)
         return
     _print(_table(USER_COLUMNS, _user_rows(users)))
@@ -392,9 +393,9 @@ def user_get(name: str = typer.Argument(..., metavar="NAME", help="User name."),
     Example:
       rlark user get alice
     """
-    _check_output(output)
+    output = _check_output(output)
     user = _call(_client(server).get, f"/api/v1/users/{name}")
-    if output != "table":
+    if output != "text":
         _emit(user, output)
         return
     _print(_table(USER_COLUMNS, _user_rows([user])))
@@ -535,12 +536,12 @@ def token_list(
       rlark token list
       rlark token list --all
     """
-    _check_output(output)
+    output = _check_output(output)
     if user and all_users:
         _fail("give --user or --all, not both")
     tokens = _call(_client(server).get, "/api/v1/tokens", user=user,
                    all="true" if all_users else None)
-    if output != "table":
+    if output != "text":
         _emit(tokens, output)
         return
     if not tokens:
@@ -599,10 +600,10 @@ def project_list(output: str = OutputOpt, server: Optional[str] = ServerOpt) -> 
     Example:
       rlark project list
     """
-    _check_output(output)
+    output = _check_output(output)
     client = _client(server)
     projects = _call(client.get, "/api/v1/projects")
-    if output != "table":
+    if output != "text":
         _emit(projects, output)
         return
     if not projects:
@@ -625,9 +626,9 @@ def project_get(name: str = typer.Argument(..., metavar="NAME", help="Project na
     Example:
       rlark project get vision
     """
-    _check_output(output)
+    output = _check_output(output)
     p = _call(_client(server).get, f"/api/v1/projects/{name}")
-    if output != "table":
+    if output != "text":
         _emit(p, output)
         return
     _print(Text(f"Name:       {p['name']}", style="bold"))
@@ -723,10 +724,10 @@ def audit(
       rlark audit --action job.delete
       rlark audit -p vision --user alice -o json
     """
-    _check_output(output)
+    output = _check_output(output)
     data = _call(_client(server).get, "/api/v1/audit", project=project, user=user, action=action,
                  limit=limit)
-    if output != "table":
+    if output != "text":
         _emit(data, output)
         return
     items = data["items"]

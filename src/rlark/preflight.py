@@ -18,6 +18,19 @@ from typing import Any, Iterator
 from pydantic import ValidationError
 
 from rlark.findings import Finding, Severity
+from rlark.runtimes.local_ports import (
+    MAX_BLOCK_SIZE,
+    PORT_RANGE_END,
+    PORT_RANGE_START,
+    RAY_DEFAULT_MIN_WORKER_PORT,
+    WORKER_PORTS_MAX_DEFAULT,
+    WORKER_PORTS_PER_CPU,
+    WORKER_PORTS_TIGHT_PER_CPU,
+    block_size,
+    default_worker_ports,
+)
+from rlark.runtimes.local_ports import MAX_WORKER_PORTS as MAX_WORKER_PORTS_LOCAL
+from rlark.words import plural
 from rlark.spec import (
     DNS1035_LABEL,
     DNS1123_LABEL,
@@ -293,6 +306,7 @@ def _check_role(i: int, job: Job) -> Iterator[Finding]:
                 f"{path} = {count}: a device count must be between 1 and {MAX_DEVICES}",
                 "set the number of such devices one Worker uses",
             )
+    yield from _check_ray_node(role, base)
     yield from _check_env(role, base)
     yield from _check_mounts(role, base)
     yield from _check_label_map(role.node_selector, f"{base}.nodeSelector", "node selector")
@@ -303,6 +317,95 @@ def _check_role(i: int, job: Job) -> Iterator[Finding]:
             f"{base}.local.python = {role.local.python!r} is not an absolute path",
             "give the absolute path of a python executable or virtualenv directory",
         )
+
+
+#: Ray refuses a smaller object store (ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES)
+OBJECT_STORE_MIN_BYTES = 75 * 1024 * 1024
+#: ``ray.workerPorts`` upper bound: Ray's range starts at 10002 where RLark pins no ports
+#: (Kubernetes), and a port is at most 65535
+MAX_WORKER_PORTS = 65535 - RAY_DEFAULT_MIN_WORKER_PORT + 1
+
+
+def _role_cpus(role) -> int | None:
+    """The role's CPUs as ``ray start --num-cpus`` gets them (rounded up); None when unset or
+    not a CPU quantity (reported elsewhere)."""
+    if role.resources.cpu is None:
+        return None
+    try:
+        return math.ceil(parse_cpu(role.resources.cpu))
+    except ValueError:
+        return None
+
+
+def _tight_ports(ports: int, cpus: int, path: str, lead: str, note: str = "") -> Finding | None:
+    """The ``WorkerPortsTight`` warning when ``ports`` worker ports are fewer than
+    :data:`~rlark.runtimes.local_ports.WORKER_PORTS_TIGHT_PER_CPU` per CPU; ``lead`` names the
+    value, ``note`` says where the CPU count comes from."""
+    if ports >= WORKER_PORTS_TIGHT_PER_CPU * cpus:
+        return None
+    return _warn(
+        "WorkerPortsTight", path,
+        f"{lead}: {ports} worker ports for {cpus} CPUs{note}; Ray gives every worker process "
+        f"one (up to {cpus} task workers at once, plus every actor and driver: actors with "
+        "num_cpus=0 are not bounded by CPUs), and one that finds none never starts (\"No "
+        "available ports\"): its tasks and actors wait forever",
+        f"set ray.workerPorts to at least {WORKER_PORTS_TIGHT_PER_CPU * cpus}"
+        + (f", or remove it for the default ({WORKER_PORTS_PER_CPU} per CPU)"
+           if WORKER_PORTS_PER_CPU * cpus <= WORKER_PORTS_MAX_DEFAULT else ""),
+    )
+
+
+def _check_ray_node(role, base: str) -> Iterator[Finding]:
+    """``resources.objectStoreMemory`` and ``ray.workerPorts``: how each Worker's Ray node is
+    started beyond its resources."""
+    res = role.resources
+    if res.object_store_memory is not None:
+        path = f"{base}.resources.objectStoreMemory"
+        try:
+            store = parse_memory_bytes(res.object_store_memory)
+        except ValueError as exc:
+            yield _err(
+                "InvalidObjectStoreMemory", path,
+                f"{path} = {res.object_store_memory!r} {exc}",
+                "write it like memory, with a unit: '2Gi', '512Mi'",
+            )
+        else:
+            if store < OBJECT_STORE_MIN_BYTES:
+                yield _err(
+                    "ObjectStoreTooSmall", path,
+                    f"{path} = {res.object_store_memory!r} is less than Ray's minimum object "
+                    "store, 75Mi (`ray start` would refuse it)",
+                    "give 75Mi or more, or remove it for the default (30% of memory)",
+                )
+            try:
+                memory = parse_memory_bytes(res.memory) if res.memory is not None else None
+            except ValueError:
+                memory = None
+            if memory is not None and store >= memory:
+                yield _warn(
+                    "ObjectStoreExceedsMemory", path,
+                    f"{path} = {res.object_store_memory!r} is not less than "
+                    f"{base}.resources.memory = {res.memory!r}; the object store lives in "
+                    "shared memory that counts against the Worker's memory (a Pod's limit), "
+                    "leaving its processes nothing",
+                    "keep the object store well below memory (the default is 30% of it)",
+                )
+    ports = role.ray.worker_ports
+    if ports is not None:
+        path = f"{base}.ray.workerPorts"
+        if not 1 <= ports <= MAX_WORKER_PORTS:
+            yield _err(
+                "InvalidWorkerPorts", path,
+                f"{path} = {ports} must be between 1 and {MAX_WORKER_PORTS}",
+                "give the number of ports Ray may hand to this node's worker processes, or "
+                "remove it for the default (16 per CPU)",
+            )
+            return
+        cpus = _role_cpus(role)
+        if cpus is not None:
+            tight = _tight_ports(ports, cpus, path, f"{path} = {ports}")
+            if tight:
+                yield tight
 
 
 def _check_image(image: str, path: str) -> Iterator[Finding]:
@@ -402,8 +505,9 @@ def _check_mounts(role, base: str) -> Iterator[Finding]:
                 "RelativeMountSource",
                 f"{mp}.source",
                 f"{mp}.source = {mount.source!r}: a hostPath source must be absolute",
-                "write the absolute host directory (`rlark submit` resolves paths relative to "
-                "the Job file for you)",
+                "write the absolute host directory (a Job sent without its file has nothing to "
+                "resolve a relative one against; `rlark submit FILE` resolves it against FILE's "
+                "directory)",
             )
         elif mount.type == "objectStorage" and "://" not in mount.source:
             yield _err(
@@ -428,7 +532,8 @@ def _check_shared(job: Job) -> Iterator[Finding]:
             "RelativePath",
             "spec.workingDir",
             f"spec.workingDir = {spec.working_dir!r} is not an absolute path",
-            "write an absolute path (`rlark submit FILE` resolves it against FILE's directory)",
+            "write an absolute path (a Job sent without its file has nothing to resolve a "
+            "relative one against; `rlark submit FILE` resolves it against FILE's directory)",
         )
     fp = spec.failure_policy
     for field, value in (
@@ -565,15 +670,15 @@ def _host_capacity(job: Job, host: dict[str, float] | None = None) -> Iterator[F
     if want["gpu"] > host["gpu"]:
         yield _err(
             "ExceedsHostGpu", "spec.roles",
-            f"spec.roles: the Workers ask for {want['gpu']} GPUs in all; this machine has "
-            f"{host['gpu']}",
+            f"spec.roles: the Workers ask for {plural(want['gpu'], 'GPU')} in all; this machine "
+            f"has {host['gpu']}",
             "lower resources.gpu, or run on Kubernetes",
         )
     if want["cpu"] > host["cpu"]:
         yield _warn(
             "ExceedsHostCpu", "spec.roles",
-            f"spec.roles: the Workers ask for {want['cpu']:g} CPUs in all; this machine has "
-            f"{host['cpu']:g}",
+            f"spec.roles: the Workers ask for {plural(float(want['cpu']), 'CPU')} in all; this "
+            f"machine has {host['cpu']:g}",
             "lower resources.cpu or the worker counts; Ray's CPU counts are logical, so the Job "
             "still starts, but its Workers share the cores",
         )
@@ -586,6 +691,60 @@ def _host_capacity(job: Job, host: dict[str, float] | None = None) -> Iterator[F
         )
 
 
+def _local_ports(job: Job, host_cpus: int) -> Iterator[Finding]:
+    """Every local Worker takes a block of ports in 20000-32767 sized to its role
+    (:func:`rlark.runtimes.base.local_block_size`): a role whose block exceeds that range, or
+    Workers whose blocks together do, cannot start (errors); a role without ``cpu`` whose
+    ``ray.workerPorts`` is tight for this machine's CPUs (which its Ray node offers), or whose
+    default range is capped, gets ``WorkerPortsTight``."""
+    total = 0
+    sized = True
+    for i, role in enumerate(job.spec.roles):
+        ports = role.ray.worker_ports
+        if ports is not None and not 1 <= ports <= MAX_WORKER_PORTS:
+            sized = False
+            continue  # check_job reports it
+        cpus = _role_cpus(role)
+        if role.resources.cpu is not None and cpus is None:
+            sized = False
+            continue
+        node_cpus = cpus if cpus is not None else host_cpus
+        want = ports if ports is not None else default_worker_ports(node_cpus)
+        size = block_size(want)
+        path = f"spec.roles[{i}].ray.workerPorts"
+        if size > MAX_BLOCK_SIZE:
+            sized = False
+            yield _err(
+                "ExceedsLocalPorts", path,
+                f"{path}: {want} worker ports per Worker; the local runtime has "
+                f"{MAX_WORKER_PORTS_LOCAL} for one Ray node (ports "
+                f"{PORT_RANGE_START}-{PORT_RANGE_END - 1})",
+                f"give at most {MAX_WORKER_PORTS_LOCAL}, or run on Kubernetes",
+            )
+            continue
+        total += size * max(role.workers, 0)
+        lead = (f"{path} = {ports}" if ports is not None
+                else f"{path} is not set and its default stops at {want}")
+        if cpus is None:
+            tight = _tight_ports(want, node_cpus, path, lead,
+                                 " (no resources.cpu: the node offers Ray all of this machine's)")
+        elif ports is None:
+            tight = _tight_ports(want, node_cpus, path, lead)
+        else:
+            tight = None  # check_job reports an explicit value against resources.cpu
+        if tight:
+            yield tight
+    if sized and total > PORT_RANGE_END - PORT_RANGE_START:
+        yield _err(
+            "ExceedsLocalPorts", "spec.roles",
+            f"spec.roles: the {plural(job.total_workers, 'Worker')} need {total} ports in all "
+            f"(a block of 16 own ports plus their worker ports, in units of 64, each); one "
+            f"machine has {PORT_RANGE_END - PORT_RANGE_START} (ports "
+            f"{PORT_RANGE_START}-{PORT_RANGE_END - 1})",
+            "use fewer Workers or fewer ray.workerPorts, or run on Kubernetes",
+        )
+
+
 def check_for_local_runtime(job: Job, host: dict[str, float] | None = None) -> list[Finding]:
     """What the local runtime cannot honour: it runs every Worker on this machine with this
     machine's filesystem, so mounts are not applied (a hostPath source is visible at its own
@@ -593,16 +752,7 @@ def check_for_local_runtime(job: Job, host: dict[str, float] | None = None) -> l
     ``local.python`` must exist here (error). ``host`` is the machine's capacity as
     :func:`host_capacity` returns it (default: measured now)."""
     findings: list[Finding] = list(_host_capacity(job, host))
-    from rlark.runtimes.local_ports import block_bases
-
-    slots = len(block_bases())
-    if job.total_workers > slots:
-        findings.append(_err(
-            "ExceedsLocalPorts", "spec.roles",
-            f"spec.roles: {job.total_workers} Workers in all; one machine has port blocks for "
-            f"{slots} Ray nodes (ports 20000-32767, 64 each)",
-            "use fewer Workers, or run on Kubernetes",
-        ))
+    findings.extend(_local_ports(job, int((host or {}).get("cpu") or os.cpu_count() or 1)))
     wd = job.spec.working_dir
     if wd and os.path.isabs(wd) and not os.path.isdir(wd):
         findings.append(_err(

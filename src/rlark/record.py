@@ -46,6 +46,41 @@ def image_digests(workers) -> tuple[dict[str, dict[str, list[str]]], list[str]]:
     return by_role, [role for role, d in by_role.items() if len(d) > 1]
 
 
+#: facts a Worker reports that are not for users: ``tok``, the Run's event token (the secret
+#: that marks its genuine lifecycle lines), which older controllers stored with the facts
+PRIVATE_FACTS = frozenset({"tok"})
+
+
+def public_facts(facts: dict[str, Any] | None) -> dict[str, Any]:
+    """A Worker's facts without :data:`PRIVATE_FACTS`."""
+    return {k: v for k, v in (facts or {}).items() if k not in PRIVATE_FACTS}
+
+
+def public_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """A stored run record as users may read it: each Worker's facts without
+    :data:`PRIVATE_FACTS` (records stored before they were left out still hold them). Returns a
+    copy when anything was removed, else ``rec`` itself."""
+    items = ((rec.get("workers") or {}).get("items")) if isinstance(rec, dict) else None
+    if not isinstance(items, list) or not any(
+            isinstance(w, dict) and PRIVATE_FACTS & set(w.get("facts") or {}) for w in items):
+        return rec
+    clean = [{**w, "facts": public_facts(w.get("facts"))} if isinstance(w, dict) else w
+             for w in items]
+    return {**rec, "workers": {**rec["workers"], "items": clean}}
+
+
+def ray_node_facts(facts: dict[str, Any]) -> dict[str, Any] | None:
+    """What a Worker's bootstrap told ``ray start`` (its ``ray_resources`` fact): ``numCpus``,
+    ``numGpus``, ``memoryBytes``, ``objectStoreBytes``, ``workerPorts`` (``[min, max]``, None
+    for Ray's own range); None before the Worker reported."""
+    res = facts.get("ray_resources")
+    if not isinstance(res, dict):
+        return None
+    return {"numCpus": res.get("num_cpus"), "numGpus": res.get("num_gpus"),
+            "memoryBytes": res.get("memory_bytes"), "objectStoreBytes": res.get("object_store_bytes"),
+            "workerPorts": res.get("worker_ports")}
+
+
 def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict[str, Any]:
     """Assemble the run record (a JSON-ready dict) from a Job row, a Run row and its Worker rows.
 
@@ -60,7 +95,7 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
         duration = round((run.finished_at - run.started_at).total_seconds(), 3)
     worker_entries = []
     for w in sorted(workers, key=lambda w: w.node_rank):
-        facts = dict(w.facts or {})
+        facts = public_facts(w.facts)
         worker_entries.append(
             {
                 "name": w.name,
@@ -77,6 +112,9 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
                 "startedAt": iso(w.started_at),
                 "finishedAt": iso(w.finished_at),
                 "log": w.log_path,
+                # what this Worker's Ray node ran and was started with (its own report)
+                "rayVersion": facts.get("ray"),
+                "rayNode": ray_node_facts(facts),
                 "facts": facts,
             }
         )
@@ -150,7 +188,7 @@ def render_markdown(rec: dict[str, Any]) -> str:
         f"- Started {rec['times']['started']}, running {rec['times']['running']}, "
         f"finished {rec['times']['finished']} ({rec['times']['durationSeconds']} s)",
         f"- Workers: {rec['workers']['actual']} joined of {rec['workers']['expected']} expected",
-        f"- Versions: " + ", ".join(
+        "- Versions: " + ", ".join(
             f"{k} {'/'.join(map(str, v)) or '-'}" for k, v in rec["versions"].items()
         ),
         *[f"- Note: {n}" for n in rec.get("runtimeNotes") or []],
@@ -170,14 +208,20 @@ def render_markdown(rec: dict[str, Any]) -> str:
         "",
         "## Workers",
         "",
-        "| rank | worker | role | host | IP | Ray node | phase | exit | log |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| rank | worker | role | host | IP | Ray node | Ray | object store | worker ports "
+        "| phase | exit | log |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for w in rec["workers"]["items"]:
+        node = w.get("rayNode") or {}
+        store = node.get("objectStoreBytes")
+        ports = node.get("workerPorts")
         lines.append(
             f"| {w['nodeRank']} | {w['name']} | {w['role']} | {w['host'] or ''} | {w['ip'] or ''} "
-            f"| {(w['rayNodeId'] or '')[:12]} | {w['phase']} | "
-            f"{'' if w['exitCode'] is None else w['exitCode']} | {w['log'] or ''} |"
+            f"| {(w['rayNodeId'] or '')[:12]} | {w.get('rayVersion') or ''} "
+            f"| {'' if store is None else f'{store / 2**20:.0f} MiB'} "
+            f"| {f'{ports[0]}-{ports[1]} ({ports[1] - ports[0] + 1})' if ports else ''} "
+            f"| {w['phase']} | {'' if w['exitCode'] is None else w['exitCode']} | {w['log'] or ''} |"
         )
     if rec["mounts"]:
         lines += ["", "## Mounts", "", "| role | name | type | source | mountPath | readOnly |",

@@ -54,6 +54,9 @@ def security_policy(host: str, auth: bool = True, allowed_hosts: tuple[str, ...]
             names.append(host)
         names += [socket.gethostname(), socket.getfqdn()]
     names += settings.csv_env("RLARK_ALLOWED_HOSTS") + list(allowed_hosts)
+    if not auth and "*" in names:
+        raise ValueError("--no-auth is refused with --allowed-host '*': a page on any name that "
+                         "resolves to this machine (DNS rebinding) could then act as administrator")
     origins = settings.csv_env("RLARK_CORS_ORIGINS") + list(cors_origins)
     return SecurityPolicy(auth=auth, allowed_hosts=tuple(dict.fromkeys(n.lower() for n in names if n)),
                           cors_origins=tuple(dict.fromkeys(o.rstrip("/").lower() for o in origins)))
@@ -170,11 +173,29 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     return create_app(service, controller, policy=policy, auth=auth)
 
 
+def private_home() -> None:
+    """Make ``$RLARK_HOME`` (database, logs, credentials) readable by this user only: other
+    users of the machine must not read Job specs, logs or password hashes."""
+    import stat
+
+    home = settings.rlark_home()
+    mode = stat.S_IMODE(home.stat().st_mode)
+    if mode & 0o077 and home.stat().st_uid == os.getuid():
+        home.chmod(0o700)
+        log.warning("made %s private (mode %o -> 700): it holds the database, logs and tokens",
+                    home, mode)
+
+
 def serve(host: str, port: int, database_url: str | None = None, log_level: str = "info",
           runtime: str = "local", namespace: str | None = None, auth: bool = True,
           allowed_hosts: tuple[str, ...] = (), cors_origins: tuple[str, ...] = (),
-          tls_cert: str | None = None, tls_key: str | None = None) -> None:
+          tls_cert: str | None = None, tls_key: str | None = None,
+          trusted_proxies: tuple[str, ...] = ()) -> None:
     """Run the server until SIGINT/SIGTERM; on shutdown every Worker it started is stopped.
+
+    ``trusted_proxies``: addresses whose ``X-Forwarded-For``/``-Proto`` headers are believed
+    (a TLS-terminating proxy in front); from anyone else they are ignored, so a client cannot
+    pose as another address (the login rate limit and the audit log key on it).
 
     Raises:
         ValueError: a setting is refused (see :func:`security_policy`, :func:`build_app`).
@@ -182,6 +203,7 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    private_home()
     policy = security_policy(host, auth, allowed_hosts, cors_origins)
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("give both --tls-cert and --tls-key, or neither")
@@ -193,5 +215,7 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
                      "site administrator and can run code as this user. Use it only on a machine",
                      f"where you trust every local user. Listening on {host}:{port} only."):
             log.warning("!!! %s", line)
+    proxies = tuple(trusted_proxies) + tuple(settings.csv_env("RLARK_TRUSTED_PROXIES"))
     uvicorn.run(app, host=host, port=port, log_level=log_level, ssl_certfile=tls_cert,
-                ssl_keyfile=tls_key)
+                ssl_keyfile=tls_key, proxy_headers=bool(proxies),
+                forwarded_allow_ips=",".join(proxies) if proxies else None)

@@ -17,7 +17,7 @@ def rlark_home() -> Path:
     """
     home = Path(os.environ.get("RLARK_HOME") or Path.home() / ".rlark").expanduser()
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)  # database, logs and tokens
     except OSError as exc:
         raise ValueError(
             f"RLARK_HOME={str(home)!r} cannot be RLark's state directory ({exc.strerror}); "
@@ -80,19 +80,83 @@ MAX_RAY_TMP_LENGTH = 30
 
 
 def ray_tmp_root() -> str:
-    """Parent of the Workers' Ray ``--temp-dir`` (``$RLARK_RAY_TMP``, default ``/tmp/rlark-ray``).
+    """Parent of the Workers' Ray ``--temp-dir`` (one ``<run uid>-<rank>`` directory per Worker,
+    removed when it ends unless ``RLARK_KEEP_RAY_TEMP=1``).
 
-    Kept short on purpose: Ray puts Unix sockets below it and socket paths are limited to 107
-    bytes.
+    The rule: ``$RLARK_RAY_TMP`` when set; else ``$RLARK_HOME/ray`` when that path has at most
+    :data:`MAX_RAY_TMP_LENGTH` characters (``/root/.rlark/ray``, ``/home/alice/.rlark/ray``);
+    else ``/tmp/rlark-ray-<uid>`` (this user's). Ray puts Unix sockets below it and a socket
+    path may not pass 107 bytes, hence the limit.
+
+    Raises:
+        ValueError: ``RLARK_RAY_TMP`` is longer than :data:`MAX_RAY_TMP_LENGTH` characters.
     """
-    root = os.environ.get("RLARK_RAY_TMP") or "/tmp/rlark-ray"
-    if len(root) > MAX_RAY_TMP_LENGTH:
-        raise ValueError(
-            f"RLARK_RAY_TMP={root!r} is {len(root)} characters; Ray's socket paths below it would "
-            f"pass the 107-byte limit of Unix sockets. Use a path of at most "
-            f"{MAX_RAY_TMP_LENGTH} characters, e.g. /tmp/rlark-ray"
-        )
-    return root
+    root = os.environ.get("RLARK_RAY_TMP")
+    if root:
+        if len(root) > MAX_RAY_TMP_LENGTH:
+            raise ValueError(
+                f"RLARK_RAY_TMP={root!r} is {len(root)} characters; Ray's socket paths below it "
+                f"would pass the 107-byte limit of Unix sockets. Use a path of at most "
+                f"{MAX_RAY_TMP_LENGTH} characters, e.g. /tmp/rlark-ray, or unset it"
+            )
+        return root
+    in_home = str(rlark_home() / "ray")
+    if len(in_home) <= MAX_RAY_TMP_LENGTH:
+        return in_home
+    return f"/tmp/rlark-ray-{os.geteuid()}"
+
+
+def lock_dir() -> str:
+    """Where local Workers' host-wide reservations (loopback addresses, port blocks) are held as
+    ``flock`` files: ``$RLARK_LOCK_DIR``, default ``/tmp/rlark-locks``. Not under
+    ``$RLARK_HOME`` on purpose: every RLark server on this machine, whatever its home or user,
+    must see the same reservations, or two servers give one port block to two Workers."""
+    return os.environ.get("RLARK_LOCK_DIR") or "/tmp/rlark-locks"
+
+
+def max_starting_nodes() -> int:
+    """Local runtime: how many Ray nodes may be starting at once (``ray start`` takes about a
+    core for seconds; too many at once time out): ``$RLARK_MAX_STARTING_NODES``, default the
+    number of CPU cores (at least 2). A Run with more Workers than this starts when no other
+    Ray node is starting.
+
+    Raises:
+        ValueError: not a whole number of at least 1.
+    """
+    raw = os.environ.get("RLARK_MAX_STARTING_NODES", "").strip()
+    if not raw:
+        return max(2, os.cpu_count() or 1)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"RLARK_MAX_STARTING_NODES={raw!r} is not a whole number of at least 1")
+    return value
+
+
+def local_devices() -> dict[str, float]:
+    """Local runtime: how many of each named device (``resources.devices``) this machine has,
+    for admitting Runs: ``$RLARK_LOCAL_DEVICES`` as JSON, e.g. ``{"rdma/hca": 2}``. A device not
+    named here is not limited (the local runtime cannot count devices by itself).
+
+    Raises:
+        ValueError: not a JSON object of non-negative numbers.
+    """
+    import json
+
+    raw = os.environ.get("RLARK_LOCAL_DEVICES", "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+        if not isinstance(value, dict) or not all(
+                isinstance(v, (int, float)) and v >= 0 for v in value.values()):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"RLARK_LOCAL_DEVICES={raw!r} is not a JSON object of device name -> "
+                         'count, e.g. {"rdma/hca": 2}') from None
+    return {str(k): float(v) for k, v in value.items()}
 
 
 def keep_ray_temp() -> bool:

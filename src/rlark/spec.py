@@ -107,6 +107,25 @@ class Resources(_Model):
         default_factory=dict,
         description="Other named device resources, e.g. {'rdma/hca': 1}; become Ray custom resources.",
     )
+    object_store_memory: StrictInt | str | None = Field(
+        default=None,
+        description="Ray object store of each Worker's node (`ray start --object-store-memory`), "
+        "with a unit like memory: '2Gi'. At least 75Mi (Ray's minimum). Default: 30% of memory, "
+        "between 128Mi and 4Gi; 512Mi when the role gives no memory.",
+    )
+
+
+class RaySettings(_Model):
+    """How each Worker's Ray node is started, beyond its resources."""
+
+    worker_ports: StrictInt | None = Field(
+        default=None,
+        description="Ports Ray may give this node's worker processes (one each: every task "
+        "worker, actor and driver; a worker that finds none never starts, \"No available "
+        "ports\"). A value set here is the range's exact size. Default on the local runtime: 16 "
+        "per CPU, at least 48, at most 4096, rounded up to fill whole blocks of 64 ports; on "
+        "Kubernetes Ray's own range (10002-19999).",
+    )
 
 
 class LocalSettings(_Model):
@@ -142,10 +161,16 @@ class Role(_Model):
     workers: StrictInt = 1
     image: str = Field(description="Image reference with an explicit tag or digest.")
     resources: Resources = Field(default_factory=Resources)
-    prepare_script: str = ""
+    prepare_script: str = Field(
+        default="",
+        description="Shell script each Worker of the role runs before `ray start`, with "
+        "`bash -e -o pipefail -c`: the first failing command (also inside a pipeline) ends it "
+        "with that command's exit code and fails the Run (PrepareFailed).",
+    )
     env: list[EnvVar] = Field(default_factory=list)
     mounts: list[Mount] = Field(default_factory=list)
     node_selector: dict[str, str] = Field(default_factory=dict)
+    ray: RaySettings = Field(default_factory=RaySettings)
     local: LocalSettings = Field(default_factory=LocalSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
@@ -160,7 +185,10 @@ class RLinfRef(_Model):
 
 class FailurePolicy(_Model):
     join_timeout_seconds: float = Field(
-        default=300, description="Seconds the head waits for all Ray nodes to join."
+        default=300,
+        description="Seconds from the Run's launch by which every Worker's Ray node must have "
+        "joined the cluster, prepare scripts included; else the Run fails with JoinTimeout "
+        "naming the missing ranks, and the run script never starts.",
     )
     prepare_timeout_seconds: float = Field(
         default=1800, description="Seconds a Worker's prepare script may run."
@@ -172,7 +200,12 @@ class FailurePolicy(_Model):
 
 class JobSpec(_Model):
     head_role: str
-    run_script: str = ""
+    run_script: str = Field(
+        default="",
+        description="Shell script the head runs once every Ray node joined, with "
+        "`bash -e -o pipefail -c`: the first failing command (also inside a pipeline) ends it "
+        "and its exit code is the Run's (RunFailed).",
+    )
     working_dir: str | None = None
     rlinf: RLinfRef | None = None
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
@@ -339,7 +372,63 @@ def load_document(text: str | bytes) -> dict[str, Any]:
     return data
 
 
-_UNION_FIELDS = {"cpu", "memory"}
+def fields_at(loc: list | tuple) -> list[str] | None:
+    """The field names (as written in YAML, camelCase) the Job schema allows in the mapping
+    that holds ``loc[-1]`` (``("spec", "roles", 0, "worker")`` -> the fields of a role); None
+    where the keys are free (labels, env values, device names) or ``loc`` leaves the schema."""
+    import types
+    import typing
+
+    model: Any = Job
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue  # the list's element type was taken when the list field was entered
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        info = next((f for name, f in model.model_fields.items()
+                     if (f.alias or name) == part or name == part), None)
+        if info is None:
+            return None
+        ann = info.annotation
+        while True:  # unwrap Optional[...] and list[...] down to a model (or give up)
+            origin = typing.get_origin(ann)
+            if origin in (typing.Union, types.UnionType):
+                inner = [a for a in typing.get_args(ann) if a is not type(None)]
+                if len(inner) != 1:
+                    return None
+                ann = inner[0]
+            elif origin is list:
+                ann = typing.get_args(ann)[0]
+            else:
+                break
+        model = ann
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return None
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def suggest_field(loc: list | tuple) -> str | None:
+    """The known field an unknown key ``loc[-1]`` most likely meant (``worker`` ->
+    ``workers``, ``working_dir`` -> ``workingDir``), by :func:`difflib.get_close_matches`
+    (ratio >= 0.75) over :func:`fields_at`; None when nothing is close."""
+    import difflib
+
+    if not loc or not isinstance(loc[-1], str):
+        return None
+    known = fields_at(loc)
+    if not known:
+        return None
+    key = loc[-1]
+    folded = {k.lower(): k for k in known}
+    for candidate in (key.lower(), to_camel(key).lower(), key.replace("-", "_").lower(),
+                      to_camel(key.replace("-", "_")).lower()):
+        if candidate in folded:
+            return folded[candidate]
+    near = difflib.get_close_matches(key.lower(), list(folded), n=1, cutoff=0.75)
+    return folded[near[0]] if near else None
+
+
+_UNION_FIELDS = {"cpu", "memory", "objectStoreMemory"}
 _UNION_TAGS = {"float", "str", "int", "bool"}
 
 
@@ -353,12 +442,15 @@ def _pydantic_finding(err: dict[str, Any]) -> Finding:
     kind = err.get("type", "")
     value = err.get("input")
     if kind == "extra_forbidden":
-        field = path.rsplit(".", 1)[-1]
+        field = str(loc[-1]) if loc else path
+        near = suggest_field(loc)
         return Finding(
             code="UnknownField",
             path=path,
-            message=f"{path}: unknown field {field!r}",
-            hint="remove it or check its spelling; `rlark schema` lists every field",
+            message=f"{path}: unknown field {field!r}"
+            + (f"; did you mean {near!r}?" if near else ""),
+            hint=f"rename it to {near!r}" if near else
+            "remove it or check its spelling; `rlark schema` lists every field",
         )
     if kind == "missing":
         return Finding(
@@ -423,6 +515,36 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     return job.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def whole_numbers(data: Any) -> Any:
+    """``data`` with every float that is a whole number as an int (``300.0`` -> ``300``): the
+    schema keeps seconds as floats, people read ``300``."""
+    if isinstance(data, dict):
+        return {k: whole_numbers(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [whole_numbers(v) for v in data]
+    if isinstance(data, float) and data.is_integer() and abs(data) < 2**53:
+        return int(data)
+    return data
+
+
+def job_changes(job: Job) -> dict[str, Any]:
+    """The Job as a mapping with only what differs from the schema's defaults (``workers: 1``,
+    ``gpu: 0``, empty lists, the default failure policy are left out), whole numbers as ints:
+    what a person wrote, for previews (the console's YAML preview and Spec tab). Loading it
+    gives the same Job."""
+    return whole_numbers(job.model_dump(mode="json", by_alias=True, exclude_defaults=True,
+                                        exclude_none=True))
+
+
+def spec_changes(doc: dict[str, Any]) -> dict[str, Any]:
+    """:func:`job_changes` of a stored Job mapping; the mapping itself (whole numbers as ints)
+    when it is no longer a valid Job (stored by another RLark version)."""
+    try:
+        return job_changes(Job.model_validate(doc))
+    except ValidationError:
+        return whole_numbers(doc)
+
+
 class _BlockDumper(yaml.SafeDumper):
     """SafeDumper that writes multi-line strings as ``|`` blocks (readable run scripts)."""
 
@@ -476,3 +598,34 @@ def resolve_relative_paths(job: Job, base_dir: str) -> Job:
             if mount.type == MountType.host_path.value and mount.source.strip():
                 mount.source = absolute(mount.source)
     return data
+
+
+def resolve_document_paths(data: Any, base_dir: str) -> Any:
+    """:func:`resolve_relative_paths` on a parsed Job document that need not be a valid Job
+    (unknown fields, wrong values): a copy whose relative ``spec.workingDir`` and hostPath mount
+    sources are absolute against ``base_dir``. Whatever does not have the expected shape is left
+    as it is, for the checks to report; so a Job with one typo is not also told that its
+    ``workingDir: .`` is relative (it was given in a file, which is what it is relative to)."""
+    import copy
+    import os
+
+    def absolute(path: Any) -> Any:
+        if not isinstance(path, str) or not path.strip() or os.path.isabs(path) or "\x00" in path:
+            return path
+        return os.path.normpath(os.path.join(base_dir, path))
+
+    if not isinstance(data, dict):
+        return data
+    out = copy.deepcopy(data)
+    spec = out.get("spec")
+    if not isinstance(spec, dict):
+        return out
+    if "workingDir" in spec:
+        spec["workingDir"] = absolute(spec["workingDir"])
+    for role in spec.get("roles") if isinstance(spec.get("roles"), list) else ():
+        mounts = role.get("mounts") if isinstance(role, dict) else None
+        for mount in mounts if isinstance(mounts, list) else ():
+            if isinstance(mount, dict) and mount.get("type") == MountType.host_path.value \
+                    and "source" in mount:
+                mount["source"] = absolute(mount["source"])
+    return out

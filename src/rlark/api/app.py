@@ -89,8 +89,10 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
         errors = []
         for e in exc.errors():
             loc = [p for p in e.get("loc", ()) if p not in ("query", "path", "body")]
-            errors.append({"field": format_path(loc), "message": e.get("msg"),
-                           "value": e.get("input")})
+            value = e.get("input")
+            if isinstance(value, (bytes, bytearray)):  # a body that was not JSON (e.g. YAML)
+                value = value[:200].decode("utf-8", errors="replace")
+            errors.append({"field": format_path(loc), "message": e.get("msg"), "value": value})
         text = "; ".join(f"{e['field']}={e['value']!r}: {e['message']}" for e in errors)
         return SafeJSONResponse(status_code=422, content={
             "detail": {"code": "Invalid", "message": f"bad request parameter: {text}",

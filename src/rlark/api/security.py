@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable
 from urllib.parse import quote, urlsplit
@@ -75,17 +76,18 @@ class SecurityPolicy:
     extra_public: tuple[str, ...] = field(default=())
 
 
+#: ``Host`` = a name or IPv4 address, or an IPv6 address in brackets, and an optional port
+#: (RFC 9110 7.2 / RFC 3986 3.2.2); anything else (userinfo, paths, fragments) is refused
+_HOST = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9.-]+))(?::(?P<port>[0-9]{1,5}))?$")
+
+
 def _host_name(host_header: str | None) -> str | None:
-    """``example.com:8470`` -> ``example.com``; ``[::1]:8470`` -> ``::1``; None if unparsable."""
-    if not host_header:
+    """``example.com:8470`` -> ``example.com``; ``[::1]:8470`` -> ``::1``; None if it is not
+    a plain host[:port]."""
+    m = _HOST.match((host_header or "").strip())
+    if m is None or (m.group("port") and int(m.group("port")) > 65535):
         return None
-    try:
-        parts = urlsplit("//" + host_header.strip())
-        name = parts.hostname
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        return None
-    return name.lower() if name else None
+    return (m.group("v6") or m.group("name")).lower()
 
 
 def host_allowed(host_header: str | None, allowed: tuple[str, ...]) -> bool:
@@ -235,28 +237,53 @@ class RequestGuard:
         await self.app(scope, receive, send)
 
     def _authenticate(self, headers: Headers, method: str, path: str) -> Principal | None:
-        """The caller, or None when they sent no credentials at all.
+        return authenticate(headers, method, path, self.policy, self.auth())
 
-        Raises:
-            Unauthenticated: credentials that do not hold (or a cookie on a state-changing API
-                call).
-        """
-        if not self.policy.auth:
-            return OPEN_PRINCIPAL
-        authorization = headers.get("authorization")
-        if authorization:
-            scheme, _, value = authorization.partition(" ")
-            if scheme.lower() != "bearer" or not value.strip():
-                raise Unauthenticated("use `Authorization: Bearer <API token>`")
-            return self.auth().from_token(value.strip())
-        cookie = _cookie(headers, SESSION_COOKIE)
-        if cookie:
-            if _is_api(path) and method not in SAFE_METHODS:
-                raise Unauthenticated(
-                    "state-changing API requests need an API token (`Authorization: Bearer ...`); "
-                    "a console session works for the console's pages and for reading the API")
-            return self.auth().from_session(cookie)
-        return None
+
+def authenticate(headers: Headers, method: str, path: str, policy: SecurityPolicy,
+                 auth: AuthService) -> Principal | None:
+    """The caller of a request, or None when it sent no credentials at all.
+
+    Raises:
+        Unauthenticated: credentials that do not hold (or a cookie on a state-changing API call).
+    """
+    if not policy.auth:
+        return OPEN_PRINCIPAL
+    authorization = headers.get("authorization")
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise Unauthenticated("use `Authorization: Bearer <API token>`")
+        return auth.from_token(value.strip())
+    cookie = _cookie(headers, SESSION_COOKIE)
+    if cookie:
+        if _is_api(path) and method not in SAFE_METHODS:
+            raise Unauthenticated(
+                "state-changing API requests need an API token (`Authorization: Bearer ...`); "
+                "a console session works for the console's pages and for reading the API")
+        return auth.from_session(cookie)
+    return None
+
+
+def access_check(request: Request, project: str, needed: ProjectRole) -> Callable[[], bool]:
+    """A check, callable later (from any thread), that the request's credentials still hold and
+    still give ``needed`` in ``project``: a long-lived response (a followed log) ends when its
+    token is revoked or its caller's role is taken away."""
+    headers = Headers(raw=list(request.headers.raw))
+    method, path = request.method, request.url.path
+    policy, auth = request.app.state.policy, request.app.state.auth
+
+    def check() -> bool:
+        try:
+            principal = authenticate(headers, method, path, policy, auth)
+            if principal is None:
+                return False
+            authorize(principal, project, needed)
+        except ServiceError:
+            return False
+        return True
+
+    return check
 
 
 def _cookie(headers: Headers, name: str) -> str | None:

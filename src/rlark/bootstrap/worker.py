@@ -11,10 +11,13 @@ Contract (ARCHITECTURE.md, "Worker bootstrap contract"):
   environment, so it must be there when the raylet starts); each Ray node is also labelled with
   ``rlark.io/node-rank``, ``rlark.io/role`` and ``rlark.io/run`` so the head can verify the mapping.
 * Order: facts -> prepare script (bounded) -> ``ray start`` -> head: join barrier on one Ray
-  connection (polling every 0.1 s, bounded by ``RLARK_JOIN_TIMEOUT_SECONDS``, naming missing
-  ranks), rank check (0..N-1 exactly once), ``RAY_ADDRESS`` and the run script, whose exit code
-  is the head's exit code; other Workers: wait for the head, ``ray start --block``, exit non-zero
-  when their node fails.
+  connection (polling every 0.1 s, naming missing ranks), rank check (0..N-1 exactly once),
+  ``RAY_ADDRESS`` and the run script, whose exit code is the head's exit code; other Workers:
+  wait for the head, ``ray start --block``, exit non-zero when their node fails. Every Worker's
+  wait for the cluster ends ``RLARK_JOIN_TIMEOUT_SECONDS`` after its own start (prepare script
+  included); RLark enforces the same deadline from the Run's launch for every rank.
+* Prepare and run scripts run with ``bash -e -o pipefail -c`` (:func:`script_argv`): the first
+  failing command ends the script with its exit code.
 * Progress and facts are written to stdout as lifecycle lines: ``RLARK_EVENT {json}``, one JSON
   object per line, so every runtime learns them from the Worker's log.
 
@@ -44,6 +47,10 @@ BARRIER_POLL_SECONDS = 0.1  # contract: at most 0.5 s; 0.1 s keeps join detectio
 NODE_CHECK_SECONDS = 2.0  # while the run script runs, the head checks every rank's node this often
 RAY_START_TIMEOUT = 180.0  # the head's own Ray must be up (GCS, raylet, driver) within this
 HEAD_POLL_SECONDS = 0.1
+JOIN_SLACK_SECONDS = 5.0  # see Bootstrap.join_deadline
+#: after the head's GCS stops answering during the join barrier: how long to wait for the head's
+#: own `ray start` to exit, which makes it a failed start (RayStartFailed) rather than HeadLost
+RAY_EXIT_WAIT_SECONDS = 5.0
 
 # Exit codes of the bootstrap itself (the head's run script exit code passes through unchanged;
 # the lifecycle line names the reason, so these only need to be distinct and non-zero).
@@ -229,6 +236,17 @@ class BootstrapConfig:
 # --- pure builders --------------------------------------------------------------------------------
 
 
+#: how prepare and run scripts run: bash with errexit and pipefail, as CI systems run theirs, so
+#: a failing command (also inside a pipeline) ends the script with that command's exit code
+#: instead of being hidden by the commands after it
+SCRIPT_SHELL = ("bash", "-e", "-o", "pipefail", "-c")
+
+
+def script_argv(script: str) -> list[str]:
+    """The argv that runs a prepare or run script (:data:`SCRIPT_SHELL`)."""
+    return [*SCRIPT_SHELL, script]
+
+
 def node_labels(cfg: BootstrapConfig) -> dict[str, str]:
     """Ray node labels that carry the rank, role and run of this Worker."""
     labels = {LABEL_RANK: str(cfg.node_rank)}
@@ -316,13 +334,130 @@ def check_ranks(nodes: list[dict], run_id: str, num_nodes: int) -> tuple[dict[in
     return by_rank, missing, problems
 
 
-class GcsNodes:
-    """The node table of a Ray cluster, read over one GCS connection: Ray's own GcsClient
-    (``ray._raylet.GcsClient``, what ``ray status`` and Ray's driver use to find nodes; Ray 2.60).
+def raylet_flags(argv: list[str]) -> dict[str, str]:
+    """``--name=value`` arguments of a raylet command line as a mapping (``node_id``,
+    ``raylet_socket_name``, ``store_socket_name``, ``log_dir``, ``session_dir``...: the flags
+    ray._private.services.start_raylet passes, 2.47-2.60). Pure."""
+    out = {}
+    for arg in argv[1:]:
+        if arg.startswith("--") and "=" in arg:
+            name, value = arg[2:].split("=", 1)
+            out[name] = value
+    return out
 
-    Not a Ray driver (``ray.init``): nothing to shut down, about 1 ms per read, and a GCS that
-    goes away (a stopped Run) raises an exception here instead of aborting this process.
+
+#: what a Ray worker process logs when the raylet has no port left for it (core_worker_process.cc,
+#: "Failed to register worker to Raylet: Invalid: No available ports. Please specify a wider port
+#: range using --min-worker-port and --max-worker-port"; 2.47-2.60)
+PORTS_EXHAUSTED = b"No available ports"
+PORT_WATCH_SECONDS = 2.0
+#: a log file is read at most this much at a time (the needle is looked for in what is new)
+PORT_WATCH_READ_BYTES = 1 << 20
+
+
+def find_port_exhaustion(log_dir: str, offsets: dict[str, int]) -> str | None:
+    """Look through what is new in Ray's own log files in ``log_dir`` (``*.log``, ``*.err``,
+    ``raylet.out``; not ``worker-*.out``, where tasks' prints go) since the ``offsets`` (path ->
+    bytes read, updated) for :data:`PORTS_EXHAUSTED`. Returns the name of the first file that
+    has it, else None."""
+    try:
+        names = sorted(os.listdir(log_dir))
+    except OSError:
+        return None
+    for name in names:
+        if not (name.endswith((".log", ".err")) or (name.startswith("raylet") and name.endswith(".out"))):
+            continue
+        path = os.path.join(log_dir, name)
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            continue
+        start = offsets.get(path, 0)
+        if size <= start:
+            continue
+        # keep len(needle) bytes of overlap, so a line split across two reads is still seen
+        start = max(0, start - len(PORTS_EXHAUSTED))
+        try:
+            with open(path, "rb") as f:
+                f.seek(start)
+                chunk = f.read(min(size - start, PORT_WATCH_READ_BYTES))
+        except OSError:
+            continue
+        offsets[path] = start + len(chunk)
+        if PORTS_EXHAUSTED in chunk:
+            return name
+    return None
+
+
+def port_exhaustion_message(cfg: "BootstrapConfig", lo: int | None, hi: int | None, where: str) -> str:
+    """The text of the RayWorkerPortsExhausted warning. Pure."""
+    rng = (f"{hi - lo + 1} worker ports ({lo}-{hi})" if lo is not None and hi is not None
+           else "Ray's worker ports")
+    return (f"Ray on rank {cfg.node_rank} ({cfg.worker}) has no worker port left: every one of "
+            f"its {rng} is held by a worker process, and a new worker could not start "
+            f"(\"No available ports\" in {where}); the tasks or actors waiting for it wait "
+            "forever. Give the role more with ray.workerPorts (the default is 16 per CPU).")
+
+
+#: Ray versions this file's use of Ray internals was run against (tests/test_ray_versions.py,
+#: Python 3.10 and 3.11): RLinf's minimum (2.47) up to 2.60. Inside this range the barrier reads
+#: the node table with Ray's GcsClient (:class:`GcsNodes`); outside it, with the public
+#: ``ray.nodes()`` (:class:`DriverNodes`).
+RAY_TESTED_RANGE = ((2, 47), (2, 60))
+#: before Ray 2.55 `ray start --temp-dir` is ignored on non-head nodes (ray-project/ray#57735):
+#: every node uses the head's session directory and takes the first socket and log names free
+#: there, so nodes of one Run on one host must start one at a time
+#: (:meth:`Bootstrap._take_start_lock`)
+RAY_PER_NODE_TEMP_DIR = (2, 55)
+#: RLARK_RAY_NODES=gcs|driver chooses the node-table reader (default: by version, see above)
+NODE_TABLE_METHODS = ("gcs", "driver")
+
+
+def ray_version() -> tuple[int, int] | None:
+    """(major, minor) of the installed Ray, from package metadata (nothing imported); None when
+    Ray is not installed or its version is not ``X.Y...``."""
+    raw = _version("ray") or ""
+    parts = raw.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def node_table_method(version: tuple[int, int] | None, override: str | None = None) -> str:
+    """``gcs`` inside :data:`RAY_TESTED_RANGE`, else ``driver``; ``override`` (RLARK_RAY_NODES)
+    wins. Pure.
+
+    Raises:
+        BootstrapError: ``BadConfig`` for an override that is neither method.
     """
+    if override:
+        if override not in NODE_TABLE_METHODS:
+            raise BootstrapError(
+                "BadConfig", f"RLARK_RAY_NODES={override!r} is not one of "
+                f"{', '.join(NODE_TABLE_METHODS)}", EXIT_BAD_CONFIG)
+        return override
+    low, high = RAY_TESTED_RANGE
+    return "gcs" if version is not None and low <= version <= high else "driver"
+
+
+def node_dict(node_id: str, alive: bool, address: str, hostname: str, labels: dict) -> dict:
+    """One node as :func:`check_ranks` reads it (the keys and shapes of ``ray.nodes()``)."""
+    return {"NodeID": node_id, "Alive": bool(alive), "NodeManagerAddress": address,
+            "NodeManagerHostname": hostname, "Labels": dict(labels or {})}
+
+
+class GcsNodes:
+    """The node table of a Ray cluster, read over one GCS connection with Ray's own GcsClient
+    (``ray._raylet.GcsClient(address=...).get_all_node_info(timeout=...)``, what ``ray start``,
+    ``ray status`` and the autoscaler use; the same call in every Ray of
+    :data:`RAY_TESTED_RANGE`). Ray's public ``ray.nodes()`` needs a connected driver: measured
+    here, 2.6 s to import Ray plus 3.2 s for ``ray.init`` on a busy 2-core host, and when the GCS
+    dies it blocks about 60 s and then exits; this client answers in about 1 ms, and a GCS that
+    goes away raises here within ``timeout`` instead of ending this process.
+    """
+
+    method = "gcs"
 
     def __init__(self, address: str, timeout: float = 5.0):
         from ray._raylet import GcsClient
@@ -331,21 +466,131 @@ class GcsNodes:
         self.client = GcsClient(address=address)
 
     def nodes(self) -> list[dict]:
-        """Every node the GCS knows, shaped like ``ray.nodes()``: ``NodeID`` (hex), ``Alive``,
-        ``NodeManagerAddress``, ``NodeManagerHostname``, ``Labels``."""
-        from ray.core.generated.gcs_pb2 import GcsNodeInfo
-
-        alive = GcsNodeInfo.GcsNodeState.ALIVE
+        """Every node the GCS knows (:func:`node_dict`). The node state is compared with the
+        message's own ``ALIVE`` constant, so no generated protobuf module is imported."""
         return [
-            {
-                "NodeID": node_id.hex(),
-                "Alive": info.state == alive,
-                "NodeManagerAddress": info.node_manager_address,
-                "NodeManagerHostname": info.node_manager_hostname,
-                "Labels": dict(info.labels),
-            }
+            node_dict(node_id.hex(), info.state == info.ALIVE, info.node_manager_address,
+                      info.node_manager_hostname, info.labels)
             for node_id, info in self.client.get_all_node_info(timeout=self.timeout).items()
         ]
+
+    def close(self) -> None:
+        self.client = None
+
+
+#: the driver DriverNodes runs: Ray's public API only; one JSON line per read on stdout
+_DRIVER_PROGRAM = r"""
+import json, sys, time
+import ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False,
+         namespace="rlark-barrier")
+period = float(sys.argv[2])
+while True:
+    nodes = [{"NodeID": n.get("NodeID"), "Alive": n.get("Alive"),
+              "NodeManagerAddress": n.get("NodeManagerAddress"),
+              "NodeManagerHostname": n.get("NodeManagerHostname"),
+              "Labels": n.get("Labels") or {}} for n in ray.nodes()]
+    print(json.dumps(nodes), flush=True)
+    time.sleep(period)
+"""
+
+
+class DriverNodes:
+    """The node table through Ray's public API: a child process that is a Ray driver
+    (``ray.init(address=...)``) and prints ``ray.nodes()`` as one JSON line every
+    ``period`` seconds. For Rays outside :data:`RAY_TESTED_RANGE` (or RLARK_RAY_NODES=driver):
+    slower to start (a driver connects in seconds) and slower to notice a dead GCS (``stale``
+    seconds without a fresh table raise), but it needs nothing of Ray's internals. A child, so a
+    driver that Ray ends when the GCS goes away does not take the bootstrap with it.
+    """
+
+    method = "driver"
+
+    def __init__(self, address: str, env: dict[str, str], period: float = BARRIER_POLL_SECONDS,
+                 stale: float = 10.0, connect_timeout: float = RAY_START_TIMEOUT,
+                 on_spawn=None):
+        self.address, self.period = address, period
+        self.env = {k: v for k, v in env.items() if k != "RAY_ADDRESS"}
+        self.stale = stale
+        self.connect_timeout = connect_timeout
+        self.on_spawn = on_spawn  # e.g. the bootstrap's list of children to stop at the end
+        self.started = 0.0
+        self.proc: subprocess.Popen | None = None
+        self._latest: list[dict] | None = None
+        self._at = 0.0
+        self._said = ""  # the driver's last line that was not a table
+        self._lock = threading.Lock()
+
+    def _spawn(self) -> None:
+        # on the first read, i.e. once this node's raylet runs: a driver connects through it
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _DRIVER_PROGRAM, self.address, str(self.period)],
+            env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )
+        if self.on_spawn is not None:
+            self.on_spawn(self.proc)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                table = json.loads(line) if line.startswith("[") else None
+            except ValueError:
+                table = None
+            with self._lock:
+                if isinstance(table, list):
+                    self._latest, self._at = table, time.monotonic()
+                elif line.strip():
+                    self._said = line.strip()[-300:]  # Ray's own words, for the error
+
+    def nodes(self) -> list[dict]:
+        """The latest table (``[]`` while the driver connects).
+
+        Raises:
+            RuntimeError: the driver exited, did not connect within ``connect_timeout``, or
+            printed nothing new for ``stale`` seconds (the GCS is gone).
+        """
+        if self.proc is None:
+            self._spawn()
+        with self._lock:
+            latest, at = self._latest, self._at
+        now = time.monotonic()
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"the ray.nodes() driver exited with code {self.proc.returncode}"
+                               + (f": {self._said}" if self._said else ""))
+        if latest is None:
+            if now - self.started > self.connect_timeout:
+                raise RuntimeError("the ray.nodes() driver did not connect")
+            return []
+        if now - at > self.stale:
+            raise RuntimeError(f"no node table from the ray.nodes() driver for {self.stale:g} s")
+        return [node_dict(n.get("NodeID") or "", n.get("Alive"), n.get("NodeManagerAddress"),
+                          n.get("NodeManagerHostname"), n.get("Labels")) for n in latest]
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def open_node_table(address: str, env: dict[str, str], on_spawn=None) -> "GcsNodes | DriverNodes":
+    """The node-table reader for this Worker's Ray (:func:`node_table_method`); ``on_spawn``
+    gets the driver process of :class:`DriverNodes` when it starts.
+
+    Raises:
+        BootstrapError: ``BadConfig`` for a bad RLARK_RAY_NODES.
+        Exception: the GCS does not answer (GcsClient's own error).
+    """
+    method = node_table_method(ray_version(), env.get("RLARK_RAY_NODES") or None)
+    if method == "gcs":
+        return GcsNodes(address)
+    return DriverNodes(address, env, on_spawn=on_spawn)
 
 
 # --- lifecycle lines ------------------------------------------------------------------------------
@@ -448,6 +693,10 @@ def collect_facts(cfg: BootstrapConfig) -> dict:
             "memory_bytes": cfg.memory_bytes,
             "object_store_bytes": cfg.object_store_bytes,
             "custom": cfg.resources,
+            # None: Ray's own range (nothing pinned)
+            "worker_ports": ([cfg.ray_ports["min-worker-port"], cfg.ray_ports["max-worker-port"]]
+                             if "min-worker-port" in cfg.ray_ports
+                             and "max-worker-port" in cfg.ray_ports else None),
         },
     }
 
@@ -468,7 +717,17 @@ class Bootstrap:
         self.stopping = threading.Event()
         self.children: list[subprocess.Popen] = []
         self.ray_proc: subprocess.Popen | None = None
-        self.gcs: GcsNodes | None = None
+        #: the join deadline counts from this Worker's start (its prepare script included), as
+        #: RLark counts the Run's from the launch; JOIN_SLACK_SECONDS later, so that RLark's own
+        #: check (which names every missing rank and what it is doing) comes first; this one
+        #: holds when no server watches
+        self.join_deadline = time.monotonic() + cfg.join_timeout + JOIN_SLACK_SECONDS
+        #: this Worker's Ray node is up (its raylet runs): only then does ``ray start`` hold
+        #: anything that SIGTERM must let it stop cleanly
+        self.node_up = False
+        self._start_lock_file = None  # see _take_start_lock
+        self._port_watch_started = False
+        self.gcs: GcsNodes | DriverNodes | None = None
 
     # signals
     def on_stop_signal(self, signum, _frame) -> None:
@@ -476,9 +735,17 @@ class Bootstrap:
         for proc in list(self.children):
             if proc.poll() is None:
                 try:
-                    proc.send_signal(signal.SIGTERM)
+                    proc.send_signal(self._stop_signal_for(proc))
                 except ProcessLookupError:
                     pass
+
+    def _stop_signal_for(self, proc: subprocess.Popen) -> int:
+        """SIGTERM, except for a Worker's ``ray start`` whose node is not up yet: it may be
+        retrying the head's GCS, where it ignores SIGTERM for up to a minute (Ray 2.60), and it
+        has started nothing yet that needs a clean stop, so it gets SIGKILL."""
+        if proc is self.ray_proc and not self.node_up and not self.cfg.is_head:
+            return signal.SIGKILL
+        return signal.SIGTERM
 
     def _spawn(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         proc = subprocess.Popen(
@@ -518,7 +785,7 @@ class Bootstrap:
             return
         emit("phase", phase="Preparing")
         started = time.monotonic()
-        proc = self._spawn(["bash", "-c", script])
+        proc = self._spawn(script_argv(script))
         try:
             code = proc.wait(timeout=self.cfg.prepare_timeout)
         except subprocess.TimeoutExpired:
@@ -544,11 +811,87 @@ class Bootstrap:
 
     def start_ray(self) -> subprocess.Popen:
         argv = build_ray_start_command(self.cfg, self._ray())
-        emit("phase", phase="StartingRay", command=shlex.join(argv))
         if self.cfg.ray_temp_dir:
             os.makedirs(self.cfg.ray_temp_dir, exist_ok=True)
+        self._take_start_lock()
+        emit("phase", phase="StartingRay", command=shlex.join(argv))
         self.ray_proc = self._spawn(argv)
         return self.ray_proc
+
+    # Ray < 2.55 on a shared host: one node starts at a time (RAY_PER_NODE_TEMP_DIR)
+    def _start_lock_path(self) -> str | None:
+        """The Run's start lock beside the Workers' Ray temp dirs, when this Worker's Ray puts
+        every node of the Run into the head's session directory (Ray < 2.55 ignores a non-head
+        node's ``--temp-dir``), i.e. the nodes share a host's /tmp (the local runtime); else
+        None. Nodes then start one at a time, as Ray's own multi-node-on-one-host test cluster
+        starts them (ray.cluster_utils), so each takes its own socket and log names there."""
+        version = ray_version()
+        if not self.cfg.ray_temp_dir or version is None or version >= RAY_PER_NODE_TEMP_DIR:
+            return None
+        parent = os.path.dirname(os.path.abspath(self.cfg.ray_temp_dir))
+        return os.path.join(parent, f".{self.cfg.run_id or 'run'}.ray-start.lock")
+
+    def _take_start_lock(self) -> None:
+        """Hold the start lock (:meth:`_start_lock_path`) until :meth:`wait_node_up` ends.
+        Other Workers first wait for the head's GCS (which the head opens holding the lock), so
+        no Worker holds it while waiting for a head that cannot start."""
+        path = self._start_lock_path()
+        if path is None or self._start_lock_file is not None:
+            return
+        import fcntl
+
+        if not self.cfg.is_head:
+            while not _port_open(self.cfg.head_host, self.cfg.head_port):
+                self._check_stopped()
+                if time.monotonic() > self.join_deadline:
+                    return  # the caller's deadline check reports it
+                time.sleep(HEAD_POLL_SECONDS)
+        f = open(path, "a")
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if self.stopping.is_set() or time.monotonic() > self.join_deadline:
+                    f.close()
+                    self._check_stopped()
+                    return
+                time.sleep(HEAD_POLL_SECONDS)
+        self._start_lock_file = f
+
+    def _release_start_lock(self) -> None:
+        f, self._start_lock_file = self._start_lock_file, None
+        if f is not None:
+            f.close()  # closing the file drops its flock
+
+    # "No available ports": Ray's worker-port range is exhausted
+    def _watch_worker_ports(self, raylet: dict[str, str]) -> None:
+        """Watch this node's Ray logs (the raylet's ``--log_dir``) in a thread and emit one
+        ``warning`` lifecycle line (reason ``RayWorkerPortsExhausted``) when a worker process
+        could not start for want of a port. Skipped where the log directory is the head's and
+        this is not the head (Ray < 2.55, shared session): the head watches it for all nodes."""
+        log_dir = raylet.get("log_dir")
+        if not log_dir or self._port_watch_started:
+            return
+        own = (self.cfg.is_head or not self.cfg.ray_temp_dir
+               or os.path.abspath(log_dir).startswith(os.path.abspath(self.cfg.ray_temp_dir) + os.sep))
+        if not own:
+            return
+        self._port_watch_started = True
+        lo = self.cfg.ray_ports.get("min-worker-port")
+        hi = self.cfg.ray_ports.get("max-worker-port")
+
+        def watch() -> None:
+            offsets: dict[str, int] = {}
+            while not self.stopping.wait(PORT_WATCH_SECONDS):
+                where = find_port_exhaustion(log_dir, offsets)
+                if where:
+                    emit("warning", reason="RayWorkerPortsExhausted",
+                         message=port_exhaustion_message(self.cfg, lo, hi, where),
+                         node_rank=self.cfg.node_rank, worker=self.cfg.worker)
+                    return
+
+        threading.Thread(target=watch, daemon=True).start()
 
     def _ray_exited(self, what: str) -> BootstrapError:
         code = self.ray_proc.poll() if self.ray_proc else None
@@ -561,9 +904,15 @@ class Bootstrap:
         )
 
     def find_own_node_id(self) -> str | None:
-        """This node's Ray node id from its raylet's command line (``--node_id=``), found the
-        way Ray's own driver finds a local raylet (ray._private.services.find_node_ids); the
-        node IP and node-manager port single it out when several raylets are visible."""
+        """This node's Ray node id from its raylet's command line (``--node_id=``)."""
+        args = self.own_raylet_args()
+        return args.get("node_id") if args else None
+
+    def own_raylet_args(self) -> dict[str, str] | None:
+        """This node's raylet's ``--name=value`` flags (``node_id``, ``raylet_socket_name``,
+        ``store_socket_name``, ``log_dir``...; :func:`raylet_flags`), found the way Ray's own
+        driver finds a local raylet (ray._private.services.find_node_ids); the node IP and
+        node-manager port single it out when several raylets are visible. None: not running."""
         want_port = self.cfg.ray_ports.get("node-manager-port")
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
@@ -580,21 +929,33 @@ class Bootstrap:
                 continue
             if want_port and f"--node_manager_port={want_port}" not in args:
                 continue
-            for arg in args:
-                if arg.startswith("--node_id="):
-                    return arg.split("=", 1)[1]
+            flags = raylet_flags(args)
+            if flags.get("node_id"):
+                return flags
         return None
 
     def wait_node_up(self, deadline: float) -> str | None:
         """Wait until this node's raylet runs (it is started only once the GCS answered) and
-        return its node id; None when ``ray start`` exited first or the deadline passed."""
+        return its node id; None when ``ray start`` exited first or the deadline passed. Under
+        :meth:`_start_lock` also until its sockets exist (the next node's names depend on them),
+        and the lock is released on the way out. Starts :meth:`_watch_worker_ports`."""
+        try:
+            return self._wait_node_up(deadline)
+        finally:
+            self._release_start_lock()
+
+    def _wait_node_up(self, deadline: float) -> str | None:
         while time.monotonic() < deadline:
             if self.ray_proc.poll() is not None:
                 return None
             self._check_stopped()
-            node_id = self.find_own_node_id()
-            if node_id:
-                return node_id
+            args = self.own_raylet_args()
+            if args and (self._start_lock_file is None or all(
+                    os.path.exists(args.get(k) or "/")
+                    for k in ("raylet_socket_name", "store_socket_name"))):
+                self.node_up = True
+                self._watch_worker_ports(args)
+                return args["node_id"]
             time.sleep(HEAD_POLL_SECONDS)
         return None
 
@@ -612,7 +973,9 @@ class Bootstrap:
                 )
             time.sleep(0.05)
         try:
-            self.gcs = GcsNodes(cfg.head_address)
+            self.gcs = open_node_table(cfg.head_address, self.env, on_spawn=self.children.append)
+        except BootstrapError:
+            raise
         except Exception as exc:  # the port is open but the GCS does not answer
             self._check_stopped()
             raise BootstrapError(
@@ -627,15 +990,24 @@ class Bootstrap:
             raise BootstrapError("RayStartFailed", "the head's raylet never started",
                                  EXIT_RAY_START_FAILED)
         emit("phase", phase="RayStarted", ray_node_id=node_id)
-        # the join timeout counts from here: the head's own start-up is bounded above
-        deadline = time.monotonic() + cfg.join_timeout
+        deadline = self.join_deadline  # from this Worker's start, prepare script included
         emit("phase", phase="Joining", expected=cfg.num_nodes)
         last: tuple | None = None
+        registered = False  # the head's own node is in the GCS's table: its `ray start` is done
         while True:
             if self.ray_proc.poll() is not None:
-                raise self._ray_exited("alive")
+                raise self._ray_exited("alive" if registered else "start")
             self._check_stopped()
-            by_rank, missing, problems = check_ranks(self._nodes(), cfg.run_id, cfg.num_nodes)
+            try:
+                nodes = self._nodes()
+            except BootstrapError:
+                # a head whose own `ray start` fails (Ray's "The current node timed out during
+                # startup") takes its GCS down with it: a failed start, not a lost head
+                if not registered and self._ray_exits_within(RAY_EXIT_WAIT_SECONDS):
+                    raise self._ray_exited("start") from None
+                raise
+            by_rank, missing, problems = check_ranks(nodes, cfg.run_id, cfg.num_nodes)
+            registered = registered or 0 in by_rank
             state = (tuple(sorted(by_rank)), tuple(problems))
             if state != last:
                 last = state
@@ -667,12 +1039,20 @@ class Bootstrap:
                     "JoinTimeout",
                     f"rank{'s' if len(missing) > 1 else ''} "
                     f"{', '.join(map(str, missing))} did not join within "
-                    f"{cfg.join_timeout:g} s",
+                    f"{cfg.join_timeout + JOIN_SLACK_SECONDS:g} s of the head's start",
                     EXIT_JOIN_TIMEOUT,
                     missing_ranks=missing,
                     joined_ranks=sorted(by_rank),
                 )
             time.sleep(BARRIER_POLL_SECONDS)
+
+    def _ray_exits_within(self, seconds: float) -> bool:
+        """Whether this Worker's ``ray start`` exits within ``seconds``."""
+        try:
+            self.ray_proc.wait(timeout=seconds)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
 
     def _nodes(self) -> list[dict]:
         try:
@@ -691,7 +1071,7 @@ class Bootstrap:
         self.join_barrier()
         env = dict(self.env)
         env["RAY_ADDRESS"] = self.cfg.head_address
-        run = self._spawn(["bash", "-c", self.cfg.run_script], env=env)
+        run = self._spawn(script_argv(self.cfg.run_script), env=env)
         emit("running", pid=run.pid)
         # The barrier's connection stays open: the head keeps checking that every rank's node is
         # alive (a frozen or partitioned Worker is invisible to its process table; Ray's health
@@ -733,6 +1113,8 @@ class Bootstrap:
                         run.kill()
                     raise failure
         finally:
+            if self.gcs is not None:
+                self.gcs.close()
             self.gcs = None
         self._check_stopped()
         if code < 0:
@@ -744,14 +1126,15 @@ class Bootstrap:
     def _head_unreachable(self, budget: float) -> BootstrapError:
         return BootstrapError(
             "HeadUnreachable",
-            f"could not join the head {self.cfg.head_address} within {budget:g} s",
+            f"could not join the head {self.cfg.head_address} within {budget:g} s of this "
+            "Worker's start",
             EXIT_HEAD_UNREACHABLE,
         )
 
     def run_worker(self) -> int:
         cfg = self.cfg
-        budget = cfg.join_timeout + cfg.prepare_timeout
-        deadline = time.monotonic() + budget
+        budget = cfg.join_timeout + JOIN_SLACK_SECONDS  # from this Worker's start, prepare included
+        deadline = self.join_deadline
         emit("phase", phase="WaitingForHead", head=cfg.head_address)
         while True:
             # `ray start --address` retries the head itself, so starting at once overlaps its own
@@ -763,7 +1146,7 @@ class Bootstrap:
                 break
             self._check_stopped()
             if proc.poll() is None:
-                proc.terminate()
+                proc.kill()  # still retrying the GCS, deaf to SIGTERM; nothing of it runs yet
                 proc.wait()
             if time.monotonic() > deadline:
                 raise self._head_unreachable(budget)
@@ -809,6 +1192,7 @@ class Bootstrap:
                     message=exc.message,
                     node_rank=self.cfg.node_rank,
                     worker=self.cfg.worker,
+                    status=exc.status,  # what this Worker exits with (shown once its Run ends)
                     **exc.details,
                 )
                 code = exc.status
@@ -822,7 +1206,7 @@ class Bootstrap:
         alive = [p for p in self.children if p.poll() is None]
         for proc in alive:
             try:
-                proc.send_signal(signal.SIGTERM)
+                proc.send_signal(self._stop_signal_for(proc))
             except ProcessLookupError:
                 pass
         end = time.monotonic() + grace

@@ -98,8 +98,9 @@ async def create_user(request: Request, access: Admin) -> Response:
             project=project, role=role,
             token_name="console" if form.get("token") == "1" else None))
     except ServiceError as exc:
+        failed = exc  # the lambda runs in a thread; name the error outside the except scope
         return await run_in_threadpool(lambda: _users_page(
-            request, access, exc.status, error=exc.message,
+            request, access, failed.status, error=failed.message,
             form={k: v for k, v in form.items() if k != "password"}))
     if "token" in user:
         return await run_in_threadpool(lambda: _users_page(
@@ -159,8 +160,9 @@ async def create_project(request: Request, access: Admin) -> Response:
         await run_in_threadpool(_accounts(request).create_project, access.principal,
                                 access.client, name, _text(form.get("namespace"), 63) or None)
     except ServiceError as exc:
+        failed = exc  # the lambda runs in a thread; name the error outside the except scope
         return await run_in_threadpool(lambda: _projects_page(
-            request, access, exc.status, error=exc.message, form=form))
+            request, access, failed.status, error=failed.message, form=form))
     return _flash(_redirect(request, "/admin/projects"), "ok", "flash.projectCreated", name=name)
 
 
@@ -245,8 +247,9 @@ async def create_token(request: Request, access: User) -> Response:
         made = await run_in_threadpool(lambda: _accounts(request).create_token(
             access.principal, access.client, _text(form.get("name"), 63), expires_in_days=days))
     except ServiceError as exc:
+        failed = exc  # the lambda runs in a thread; name the error outside the except scope
         return await run_in_threadpool(lambda: _tokens_page(
-            request, access, exc.status, error=exc.message, form=form))
+            request, access, failed.status, error=failed.message, form=form))
     return await run_in_threadpool(lambda: _tokens_page(request, access, 200, new_token=made))
 
 

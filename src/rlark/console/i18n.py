@@ -62,6 +62,33 @@ class Translator:
         key = f"{group}.{value}"
         return self(key) if self.has(key) else value
 
+    def finding(self, f) -> tuple[str, str]:
+        """A Finding's ``(message, hint)`` in this locale, the hint as fits the console
+        (:func:`rlark.console.messages.localize_finding`); ``f`` is a Finding or its dict."""
+        from rlark.console.messages import localize_finding
+
+        get = f.get if isinstance(f, dict) else lambda k, d="": getattr(f, k, d)
+        return localize_finding(get("code", ""), get("message", "") or "", get("hint", "") or "",
+                                self.locale)
+
+    def event(self, e: dict) -> str:
+        """An event's text in this locale (:func:`rlark.console.messages.localize_event`)."""
+        from rlark.console.messages import localize_event
+
+        return localize_event(e.get("reason") or "", e.get("message") or "", self.locale)
+
+    def message(self, reason: str | None, text: str | None) -> str:
+        """A Run's or Worker's message, known by its reason, in this locale."""
+        from rlark.console.messages import localize_event
+
+        return localize_event(reason or "", text or "", self.locale)
+
+    def reason(self, code: str | None) -> str:
+        """A reason code in this locale (:func:`rlark.console.messages.reason_label`)."""
+        from rlark.console.messages import reason_label
+
+        return reason_label(code, self.locale)
+
     def phase(self, phase: str | None) -> str:
         """A Run/Job/Task/Worker phase in this locale (the phase itself when unknown)."""
         return self.of("phase", phase)

@@ -52,7 +52,16 @@ from rlark.record import render as render_record
 from rlark.services.auth import DEFAULT_PROJECT, Principal
 from rlark.services.errors import NotFound, ServiceError
 from rlark.services.jobs import JobService
-from rlark.spec import dump_job, dump_yaml, job_to_dict
+from rlark.services.errors import Invalid
+from rlark.spec import (
+    SpecSyntaxError,
+    dump_yaml,
+    job_changes,
+    job_to_dict,
+    load_document,
+    resolve_document_paths,
+    spec_changes,
+)
 from rlark.store import ProjectRole
 
 router = APIRouter(include_in_schema=False)
@@ -426,7 +435,9 @@ def _job_context(service: JobService, name: str, project: str, run: int | None) 
                 or any(w["startedAt"] and not w["finishedAt"] for w in workers))
     return {"job": job, "run": shown, "workers": workers, "live": live,
             "is_current": bool(current and shown and shown["number"] == current["number"]),
-            "roles": [r["name"] for r in job["roles"]]}
+            "roles": [r["name"] for r in job["roles"]],
+            # the Job's Findings (warnings and advice: a stored Job has no errors)
+            "findings": [Finding.model_validate(f) for f in job.get("findings") or []]}
 
 
 def _gone(request: Request, name: str) -> Response:
@@ -438,7 +449,8 @@ def _gone(request: Request, name: str) -> Response:
 @router.get("/jobs/{name}")
 def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
              run: str | None = None, role: str | None = None, worker: str | None = None,
-             q: str | None = None) -> Response:
+             q: str | None = None, lifecycle: str | None = None,
+             order: str | None = None) -> Response:
     service = _service(request)
     project = access.project
     tab = tab if tab in TABS else "overview"
@@ -446,7 +458,8 @@ def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
         ctx = _job_context(service, name, project, _int(run))
     except NotFound:
         return _gone(request, name)
-    ctx.update(tab=tab, role=_text(role, 63), worker=_text(worker, 63), q=_text(q, 200))
+    ctx.update(tab=tab, role=_text(role, 63), worker=_text(worker, 63), q=_text(q, 200),
+               lifecycle=bool(lifecycle), order=order if order in logview.ORDERS else "worker")
     number = ctx["run"]["number"] if ctx["run"] else None
     if tab == "events":
         ctx["events"] = list(reversed(service.events(name, _int(run), project)))
@@ -458,20 +471,24 @@ def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
         except NotFound:
             chosen = []
         ctx["chosen"] = chosen
-        lines = logview.collect(chosen, LOG_TAIL, ctx["q"] or None)
+        lines = logview.collect(chosen, LOG_TAIL, ctx["q"] or None, ctx["lifecycle"],
+                                ctx["order"])
         ctx["lines_html"] = logview.as_html(lines, prefix=len(chosen) > 1)
         ctx["line_count"] = len(lines)
+        ctx["error_count"] = sum(1 for line in lines if logview.is_error(line.text))
         params = {k: v for k, v in (("run", number), ("role", ctx["role"]),
                                     ("worker", ctx["worker"])) if v}
-        ctx["log_query"] = urlencode({**params, **({"q": ctx["q"]} if ctx["q"] else {})})
+        shown = {**({"lifecycle": "1"} if ctx["lifecycle"] else {}),
+                 **({"order": "time"} if ctx["order"] == "time" else {})}
+        ctx["log_query"] = urlencode({**params, **({"q": ctx["q"]} if ctx["q"] else {}), **shown})
         ctx["follow_url"] = f"/api/v1/jobs/{quote(name)}/logs?" + urlencode(
             {**params, "follow": "true", "tail": LOG_TAIL,
+             **({"lifecycle": "true"} if ctx["lifecycle"] else {}),
              **({"project": project} if project != DEFAULT_PROJECT else {})})
     elif tab == "record" and number is not None:
         ctx["record"] = service.record(name, number, project)
-    elif tab == "spec":
-        ctx["spec_yaml"] = dump_yaml(ctx["job"]["spec"])
-        ctx["findings"] = [Finding.model_validate(f) for f in ctx["job"]["findings"]]
+    elif tab == "spec":  # what the Job sets: the schema's defaults left out
+        ctx["spec_yaml"] = dump_yaml(spec_changes(ctx["job"]["spec"]))
     return _render(request, "job.html", **ctx)
 
 
@@ -487,7 +504,8 @@ def job_live(request: Request, name: str, access: Reader, tab: str = "overview",
         resp = Response(status_code=200, headers={
             "HX-Redirect": project_url("/jobs", access.project, _current(request))})
         return _flash(resp, "ok", "flash.deleted", name=name)
-    ctx.update(tab=tab if tab in TABS else "overview", role="", worker="", q="")
+    ctx.update(tab=tab if tab in TABS else "overview", role="", worker="", q="",
+               lifecycle=False, order="worker")
     if ctx["tab"] == "events":
         ctx["events"] = list(reversed(service.events(name, _int(run), access.project)))
         ctx["events_run"] = _int(run)
@@ -532,7 +550,8 @@ def _attachment(body: str, filename: str, media: str) -> Response:
 @router.get("/jobs/{name}/logs.{fmt}")
 def download_logs(request: Request, name: str, fmt: str, access: Reader, run: str | None = None,
                   role: str | None = None, worker: str | None = None,
-                  q: str | None = None) -> Response:
+                  q: str | None = None, lifecycle: str | None = None,
+                  order: str | None = None) -> Response:
     if fmt not in ("txt", "csv"):
         return _refuse(request, 404, "error.noPage")
     service = _service(request)
@@ -544,7 +563,8 @@ def download_logs(request: Request, name: str, fmt: str, access: Reader, run: st
     number = chosen[0]["run"]
     media = "text/csv; charset=utf-8" if fmt == "csv" else "text/plain; charset=utf-8"
     return StreamingResponse(
-        logview.stream(chosen, _text(q) or None, fmt), media_type=media,
+        logview.stream(chosen, _text(q) or None, fmt, bool(lifecycle),
+                       order if order in logview.ORDERS else "worker"), media_type=media,
         headers={"Content-Disposition": f'attachment; filename="{name}-run{number}-logs.{fmt}"',
                  "Cache-Control": "no-store"})
 
@@ -598,19 +618,24 @@ def _wizard_context(service: JobService, st: WizardState, findings: list[Finding
     findings = findings or []
     by_field: dict[str, list[Finding]] = {}
     tab_errors: dict[int, int] = {}
+    unplaced: list[Finding] = []  # errors no field of the step shows: listed above the form
     for f in findings:
-        key = field_of(f)
+        key = field_of(f) if st.step < 4 else None  # step 4 lists every Finding once, itself
         if key:
             by_field.setdefault(key, []).append(f)
+        else:
+            unplaced.append(f)
         i = role_of(f)
         if i is not None and f.severity == Severity.error:
             tab_errors[i] = tab_errors.get(i, 0) + 1
     ctx: dict[str, Any] = {"st": st, "findings": findings, "by_field": by_field,
+                           "unplaced": unplaced,
                            "tab_errors": tab_errors, "errors": blocking(findings), "error": error,
                            "yaml_text": "", "ranks": [], "rank_error": None}
     if st.step == 4:
         doc, _ = st.to_document()
-        ctx["yaml_text"] = dump_job(job) if job is not None else dump_yaml(doc)
+        # what the Job sets: the schema's defaults left out, whole numbers as integers
+        ctx["yaml_text"] = dump_yaml(job_changes(job)) if job is not None else dump_yaml(doc)
         if job is not None:
             try:
                 ctx["ranks"] = plan_workers(job)
@@ -628,7 +653,7 @@ def _wizard_page(request: Request, ctx: dict, status: int = 200, **extra: Any) -
 @router.get("/create")
 def create_page(request: Request, access: Writer) -> Response:
     ctx = _wizard_context(_service(request), WizardState.new(), None, access.project)
-    return _render(request, "create.html", **ctx, yaml_source="", yaml_findings=[])
+    return _render(request, "create.html", **ctx, yaml_source="", yaml_base="", yaml_findings=[])
 
 
 @router.get("/jobs/{name}/edit")
@@ -653,7 +678,7 @@ def _wizard_from_job(request: Request, name: str, project: str, edit: bool) -> R
     else:
         st.name = st.clone_name()
     ctx = _wizard_context(service, st, None, project)
-    return _render(request, "create.html", **ctx, yaml_source="", yaml_findings=[])
+    return _render(request, "create.html", **ctx, yaml_source="", yaml_base="", yaml_findings=[])
 
 
 @router.post("/create")
@@ -687,17 +712,22 @@ async def wizard_post(request: Request, access: Writer) -> Response:
         found, job = await run_in_threadpool(_step_findings, service, st, 4, project)
         if not blocking(found):
             doc, _ = st.to_document()
+            result: dict = {}
             try:
                 if st.mode == "edit":
-                    await run_in_threadpool(service.replace, st.original, doc, project, access.actor)
+                    result = await run_in_threadpool(service.replace, st.original, doc, project,
+                                                     access.actor)
                 else:
                     await run_in_threadpool(lambda: service.create(doc, project=project,
                                                                    actor=access.actor))
             except ServiceError as exc:
                 ctx = await run_in_threadpool(_wizard_context, service, st, None, project)
-                return _wizard_page(request, ctx, 200, error=exc.message, yaml_source="",
-                                    yaml_findings=[])
-            key = "flash.updated" if st.mode == "edit" else "flash.created"
+                # refused for its Findings: the review lists them; say the rest once
+                said = isinstance(exc, Invalid) or (ctx["errors"] and exc.status == 409)
+                return _wizard_page(request, ctx, 200, error=None if said else exc.message,
+                                    yaml_source="", yaml_base="", yaml_findings=[])
+            key = ("flash.unchanged" if result.get("unchanged") else "flash.updated") \
+                if st.mode == "edit" else "flash.created"
             url = project_url(f"/jobs/{quote(doc['metadata']['name'])}", project, _current(request))
             return _flash(_redirect(request, url), "ok", key, name=doc["metadata"]["name"])
     else:  # next (also Enter in a field)
@@ -712,7 +742,7 @@ async def wizard_post(request: Request, access: Writer) -> Response:
             else:
                 st.step += 1
     ctx = await run_in_threadpool(_wizard_context, service, st, findings, project)
-    return _wizard_page(request, ctx, yaml_source="", yaml_findings=[])
+    return _wizard_page(request, ctx, yaml_source="", yaml_base="", yaml_findings=[])
 
 
 @router.post("/create/yaml")
@@ -725,15 +755,29 @@ async def wizard_from_yaml(request: Request, access: Writer) -> Response:
     form = dict(pairs)
     service = _service(request)
     text = form.get("yaml", "")
-    job, findings = await run_in_threadpool(service.validate, text)
+    base = _text(form.get("base", ""), 4096)
+    document: Any = text
+    if base:
+        # the directory of the Job file: relative workingDir and hostPath sources are relative
+        # to it, as `rlark submit FILE` takes them relative to FILE (spec.resolve_document_paths)
+        if not base.startswith("/"):
+            ctx = _wizard_context(service, WizardState.new(), None, access.project)
+            t = Translator(_locale(request))
+            return _render(request, "create.html", 422, **ctx, yaml_source=text,
+                           yaml_base=base, yaml_findings=[], yaml_error=t("wiz.yamlBaseRelative"))
+        try:
+            document = resolve_document_paths(load_document(text), base)
+        except SpecSyntaxError:
+            document = text  # validate reports it
+    job, findings = await run_in_threadpool(service.validate, document)
     if job is None:
         ctx = _wizard_context(service, WizardState.new(), None, access.project)
-        return _render(request, "create.html", 422, **ctx, yaml_source=text,
+        return _render(request, "create.html", 422, **ctx, yaml_source=text, yaml_base=base,
                        yaml_findings=findings)
     st = WizardState.from_spec(job_to_dict(job))
     st.step = 4
     ctx = await run_in_threadpool(_wizard_context, service, st, None, access.project)
-    return _render(request, "create.html", **ctx, yaml_source="", yaml_findings=[])
+    return _render(request, "create.html", **ctx, yaml_source="", yaml_base="", yaml_findings=[])
 
 
 # --- errors the access rules raise ----------------------------------------------------------------

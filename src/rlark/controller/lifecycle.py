@@ -1,12 +1,16 @@
-"""Reading the bootstrap's lifecycle lines (``RLARK_EVENT {json}``) out of a Worker's log.
+"""Reading a Worker's log: the bootstrap's lifecycle lines (``RLARK_EVENT {json}``), and the
+last lines a person needs to see why a Worker failed.
 
 Pure: given bytes and an offset, return the events in the complete lines and the new offset, so
-every runtime (log files, Pod logs) reads them the same way.
+every runtime (log files, Pod logs) reads them the same way; :func:`tail_lines` likewise picks the
+explaining lines out of a log's end. Only :func:`read_new_events` and :func:`read_tail` open files.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 
 from rlark.bootstrap.worker import EVENT_PREFIX
 
@@ -33,6 +37,7 @@ def parse_lifecycle(chunk: bytes, offset: int, token: str | None = None) -> tupl
         except ValueError:
             continue
         if isinstance(event, dict) and "event" in event and (token is None or event.get("tok") == token):
+            event.pop("tok", None)  # the Run's secret: checked here, kept nowhere a user reads
             events.append(event)
     return events, offset + end + 1
 
@@ -59,3 +64,81 @@ def read_new_events(path: str, offset: int, token: str | None = None,
                     return events, offset
     except FileNotFoundError:
         return events, offset
+
+
+#: what a failure message carries of the failing Worker's log: at most this many lines and bytes
+TAIL_MAX_LINES = 20
+TAIL_MAX_BYTES = 4096
+#: how much of a log's end :func:`read_tail` reads to find them
+TAIL_WINDOW_BYTES = 64 * 1024
+
+#: ``ray start``'s own progress lines (Ray's CLI logger: ``2026-05-09 07:29:33,123<TAB>INFO
+#: scripts.py:1043 -- Local node IP: ...``, ``SUCC ... Ray runtime started.``, the "Next steps"
+#: banner; Ray 2.47-2.60). Its WARNING and ERROR lines, its C++ components' ``[... W ...]``
+#: lines and Python tracebacks stay: they are what explains a failed ``ray start``.
+_RAY_PROGRESS = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\t(?:INFO|SUCC|DEBUG) \S+\.py:\d+ -- ")
+#: the warning Ray prints on every head start (Ray 2.60: token authentication is off); it would
+#: push the lines that matter out of a short tail
+_RAY_STARTUP_NOTICE = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+\tWARNING authentication_token_setup\.py:")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def is_noise(line: str) -> bool:
+    """A line that never explains a failure: a lifecycle line (any, with or without this Run's
+    token), ``ray start``'s progress output, or a blank line."""
+    return (not line.strip() or line.startswith(EVENT_PREFIX) or bool(_RAY_PROGRESS.match(line))
+            or bool(_RAY_STARTUP_NOTICE.match(line)))
+
+
+def tail_lines(data: bytes, max_lines: int = TAIL_MAX_LINES, max_bytes: int = TAIL_MAX_BYTES,
+               partial_first: bool = False) -> list[str]:
+    """The last lines of a log that explain what its Worker did: :func:`is_noise` lines and
+    terminal colour codes dropped, at most ``max_lines`` lines and ``max_bytes`` bytes (UTF-8)
+    in all; a single longer line keeps its end, after ``…``.
+
+    ``partial_first``: ``data`` starts inside a line (a window of a larger file), so its first
+    line is incomplete and dropped.
+    """
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if partial_first and lines:
+        lines = lines[1:]
+    kept: list[str] = []
+    for line in reversed(lines):
+        line = _ANSI.sub("", line).rstrip()
+        if is_noise(line):
+            continue
+        kept.append(line)
+        if len(kept) == max_lines:
+            break
+    kept.reverse()
+    size = sum(len(x.encode()) + 1 for x in kept)
+    while len(kept) > 1 and size > max_bytes:
+        size -= len(kept.pop(0).encode()) + 1
+    if kept and len(kept[0].encode()) > max_bytes:
+        end = kept[0].encode()[-(max_bytes - 4):]
+        kept[0] = "…" + end.decode("utf-8", errors="ignore")
+    return kept
+
+
+def read_tail(path: str | None, max_lines: int = TAIL_MAX_LINES,
+              max_bytes: int = TAIL_MAX_BYTES) -> list[str]:
+    """:func:`tail_lines` of the last :data:`TAIL_WINDOW_BYTES` of the log at ``path`` (nothing
+    for a missing or unreadable log)."""
+    if not path:
+        return []
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - TAIL_WINDOW_BYTES)
+            f.seek(start)
+            data = f.read(TAIL_WINDOW_BYTES)
+    except OSError:
+        return []
+    return tail_lines(data, max_lines, max_bytes, partial_first=start > 0)
+
+
+def with_tail(message: str, worker: str, lines: list[str]) -> str:
+    """A failure message followed by the failing Worker's last lines (unchanged without any)."""
+    if not lines:
+        return message
+    return f"{message}\nlast lines of {worker}:\n" + "\n".join(lines)

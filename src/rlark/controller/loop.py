@@ -14,14 +14,15 @@ import threading
 import time
 import secrets
 import uuid
+from dataclasses import replace
 from datetime import datetime, timezone
-from pathlib import Path
 
 from sqlalchemy import or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from rlark import settings
-from rlark.controller.lifecycle import read_new_events
+from rlark.controller import admission
+from rlark.controller.lifecycle import read_new_events, read_tail, with_tail
 from rlark.controller.phases import (
     ACTIVE,
     TERMINAL,
@@ -30,20 +31,43 @@ from rlark.controller.phases import (
     Transition,
     WorkerView,
     decide,
-    has_joined,
+    is_ready,
+    settle,
     worker_phase,
 )
 from rlark.record import build_record
 from rlark.ranks import plan_workers, rank_ranges
-from rlark.runtimes.base import LaunchSpec, Taken, WorkerRef, bootstrap_env
+from rlark.runtimes.base import (LaunchSpec, Taken, WorkerRef, bootstrap_env, ray_resources,
+                                 taken_port_ranges)
 from rlark.services.logs import job_log_dirs, remove_dirs
 from rlark.spec import Job
 from rlark.store import EventRow, JobRow, RunRow, Store, TaskRow, WorkerRow
+from rlark.words import plural
 
 log = logging.getLogger("rlark.controller")
 
 #: SQL form of WorkerRow.launched
 LAUNCHED = or_(WorkerRow.pid.is_not(None), WorkerRow.handle.is_not(None))
+
+#: a Worker's last reported phase while its ``ray start`` is (or is about to be) at work: counted
+#: against the bound on Ray nodes starting at once (None: nothing reported yet)
+STARTING_RAY = frozenset({None, "Starting", "Prepared", "StartingRay"})
+
+
+def role_demands(spec: dict) -> dict[str, admission.Amounts]:
+    """What one Worker of each role asks of the machine (:func:`ray_resources`: whole CPUs,
+    memory bytes, GPUs, named devices), from a Run's spec snapshot; nothing for a spec that no
+    longer parses (a spec stored by another RLark version must not stop admission)."""
+    try:
+        job = Job.model_validate(spec)
+    except ValueError:  # pydantic's ValidationError is a ValueError
+        return {}
+    out = {}
+    for role in job.spec.roles:
+        res = ray_resources(role)
+        out[role.name] = admission.Amounts(cpu=float(res.num_cpus or 0), memory=res.memory_bytes or 0,
+                                           gpu=res.num_gpus or 0, devices=dict(res.custom))
+    return out
 
 
 def ref(w: WorkerRow) -> WorkerRef:
@@ -138,6 +162,13 @@ class Controller:
         self._thread: threading.Thread | None = None
         self._adopted_checked = False
         self._logged: dict[tuple, float] = {}
+        #: this pass's admission decisions by run id (runtimes with a capacity(): local)
+        self._admission: dict[int, admission.Decision] = {}
+        #: run id -> (one Worker's demand per role, the whole Run's demand, its Worker count)
+        self._demands: dict[int, tuple[dict[str, admission.Amounts], admission.Amounts, int]] = {}
+        #: run id -> time.monotonic() before which its launch is not tried again (the runtime
+        #: said "not yet": e.g. Kubernetes names still held by the Job's previous Run)
+        self._launch_after: dict[int, float] = {}
 
     # --- thread ---------------------------------------------------------------------------------
 
@@ -240,6 +271,11 @@ class Controller:
                 )
                 .order_by(RunRow.id)
             ).all()
+        try:
+            self._admission = self._admit()
+        except Exception as exc:  # e.g. a bad RLARK_MAX_STARTING_NODES: nothing is admitted
+            self._admission = {}
+            self._log_failure("admitting Pending Runs failed", exc)
         for run_id in ids:
             try:
                 with self.store.session() as s:
@@ -278,6 +314,19 @@ class Controller:
         if run.phase == Phase.pending.value and not run.stop_requested:
             if self._previous_runs_busy(s, run):
                 return
+            if self._launch_after.get(run.id, 0.0) > time.monotonic():
+                return
+            decision = self._admission.get(run.id)
+            if self._admits and decision is None:
+                return  # not in this pass's queue (submitted meanwhile): the next pass decides
+            if decision is not None and not decision.admit:
+                self._wait_for_capacity(s, run, decision)
+                return
+            if decision is not None and decision.oversized:
+                add_event(s, run.job_id, "ExceedsHostCapacity",
+                          "this Run asks for more than this machine has ("
+                          + "; ".join(decision.oversized) + "); it starts now because no other "
+                          "Run's Workers are running", run_number=run.number, type="Warning")
             self._launch(s, run)
             return
         if run.phase in ACTIVE:
@@ -290,6 +339,93 @@ class Controller:
         if run.phase in TERMINAL and all(w.released or not w.launched for w in run.workers):
             self._finish(s, run)
         self._sync_tasks(run)
+        if job.current_run_id == run.id:
+            job.phase, job.reason, job.message = run.phase, run.reason, run.message
+
+    # --- admission (runtimes with a capacity(): the local runtime) ------------------------------
+
+    @property
+    def _admits(self) -> bool:
+        return callable(getattr(self.runtime, "capacity", None))
+
+    def _demand(self, run_id: int, spec: dict | None = None):
+        if run_id not in self._demands and spec is not None:
+            per_role = role_demands(spec)
+            counts = {r.get("name"): int(r.get("workers", 1)) for r in spec.get("spec", {}).get("roles", [])}
+            total = admission.Amounts()
+            for role, amounts in per_role.items():
+                total = total + amounts.times(max(counts.get(role, 0), 0))
+            self._demands[run_id] = (per_role, total, sum(max(n, 0) for n in counts.values()))
+        return self._demands.get(run_id)
+
+    def _admit(self) -> dict[int, admission.Decision]:
+        """Decide this pass which Pending Runs may launch (:func:`admission.admit`): the queue is
+        every Pending Run not being stopped and not waiting for an earlier Run of its Job, oldest
+        first; what is held is every launched Worker not yet released, by its role's request."""
+        if not self._admits:
+            return {}
+        with self.store.session() as s:
+            pending = s.execute(
+                select(RunRow.id, RunRow.job_id)
+                .where(RunRow.phase == Phase.pending.value, RunRow.stop_requested.is_(False))
+                .order_by(RunRow.id)
+            ).all()
+            if not pending:
+                self._demands.clear()
+                return {}
+            held_rows = s.execute(
+                select(WorkerRow.run_id, WorkerRow.role, WorkerRow.lifecycle, RunRow.phase, RunRow.job_id)
+                .join(RunRow, RunRow.id == WorkerRow.run_id)
+                .where(WorkerRow.released.is_(False), LAUNCHED)
+            ).all()
+            busy_jobs = {job_id for *_, job_id in held_rows} | set(s.scalars(
+                select(RunRow.job_id).where(RunRow.phase.in_(ACTIVE - {Phase.pending.value}))))
+            wanted = {run_id for run_id, *_ in held_rows} | {run_id for run_id, _ in pending}
+            missing = wanted - self._demands.keys()
+            for run_id, spec in (s.execute(select(RunRow.id, RunRow.spec).where(RunRow.id.in_(missing)))
+                                 if missing else ()):
+                self._demand(run_id, spec)
+        for run_id in self._demands.keys() - wanted:
+            del self._demands[run_id]
+        held, starting = admission.Amounts(), 0
+        for run_id, role, life, run_phase, _ in held_rows:
+            per_role = self._demand(run_id)
+            if per_role and role in per_role[0]:
+                held = held + per_role[0][role]
+            life = life or {}
+            if (run_phase == Phase.starting.value and not life.get("joined") and not life.get("gone")
+                    and life.get("phase") in STARTING_RAY):
+                starting += 1
+        queue = []
+        for run_id, job_id in pending:
+            if job_id in busy_jobs:
+                continue  # its Job's earlier Run still ends (a restart): not queued yet
+            _, total, nodes = self._demand(run_id) or ({}, admission.Amounts(), 0)
+            queue.append(admission.Candidate(run_id, total, nodes))
+        usage = admission.Usage(held=held, starting_nodes=starting, busy=bool(held_rows))
+        return admission.admit(queue, usage, self.runtime.capacity())
+
+    def _launch_later(self, s: Session, run: RunRow, exc: Exception, retry: float) -> None:
+        """The runtime cannot start the Run yet but will be able to (its error carries
+        ``retry_after`` seconds and a ``reason``, e.g. Kubernetes' ``WaitingForNames``): keep it
+        Pending with that reason and message, an Event when the reason first appears, and try
+        again after ``retry`` seconds. A stop still ends it at once."""
+        reason = str(getattr(exc, "reason", "") or "WaitingToLaunch")
+        if run.reason != reason:
+            add_event(s, run.job_id, reason, str(exc), run_number=run.number)
+        run.reason, run.message = reason, str(exc)
+        job = run.job
+        if job.current_run_id == run.id:
+            job.phase, job.reason, job.message = run.phase, run.reason, run.message
+        self._launch_after[run.id] = time.monotonic() + retry
+
+    def _wait_for_capacity(self, s: Session, run: RunRow, decision: admission.Decision) -> None:
+        """Keep the Run Pending with reason ``WaitingForCapacity`` and its place in the queue;
+        an Event the first time it waits."""
+        if run.reason != admission.REASON:
+            add_event(s, run.job_id, admission.REASON, decision.message, run_number=run.number)
+        run.reason, run.message = admission.REASON, decision.message
+        job = run.job
         if job.current_run_id == run.id:
             job.phase, job.reason, job.message = run.phase, run.reason, run.message
 
@@ -308,7 +444,12 @@ class Controller:
     def _launch(self, s: Session, run: RunRow) -> None:
         try:
             self._launch_workers(s, run)
+            self._launch_after.pop(run.id, None)
         except Exception as exc:  # allocation or settings: fail the Run, never stay Pending
+            retry = getattr(exc, "retry_after", None)
+            if isinstance(retry, (int, float)) and run.phase == Phase.pending.value:
+                self._launch_later(s, run, exc, float(retry))
+                return
             log.exception("launching run %s failed", run.id)
             self._transition(s, run, Transition(Phase.failed.value, "LaunchFailed", str(exc)))
 
@@ -317,17 +458,20 @@ class Controller:
         planned = {w.node_rank: w for w in plan_workers(job)}
         # Placement is serialised by this single controller thread; the store tells which
         # addresses and port blocks live Workers hold (also those of other Runs).
+        # A block's size follows its role (ray.workerPorts, CPUs): read from the Run's spec.
         live = s.execute(
-            select(WorkerRow.node_ip, WorkerRow.port_base).where(WorkerRow.released.is_(False), LAUNCHED)
+            select(WorkerRow.node_ip, WorkerRow.port_base, WorkerRow.role, RunRow.spec)
+            .join(RunRow, WorkerRow.run_id == RunRow.id)
+            .where(WorkerRow.released.is_(False), LAUNCHED)
         ).all()
-        taken = Taken(ips=frozenset(ip for ip, _ in live if ip),
-                      port_bases=frozenset(b for _, b in live if b is not None))
+        taken = Taken(ips=frozenset(ip for ip, *_ in live if ip),
+                      port_ranges=taken_port_ranges((b, spec, role) for _, b, role, spec in live))
         placement = self.runtime.place(job, run.uid, list(planned.values()), taken,
                                        namespace=run.namespace)
         rows = sorted(run.workers, key=lambda w: w.node_rank)
         log_dir = settings.job_logs_dir(run.job.project.name, run.job.name) / str(run.number)
         self._transition(s, run, Transition(Phase.starting.value, "Launching",
-                                            f"starting {len(rows)} Workers"))
+                                            f"starting {plural(len(rows), 'Worker')}"))
         run.started_at = utcnow()
         for w in rows:
             place = placement.workers[w.node_rank]
@@ -350,6 +494,8 @@ class Controller:
                 )
             except Exception as exc:  # e.g. the role's interpreter does not exist
                 w.phase, w.reason, w.message = "Failed", "LaunchFailed", str(exc)
+                w.lifecycle = {**(w.lifecycle or {}), "failed": {
+                    "reason": "LaunchFailed", "message": str(exc), "ts": time.time()}}
                 w.released = True
                 for other in rows:
                     if not other.launched:
@@ -361,7 +507,7 @@ class Controller:
             w.phase = "Starting"
             w.started_at = utcnow()
         add_event(s, run.job_id, "Launched",
-                  f"{len(rows)} Workers started; head {rows[0].name} at {placement.head_address}",
+                  f"{plural(len(rows), 'Worker')} started; head {rows[0].name} at {placement.head_address}",
                   run_number=run.number)
 
     # --- observing --------------------------------------------------------------------------------
@@ -395,6 +541,12 @@ class Controller:
                     life["stopped"] = True
                 elif kind == "exit":
                     life["exit"] = ev.get("code")
+                elif kind == "warning":
+                    # trouble that does not end the Run, e.g. the bootstrap saw Ray's worker
+                    # ports run out ("No available ports"): a Warning Event naming the Worker
+                    add_event(s, run.job_id, str(ev.get("reason") or "WorkerWarning")[:64],
+                              str(ev.get("message") or ""), run_number=run.number,
+                              worker=w.name, type="Warning")
             if events:
                 # _apply_joined may have marked this Worker joined meanwhile: merge, keep both
                 w.lifecycle = {**(w.lifecycle or {}), **life}
@@ -453,38 +605,57 @@ class Controller:
                           f"{(w.ray_node_id or '?')[:12]} at {w.ip}",
                           run_number=run.number, worker=w.name)
 
-    def _view(self, run: RunRow) -> RunView:
+    @staticmethod
+    def _worker_view(w: WorkerRow) -> WorkerView:
+        life = w.lifecycle or {}
+        return WorkerView(
+            name=w.name,
+            role=w.role,
+            node_rank=w.node_rank,
+            is_head=w.is_head,
+            launched=w.launched,
+            alive=w.launched and not life.get("gone"),
+            exit_code=w.exit_code,
+            failed=life.get("failed"),
+            running=bool(life.get("running")),
+            run_finished=life.get("run_finished"),
+            stopped=bool(life.get("stopped")),
+            joined=bool(life.get("joined")),
+            reported_phase=life.get("phase"),
+        )
+
+    def _view(self, run: RunRow, now: float | None = None) -> RunView:
+        """The state machine's view of the Run (and each Worker's display phase, updated)."""
         workers = []
         for w in run.workers:
+            wv = self._worker_view(w)
+            workers.append(wv)
             life = w.lifecycle or {}
-            workers.append(
-                WorkerView(
-                    name=w.name,
-                    role=w.role,
-                    node_rank=w.node_rank,
-                    is_head=w.is_head,
-                    launched=w.launched,
-                    alive=w.launched and not life.get("gone"),
-                    exit_code=w.exit_code,
-                    failed=life.get("failed"),
-                    running=bool(life.get("running")),
-                    run_finished=life.get("run_finished"),
-                    stopped=bool(life.get("stopped")),
-                )
-            )
-            wv = workers[-1]
-            if not w.released:  # a released Worker's final phase was set by _observe_release
+            if not w.released and not life.get("settled"):
                 w.phase = worker_phase(wv, life.get("phase"), bool(life.get("joined")))
-            if wv.failed:
-                w.reason = wv.failed.get("reason", "")
-                w.message = wv.failed.get("message", "")
-        return RunView(phase=run.phase, stop_requested=run.stop_requested, workers=workers)
+                if wv.failed:
+                    w.reason = wv.failed.get("reason", "")
+                    w.message = wv.failed.get("message", "")
+        fp = (run.spec or {}).get("spec", {}).get("failurePolicy", {})
+        return RunView(phase=run.phase, stop_requested=run.stop_requested, workers=workers,
+                       now=time.time() if now is None else now,
+                       launched_at=run.started_at.timestamp() if run.started_at else None,
+                       join_timeout=float(fp.get("joinTimeoutSeconds", 300)))
 
     # --- transitions --------------------------------------------------------------------------------
 
     def _transition(self, s: Session, run: RunRow, t: Transition) -> None:
         before = run.phase
+        if t.to == Phase.failed.value and t.worker:
+            # the failing Worker's own last lines say why (pip's error, a traceback, Ray's message)
+            blamed = next((w for w in run.workers if w.name == t.worker), None)
+            if blamed is not None:
+                t = replace(t, message=with_tail(t.message, t.worker, read_tail(blamed.log_path)))
+        if t.to in TERMINAL:
+            self._settle_workers(run, t)
         run.phase, run.reason, run.message = t.to, t.reason, t.message
+        if t.to in TERMINAL:
+            self._sync_tasks(run)  # ready counts and phases final with the Run, on every path
         if t.exit_code is not None:
             run.exit_code = t.exit_code
         now = utcnow()
@@ -509,6 +680,20 @@ class Controller:
             run.stop_deadline = time.time() + self._grace(run)
         if failed:
             self._maybe_retry(s, run)
+
+    def _settle_workers(self, run: RunRow, t: Transition) -> None:
+        """Every Worker's final phase, reason and exit code as its Run reaches the terminal
+        ``t.to`` (:func:`settle`); marked settled so nothing observed later changes them."""
+        blamed = frozenset(t.blamed)
+        for w in run.workers:
+            life = dict(w.lifecycle or {})
+            if life.get("settled"):
+                continue
+            final = settle(self._worker_view(w), t.to, t.reason, blamed)
+            w.phase, w.reason, w.message, w.exit_code = (final.phase, final.reason, final.message,
+                                                        final.exit_code)
+            life["settled"] = True
+            w.lifecycle = life
 
     def _maybe_retry(self, s: Session, run: RunRow) -> None:
         job = run.job
@@ -546,10 +731,15 @@ class Controller:
             self._observe_release(w)
 
     def _observe_release(self, w: WorkerRow) -> bool:
-        """Mark the Worker released (ports and address free again) once its processes are gone."""
+        """Mark the Worker released (ports and address free again) once its processes are gone.
+
+        A Worker settled with its Run (:meth:`_settle_workers`) keeps its final status; what it
+        exited with is kept in its lifecycle (``exit``) only. Otherwise (its Run is stopping) it
+        gets a provisional phase until its Run settles it."""
         seen = self.runtime.observe(ref(w))
         self._merge_runtime_facts(w, seen)
         if seen.alive:
+            self._note_stop_failure(w, seen)
             return False
         life = dict(w.lifecycle or {})
         if w.log_path:
@@ -559,39 +749,58 @@ class Controller:
             for ev in events:
                 if ev.get("event") == "exit":
                     life["exit"] = ev.get("code")
-        if w.exit_code is None:
-            w.exit_code = seen.exit_code if seen.exit_code is not None else life.get("exit")
+                elif ev.get("event") == "stopped":
+                    life["stopped"] = True
+        code = seen.exit_code if seen.exit_code is not None else life.get("exit")
         life["gone"] = True
-        w.lifecycle = life
         w.finished_at = w.finished_at or utcnow()
-        if w.phase not in ("Failed", "Succeeded"):
-            run_phase = w.run.phase if w.run is not None else None
-            if run_phase == Phase.succeeded.value:
-                # stopped by RLark because its Run succeeded: this Worker did its part
-                w.phase, w.reason = "Completed", w.reason or "RunSucceeded"
-            elif run_phase == Phase.failed.value:
-                run = w.run
-                if run.reason in ("HeadLost", "WorkerLost") and f"Worker {w.name} " in run.message:
-                    w.phase, w.reason = "Failed", run.reason  # this Worker's loss failed the Run
-                else:
-                    w.phase, w.reason = "Terminated", w.reason or "RunFailed"
-            else:
+        if life.get("settled"):
+            life["exit"] = code
+        else:
+            if w.exit_code is None:
+                w.exit_code = code
+            if w.phase not in ("Failed", "Succeeded"):
                 w.phase = "Stopped" if life.get("stopped") or w.exit_code in (143, 137) else "Exited"
+        w.lifecycle = life
         w.released = True
         self.runtime.forget(ref(w))
         if w.ray_temp_dir and not settings.keep_ray_temp():
             shutil.rmtree(w.ray_temp_dir, ignore_errors=True)
         return True
 
+    @staticmethod
+    def _note_stop_failure(w: WorkerRow, seen) -> None:
+        """The runtime could not stop a Worker it was asked to stop (failure reason
+        ``StopFailed``, e.g. RBAC refuses deleting its Pod): a Warning Event naming it, once per
+        message (the controller asks again every pass)."""
+        failure = getattr(seen, "failure", None)
+        if not failure or failure[0] != "StopFailed" or w.run is None:
+            return
+        life = dict(w.lifecycle or {})
+        if life.get("stop_failure") == failure[1]:
+            return
+        life["stop_failure"] = failure[1]
+        w.lifecycle = life
+        s = object_session(w)
+        if s is not None:
+            add_event(s, w.run.job_id, failure[0], failure[1], run_number=w.run.number,
+                      worker=w.name, type="Warning")
+
     def _finish(self, s: Session, run: RunRow) -> None:
         if run.record is None:
-            self.runtime.end_run(run.uid, run.namespace)
+            self._launch_after.pop(run.id, None)
+            try:
+                self.runtime.end_run(run.uid, run.namespace)
+            except Exception as exc:  # e.g. RBAC refuses a delete: say what was left, once
+                log.warning("cleaning up run %s: %s", run.uid, exc)
+                add_event(s, run.job_id, "CleanupFailed", str(exc), run_number=run.number,
+                          type="Warning")
             run.record = build_record(run.job, run, run.workers, settings.logs_dir())
 
     def _sync_tasks(self, run: RunRow) -> None:
         for task in run.tasks:
             members = [w for w in run.workers if w.role == task.role]
-            task.ready = sum(1 for w in members if has_joined(w.phase, w.lifecycle))
+            task.ready = sum(1 for w in members if is_ready(run.phase, w.phase, w.lifecycle))
             task.total = len(members)
             if run.phase == Phase.failed.value and any(w.phase == "Failed" for w in members):
                 task.phase = "Failed"

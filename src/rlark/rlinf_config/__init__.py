@@ -130,7 +130,9 @@ def preflight_job(
     if isolated:
         from rlark.rlinf_config.isolated import compose_isolated
 
-        composed = compose_isolated(config_dir, config_name, overrides, env=env, path="spec.rlinf")
+        # the child sees the head role's env and nothing of this process's environment
+        composed = compose_isolated(config_dir, config_name, overrides, env=env, path="spec.rlinf",
+                                    child_env={e.name: e.value for e in (head.env if head else [])})
     else:
         composed = compose(config_dir, config_name, overrides, env=env, path="spec.rlinf")
     findings: list[Finding] = []

@@ -96,9 +96,22 @@ def placeholder_findings(data: Mapping[str, Any], skip: Iterable[str] = ()) -> l
         out.append(Finding(
             code="UnfilledPlaceholder", severity=Severity.error, path=paths[0],
             message=f"{paths[0]} = {value!r} is {what}{more}",
-            hint=f"put the real value in the config, or override it: "
-                 f"spec.rlinf.overrides / --override {paths[0]}=<value>"))
+            hint=placeholder_hint(paths)))
     return out
+
+
+def placeholder_hint(paths: Sequence[str]) -> str:
+    """The fix for a placeholder held by the keys ``paths``: one override per key. Keys that
+    hold the same text are still separate settings (a model path and a tokenizer path may both
+    say ``/path/to/model``); overriding one leaves the others unfilled, so each is named."""
+    overrides = [f"{p}=<value>" for p in paths]
+    if len(paths) == 1:
+        return (f"put the real value in the config, or override it: add {overrides[0]} to "
+                "spec.rlinf.overrides and to the run script's RLinf command "
+                f"(rlark check: --override {overrides[0]})")
+    return (f"put the real values in the config, or override each of the {len(paths)} keys: "
+            f"add {', '.join(overrides)} to spec.rlinf.overrides and to the run script's RLinf "
+            f"command (rlark check: {' '.join('--override ' + o for o in overrides)})")
 
 
 def _under(path: str, root: str) -> bool:
@@ -290,4 +303,4 @@ def _job_vs_cluster(job: Job, spec: ClusterSpec, source: str) -> list[Finding]:
 
 
 __all__ = ["PLACEHOLDER_WORDS", "check_config", "env_findings", "is_placeholder",
-           "path_findings", "placeholder_findings"]
+           "path_findings", "placeholder_findings", "placeholder_hint"]

@@ -31,9 +31,14 @@ def compose_isolated(
     path: str = "rlinf",
     timeout: float = TIMEOUT_SECONDS,
     memory_bytes: int = MEMORY_BYTES,
+    child_env: Mapping[str, str] | None = None,
 ) -> ComposedConfig:
     """:func:`~rlark.rlinf_config.compose.compose` in a child process limited to ``timeout``
-    seconds and ``memory_bytes`` of address space. Never raises for a bad config."""
+    seconds and ``memory_bytes`` of address space. Never raises for a bad config.
+
+    The child's environment is ``child_env`` (e.g. the Job's head role ``env``) and nothing of
+    the server's: ``${oc.env:NAME}`` in a submitted config or override must never read the
+    server's own variables (its database URL, tokens) and echo them back in a Finding."""
     request = {"config_dir": os.path.abspath(config_dir), "config_name": config_name,
                "overrides": list(overrides), "env": dict(env or {}), "path": path}
     source = os.path.join(config_dir, f"{config_name.removesuffix('.yaml')}.yaml")
@@ -48,6 +53,7 @@ def compose_isolated(
             [sys.executable, "-m", "rlark.rlinf_config.isolated"],
             input=json.dumps(request), capture_output=True, text=True, timeout=timeout,
             preexec_fn=limit, cwd=os.getcwd(),
+            env={"LANG": "C.UTF-8", **{k: v for k, v in (child_env or {}).items() if "\0" not in k + v}},
         )
         reply = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
     except subprocess.TimeoutExpired:

@@ -10,20 +10,30 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Iterable, Protocol
 
 from rlark.preflight import parse_cpu, parse_memory_bytes
 from rlark.ranks import PlannedWorker
+from rlark.runtimes.local_ports import (
+    RAY_DEFAULT_MAX_WORKER_PORT,
+    RAY_DEFAULT_MIN_WORKER_PORT,
+    UNIT,
+    block_size,
+    default_worker_ports,
+    worker_ports_of,
+)
 from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job, Role
 
 MiB = 1024 * 1024
-#: object store per Ray node: 30 % of the role's memory, between 128 MiB and 4 GiB; 256 MiB when
-#: the role gives no memory (Ray's default would claim ~30 % of the host's /dev/shm per node).
+#: object store per Ray node unless the role sets ``resources.objectStoreMemory``: 30 % of the
+#: role's memory, between 128 MiB and 4 GiB; 512 MiB when the role gives no memory (Ray's own
+#: default, 30 % of the host's memory, would let every node of a host claim that much /dev/shm).
 OBJECT_STORE_FRACTION = 0.3
 OBJECT_STORE_MIN = 128 * MiB
 OBJECT_STORE_MAX = 4096 * MiB
-OBJECT_STORE_DEFAULT = 256 * MiB
+OBJECT_STORE_DEFAULT = 512 * MiB
 
 
 def stop_grace(termination_grace: float) -> float:
@@ -40,29 +50,142 @@ class RayResources:
     memory_bytes: int | None
     object_store_bytes: int
     custom: dict[str, float] = field(default_factory=dict)
+    #: the role's ``ray.workerPorts`` (None: the runtime's default, see :func:`worker_ports`)
+    worker_ports: int | None = None
+
+
+def default_object_store_bytes(memory_bytes: int | None) -> int:
+    """The object store of a node whose role sets no ``objectStoreMemory``: 30 % of its memory,
+    between 128 MiB and 4 GiB; 512 MiB without memory."""
+    if memory_bytes is None:
+        return OBJECT_STORE_DEFAULT
+    return int(min(OBJECT_STORE_MAX, max(OBJECT_STORE_MIN, memory_bytes * OBJECT_STORE_FRACTION)))
 
 
 def ray_resources(role: Role) -> RayResources:
     """Role resources -> Ray node resources.
 
     ``cpu`` is rounded up to whole CPUs (``ray start --num-cpus`` takes an integer), ``memory``
-    becomes ``--memory`` in bytes, ``gpu`` ``--num-gpus``, named ``devices`` ``--resources``.
+    becomes ``--memory`` in bytes, ``gpu`` ``--num-gpus``, named ``devices`` ``--resources``,
+    ``objectStoreMemory`` (or :func:`default_object_store_bytes`) ``--object-store-memory``.
     Assumes a spec that passed preflight.
     """
     res = role.resources
     cpus = math.ceil(parse_cpu(res.cpu)) if res.cpu is not None else None
     memory = parse_memory_bytes(res.memory) if res.memory is not None else None
-    if memory is None:
-        store = OBJECT_STORE_DEFAULT
+    if res.object_store_memory is not None:
+        store = parse_memory_bytes(res.object_store_memory)
     else:
-        store = int(min(OBJECT_STORE_MAX, max(OBJECT_STORE_MIN, memory * OBJECT_STORE_FRACTION)))
+        store = default_object_store_bytes(memory)
     return RayResources(
         num_cpus=cpus,
         num_gpus=res.gpu,
         memory_bytes=memory,
         object_store_bytes=store,
         custom={k: float(v) for k, v in sorted(res.devices.items())},
+        worker_ports=role.ray.worker_ports,
     )
+
+
+def worker_ports(role: Role, host_cpus: int) -> int:
+    """Worker ports one Worker of ``role`` needs on the local runtime: ``ray.workerPorts``, else
+    :func:`~rlark.runtimes.local_ports.default_worker_ports` of the CPUs its node offers Ray
+    (``resources.cpu`` rounded up, or ``host_cpus``, which Ray detects when cpu is not set)."""
+    res = ray_resources(role)
+    if res.worker_ports is not None:
+        return res.worker_ports
+    return default_worker_ports(res.num_cpus if res.num_cpus is not None else host_cpus)
+
+
+def local_block_size(role: Role, host_cpus: int) -> int:
+    """Ports of the block each Worker of ``role`` takes on the local runtime
+    (:func:`~rlark.runtimes.local_ports.block_size` of :func:`worker_ports`)."""
+    return block_size(worker_ports(role, host_cpus))
+
+
+def local_worker_ports(role: Role, host_cpus: int) -> int:
+    """The worker-port range each Worker of ``role`` gets on the local runtime: exactly the
+    role's ``ray.workerPorts``; else the whole rest of its block (the default rounded up)."""
+    res = ray_resources(role)
+    if res.worker_ports is not None:
+        return res.worker_ports
+    return worker_ports_of(local_block_size(role, host_cpus))
+
+
+def ray_node_view(role: Role, runtime: str, host_cpus: int | None = None) -> dict:
+    """What each Worker of ``role`` tells ``ray start``, for ``describe``, the console and the
+    API: ``cpus``, ``gpus``, ``memoryBytes`` (None: Ray's default), ``objectStoreBytes``,
+    ``workerPorts`` (the size of the worker-port range: the role's value; else on the local
+    runtime the default rounded up to fill whole 64-port units, elsewhere Ray's own range),
+    ``workerPortsSet`` (the role sets it), ``devices``.
+
+    ``host_cpus``: this machine's CPU count (local runtime; default ``os.cpu_count()``)."""
+    res = ray_resources(role)
+    if runtime == "local":
+        cpus = host_cpus if host_cpus is not None else (os.cpu_count() or 1)
+        ports = local_worker_ports(role, cpus)
+    elif res.worker_ports is not None:
+        ports = res.worker_ports
+    else:
+        ports = RAY_DEFAULT_MAX_WORKER_PORT - RAY_DEFAULT_MIN_WORKER_PORT + 1
+    return {
+        "cpus": res.num_cpus,
+        "gpus": res.num_gpus,
+        "memoryBytes": res.memory_bytes,
+        "objectStoreBytes": res.object_store_bytes,
+        "workerPorts": ports,
+        "workerPortsSet": res.worker_ports is not None,
+        "devices": res.custom,
+    }
+
+
+def _size_text(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
+
+
+def ray_node_summary(view: dict) -> str:
+    """One line for a :func:`ray_node_view`: ``8 CPUs, 4 GiB memory, 1.2 GiB object store,
+    176 worker ports`` (what ``describe`` and the console show per role)."""
+    parts = []
+    if view.get("cpus") is not None:
+        parts.append(f"{view['cpus']} CPU{'s' if view['cpus'] != 1 else ''}")
+    if view.get("gpus"):
+        parts.append(f"{view['gpus']} GPU{'s' if view['gpus'] != 1 else ''}")
+    if view.get("memoryBytes") is not None:
+        parts.append(f"{_size_text(view['memoryBytes'])} memory")
+    parts.append(f"{_size_text(view['objectStoreBytes'])} object store")
+    parts.append(f"{view['workerPorts']} worker ports")
+    return ", ".join(parts)
+
+
+def stored_block_size(spec: dict, role: str, host_cpus: int) -> int:
+    """:func:`local_block_size` of ``role`` in a stored Run spec (for the port ranges live
+    Workers hold); one unit when the spec no longer parses (stored by another version)."""
+    try:
+        r = Job.model_validate(spec).role(role)
+        return local_block_size(r, host_cpus) if r is not None else UNIT
+    except ValueError:  # pydantic's ValidationError, or a value that no longer parses
+        return UNIT
+
+
+def taken_port_ranges(live: Iterable[tuple[int | None, dict, str]],
+                      host_cpus: int | None = None) -> frozenset[tuple[int, int]]:
+    """The port ranges ``(start, end)`` (end exclusive) that live Workers hold, from
+    ``(port_base, run spec, role)`` rows of the store (rows without a base are skipped)."""
+    cpus = host_cpus if host_cpus is not None else (os.cpu_count() or 1)
+    sizes: dict[tuple[str, str], int] = {}
+    out = set()
+    for base, spec, role in live:
+        if base is None:
+            continue
+        key = (json.dumps(spec, sort_keys=True), role)  # a Run's Workers share one spec
+        if key not in sizes:
+            sizes[key] = stored_block_size(spec, role, cpus)
+        out.add((base, base + sizes[key]))
+    return frozenset(out)
 
 
 def bootstrap_env(
@@ -126,6 +249,12 @@ def bootstrap_env(
         env["RLARK_WORKING_DIR"] = job.spec.working_dir
     if node_ip:
         env["RLARK_NODE_IP"] = node_ip
+    if res.worker_ports is not None and "min-worker-port" not in (ray_ports or {}):
+        # a runtime that pins no ports (a Pod has its own network): the role's range starts where
+        # Ray's own does
+        ray_ports = {**(ray_ports or {}),
+                     "min-worker-port": RAY_DEFAULT_MIN_WORKER_PORT,
+                     "max-worker-port": RAY_DEFAULT_MIN_WORKER_PORT + res.worker_ports - 1}
     if ray_ports:
         env["RLARK_RAY_PORTS"] = json.dumps(ray_ports, sort_keys=True)
     if ray_temp_dir:
@@ -167,10 +296,11 @@ class Placement:
 
 @dataclass(frozen=True)
 class Taken:
-    """Addresses and port blocks live Workers of any Run hold now (from the store)."""
+    """Addresses and port ranges live Workers of any Run hold now (from the store; ranges are
+    ``(start, end)``, end exclusive: :func:`taken_port_ranges`)."""
 
     ips: frozenset[str] = frozenset()
-    port_bases: frozenset[int] = frozenset()
+    port_ranges: frozenset[tuple[int, int]] = frozenset()
 
 
 @dataclass

@@ -19,9 +19,12 @@ from pathlib import Path
 import psutil
 
 from rlark import settings
+from rlark.controller.admission import Amounts, Capacity
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.base import (
     LaunchSpec,
+    local_block_size,
+    local_worker_ports,
     Launched,
     Observed,
     Placement,
@@ -30,7 +33,7 @@ from rlark.runtimes.base import (
     WorkerRef,
 )
 from rlark.runtimes.local_reservations import Reservations
-from rlark.runtimes.local_ports import BLOCK_SIZE, can_bind, pick_loopback, pick_port_block, port_layout
+from rlark.runtimes.local_ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
 from rlark.spec import Job
 
 BOOTSTRAP_FILE = Path(__file__).resolve().parent.parent / "bootstrap" / "worker.py"
@@ -81,25 +84,57 @@ class LocalRuntime:
         self._procs: dict[int, subprocess.Popen] = {}
         self.reservations = reservations or Reservations()
         self._run_places: dict[str, list[tuple[str, int]]] = {}
+        #: port block base -> its size, for the blocks this runtime reserved (unit by unit)
+        self._block_sizes: dict[int, int] = {}
+        self._capacity: Capacity | None = None
+        self.capacity()  # a bad RLARK_MAX_STARTING_NODES / RLARK_LOCAL_DEVICES stops the server now
+
+    def capacity(self) -> Capacity:
+        """What this machine carries, for admitting Runs (:mod:`rlark.controller.admission`):
+        its CPU cores, memory and NVIDIA GPUs (:func:`rlark.preflight.host_capacity`, the numbers
+        preflight warns against), the devices ``RLARK_LOCAL_DEVICES`` names, and
+        ``RLARK_MAX_STARTING_NODES`` Ray nodes starting at once. Measured once per runtime.
+
+        Raises:
+            ValueError: one of those settings is unusable (the message names it).
+        """
+        if self._capacity is None:
+            from rlark.preflight import host_capacity
+
+            host = host_capacity()
+            self._capacity = Capacity(
+                total=Amounts(cpu=float(host["cpu"]), memory=int(host["memory"]), gpu=int(host["gpu"]),
+                              devices=settings.local_devices()),
+                max_starting_nodes=settings.max_starting_nodes(),
+            )
+        return self._capacity
 
     def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken,
               namespace: str | None = None) -> Placement:
         """Each Worker gets the lowest free loopback address from 127.0.0.2 and the lowest free
-        block of 64 ports in 20000-32767 (free: held by no live Worker in the store and bindable
-        now); its Ray temp dir is ``$RLARK_RAY_TMP/<run uid>-<rank>``."""
-        ips, bases = set(taken.ips), set(taken.port_bases)
+        block of ports in 20000-32767 sized to its role (:func:`rlark.runtimes.base.local_block_size`;
+        free: overlapping no live Worker's range in the store, reserved host-wide unit by unit,
+        and bindable now); its Ray temp dir is ``<settings.ray_tmp_root()>/<run uid>-<rank>``."""
+        ips, ranges = set(taken.ips), set(taken.port_ranges)
+        host_cpus = os.cpu_count() or 1
         tmp_root = Path(settings.ray_tmp_root())
         places: dict[int, WorkerPlace] = {}
         held: list[tuple[str, int]] = []
         res = self.reservations
 
-        def free_block(b: int, ip: str) -> bool:
-            # reserved host-wide first, then checked unbound (a crashed server's Workers)
-            if not res.try_reserve("ports", b):
-                return False
-            if can_bind(ip, range(b, b + BLOCK_SIZE)):
-                return True
-            res.release("ports", b)
+        def free_block(b: int, ip: str, size: int) -> bool:
+            # reserved host-wide first (every unit), then checked unbound (a crashed server's
+            # Workers)
+            got = []
+            for unit in block_units(b, size):
+                if not res.try_reserve("ports", unit):
+                    break
+                got.append(unit)
+            else:
+                if can_bind(ip, range(b, b + size)):
+                    return True
+            for unit in got:
+                res.release("ports", unit)
             return False
 
         try:
@@ -109,20 +144,25 @@ class LocalRuntime:
                     ips.add(ip)
                     ip = pick_loopback(ips | _held_ips(res))
                 held.append((ip, -1))
-                base = pick_port_block(bases, lambda b, ip=ip: free_block(b, ip))
+                role = job.role(w.role)
+                size = local_block_size(role, host_cpus)
+                base = pick_port_block(ranges, size,
+                                       lambda b, ip=ip, size=size: free_block(b, ip, size))
+                self._block_sizes[base] = size
                 held[-1] = (ip, base)
                 ips.add(ip)
-                bases.add(base)
+                ranges.add((base, base + size))
                 places[w.node_rank] = WorkerPlace(
                     node_ip=ip,
                     port_base=base,
-                    ray_ports={k: v for k, v in port_layout(base).items() if k != "gcs"},
+                    ray_ports={k: v for k, v in port_layout(
+                        base, size, local_worker_ports(role, host_cpus)).items() if k != "gcs"},
                     ray_temp_dir=str(tmp_root / f"{run_uid}-{w.node_rank}"),
                 )
         except BaseException:
             for ip, base in held:
                 res.release("ip", ip)
-                res.release("ports", base if base >= 0 else None)
+                self._release_block(base if base >= 0 else None)
             raise
         self._run_places[run_uid] = held
         head = places[0]
@@ -204,7 +244,7 @@ class LocalRuntime:
             if proc is not None:
                 proc.poll()
         self.reservations.release("ip", ref.node_ip)
-        self.reservations.release("ports", ref.port_base)
+        self._release_block(ref.port_base)
         places = self._run_places.get(ref.run_uid or "")
         if places and (ref.node_ip, ref.port_base) in places:
             places.remove((ref.node_ip, ref.port_base))
@@ -213,4 +253,12 @@ class LocalRuntime:
         """Free whatever of the Run is still reserved (Workers that never launched)."""
         for ip, base in self._run_places.pop(run_uid, []):
             self.reservations.release("ip", ip)
-            self.reservations.release("ports", base)
+            self._release_block(base)
+
+    def _release_block(self, base: int | None) -> None:
+        """Release every unit of the port block at ``base`` that this runtime reserved."""
+        if base is None:
+            return
+        size = self._block_sizes.pop(base, None)
+        for unit in block_units(base, size) if size else (base,):
+            self.reservations.release("ports", unit)

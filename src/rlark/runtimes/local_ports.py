@@ -5,18 +5,50 @@ ephemeral range starts there, and a Ray port inside it was seen taken by a clien
 own loopback address 127.0.0.2, 127.0.0.3, ... (Ray keeps those as node IPs; it rewrites
 127.0.0.1). The block layout pins every port ``ray start`` would otherwise pick itself, so two
 Jobs on one host never collide (FACTS.md: the dashboard agent's default 52365 does).
+
+A block is a whole number of 64-port *units*: its first 16 ports are the node's own (GCS,
+raylet, agents: :data:`PORT_OFFSETS`), the rest is the node's worker-port range
+(``--min-worker-port``/``--max-worker-port``). Ray gives every worker process of the node one
+port from that range (each task worker, each actor, each driver), and a worker that finds none
+never starts: the raylet's "No available ports" (seen: 56 ``num_cpus=0`` actors on one node with
+48 ports, 9 of them hung forever). So the range is sized to the role
+(:func:`default_worker_ports`, which fills its block, or exactly the role's ``ray.workerPorts``
+in a block rounded up to whole units). Units are what the host-wide
+reservations lock (:mod:`rlark.runtimes.local_reservations`), so blocks of different sizes never
+overlap, in one server or across servers.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 import socket
 from typing import Callable, Iterable
 
 PORT_RANGE_START = 20000
 PORT_RANGE_END = 32768  # exclusive
-BLOCK_SIZE = 64
-WORKER_PORTS_OFFSET = 16  # ports base+16 .. base+63 are Ray worker processes' ports
+#: blocks are allocated and reserved in units of this many ports
+UNIT = 64
+#: ports base+16 .. base+size-1 are Ray worker processes' ports
+WORKER_PORTS_OFFSET = 16
+#: the default worker-port range: 16 ports per CPU the node offers Ray (a task worker per CPU,
+#: and room for actors, which ``num_cpus=0`` does not bound), at least 48 (what one unit leaves),
+#: at most 4096; rounded up to fill whole units (:func:`block_size`)
+WORKER_PORTS_PER_CPU = 16
+WORKER_PORTS_MIN_DEFAULT = UNIT - WORKER_PORTS_OFFSET
+WORKER_PORTS_MAX_DEFAULT = 4096
+#: fewer worker ports than this per CPU is "tight" (a preflight warning): a node runs up to one
+#: task worker per CPU at once, and every actor and driver needs a port on top
+WORKER_PORTS_TIGHT_PER_CPU = 4
+#: the largest block one host's range holds (whole units)
+MAX_BLOCK_SIZE = (PORT_RANGE_END - PORT_RANGE_START) // UNIT * UNIT
+MAX_WORKER_PORTS = MAX_BLOCK_SIZE - WORKER_PORTS_OFFSET
+
+#: Ray's own worker-port range (``ray start --min-worker-port``/``--max-worker-port`` defaults,
+#: 2.47-2.60): what a node gets where nothing pins ports (a Pod has its own network), and where
+#: a role's ``ray.workerPorts`` range starts there
+RAY_DEFAULT_MIN_WORKER_PORT = 10002
+RAY_DEFAULT_MAX_WORKER_PORT = 19999
 
 #: offset inside the block -> ``ray start`` flag (see bootstrap/worker.py for the flag list)
 PORT_OFFSETS = {
@@ -35,33 +67,77 @@ LOOPBACK_FIRST = ipaddress.IPv4Address("127.0.0.2")
 LOOPBACK_LAST = ipaddress.IPv4Address("127.255.255.254")
 
 
-def port_layout(base: int) -> dict[str, int]:
-    """``ray start`` flag -> port for the block starting at ``base`` (``gcs`` is ``--port``)."""
+def default_worker_ports(cpus: int) -> int:
+    """Worker ports a node with ``cpus`` CPUs gets when its role does not say:
+    ``16 * cpus``, between 48 and 4096 (before :func:`block_size` rounds the block up)."""
+    return max(WORKER_PORTS_MIN_DEFAULT, min(WORKER_PORTS_MAX_DEFAULT, WORKER_PORTS_PER_CPU * cpus))
+
+
+def block_size(worker_ports: int) -> int:
+    """Ports in the block of a node that needs ``worker_ports`` worker ports: its 16 own ports
+    plus the worker ports, rounded up to whole units (the extra ports go to the worker range).
+    ``48`` -> 64, ``128`` -> 192."""
+    return max(1, math.ceil((WORKER_PORTS_OFFSET + max(0, worker_ports)) / UNIT)) * UNIT
+
+
+def worker_ports_of(size: int) -> int:
+    """How many worker ports a block of ``size`` ports gives Ray."""
+    return size - WORKER_PORTS_OFFSET
+
+
+def port_layout(base: int, size: int = UNIT, worker_ports: int | None = None) -> dict[str, int]:
+    """``ray start`` flag -> port for the block of ``size`` ports starting at ``base`` (``gcs``
+    is ``--port``). The worker range starts at ``base+16`` and has ``worker_ports`` ports, or
+    fills the block (``base+16 .. base+size-1``) when None.
+
+    Raises:
+        ValueError: ``worker_ports`` does not fit the block.
+    """
+    if worker_ports is None:
+        worker_ports = worker_ports_of(size)
+    if not 1 <= worker_ports <= worker_ports_of(size):
+        raise ValueError(f"{worker_ports} worker ports do not fit a block of {size} ports")
     ports = {flag: base + off for flag, off in PORT_OFFSETS.items()}
     ports["min-worker-port"] = base + WORKER_PORTS_OFFSET
-    ports["max-worker-port"] = base + BLOCK_SIZE - 1
+    ports["max-worker-port"] = base + WORKER_PORTS_OFFSET + worker_ports - 1
     return ports
 
 
-def block_bases() -> range:
-    return range(PORT_RANGE_START, PORT_RANGE_END - BLOCK_SIZE + 1, BLOCK_SIZE)
+def unit_bases() -> range:
+    """The first port of every unit in the host's range."""
+    return range(PORT_RANGE_START, PORT_RANGE_END - UNIT + 1, UNIT)
+
+
+def block_units(base: int, size: int) -> range:
+    """The units a block covers (what is reserved host-wide for it)."""
+    return range(base, base + size, UNIT)
 
 
 def pick_port_block(
-    used_bases: Iterable[int], is_free: Callable[[int], bool], exclude: Iterable[int] = ()
+    taken: Iterable[tuple[int, int]],
+    size: int,
+    is_free: Callable[[int], bool],
+    exclude: Iterable[tuple[int, int]] = (),
 ) -> int:
-    """The lowest block base not used by a live Worker in the store and whose ports are free.
+    """The lowest unit-aligned base of a block of ``size`` ports that overlaps no ``taken`` or
+    ``exclude`` range (``(start, end)``, end exclusive: live Workers in the store, blocks placed
+    earlier in this Run) and for which ``is_free(base)`` says yes (the caller reserves and
+    probes the block there).
 
     Raises:
-        RuntimeError: every block of 20000..32767 is in use.
+        RuntimeError: no such block is left in 20000..32767 (or ``size`` exceeds the range).
     """
-    taken = set(used_bases) | set(exclude)
-    for base in block_bases():
-        if base not in taken and is_free(base):
+    busy = sorted(set(taken) | set(exclude))
+    for base in range(PORT_RANGE_START, PORT_RANGE_END - size + 1, UNIT):
+        end = base + size
+        if any(s < end and base < e for s, e in busy):
+            continue
+        if is_free(base):
             return base
     raise RuntimeError(
-        f"no free block of {BLOCK_SIZE} ports left in {PORT_RANGE_START}-{PORT_RANGE_END - 1}; "
-        "stop some Jobs"
+        f"no free block of {size} ports ({worker_ports_of(size)} Ray worker ports) left in "
+        f"{PORT_RANGE_START}-{PORT_RANGE_END - 1}; stop some Jobs, or lower the roles' "
+        "ray.workerPorts"
     )
 
 

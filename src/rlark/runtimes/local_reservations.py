@@ -4,8 +4,10 @@ The store only knows the Workers of its own server; several RLark servers (other
 other users' sessions) may share one machine. Between choosing a free port block and Ray binding
 it there are seconds in which another server could choose the same block (seen: a second head's
 `ray start` joined the first Job's GCS). Each reservation is an ``flock`` on a file under
-``/tmp/rlark-locks`` held by the server that placed the Worker, until the Worker is gone; the
-operating system drops it if that server dies.
+``/tmp/rlark-locks`` (``$RLARK_LOCK_DIR``: :func:`rlark.settings.lock_dir`) held by the server
+that placed the Worker, until the Worker is gone; the operating system drops it if that server
+dies. The directory is host-wide, not under ``$RLARK_HOME``, because the servers that must see each
+other's reservations have different homes.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ import fcntl
 import os
 from pathlib import Path
 
-DEFAULT_DIR = "/tmp/rlark-locks"
+from rlark import settings
 
 
 class Reservations:
     """Non-blocking flocks on ``<dir>/<kind>-<key>.lock``; one open file per held reservation."""
 
     def __init__(self, directory: str | None = None):
-        self.dir = Path(directory or os.environ.get("RLARK_LOCK_DIR") or DEFAULT_DIR)
+        self.dir = Path(directory or settings.lock_dir())
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             os.chmod(self.dir, 0o1777)  # shared by every user's servers, like /tmp itself

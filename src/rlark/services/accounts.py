@@ -14,10 +14,11 @@ Every change is audited (:mod:`rlark.services.audit`) in its own transaction.
 from __future__ import annotations
 
 import re
+import unicodedata
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from rlark.record import iso
@@ -35,7 +36,15 @@ from rlark.services.auth import (
 )
 from rlark.services.errors import Conflict, Invalid, NotFound
 from rlark.spec import DNS1123_LABEL
-from rlark.store import JobRow, MembershipRow, ProjectRole, ProjectRow, TokenRow, UserRow
+from rlark.store import (
+    JobRow,
+    MembershipRow,
+    ProjectRole,
+    ProjectRow,
+    SessionRow,
+    TokenRow,
+    UserRow,
+)
 
 USER_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 MAX_TOKEN_DAYS = 3650
@@ -212,14 +221,15 @@ class AccountService:
             if pw_hash is not None:
                 user.password_hash = pw_hash
                 changes.append("password set")
+                # console sessions opened with the old password end (tokens stay: revoke them)
+                s.execute(delete(SessionRow).where(SessionRow.user_id == user.id,
+                                                   SessionRow.token_id.is_(None)))
             s.flush()
             if self._enabled_admins(s) == 0:
                 raise Conflict("that would leave no enabled site administrator; make another "
                                "user an administrator first")
             if disabled:
-                from rlark.store import SessionRow
-                for row in s.scalars(select(SessionRow).where(SessionRow.user_id == user.id)):
-                    s.delete(row)
+                s.execute(delete(SessionRow).where(SessionRow.user_id == user.id))
             if changes:
                 audit.record(s, principal.actor(client), "user.update", target=name,
                              detail=", ".join(changes))
@@ -254,7 +264,8 @@ class AccountService:
     @staticmethod
     def _add_token(s: Session, user: UserRow, name: str, expires_in_days: int | None) -> str:
         name = (name or "").strip()
-        if not name or len(name) > 63 or any(ord(c) < 32 for c in name):
+        # control and format characters (e.g. U+202E, which reverses how a list shows the name)
+        if not name or len(name) > 63 or any(unicodedata.category(c) in ("Cc", "Cf") for c in name):
             raise Invalid(f"token name {name!r} is not valid: 1-63 printable characters")
         if expires_in_days is not None and not 1 <= expires_in_days <= MAX_TOKEN_DAYS:
             raise Invalid(f"expiresInDays = {expires_in_days}: use 1 to {MAX_TOKEN_DAYS} days, "
@@ -313,6 +324,8 @@ class AccountService:
                 raise NotFound(f"no token with id {token_id} among yours; `rlark token list` shows them")
             if tok.revoked_at is None:
                 tok.revoked_at = utcnow()
+                # console sessions opened with this token end with it
+                s.execute(delete(SessionRow).where(SessionRow.token_id == tok.id))
                 audit.record(s, principal.actor(client), "token.revoke",
                              target=f"{tok.user.name}/{tok.name}", detail=f"token {tok.prefix}... (id {tok.id})")
             return token_view(tok)
@@ -358,6 +371,9 @@ class AccountService:
         _check_name("project", name, DNS1123_LABEL)
         if namespace is not None:
             _check_name("namespace", namespace, DNS1123_LABEL)
+            if namespace.startswith("kube-"):
+                raise Invalid(f"namespace {namespace!r} belongs to Kubernetes itself; give the "
+                              "project a namespace of its own")
         with self.store.session() as s:
             if s.scalar(select(ProjectRow.id).where(ProjectRow.name == name)) is not None:
                 raise Conflict(f"a project named {name!r} exists")

@@ -47,6 +47,12 @@ ADMIN_USER = "admin"
 #: a token's last use is written at most this often (seconds), not on every request
 LAST_USED_RESOLUTION = 60.0
 MIN_PASSWORD_LENGTH = 10
+#: the audit log's actor for a failed login whose user is not known (never what was typed: a
+#: password typed into the name field must not be stored); user names cannot contain "("
+ANONYMOUS = "(anonymous)"
+#: the per-user failed-login limit is this many times the per-address one: a user is not locked
+#: out as soon as one address is, but guessing one account from many addresses is still bounded
+USER_LIMIT_FACTOR = 3
 
 
 def utcnow() -> datetime:
@@ -115,31 +121,35 @@ def authorize(principal: Principal, project: str, needed: ProjectRole) -> Projec
 
 
 class LoginLimiter:
-    """At most ``rate`` failed logins per client address and per user name (a ``limits`` rate
-    string, e.g. ``10/5 minutes``); a caller over it gets :class:`TooManyRequests` before its
-    password is even checked."""
+    """At most ``rate`` failed logins per client address (a ``limits`` rate string, e.g.
+    ``10/5 minutes``) and :data:`USER_LIMIT_FACTOR` times as many per user name; a caller over
+    either gets :class:`TooManyRequests` before its password is even checked."""
 
     def __init__(self, rate: str = "10/5 minutes"):
-        from limits import parse, storage, strategies
+        from limits import RateLimitItem, parse, storage, strategies
 
         self.item = parse(rate)
+        self.user_item: RateLimitItem = type(self.item)(
+            self.item.amount * USER_LIMIT_FACTOR, self.item.multiples)
         self.limiter = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
 
-    def _keys(self, client: str | None, user: str | None) -> list[str]:
-        return [f"client:{client or '-'}", *([f"user:{user}"] if user else [])]
+    def _keys(self, client: str | None, user: str | None) -> list[tuple[str, object, str]]:
+        keys = [(f"client:{client or '-'}", self.item, "from this address")]
+        if user:
+            keys.append((f"user:{user}", self.user_item, "for this user name"))
+        return keys
 
     def check(self, client: str | None, user: str | None) -> None:
-        for key in self._keys(client, user):
-            if not self.limiter.test(self.item, "login", key):
-                stats = self.limiter.get_window_stats(self.item, "login", key)
+        for key, item, what in self._keys(client, user):
+            if not self.limiter.test(item, "login", key):
+                stats = self.limiter.get_window_stats(item, "login", key)
                 wait = max(1, int(stats.reset_time - time.time()) + 1)
-                raise TooManyRequests(
-                    f"too many failed logins from {'this address' if key.startswith('client') else 'for this user'}; "
-                    f"try again in {wait} s", retry_after=wait)
+                raise TooManyRequests(f"too many failed logins {what}; try again in {wait} s",
+                                      retry_after=wait)
 
     def failed(self, client: str | None, user: str | None) -> None:
-        for key in self._keys(client, user):
-            self.limiter.hit(self.item, "login", key)
+        for key, item, _ in self._keys(client, user):
+            self.limiter.hit(item, "login", key)
 
 
 class AuthService:
@@ -171,11 +181,15 @@ class AuthService:
         given, e.g. from a Kubernetes Secret; else a new one). Returns None when users exist.
 
         Raises:
-            ValueError: ``admin_token`` is too short to be a secret (under 32 characters).
+            ValueError: ``admin_token`` is not a usable token: not ``rlark_`` + at least 32
+                characters, or the placeholder of ``secret.example.yaml``.
         """
-        if admin_token is not None and len(admin_token) < 32:
-            raise ValueError("RLARK_ADMIN_TOKEN must be at least 32 characters "
-                             "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
+        if admin_token is not None and (not admin_token.startswith(TOKEN_PREFIX)
+                                        or len(admin_token) < len(TOKEN_PREFIX) + 32
+                                        or "CHANGE-ME" in admin_token or len(admin_token) > 200):
+            raise ValueError(
+                "RLARK_ADMIN_TOKEN must be 'rlark_' followed by at least 32 random characters, "
+                "e.g. \"rlark_$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')\"")
         with self.store.session() as s:
             if s.scalar(select(UserRow.id).limit(1)) is not None:
                 return None
@@ -272,9 +286,10 @@ class AuthService:
                 ok = False
             if ok and user.disabled:
                 ok = False
-            if not ok:
-                audit.record(s, Actor(name[:63] or None, client), "login.failed",
-                             outcome="failed", detail="wrong user name or password")
+            if not ok:  # the name only when it is a user's (it may be a password typed there)
+                audit.record(s, Actor(user.name if user is not None else ANONYMOUS, client),
+                             "login.failed", outcome="failed",
+                             detail="wrong password" if user is not None else "unknown user name")
         if not ok:
             self.limiter.failed(client, name)
             raise Unauthenticated("wrong user name or password")
@@ -288,24 +303,30 @@ class AuthService:
         Raises:
             TooManyRequests, Unauthenticated: as :meth:`check_password` / :meth:`from_token`.
         """
+        token_id = None
         if token:
             self.limiter.check(client, None)
             try:
-                user_id = self.from_token(token.strip()).user_id
+                by_token = self.from_token(token.strip())
             except Unauthenticated:
                 self.limiter.failed(client, None)
                 with self.store.session() as s:
-                    audit.record(s, Actor(None, client), "login.failed", outcome="failed",
+                    audit.record(s, Actor(ANONYMOUS, client), "login.failed", outcome="failed",
                                  detail="invalid API token")
                 raise
+            user_id, token_id = by_token.user_id, by_token.token_id
         else:
             user_id = self.check_password(name.strip(), password, client).id
         cookie = secrets.token_urlsafe(32)
         with self.store.session() as s:
             s.execute(delete(SessionRow).where(SessionRow.expires_at <= utcnow()))
             user = s.get(UserRow, user_id)
+            expires = utcnow() + self.session_lifetime
+            if token_id is not None:  # a session never outlives the token it was opened with
+                tok_expiry = s.get(TokenRow, token_id).expires_at
+                expires = min(expires, tok_expiry) if tok_expiry is not None else expires
             row = SessionRow(user_id=user_id, digest=digest(cookie), csrf=secrets.token_urlsafe(32),
-                             expires_at=utcnow() + self.session_lifetime)
+                             expires_at=expires, token_id=token_id)
             s.add(row)
             audit.record(s, Actor(user.name, client), "login.ok",
                          detail="console login with " + ("an API token" if token else "a password"))

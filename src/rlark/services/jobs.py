@@ -10,12 +10,12 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from rlark.controller.loop import add_event, new_run
-from rlark.controller.phases import ACTIVE, TERMINAL, Phase, has_joined
+from rlark.controller.phases import ACTIVE, Phase, is_ready
 from rlark.findings import Finding, Severity, has_errors
 from rlark.preflight import (
     check_document,
@@ -23,7 +23,7 @@ from rlark.preflight import (
     local_request,
     validate_document,
 )
-from rlark.record import build_record
+from rlark.record import build_record, public_record
 from rlark.rlinf_config import preflight_job
 from rlark.record import iso as _iso
 from rlark.spec import DNS1123_LABEL, Job, job_to_dict
@@ -34,6 +34,7 @@ from rlark.services.auth import DEFAULT_PROJECT
 from rlark.services.errors import Conflict, Invalid, NotFound
 from rlark.services.logs import job_log_dirs, remove_dirs
 from rlark import settings
+from rlark.words import plural
 from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store, WorkerRow
 
 
@@ -76,7 +77,8 @@ def run_view(r: RunRow, with_workers: bool = False) -> dict[str, Any]:
         "startedAt": _iso(r.started_at),
         "runningAt": _iso(r.running_at),
         "finishedAt": _iso(r.finished_at),
-        "workersReady": sum(1 for w in r.workers if has_joined(w.phase, w.lifecycle)),
+        # active Run: Ray nodes joined; ended Run: Workers that did their part (phases.is_ready)
+        "workersReady": sum(1 for w in r.workers if is_ready(r.phase, w.phase, w.lifecycle)),
         "workersTotal": len(r.workers),
         "tasks": [
             {"role": t.role, "phase": t.phase, "ready": t.ready, "total": t.total,
@@ -86,7 +88,25 @@ def run_view(r: RunRow, with_workers: bool = False) -> dict[str, Any]:
     }
     if with_workers:
         out["workers"] = [worker_view(w) for w in r.workers]
+        # what each role's Ray nodes were started with (objectStore, worker ports...): only in
+        # the detail view, where parsing the Run's spec once is cheap
+        nodes = ray_nodes_of(r.spec, r.runtime)
+        for task in out["tasks"]:
+            task["rayNode"] = nodes.get(task["role"])
     return out
+
+
+def ray_nodes_of(spec: dict, runtime: str | None) -> dict[str, dict[str, Any]]:
+    """Role -> :func:`rlark.runtimes.base.ray_node_view` for a stored Run spec; ``{}`` when it
+    no longer parses (a spec stored by another RLark version)."""
+    from rlark.runtimes.base import ray_node_summary, ray_node_view
+
+    try:
+        job = Job.model_validate(spec)
+        views = {role.name: ray_node_view(role, runtime or "local") for role in job.spec.roles}
+        return {name: {**v, "summary": ray_node_summary(v)} for name, v in views.items()}
+    except ValueError:  # pydantic's ValidationError, or a value that no longer parses
+        return {}
 
 
 def event_view(e: EventRow) -> dict[str, Any]:
@@ -186,10 +206,13 @@ class JobService:
 
     # create -----------------------------------------------------------------------------------
 
-    def preflight(self, document: str | bytes | dict) -> tuple[Job | None, list[Finding]]:
+    def preflight(self, document: str | bytes | dict, *,
+                  rlinf: bool = True) -> tuple[Job | None, list[Finding]]:
         """Every Finding a submission gets: the spec's, this server's runtime's, and those of the
         RLinf config the Job names in ``spec.rlinf`` when this server can read it
-        (:func:`rlark.rlinf_config.preflight_job`; a config it cannot find is a warning)."""
+        (:func:`rlark.rlinf_config.preflight_job`; a config it cannot find is a warning).
+        ``rlinf=False`` leaves the RLinf config out (``rlark check --rlinf-config`` checks
+        another config on the caller's machine)."""
         job, findings = self.validate(document)
         if job is not None and self.runtime == "local":
             findings = findings + check_for_local_runtime(job, self.host)
@@ -200,7 +223,7 @@ class JobService:
             findings = findings + check_for_kubernetes(job, nodes, free_basis=basis,
                                                        pending_timeout=self.pending_timeout,
                                                        inventory_error=error)
-        if job is not None:
+        if job is not None and rlinf:
             findings = findings + preflight_job(job, isolated=True)
         return job, findings
 
@@ -254,7 +277,8 @@ class JobService:
             s.flush()
             row.current_run_id = run.id
             add_event(s, row.id, "Submitted",
-                      f"Job accepted: {job.total_workers} Workers in {len(job.spec.roles)} roles"
+                      f"Job accepted: {plural(job.total_workers, 'Worker')} in "
+                      f"{plural(len(job.spec.roles), 'role')}"
                       + _by(actor), run_number=run.number, actor=actor.name)
             for f in findings:  # messages name their field path already
                 add_event(s, row.id, f.code, f.message, type="Warning")
@@ -421,12 +445,13 @@ class JobService:
 
     def record(self, name: str, run: int | None = None,
                project: str = DEFAULT_PROJECT) -> dict[str, Any]:
-        """The stored run record of a finished Run, or a live one for an active Run."""
+        """The stored run record of a finished Run, or a live one for an active Run; never
+        with the Run's event token (record.public_record)."""
         with self.store.session() as s:
             job = self._job(s, name, project)
             r = self._run(s, job, run)
             if r.record is not None:
-                return r.record
+                return public_record(r.record)
             return build_record(job, r, r.workers, settings.logs_dir())
 
     def worker_logs(self, name: str, run: int | None, worker: str | None, role: str | None,
@@ -521,7 +546,9 @@ class JobService:
     def replace(self, name: str, document: str | bytes | dict, project: str = DEFAULT_PROJECT,
                 actor: Actor = SYSTEM) -> dict[str, Any]:
         """Give a Job a new spec and start a new Run with it (the current Run, if active, is
-        stopped first; earlier Runs keep their own spec snapshots and records).
+        stopped first; earlier Runs keep their own spec snapshots and records). A spec equal to
+        the stored one changes nothing and starts nothing, as ``kubectl apply`` of an unchanged
+        object: the answer then has ``unchanged: true`` (else false).
 
         Raises:
             NotFound: no such Job.
@@ -542,6 +569,8 @@ class JobService:
             row = self._job(s, name, project)
             if row.delete_requested:
                 raise Conflict(f"Job {name!r} is being deleted")
+            if row.spec == job_to_dict(job):
+                return {**self._detail(s, row), "unchanged": True}
             row.spec = job_to_dict(job)
             row.labels = dict(job.metadata.labels)
             row.findings = [f.model_dump(mode="json") for f in findings]
@@ -552,7 +581,7 @@ class JobService:
             audit.record(s, actor, "job.replace", project=project, target=name,
                          detail=f"run {out['currentRun']['number']}")
         self.wake()
-        return out
+        return {**out, "unchanged": False}
 
     def delete(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
         """Delete a Job with its Runs, Events, records and logs. An active Job is stopped first

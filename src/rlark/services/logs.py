@@ -6,13 +6,16 @@ server, so logs stay readable after a Job ended and after a restart.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from rlark import settings
+from rlark.bootstrap.worker import EVENT_PREFIX
 
 if TYPE_CHECKING:
     from rlark.store import JobRow
@@ -24,10 +27,54 @@ CHUNK = 64 * 1024
 MAX_WHOLE_BYTES = 16 * 1024 * 1024
 
 
-def tail_lines(path: str | None, n: int | None) -> tuple[list[str], int]:
+#: a lifecycle line's event token (``"tok": "<hex>"``), for lines that are not valid JSON
+_TOKEN_FIELD = re.compile(r'\s*"tok"\s*:\s*"[^"]*"\s*,?')
+
+
+def is_lifecycle(line: str) -> bool:
+    """Whether ``line`` is one of the bootstrap's lifecycle lines (``RLARK_EVENT {json}``):
+    RLark's own bookkeeping, which user-facing logs leave out unless asked for."""
+    return line.startswith(EVENT_PREFIX)
+
+
+def is_user_line(line: str) -> bool:
+    """Not a lifecycle line (:func:`is_lifecycle`): what a user's own logs show by default."""
+    return not line.startswith(EVENT_PREFIX)
+
+
+def redact(line: str) -> str:
+    """``line`` as users may read it: a lifecycle line without the Run's event token (the
+    secret that marks genuine lifecycle lines; controller/lifecycle.py); other lines as they
+    are."""
+    if not line.startswith(EVENT_PREFIX) or "tok" not in line:
+        return line
+    try:
+        body = json.loads(line[len(EVENT_PREFIX):])
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        body.pop("tok", None)
+        return EVENT_PREFIX + json.dumps(body)
+    return _TOKEN_FIELD.sub("", line)
+
+
+def user_lines(lines: Iterable[str], lifecycle: bool = False) -> list[str]:
+    """Log lines as ``rlark logs``, the API and the console show them: lifecycle lines left out
+    (``lifecycle=False``, the default) or kept without their token (:func:`redact`)."""
+    if lifecycle:
+        return [redact(line) for line in lines]
+    return [line for line in lines if not line.startswith(EVENT_PREFIX)]
+
+
+def tail_lines(path: str | None, n: int | None,
+               keep: Callable[[str], bool] | None = None,
+               drop: bool = True) -> tuple[list[str], int]:
     """The last ``n`` lines of the file (when ``n`` is None: all, or the lines of its last
     :data:`MAX_WHOLE_BYTES` when it is bigger) and the file size in bytes (the offset to follow
-    from). A missing file has no lines."""
+    from). With ``keep`` (e.g. :func:`is_user_line`) only lines it accepts are counted: ``n``
+    of them, however many other lines lie between; they alone are returned, or with
+    ``drop=False`` every line from the first of them on (a reader that wants the others for
+    context, such as the times lifecycle lines carry). A missing file has no lines."""
     if not path or not os.path.exists(path):
         return [], 0
     with open(path, "rb") as f:
@@ -42,15 +89,32 @@ def tail_lines(path: str | None, n: int | None) -> tuple[list[str], int]:
         else:
             data = b""
             pos = size
-            while pos > 0 and data.count(b"\n") <= n:
-                step = min(CHUNK, pos)
+            step = CHUNK
+            while pos > 0 and _count(data, pos > 0, keep) <= n:
+                step = min(step, pos)
                 pos -= step
                 f.seek(pos)
                 data = f.read(step) + data
+                step = min(step * 2, 16 * CHUNK)  # many skipped lines: read faster
     lines = data.decode("utf-8", errors="replace").splitlines()
+    if keep is not None and not drop:
+        if n is None:
+            return lines, size
+        kept = [i for i, line in enumerate(lines) if keep(line)][-n:] if n > 0 else []
+        return (lines[kept[0]:] if kept else []), size
+    if keep is not None:
+        lines = [line for line in lines if keep(line)]
     if n is not None:
         lines = lines[-n:] if n > 0 else []
     return lines, size
+
+
+def _count(data: bytes, partial_first: bool, keep: Callable[[str], bool] | None) -> int:
+    """How many complete lines of ``data`` ``keep`` accepts (all lines without ``keep``)."""
+    if keep is None:
+        return data.count(b"\n")
+    lines = data.split(b"\n")[1 if partial_first else 0:-1]
+    return sum(1 for line in lines if keep(line.decode("utf-8", errors="replace")))
 
 
 def follow_lines(

@@ -119,6 +119,9 @@ class SessionRow(Base):
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     #: the per-session token every state-changing console form carries
     csrf: Mapped[str] = mapped_column(String(64))
+    #: the API token this session was opened with (revoking it ends the session); None: password
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("tokens.id", ondelete="CASCADE"),
+                                                 nullable=True, index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
 

@@ -7,7 +7,7 @@ replica; Events belong to a Job and optionally to a Run and a Worker. Deleting a
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
@@ -24,6 +24,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
+
+if TYPE_CHECKING:
+    from rlark.store.accounts import ProjectRow
 
 
 def utcnow() -> datetime:
@@ -82,7 +85,7 @@ class JobRow(Base):
         back_populates="job", cascade="all, delete-orphan", passive_deletes=True,
         order_by="RunRow.number",
     )
-    project: Mapped["ProjectRow"] = relationship()  # noqa: F821 - store/accounts.py
+    project: Mapped["ProjectRow"] = relationship()  # defined in store/accounts.py
 
 
 class RunRow(Base):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.concurrency import run_in_threadpool
 
 from rlark.api.security import Access, allow_admin, allow_project, allow_public, allow_user
@@ -39,18 +39,18 @@ class LoginBody(_Body):
     user: Name
     password: Annotated[str, Field(min_length=1, max_length=1024)]
     token_name: Name = Field("cli", alias="tokenName")
-    expires_in_days: Annotated[int | None, Field(ge=1, le=MAX_TOKEN_DAYS, alias="expiresInDays")] = 30
+    expires_in_days: Annotated[StrictInt | None, Field(ge=1, le=MAX_TOKEN_DAYS, alias="expiresInDays")] = 30
 
 
 class TokenBody(_Body):
     name: Name
-    expires_in_days: Annotated[int | None, Field(ge=1, le=MAX_TOKEN_DAYS, alias="expiresInDays")] = None
+    expires_in_days: Annotated[StrictInt | None, Field(ge=1, le=MAX_TOKEN_DAYS, alias="expiresInDays")] = None
     user: Name | None = Field(None, description="site administrators: make it for this user")
 
 
 class UserBody(_Body):
     name: Name
-    admin: bool = False
+    admin: StrictBool = False
     password: Annotated[str | None, Field(max_length=1024)] = None
     project: Name | None = None
     role: ProjectRole | None = None
@@ -59,8 +59,8 @@ class UserBody(_Body):
 
 
 class UserPatch(_Body):
-    disabled: bool | None = None
-    admin: bool | None = None
+    disabled: StrictBool | None = None
+    admin: StrictBool | None = None
     password: Annotated[str | None, Field(max_length=1024)] = None
 
 

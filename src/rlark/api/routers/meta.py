@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
 
 from rlark import __version__
 from rlark.api.deps import job_service
 from rlark.api.routers.jobs import JOB_BODY, read_document
-from rlark.api.security import allow_public, allow_user
+from rlark.api.security import allow_project, allow_public, allow_user
+from rlark.store import ProjectRole
 from rlark.findings import has_errors
 from rlark.services.jobs import JobService
 from rlark.spec import json_schema
@@ -18,20 +21,31 @@ router = APIRouter(tags=["meta"])
 @router.post("/api/v1/validate", openapi_extra=JOB_BODY, summary="Findings for a Job, nothing stored",
              dependencies=[allow_user()])
 async def validate(request: Request, jobs: JobService = Depends(job_service)) -> dict:
+    """The spec's own Findings only (structure and values; no runtime, no RLinf config).
+    ``/api/v1/check`` gives every Finding a submission gets, as ``rlark validate``, ``rlark
+    check`` and the console's review step show them."""
     _, findings = jobs.validate(await read_document(request))
     return {"valid": not has_errors(findings),
             "findings": [f.model_dump(mode="json") for f in findings]}
 
 
 @router.post("/api/v1/check", openapi_extra=JOB_BODY,
-             summary="Every Finding a submission would get, nothing stored", dependencies=[allow_user()])
+             summary="Every Finding a submission would get, nothing stored",
+             # it composes configs from the server's filesystem: for those who may submit
+             dependencies=[allow_project(ProjectRole.member)])
 def check(jobs: JobService = Depends(job_service),
-          document: bytes = Depends(read_document)) -> dict:
+          document: bytes = Depends(read_document),
+          rlinf: Annotated[bool, Query(description=(
+              "also check the RLinf config spec.rlinf names (false: the caller checks another "
+              "config itself, as `rlark check --rlinf-config` does)"))] = True) -> dict:
     """The spec's Findings, this server's runtime's, and those of the RLinf config the Job names
     in ``spec.rlinf`` (composed from this server's filesystem; ``configDir`` is relative to
     ``spec.workingDir``). ``{"valid": bool, "findings": [...]}``; ``valid`` is what submitting
-    would decide."""
-    _, findings = jobs.preflight(document)
+    would decide: the very Findings ``POST /api/v1/jobs`` gets (and ``rlark validate``, ``rlark
+    check`` and the console's review step show). A relative ``workingDir`` or hostPath source
+    is an error here: a document sent without its file has nothing to resolve it against
+    (the CLI resolves them against the Job file's directory before sending)."""
+    _, findings = jobs.preflight(document, rlinf=rlinf)
     return {"valid": not has_errors(findings),
             "findings": [f.model_dump(mode="json") for f in findings]}
 

@@ -1,7 +1,8 @@
 /* RLark console: the little that needs JavaScript (htmx does the rest).
  *  - forms with data-confirm ask before they submit (delete names the Job);
  *  - a YAML file chosen on the Create page fills the YAML text box;
- *  - the Logs tab follows new lines over Server-Sent Events (the REST API's log stream);
+ *  - the Logs tab follows new lines over Server-Sent Events (the REST API's log stream),
+ *    marking error lines as the server does;
  *  - the project switcher goes to the chosen project as soon as one is chosen;
  *  - a newly made API token is selected when its box gets focus, ready to copy.
  */
@@ -40,6 +41,9 @@
     reader.readAsText(input.files[0]);
   });
 
+  // the lines the Logs tab marks as errors (logview.ERROR_LINE on the server)
+  var ERROR_LINE = /Traceback \(most recent call last\)|\b(?:ERROR|FATAL|CRITICAL)\b|^\s*[\w.]*(?:Error|Exception)\b(?::|$)|exited with code [1-9]/;
+
   function setupFollow() {
     var button = document.getElementById("log-follow");
     var pre = document.getElementById("log-lines");
@@ -63,7 +67,8 @@
     function append(worker, line) {
       if (query && line.toLowerCase().indexOf(query) < 0) return;
       var span = document.createElement("span");
-      span.className = "ln" + (line.indexOf("RLARK_EVENT ") === 0 ? " ln-event" : "");
+      span.className = "ln" + (line.indexOf("RLARK_EVENT ") === 0 ? " ln-event"
+        : (ERROR_LINE.test(line) ? " ln-err" : ""));
       span.setAttribute("data-worker", worker);
       if (prefix) {
         var w = document.createElement("span");

@@ -77,13 +77,16 @@ def upgrade() -> None:
         sa.Column('user_id', sa.Integer(), nullable=False),
         sa.Column('digest', sa.String(length=64), nullable=False),
         sa.Column('csrf', sa.String(length=64), nullable=False),
+        sa.Column('token_id', sa.Integer(), nullable=True),
         sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
         sa.Column('expires_at', sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(['user_id'], ['users.id'], ondelete='CASCADE'),
+        sa.ForeignKeyConstraint(['token_id'], ['tokens.id'], ondelete='CASCADE'),
         sa.PrimaryKeyConstraint('id'),
         sa.UniqueConstraint('digest', name='uq_sessions_digest'),
     )
     op.create_index('ix_sessions_user_id', 'sessions', ['user_id'])
+    op.create_index('ix_sessions_token_id', 'sessions', ['token_id'])
     op.create_table(
         'audit',
         sa.Column('id', sa.Integer(), nullable=False),

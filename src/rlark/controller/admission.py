@@ -1,0 +1,161 @@
+"""Admission of Pending Runs by free capacity (local runtime; pure: no I/O, no clock).
+
+Every local Worker runs on this one machine, so starting Runs faster than it can carry them only
+overloads it: ten 1-CPU Jobs on two cores started ten Ray heads at once and three timed out inside
+``ray start``. :func:`admit` takes the Pending Runs in order (oldest first) and says which may
+launch now and which wait, and where each waiting one stands in the queue:
+
+* a Run starts when its Workers' requests (CPU, memory, GPUs, named devices: what ``ray start``
+  is told, see :func:`rlark.runtimes.base.ray_resources`) fit in what the Workers of other Runs
+  leave free, and its Ray nodes fit under the bound on nodes starting at once;
+* a Run that asks more than the whole machine (the quickstart's 3 CPUs on 2 cores; preflight
+  warned at submit) starts when nothing else holds capacity or is starting;
+* strictly in order: a Run that has to wait holds back every Run behind it, so a large Run is not
+  passed over forever by small ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Mapping
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class Amounts:
+    """Resources: ``cpu`` (whole CPUs, as ``ray start --num-cpus``), ``memory`` (bytes), ``gpu``
+    (count) and named ``devices`` (count per name)."""
+
+    cpu: float = 0.0
+    memory: int = 0
+    gpu: int = 0
+    devices: Mapping[str, float] = field(default_factory=dict)
+
+    def __add__(self, other: "Amounts") -> "Amounts":
+        names = set(self.devices) | set(other.devices)
+        return Amounts(self.cpu + other.cpu, self.memory + other.memory, self.gpu + other.gpu,
+                       {n: self.devices.get(n, 0) + other.devices.get(n, 0) for n in sorted(names)})
+
+    def __sub__(self, other: "Amounts") -> "Amounts":
+        return Amounts(self.cpu - other.cpu, self.memory - other.memory, self.gpu - other.gpu,
+                       {n: v - other.devices.get(n, 0) for n, v in self.devices.items()})
+
+    def times(self, n: int) -> "Amounts":
+        return Amounts(self.cpu * n, self.memory * n, self.gpu * n,
+                       {k: v * n for k, v in self.devices.items()})
+
+    def short_of(self, limit: "Amounts") -> list[str]:
+        """What of ``self`` does not fit in ``limit``, as text (``"cpu 3 > 2"``); devices only
+        where ``limit`` names them (a device the machine's capacity does not list is not
+        limited)."""
+        out = []
+        if self.cpu > limit.cpu:
+            out.append(f"cpu {self.cpu:g} > {max(limit.cpu, 0):g}")
+        if self.memory > limit.memory:
+            out.append(f"memory {self.memory / GiB:.1f} GiB > {max(limit.memory, 0) / GiB:.1f} GiB")
+        if self.gpu > limit.gpu:
+            out.append(f"gpu {self.gpu} > {max(limit.gpu, 0)}")
+        for name, want in sorted(self.devices.items()):
+            if name in limit.devices and want > limit.devices[name]:
+                out.append(f"{name} {want:g} > {max(limit.devices[name], 0):g}")
+        return out
+
+
+def describe(a: Amounts) -> str:
+    """``"1 CPU, 1.0 GiB memory"`` (CPUs and memory always; GPUs and devices when not zero)."""
+    parts = [f"{a.cpu:g} CPU{'s' if a.cpu != 1 else ''}", f"{a.memory / GiB:.1f} GiB memory"]
+    if a.gpu:
+        parts.append(f"{a.gpu} GPU{'s' if a.gpu != 1 else ''}")
+    parts += [f"{v:g} {k}" for k, v in sorted(a.devices.items()) if v]
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the machine carries: ``total`` resources and at most ``max_starting_nodes`` Ray
+    nodes starting at once (each ``ray start`` takes a core for seconds)."""
+
+    total: Amounts
+    max_starting_nodes: int
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What Workers of admitted Runs hold now: the sum of their requests, how many of their Ray
+    nodes are still starting, and whether any Worker holds capacity at all."""
+
+    held: Amounts = field(default_factory=Amounts)
+    starting_nodes: int = 0
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A Pending Run: its ``key`` (the caller's id), what all its Workers ask for, and how many
+    Ray nodes (Workers) it starts."""
+
+    key: Hashable
+    demand: Amounts
+    nodes: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``admit``: launch now. Otherwise ``position`` (1 = next) and ``message`` say why it waits.
+    ``oversized``: what of the Run exceeds the whole machine (it is admitted alone)."""
+
+    admit: bool
+    position: int | None = None
+    message: str = ""
+    oversized: tuple[str, ...] = ()
+
+
+REASON = "WaitingForCapacity"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def admit(queue: list[Candidate], usage: Usage, capacity: Capacity) -> dict[Hashable, Decision]:
+    """Decide every Pending Run in ``queue`` (oldest first) at once: which launch now (their
+    requests counted as held for those behind them) and which wait, with their place."""
+    out: dict[Hashable, Decision] = {}
+    held, starting, busy = usage.held, usage.starting_nodes, usage.busy
+    position = 0
+    for c in queue:
+        if position:  # someone ahead waits: so does everyone behind it
+            position += 1
+            out[c.key] = Decision(False, position, f"waiting for capacity: {_ordinal(position)} in "
+                                  "the queue; Runs start in order as the Workers of earlier Runs end")
+            continue
+        oversized = tuple(c.demand.short_of(capacity.total))
+        free = capacity.total - held
+        if oversized:
+            fits = not busy and starting == 0
+            why = (f"it asks for more than this machine has ({'; '.join(oversized)}), so it "
+                   "starts alone, once no other Run's Workers are left")
+        else:
+            short = c.demand.short_of(free)
+            nodes_ok = starting == 0 or starting + c.nodes <= capacity.max_starting_nodes
+            fits = not short and nodes_ok
+            if short:
+                why = (f"needs {describe(c.demand)}; free now: {describe(_floor(free))} of "
+                       f"{describe(capacity.total)}")
+            else:
+                why = (f"{starting} Ray node{'s' if starting != 1 else ''} starting; at most "
+                       f"{capacity.max_starting_nodes} start at once (RLARK_MAX_STARTING_NODES)")
+        if fits:
+            out[c.key] = Decision(True, oversized=oversized)
+            held, starting, busy = held + c.demand, starting + c.nodes, True
+            continue
+        position = 1
+        out[c.key] = Decision(False, position, f"waiting for capacity: 1st in the queue; {why}")
+    return out
+
+
+def _floor(a: Amounts) -> Amounts:
+    return Amounts(max(a.cpu, 0), max(a.memory, 0), max(a.gpu, 0),
+                   {k: max(v, 0) for k, v in a.devices.items()})

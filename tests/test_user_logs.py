@@ -1,0 +1,197 @@
+"""Quieter logs and a record without secrets (issue 10, item 10): RLark's lifecycle lines
+(``RLARK_EVENT {...}``) are hidden from ``rlark logs``, the API's logs and the console's Logs tab
+unless asked for; the Run's event token appears nowhere a user reads (logs, run record); the
+console merges all Workers' lines in time order, naming each Worker, and marks error lines.
+
+Real server (API + console in a thread, real SQLite, no controller) and the real CLI; Worker
+logs are files written where the local runtime writes them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import time
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy import select
+
+from rlark.record import build_record
+from rlark.store import JobRow, RunRow
+from tests.test_api import job_yaml, set_run_state, set_worker_logs
+from tests.test_cli import serve_live
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+TOKEN = "5e1f0c0ffee0ddba11"  # a Run's event token, as the controller makes them
+
+
+def event(ts: float, name: str, **data) -> str:
+    return "RLARK_EVENT " + json.dumps({"ts": ts, "event": name, **data, "tok": TOKEN})
+
+
+HEAD = [event(1700000000.0, "phase", phase="Preparing"),
+        "2023-11-14 22:13:21,000\tINFO head: loading",
+        event(1700000002.0, "facts", hostname="h", ray="2.60.0"),
+        "ERROR head: the batch does not fit",
+        "ValueError: bad batch size",
+        event(1700000004.0, "exit", code=1)]
+POOL = [event(1700000000.5, "phase", phase="Preparing"),
+        "pool: waiting for the head",
+        event(1700000003.0, "phase", phase="Joined"),
+        "pool: joined"]
+
+
+@pytest.fixture
+def server(rlark_home, monkeypatch):
+    # stamps without a zone are this machine's local time: make that UTC, so the expected
+    # times below hold anywhere
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield from serve_live(rlark_home)
+
+
+@pytest.fixture
+def logged(server, tmp_path):
+    """A Job whose head and first pool Worker wrote lifecycle and user lines."""
+    (tmp_path / "job.yaml").write_text(job_yaml("noisy"))
+    assert server.cli("submit", str(tmp_path / "job.yaml")).returncode == 0
+    set_worker_logs(server.store, "noisy", {"noisy-head-0": HEAD, "noisy-pool-0": POOL})
+    return server
+
+
+def http(server):
+    import httpx
+
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"},
+                        timeout=60)
+
+
+def test_cli_logs_hide_lifecycle_lines_unless_asked(logged):
+    out = logged.cli("logs", "noisy", "--worker", "noisy-head-0").stdout.splitlines()
+    assert out == [HEAD[1], HEAD[3], HEAD[4]]
+    # --tail counts the lines shown
+    assert logged.cli("logs", "noisy", "--rank", "0", "--tail", "2").stdout.splitlines() == HEAD[3:5]
+    shown = logged.cli("logs", "noisy", "--rank", "0", "--lifecycle").stdout
+    assert shown.count("RLARK_EVENT ") == 3
+    assert TOKEN not in shown and '"tok"' not in shown
+    assert json.loads(shown.splitlines()[0][len("RLARK_EVENT "):]) == {
+        "ts": 1700000000.0, "event": "phase", "phase": "Preparing"}
+
+
+def test_api_logs_hide_lifecycle_lines_and_never_show_the_token(logged):
+    c = http(logged)
+    quiet = c.get("/api/v1/jobs/noisy/logs").json()
+    lines = {w["name"]: w["lines"] for w in quiet["workers"]}
+    assert lines["noisy-head-0"] == [HEAD[1], HEAD[3], HEAD[4]]
+    assert lines["noisy-pool-0"] == [POOL[1], POOL[3]]
+    loud = c.get("/api/v1/jobs/noisy/logs", params={"lifecycle": "true", "rank": 0}).json()
+    assert len(loud["workers"][0]["lines"]) == len(HEAD)
+    assert TOKEN not in json.dumps(loud)
+    one = c.get("/api/v1/jobs/noisy/logs", params={"tail": 1, "rank": 1}).json()
+    assert one["workers"][0]["lines"] == ["pool: joined"]
+
+
+@pytest.mark.timeout(120)
+def test_followed_logs_hide_lifecycle_lines_too(logged):
+    set_run_state(logged.store, "noisy", "Succeeded", released=True)
+    proc = logged.cli("logs", "noisy", "-f", "--rank", "1", timeout=60)
+    assert proc.returncode == 0 and proc.stdout.splitlines() == [POOL[1], POOL[3]]
+    loud = logged.cli("logs", "noisy", "-f", "--rank", "1", "--lifecycle", timeout=60)
+    assert len(loud.stdout.splitlines()) == len(POOL) and TOKEN not in loud.stdout
+
+
+def test_the_event_token_is_in_no_record(logged):
+    with logged.store.session() as s:
+        run = s.scalar(select(RunRow))
+        for w in run.workers:  # facts as controllers stored them, token and all
+            w.facts = {"hostname": "h", "ray": "2.60.0", "tok": TOKEN}
+    live = logged.cli("record", "noisy", "-o", "json")
+    assert live.returncode == 0 and TOKEN not in live.stdout
+    assert json.loads(live.stdout)["workers"]["items"][0]["facts"] == {"hostname": "h", "ray": "2.60.0"}
+    # a record stored when the Run ended (before the token was left out) is cleaned on reading
+    with logged.store.session() as s:
+        job = s.scalar(select(JobRow))
+        run = s.scalar(select(RunRow))
+        run.record = build_record(job, run, run.workers)
+        run.record["workers"]["items"][0]["facts"]["tok"] = TOKEN
+    for fmt in ("json", "yaml", "text"):
+        assert TOKEN not in logged.cli("record", "noisy", "-o", fmt).stdout, fmt
+    page = http(logged).get("/jobs/noisy?tab=record")
+    assert page.status_code == 200 and TOKEN not in page.text
+    assert TOKEN not in http(logged).get("/jobs/noisy/record.json").text
+
+
+def test_build_record_leaves_the_token_out():
+    worker = SimpleNamespace(name="w", role="head", node_rank=0, is_head=True, host=None, ip=None,
+                             node_ip=None, ray_node_id=None, lifecycle={}, phase="Succeeded",
+                             reason=None, exit_code=0, started_at=None, finished_at=None,
+                             log_path=None, facts={"python": "3.11", "tok": TOKEN})
+    run = SimpleNamespace(spec={}, started_at=None, finished_at=None, number=1, uid="u",
+                          cause="Submitted", runtime="local", phase="Succeeded", reason="",
+                          message="", exit_code=0, created_at=datetime.now(timezone.utc),
+                          running_at=None)
+    rec = build_record(SimpleNamespace(name="j"), run, [worker])
+    assert TOKEN not in json.dumps(rec) and rec["versions"]["python"] == ["3.11"]
+
+
+# --- the console's Logs tab ------------------------------------------------------------------------
+
+
+def lines_of(page: str) -> list[tuple[str, str, str]]:
+    """(classes, worker, text) of each log line on the Logs tab."""
+    found = re.findall(r'<span class="(ln[^"]*)" data-worker="([^"]+)"[^>]*>(.*?)\n</span>', page, re.S)
+    return [(cls, w, re.sub(r"<[^>]+>", "", text).replace("&#x27;", "'")) for cls, w, text in found]
+
+
+def test_console_logs_hide_lifecycle_lines_merge_by_time_and_mark_errors(logged):
+    c = http(logged)
+    page = c.get("/jobs/noisy?tab=logs").text
+    shown = lines_of(page)
+    assert [t for _, _, t in shown] == [f"[noisy-head-0] {x}" for x in (HEAD[1], HEAD[3], HEAD[4])] + [
+        f"[noisy-pool-0] {x}" for x in (POOL[1], POOL[3])]
+    assert TOKEN not in page and "RLARK_EVENT" not in page.split('id="log-lines"')[1]
+    errors = [t for cls, _, t in shown if "ln-err" in cls]
+    assert errors == [f"[noisy-head-0] {HEAD[3]}", f"[noisy-head-0] {HEAD[4]}"]
+    assert 'id="log-errors"' in page
+    # merged by time, each line named by its Worker (the hidden lifecycle lines' times count)
+    merged = [t for _, _, t in lines_of(c.get("/jobs/noisy?tab=logs&order=time").text)]
+    assert merged == [f"[noisy-pool-0] {POOL[1]}", f"[noisy-head-0] {HEAD[1]}",
+                      f"[noisy-head-0] {HEAD[3]}", f"[noisy-head-0] {HEAD[4]}",
+                      f"[noisy-pool-0] {POOL[3]}"]
+    loud = c.get("/jobs/noisy?tab=logs&lifecycle=1").text
+    assert sum(1 for cls, _, _ in lines_of(loud) if "ln-event" in cls) == 5
+    assert TOKEN not in loud
+    assert "lifecycle=true" in re.search(r'data-url="([^"]+)"', loud).group(1)
+    assert "lifecycle" not in re.search(r'data-url="([^"]+)"', page).group(1)
+
+
+@pytest.mark.parametrize("line, error", [
+    ("Traceback (most recent call last):", True), ("ValueError: bad batch size", True),
+    ("  torch.OutOfMemoryError: CUDA out of memory", True), ("2026-01-02 03:04:05 ERROR x", True),
+    ("FATAL: cannot connect", True), ("+ exit 3: the command exited with code 3", True),
+    ("loss=0.25 errors=0", False), ("exited with code 0", False), ("no error here", False),
+    ("INFO ErrorHandler installed", False)])
+def test_error_lines(line, error):
+    from rlark.console.logview import is_error
+
+    assert is_error(line) is error
+
+
+def test_csv_times_are_all_in_one_form_with_a_zone(logged):
+    c = http(logged)
+    for query in ("", "?lifecycle=1", "?order=time"):
+        rows = list(csv.reader(io.StringIO(c.get("/jobs/noisy/logs.csv" + query).text)))
+        assert rows[0] == ["worker", "role", "time", "line"]
+        assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", r[2]) for r in rows[1:]
+                   if r[2]), rows
+        assert TOKEN not in "".join(",".join(r) for r in rows)
+    rows = list(csv.reader(io.StringIO(c.get("/jobs/noisy/logs.csv?lifecycle=1").text)))
+    head = [r for r in rows[1:] if r[0] == "noisy-head-0"]
+    assert head[0][2] == "2023-11-14T22:13:20.000+00:00"  # the lifecycle line's own ts
+    text = c.get("/jobs/noisy/logs.txt").text
+    assert "RLARK_EVENT" not in text and text.splitlines()[0] == f"[noisy-head-0] {HEAD[1]}"
