@@ -327,7 +327,11 @@ def test_quickstart_runs_real_rlinf_placement(server):
 def test_frozen_worker_fails_the_run_with_node_lost(server):
     """A Worker whose processes are all alive but frozen (SIGSTOP) is invisible to the process
     table; Ray's health checks see its node die, and the head fails the Run (fail closed)."""
-    server.submit(job_yaml("frozen", run="sleep 600", grace=3))
+    # Ray's GCS health check, tightened on the head (where the GCS runs) so the test waits
+    # seconds, not Ray's default ~30 s (ray/src/ray/common/ray_config_def.h: health_check_*)
+    fast_health_check = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
+                         "RAY_health_check_failure_threshold": "3"}
+    server.submit(job_yaml("frozen", run="sleep 600", grace=3, head_env=fast_health_check))
     job = server.wait_phase("frozen", {"Running"}, timeout=120)
     pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
     os.killpg(pool["pid"], signal.SIGSTOP)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -272,15 +273,19 @@ READ_COMMANDS = [("get", "jobs"), ("get", "job", "good"), ("describe", "job", "g
 
 def test_every_read_command_takes_the_same_output_formats(server, jobdir):
     server.cli("submit", str(jobdir / "good.yaml"))
-    for command in READ_COMMANDS + [("validate", str(jobdir / "good.yaml")),
-                                    ("check", str(jobdir / "good.yaml"))]:
-        as_json = server.cli(*command, "-o", "json")
-        as_yaml = server.cli(*command, "--output", "yaml")
+    commands = READ_COMMANDS + [("validate", str(jobdir / "good.yaml")),
+                                ("check", str(jobdir / "good.yaml"))]
+    flags = [("-o", "json"), ("--output", "yaml"), ("-o", "text"), ("-o", "xml")]
+    # independent read-only commands: run them side by side (each is a Python start-up)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = dict(zip([(c, f) for c in commands for f in flags],
+                           pool.map(lambda cf: server.cli(*cf[0], *cf[1]),
+                                    [(c, f) for c in commands for f in flags])))
+    for command in commands:
+        as_json, as_yaml, text, bad = (results[command, f] for f in flags)
         assert as_json.returncode == as_yaml.returncode == 0, (command, as_json.stderr)
         assert json.loads(as_json.stdout) == yaml.safe_load(as_yaml.stdout), command
-        text = server.cli(*command, "-o", "text")
         assert text.returncode == 0, (command, text.stderr)
-        bad = server.cli(*command, "-o", "xml")
         assert bad.returncode != 0
         assert error_line(bad) == "error: -o/--output 'xml' is not supported; use text, json or yaml"
 

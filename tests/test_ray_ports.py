@@ -23,16 +23,21 @@ HOST = {"cpu": 2, "memory": 24 * 2**30, "gpu": 0}
 # A run script that starts N cheap actors (num_cpus=0: not bounded by the node's CPUs) and says
 # how many answered within a bound; exit 0 only when all did.
 ACTORS = r"""
-import sys, time
+import os, sys, time
 import ray
 n, timeout = int(sys.argv[1]), float(sys.argv[2])
+stop_file = sys.argv[3] if len(sys.argv) > 3 else None  # the test says when it has seen enough
 ray.init()
 @ray.remote(num_cpus=0)
 class Cheap:
     def ping(self):
         return 1
 actors = [Cheap.remote() for _ in range(n)]
-ready, _ = ray.wait([a.ping.remote() for a in actors], num_returns=n, timeout=timeout)
+pending, ready = [a.ping.remote() for a in actors], []
+deadline = time.monotonic() + timeout
+while pending and time.monotonic() < deadline and not (stop_file and os.path.exists(stop_file)):
+    done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+    ready += done
 print(f"ACTORS_STARTED {len(ready)} of {n}", flush=True)
 sys.exit(0 if len(ready) == n else 1)
 """
@@ -161,8 +166,10 @@ def test_exhausted_worker_ports_are_a_warning_event(server, tmp_path):
     Event naming the Worker, while the Run goes on."""
     script = tmp_path / "actors.py"
     script.write_text(ACTORS)
+    seen = tmp_path / "warning-seen"
     server.submit(one_worker_job("few-ports", {"cpu": 1, "memory": "1Gi"},
-                                 f"python {script} 6 60 || echo not all started", ray={"workerPorts": 4}))
+                                 f"python {script} 6 120 {seen} || echo not all started",
+                                 ray={"workerPorts": 4}))
     deadline = time.monotonic() + 180
     while True:
         events = server.http.get("/api/v1/jobs/few-ports/events").json()
@@ -173,6 +180,7 @@ def test_exhausted_worker_ports_are_a_warning_event(server, tmp_path):
         assert job["phase"] not in ("Failed", "Stopped"), (job["reason"], job["message"])
         assert time.monotonic() < deadline, f"no RayWorkerPortsExhausted event: {events}"
         time.sleep(0.5)
+    seen.touch()  # the actors still waiting will never start: the run script may end now
     (event,) = warned
     assert event["type"] == "Warning" and event["worker"] == "few-ports-head-0"
     assert "no worker port left" in event["message"] and "4 worker ports" in event["message"]

@@ -95,6 +95,7 @@ def test_migration_creates_all_tables_at_head_revision(store):
                    for fk in insp.get_foreign_keys(t)}
     assert account_fks == {("memberships", "users", "CASCADE"), ("memberships", "projects", "CASCADE"),
                            ("tokens", "users", "CASCADE"), ("sessions", "users", "CASCADE"),
+                           ("sessions", "tokens", "CASCADE"),
                            ("jobs", "projects", "")}
     uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("jobs")}
     assert ("project_id", "name") in uniques and ("name",) not in uniques
