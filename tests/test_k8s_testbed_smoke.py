@@ -180,15 +180,16 @@ def test_more_gpus_than_any_node_fails_scheduling(api):
         delete_pod(api, pod_name)
 
 
-def test_owner_deletion_garbage_collects_dependents(api):
+def test_owner_deletion_garbage_collects_dependents(api, k8s_testbed):
+    admin = k8s_testbed.admin()  # RLark's ServiceAccount never deletes one ConfigMap (rbac.yaml)
     owner_name, pod_name = name("smoke-owner"), name("smoke-dependent")
-    owner = api.create_namespaced_config_map(NS, client.V1ConfigMap(
+    owner = admin.create_namespaced_config_map(NS, client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name=owner_name), data={"k": "v"}))
     ref = client.V1OwnerReference(api_version="v1", kind="ConfigMap", name=owner_name, uid=owner.metadata.uid)
     api.create_namespaced_pod(NS, pod_body(pod_name, node_selector={"kubernetes.io/hostname": GPU_NODES[0]}, owner=ref))
     try:
         wait_until(f"Pod {pod_name} Running", lambda: api.read_namespaced_pod(pod_name, NS).status.phase == "Running")
-        api.delete_namespaced_config_map(owner_name, NS)  # background propagation: the GC deletes the Pod
+        admin.delete_namespaced_config_map(owner_name, NS)  # background propagation: the GC deletes the Pod
         wait_until(f"the garbage collector to delete Pod {pod_name} after its owner went",
                    lambda: gone(lambda: api.read_namespaced_pod(pod_name, NS)))
     finally:
@@ -291,6 +292,7 @@ def _read_log(api: client.CoreV1Api, pod_name: str) -> str | None:
 
 
 def test_api_server_restart_keeps_the_data(api, k8s_testbed):
+    admin = k8s_testbed.admin()  # RLark's ServiceAccount never deletes one ConfigMap (rbac.yaml)
     cm_name = name("smoke-restart")
     api.create_namespaced_config_map(NS, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=cm_name),
                                                              data={"k": "v"}))
@@ -310,4 +312,4 @@ def test_api_server_restart_keeps_the_data(api, k8s_testbed):
         finally:
             delete_pod(api, pod_name)
     finally:
-        api.delete_namespaced_config_map(cm_name, NS)
+        admin.delete_namespaced_config_map(cm_name, NS)
