@@ -4,6 +4,8 @@
 * ``postgres_url``: a real PostgreSQL server for the session (see tests/pg.py); tests that use it
   are skipped only when no PostgreSQL binaries exist on the machine. ``.ci/run`` installs them.
 * ``db_url``: parametrised over SQLite and PostgreSQL, each test gets an empty database.
+* ``k8s_testbed`` (session), ``k8s_namespace``: a real Kubernetes control plane and a fresh
+  namespace in it (tests/k8s_testbed.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.server import ray_tmp_dir, remove_ray_tmp_dirs
+
+#: the Kubernetes test bed's fixtures (``k8s_testbed``, ``k8s_namespace``) for every module
+pytest_plugins = ["tests.k8s_testbed"]
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"

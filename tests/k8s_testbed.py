@@ -6,9 +6,8 @@ through lifecycle stages, no kubelet), built from Go modules and started as loca
 (the first build takes a while; later builds are a no-op); this module starts one test bed per
 pytest session and stops it at the end, whatever happens.
 
-Use it from a test module::
-
-    from tests.k8s_testbed import k8s_testbed  # noqa: F401  (the session fixture)
+Use it from a test module (tests/conftest.py registers this module's fixtures, ``k8s_testbed``
+and ``k8s_namespace``, for every test)::
 
     def test_something(k8s_testbed):
         api = k8s_testbed.core_v1()          # RLark's own ServiceAccount (deploy/kubernetes/ RBAC)
@@ -28,7 +27,15 @@ reason under CI (``CI=true``, or ``RLARK_TESTBED_REQUIRED=1``) and skips with th
 Settings: ``RLARK_TESTBED_BUILD_TIMEOUT`` (seconds for a build, default 5400: a cold build on two
 cores takes tens of minutes), ``RLARK_TESTBED_UP_TIMEOUT`` (default 300), ``RLARK_TESTBED_KEEP=1``
 (leave the test bed running after the session and print its export lines; stop it with
-``scripts/k8s-testbed down --dir DIR``), ``RLARK_TESTBED_CACHE`` (the script's binary cache).
+``scripts/k8s-testbed down --dir DIR``), ``RLARK_TESTBED_ATTACH=DIR`` (use the test bed running in
+DIR, started with the default fixture's arguments, e.g. one kept by ``RLARK_TESTBED_KEEP=1``,
+instead of starting one: saves its start-up when running a few tests again and again),
+``RLARK_TESTBED_CACHE`` (the script's binary cache).
+
+Tests isolate themselves in a fresh namespace each (:meth:`K8sTestbed.project_namespace`: set up
+as deploy/kubernetes/project-namespace.example.yaml says), drive Pods through kwok Stages
+(tests/data/kwok-stages.yaml: :meth:`K8sTestbed.terminate`, images that cannot be pulled) and
+write Pod logs through kwok ``Logs`` objects (:meth:`K8sTestbed.pod_log`, :class:`PodLog`).
 """
 
 from __future__ import annotations
@@ -60,6 +67,11 @@ DEVICE_RESOURCE, GPU_NODE_DEVICES = "example.com/fpga", "2"
 RESERVED_NODE = "kwok-reserved-0"
 RESERVED_LABEL = ("rlark.io/pool", "reserved")
 RESERVED_TAINT = ("rlark.io/reserved", "true", "NoSchedule")
+#: kwok Stages RLark's tests add (a Pod that exits with a code, OOMKilled, an image that cannot be
+#: pulled, a deleted Pod's container ending first): see the file's comments
+STAGES_FILE = REPO / "tests" / "data" / "kwok-stages.yaml"
+EXIT_ANNOTATION, REASON_ANNOTATION = "rlark.test/exit-code", "rlark.test/reason"
+MISSING_IMAGE, PRIVATE_IMAGE = "registry.invalid/rlark/missing:1", "registry.invalid/rlark/private:1"
 DEFAULT_UP_ARGS: tuple[str, ...] = (
     "--nodes", str(len(GPU_NODES)),
     "--node-cpu", GPU_NODE_CPU, "--node-memory", GPU_NODE_MEMORY, "--node-gpus", GPU_NODE_GPUS,
@@ -67,7 +79,13 @@ DEFAULT_UP_ARGS: tuple[str, ...] = (
     "--node", f"{RESERVED_NODE}:cpu=8,memory=32Gi,nvidia.com/gpu=1,"
               f"label.{RESERVED_LABEL[0]}={RESERVED_LABEL[1]},"
               f"taint={RESERVED_TAINT[0]}={RESERVED_TAINT[1]}:{RESERVED_TAINT[2]}",
+    "--apply", str(STAGES_FILE),
 )
+#: RLark's ServiceAccount (deploy/kubernetes/serviceaccount.yaml) and the project namespace
+#: template (deploy/kubernetes/project-namespace.example.yaml, for namespace PROJECT_TEMPLATE_NS)
+RLARK_SA = "system:serviceaccount:rlark:rlark"
+PROJECT_TEMPLATE = REPO / "deploy" / "kubernetes" / "project-namespace.example.yaml"
+PROJECT_TEMPLATE_NS = "rlark-team-a"
 
 PORT_RANGE = (16000, 19990)  # below 32768; PostgreSQL's tests use 15432-15999, RLark's API 8470
 PORTS_PER_TESTBED = 6
@@ -158,6 +176,9 @@ class K8sTestbed:
     up_output: str = ""
     up_seconds: float = 0.0
     _stopped: bool = field(default=False, repr=False)
+    #: attached to a test bed someone else started (RLARK_TESTBED_ATTACH): never stopped here
+    attached: bool = False
+    _cached: dict | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -198,9 +219,20 @@ class K8sTestbed:
                 break
         raise TestbedUnavailable(last_error)
 
+    @classmethod
+    def attach(cls, directory: str) -> "K8sTestbed":
+        """The test bed already running in ``directory`` (started with the default fixture's
+        ``up`` arguments, DEFAULT_UP_ARGS). Raises TestbedUnavailable."""
+        proc = _script("env", "--dir", directory, timeout=30)
+        env = _parse_exports(proc.stdout)
+        if proc.returncode != 0 or "KUBECONFIG" not in env:
+            raise TestbedUnavailable(f"RLARK_TESTBED_ATTACH={directory}: no test bed there:\n{_tail(proc.stderr)}")
+        return cls(dir=Path(env["RLARK_TESTBED_DIR"]), kubeconfig=Path(env["KUBECONFIG"]),
+                   rlark_kubeconfig=Path(env["RLARK_TESTBED_KUBECONFIG"]), attached=True)
+
     def down(self) -> None:
         with self._lock:
-            if self._stopped:
+            if self._stopped or self.attached:
                 return
             self._stopped = True
         proc = _script("down", "--dir", str(self.dir), "--purge", timeout=180)
@@ -265,6 +297,156 @@ class K8sTestbed:
         return {"KUBECONFIG": str(self.kubeconfig), "RLARK_TESTBED_KUBECONFIG": str(self.rlark_kubeconfig),
                 "RLARK_TESTBED_DIR": str(self.dir)}
 
+    # -- namespaces, RBAC, kwok objects ---------------------------------------------------------
+    def _clients(self):
+        """Cached API clients (admin, RLark's ServiceAccount): one connection pool each."""
+        if getattr(self, "_cached", None) is None:
+            self._cached = {True: self.api_client(admin=True), False: self.api_client(admin=False)}
+        return self._cached
+
+    def custom(self):
+        """``CustomObjectsApi`` as the admin (kwok's Stage, Logs objects)."""
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self._clients()[True])
+
+    def rbac(self):
+        """``RbacAuthorizationV1Api`` as the admin."""
+        from kubernetes import client
+
+        return client.RbacAuthorizationV1Api(self._clients()[True])
+
+    def admin(self):
+        """``CoreV1Api`` as the admin (shared connection pool)."""
+        from kubernetes import client
+
+        return client.CoreV1Api(self._clients()[True])
+
+    def can_i(self, verb: str, resource: str, namespace: str | None = None, subresource: str = "") -> bool:
+        """Whether RLark's ServiceAccount may ``verb resource`` (a SelfSubjectAccessReview: the
+        API server's own authorizer answers, as for any request)."""
+        from kubernetes import client
+
+        review = client.AuthorizationV1Api(self._clients()[False]).create_self_subject_access_review({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": verb, "resource": resource, "namespace": namespace,
+                                            "subresource": subresource}}})
+        return bool(review.status.allowed)
+
+    def wait_rbac(self, verb: str, resource: str, namespace: str | None, allowed: bool,
+                  subresource: str = "", timeout: float = 30) -> None:
+        """Poll until RLark's ServiceAccount may (``allowed``) or may not ``verb resource``: RBAC
+        changes reach the authorizer through its informers, a moment after they are stored."""
+        deadline = time.monotonic() + timeout
+        while self.can_i(verb, resource, namespace, subresource) != allowed:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"RBAC: {verb} {resource}{'/' + subresource if subresource else ''} "
+                                   f"in {namespace} still {'denied' if allowed else 'allowed'} after {timeout} s")
+            time.sleep(0.1)
+
+    def project_namespace(self, name: str | None = None) -> str:
+        """Create a namespace set up exactly as deploy/kubernetes/project-namespace.example.yaml
+        says (the Namespace, RLark's Role and RoleBinding there), as the admin; returns its name
+        once RLark's ServiceAccount may watch Pods in it. A fresh namespace per test keeps tests
+        apart on the shared test bed."""
+        import uuid
+
+        import yaml
+        from kubernetes import client
+
+        name = name or f"rlt-{uuid.uuid4().hex[:8]}"
+        docs = list(yaml.safe_load_all(PROJECT_TEMPLATE.read_text().replace(PROJECT_TEMPLATE_NS, name)))
+        core, rbac = self.admin(), client.RbacAuthorizationV1Api(self._clients()[True])
+        for doc in docs:
+            kind = doc["kind"]
+            if kind == "Namespace":
+                core.create_namespace(doc)
+            elif kind == "Role":
+                rbac.create_namespaced_role(name, doc)
+            elif kind == "RoleBinding":
+                rbac.create_namespaced_role_binding(name, doc)
+            else:
+                raise ValueError(f"{PROJECT_TEMPLATE} has a {kind}: teach project_namespace() about it")
+        self.wait_rbac("watch", "pods", name, allowed=True)
+        # Pods name the namespace's "default" ServiceAccount, which the controller-manager makes
+
+        def default_account() -> bool:
+            from kubernetes.client.rest import ApiException
+
+            try:
+                return bool(core.read_namespaced_service_account("default", name))
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                return False
+        deadline = time.monotonic() + 30
+        while not default_account():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no ServiceAccount default in namespace {name} after 30 s")
+            time.sleep(0.05)
+        return name
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete a namespace and everything in it (the namespace controller finishes it later)."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.admin().delete_namespace(name, propagation_policy="Background", grace_period_seconds=0)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def pod_log(self, namespace: str, pod: str, directory: Path) -> "PodLog":
+        """A file kwok serves as the log of ``pod``'s containers (a kwok ``Logs`` object, made
+        by the admin): what is written to it is what ``pods/log`` returns, also followed."""
+        path = Path(directory) / namespace / f"{pod}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        self.custom().create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", namespace, "logs", {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs", "metadata": {"name": pod},
+            "spec": {"logs": [{"logsFile": str(path), "follow": True}]},
+        })
+        return PodLog(path)
+
+    def terminate(self, namespace: str, pod: str, exit_code: int, reason: str | None = None) -> None:
+        """Make a Running Pod's container end with ``exit_code`` (and ``reason``, e.g.
+        ``OOMKilled``): kwok's ``rlark-test-exit`` Stage (tests/data/kwok-stages.yaml)."""
+        annotations = {EXIT_ANNOTATION: str(exit_code)}
+        if reason:
+            annotations[REASON_ANNOTATION] = reason
+        self.admin().patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": annotations}})
+
+
+class PodLog:
+    """A container log as a kubelet writes it (CRI format: ``<RFC 3339 time> stdout F <line>``),
+    served by kwok through the API server's ``pods/log``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+
+    def write(self, *lines: str, stream: str = "stdout", at: float | None = None) -> None:
+        """Append ``lines``, stamped now (or at ``at``, Unix seconds)."""
+        from datetime import datetime, timezone
+
+        with self._lock, open(self.path, "a") as f:
+            for line in lines:
+                when = datetime.now(timezone.utc) if at is None else datetime.fromtimestamp(at, timezone.utc)
+                stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+                f.write(f"{stamp} {stream} F {line}\n")
+
+    def event(self, token: str | None, event: str, **data) -> None:
+        """One lifecycle line as the bootstrap prints it (``bootstrap/worker.py``: ``emit``),
+        signed with the Run's event token."""
+        import json
+
+        from rlark.bootstrap.worker import EVENT_PREFIX
+
+        body = {"ts": round(time.time(), 3), "event": event, **data}
+        if token:
+            body["tok"] = token
+        self.write(EVENT_PREFIX + json.dumps(body))
+
 
 def _parse_exports(stdout: str) -> dict[str, str]:
     env = {}
@@ -299,7 +481,11 @@ def _acquire(up_args: tuple[str, ...], base_dir: Path) -> K8sTestbed:
             tb, refs = _shared[up_args]
         else:
             try:
-                tb = K8sTestbed.start(*up_args, base_dir=base_dir)
+                attach = os.environ.get("RLARK_TESTBED_ATTACH")
+                if attach and up_args == DEFAULT_UP_ARGS:
+                    tb = K8sTestbed.attach(attach)
+                else:
+                    tb = K8sTestbed.start(*up_args, base_dir=base_dir)
             except TestbedUnavailable as e:
                 tb = e
             refs = 0
@@ -344,3 +530,176 @@ def make_k8s_testbed_fixture(*up_args: str):
 
 #: The default test bed: see DEFAULT_UP_ARGS for its Nodes.
 k8s_testbed = make_k8s_testbed_fixture(*DEFAULT_UP_ARGS)
+
+
+# -- RLark on the test bed ----------------------------------------------------------------------
+
+def wait_for(what: str, predicate, timeout: float = 30.0, interval: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy and return that; fail naming
+    ``what`` (and the last value seen) at the deadline."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        last = predicate()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})", pytrace=False)
+        time.sleep(interval)
+
+
+class KwokWorkers:
+    """The Workers of a Job played on kwok Nodes: no container runs, so the test writes into
+    each Worker's Pod log (a kwok ``Logs`` file, :meth:`K8sTestbed.pod_log`) the lifecycle lines
+    its bootstrap would print (``bootstrap/worker.py``), signed with the Run's event token read
+    from the Pod's environment (``RLARK_EVENT_TOKEN``), and ends the containers with kwok Stages.
+    Create it before the Run starts: the log files exist before the Pods do."""
+
+    def __init__(self, tb: K8sTestbed, namespace: str, job, directory: Path):
+        from rlark.ranks import plan_workers
+
+        self.tb, self.namespace = tb, namespace
+        self.workers = plan_workers(job)
+        self.head = next(w for w in self.workers if w.is_head)
+        self.logs = {w.name: tb.pod_log(namespace, w.name, directory) for w in self.workers}
+
+    def pod(self, name: str | None = None):
+        """A Worker's Pod as the admin reads it (the head's by default)."""
+        return self.tb.admin().read_namespaced_pod(name or self.head.name, self.namespace)
+
+    def token(self) -> str:
+        """The current Run's event token, from the head Pod's environment."""
+        env = {e.name: e.value for e in self.pod().spec.containers[0].env or []}
+        return env["RLARK_EVENT_TOKEN"]
+
+    def wait_running(self, timeout: float = 30.0) -> None:
+        """Until every Worker's Pod runs on a kwok Node (kwok's pod-ready Stage)."""
+        def running():
+            pods = self.tb.admin().list_namespaced_pod(self.namespace).items
+            phases = {p.metadata.name: p.status.phase for p in pods if p.metadata.deletion_timestamp is None}
+            return all(phases.get(w.name) == "Running" for w in self.workers) and phases
+        wait_for(f"the Pods of {[w.name for w in self.workers]} to run", running, timeout)
+
+    def join(self) -> str:
+        """Every Worker's Ray node started, and the head saw all ranks join; returns the token."""
+        tok = self.token()
+        for w in self.workers:
+            self.logs[w.name].event(tok, "facts", hostname=w.name, ip=f"10.0.0.{w.node_rank + 1}")
+            self.logs[w.name].event(tok, "phase", phase="RayStarted", ray_node_id=f"node-{w.node_rank}")
+        self.logs[self.head.name].event(tok, "nodes", joined=[
+            {"node_rank": w.node_rank, "ray_node_id": f"node-{w.node_rank}", "ip": f"10.0.0.{w.node_rank + 1}",
+             "hostname": w.name, "role": w.role} for w in self.workers], missing=[])
+        return tok
+
+    def start_run_script(self) -> None:
+        """The head started the run script (the Run becomes Running)."""
+        self.logs[self.head.name].event(self.token(), "running", pid=4242)
+
+    def finish_run_script(self, code: int = 0) -> None:
+        """The head's run script exited with ``code``; the head's container ends with it."""
+        tok = self.token()
+        log = self.logs[self.head.name]
+        log.event(tok, "run_finished", exit_code=code)
+        log.event(tok, "exit", code=code)
+        self.tb.terminate(self.namespace, self.head.name, code)
+
+
+class RlarkOnK8s:
+    """RLark's own parts against the test bed, as ``rlark server --runtime kubernetes`` wires
+    them (server.build_app): a Store, the Controller's thread, a :class:`KubernetesRuntime` in
+    ``namespace`` as RLark's ServiceAccount, and the JobService (with the capacity preflight
+    reading the real Nodes unless ``preflight=False``).
+
+    ``policy``: the runtime's graces, short by default so named failures come within seconds.
+    ``kube``: the API layer (default: a KubeClient as RLark's ServiceAccount in ``namespace``).
+    """
+
+    def __init__(self, tb: K8sTestbed, namespace: str, home: Path, *, policy=None,
+                 preflight: bool = True, kube=None):
+        from rlark.controller.loop import Controller
+        from rlark.runtimes.kubernetes.client import KubeClient
+        from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
+        from rlark.runtimes.kubernetes.status import StatusPolicy
+        from rlark.services.jobs import JobService
+        from rlark.store import Store
+
+        self.tb, self.namespace, self.home = tb, namespace, home
+        self.policy = policy or StatusPolicy(image_pull_grace_seconds=1.0, mount_grace_seconds=1.0,
+                                             pending_timeout_seconds=2.0)
+        self.kube = kube or KubeClient(tb.core_v1(), namespace)
+        self.rt = KubernetesRuntime(kube=self.kube, policy=self.policy)  # KubeError: RBAC refuses
+        self.store = Store(f"sqlite:///{home / 'rlark.db'}")
+        self.ctl = Controller(self.store, self.rt)
+        self.jobs = JobService(self.store, self.ctl.wake, runtime="kubernetes", namespace=namespace,
+                               inventory=self.rt.inventory if preflight else None,
+                               pending_timeout=self.policy.pending_timeout_seconds)
+        self.ctl.start()
+
+    def close(self) -> None:
+        """The server's shutdown: Runs still active are stopped, their Pods deleted."""
+        try:
+            self.ctl.shutdown(grace=10)
+        finally:
+            self.rt.shutdown()
+            self.store.dispose()
+
+    def submit(self, yaml_text: str) -> dict:
+        self.ctl.wake()
+        return self.jobs.create(yaml_text)
+
+    def job(self, name: str) -> dict:
+        return self.jobs.get(name)
+
+    def wait_phase(self, name: str, *phases: str, timeout: float = 30.0) -> dict:
+        """The Job once its phase is one of ``phases`` (fails naming the last state seen)."""
+        return wait_for(f"Job {name} to be {' or '.join(phases)}",
+                        lambda: (j := self.job(name))["phase"] in phases and j, timeout)
+
+    def wait_ended(self, name: str, timeout: float = 30.0) -> dict:
+        """The Job once its Run is over and every Worker is released (its record is written)."""
+        def ended():
+            job = self.job(name)
+            run = job.get("currentRun") or {}
+            return (job["phase"] in ("Succeeded", "Failed", "Stopped")
+                    and all(w.get("finishedAt") for w in run.get("workers", []) if w.get("startedAt"))
+                    and self.run_row(name).record is not None and job)
+        return wait_for(f"the Run of Job {name} to end and release its Workers", ended, timeout)
+
+    def run_row(self, name: str, number: int | None = None):
+        """The Job's latest Run (or Run ``number``) as stored (a detached RunRow)."""
+        from sqlalchemy import select
+
+        from rlark.store import JobRow, RunRow
+
+        with self.store.session() as s:
+            stmt = select(RunRow).join(JobRow, RunRow.job_id == JobRow.id).where(JobRow.name == name)
+            stmt = stmt.where(RunRow.number == number) if number else stmt.order_by(RunRow.number.desc())
+            row = s.scalars(stmt).first()
+            s.expunge_all()
+            return row
+
+    def events(self, name: str) -> list[dict]:
+        return self.jobs.events(name)
+
+    def objects(self, selector: str = "") -> dict[str, list]:
+        """Pods, Services, ConfigMaps and PVCs of the namespace (as the admin), by kind."""
+        core = self.tb.admin()
+        ns = self.namespace
+        return {
+            "Pod": core.list_namespaced_pod(ns, label_selector=selector).items,
+            "Service": core.list_namespaced_service(ns, label_selector=selector).items,
+            "ConfigMap": [c for c in core.list_namespaced_config_map(ns, label_selector=selector).items
+                          if c.metadata.name != "kube-root-ca.crt"],
+            "PersistentVolumeClaim": core.list_namespaced_persistent_volume_claim(ns, label_selector=selector).items,
+        }
+
+
+@pytest.fixture
+def k8s_namespace(k8s_testbed):  # noqa: F811 - the session fixture above
+    """A fresh namespace set up like deploy/kubernetes/project-namespace.example.yaml, deleted
+    (with everything in it) after the test."""
+    name = k8s_testbed.project_namespace()
+    try:
+        yield name
+    finally:
+        k8s_testbed.delete_namespace(name)

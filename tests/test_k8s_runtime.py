@@ -1,214 +1,392 @@
-"""KubernetesRuntime above the API layer: what it creates, in which order, with which owner; how
-it takes over names an earlier Run left; what stop, kill and end_run delete.
+"""``KubernetesRuntime`` and the controller against a real control plane (the test bed:
+kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok Nodes), as RLark's own
+ServiceAccount in a fresh namespace per test set up like
+deploy/kubernetes/project-namespace.example.yaml.
 
-The controller and runtime are the real ones; the API layer is :class:`tests.k8s_fake.FakeKube`
-(no API server can run here). Pod states come from saved real Pod objects (tests/data/k8s).
+What RLark creates and in which order, its ownerReferences and the garbage collector; the
+scheduler's verdicts (GPUs, nodeSelector, tolerations, a missing PVC) and the capacity preflight
+on the real Nodes; Pod states kwok's Stages produce (tests/data/kwok-stages.yaml) as Worker and
+Run reasons; logs through the API server; names an earlier Run still holds, and names another
+Job's objects hold; the watches across an etcd compaction and API server restarts.
+
+No container runs (kwok): the tests write each Worker's lifecycle lines into the log kwok
+serves for its Pod (:class:`tests.k8s_testbed.KwokWorkers`).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
-import time
 
 import pytest
-from sqlalchemy import select
 
-from rlark.controller.loop import Controller
-from rlark.runtimes.kubernetes import render
-from rlark.runtimes.kubernetes.client import KubeError
-from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
-from rlark.services.jobs import JobService
-from rlark.store import RunRow, Store
-from tests.k8s_fake import FakeKube
-from tests.test_k8s_status import load
+from tests.k8s_testbed import (
+    GPU_NODES,
+    MISSING_IMAGE,
+    PRIVATE_IMAGE,
+    RESERVED_LABEL,
+    RESERVED_NODE,
+    RESERVED_TAINT,
+    KwokWorkers,
+    RlarkOnK8s,
+    setup_timeout,
+    wait_for,
+)
 
-JOB = """
-apiVersion: rlark.io/v1
-kind: Job
-metadata: {name: ppo}
-spec:
-  headRole: head
-  terminationGracePeriodSeconds: 5
-  runScript: python train.py
-  roles:
-    - {name: head, workers: 1, image: "docker.io/rlinf/rlinf:0.3.0", resources: {gpu: 1}}
-    - name: pool
-      workers: 2
-      image: docker.io/rlinf/rlinf:0.3.0
-      mounts:
+pytest.importorskip("kubernetes")
+
+from rlark.ranks import plan_workers  # noqa: E402
+from rlark.runtimes.base import LaunchSpec, WorkerPlace  # noqa: E402
+from rlark.runtimes.kubernetes import render  # noqa: E402
+from rlark.runtimes.kubernetes.client import KubeClient  # noqa: E402
+from rlark.runtimes.kubernetes.runtime import KubernetesRuntime  # noqa: E402
+from rlark.runtimes.kubernetes.status import StatusPolicy  # noqa: E402
+from rlark.services.errors import Invalid  # noqa: E402
+from rlark.spec import load_job  # noqa: E402
+
+pytestmark = pytest.mark.timeout(setup_timeout())
+
+IMAGE = "docker.io/rlinf/rlinf:0.3.0"
+
+
+def job_yaml(name: str = "ppo", *, pool: int = 2, head_gpus: int = 1, pool_extra: str = "",
+             pool_image: str = IMAGE, head_role: str = "head") -> str:
+    """A Job of a head (``head_gpus`` GPUs) and ``pool`` pool Workers (``pool_extra``: more
+    YAML of the pool role, e.g. mounts, nodeSelector)."""
+    roles = f"    - {{name: {head_role}, workers: 1, image: {IMAGE!r}, resources: {{gpu: {head_gpus}}}}}\n"
+    if pool:
+        roles += f"    - name: pool\n      workers: {pool}\n      image: {pool_image!r}\n{pool_extra}"
+    return (f"apiVersion: rlark.io/v1\nkind: Job\nmetadata: {{name: {name}}}\nspec:\n"
+            f"  headRole: {head_role}\n  terminationGracePeriodSeconds: 5\n"
+            f"  runScript: python train.py\n  failurePolicy: {{joinTimeoutSeconds: 120}}\n"
+            f"  roles:\n{roles}")
+
+
+PVC_MOUNT = """      mounts:
         - {name: models, type: objectStorage, source: "s3://models/llama", mountPath: /models,
            readOnly: true, kubernetes: {storageClass: csi-s3, size: 100Gi}}
 """
 
 
+class Recording(KubeClient):
+    """The real API layer that also keeps the order of its creates (what RLark sent, in order)."""
+
+    def __init__(self, api, namespace: str):
+        super().__init__(api, namespace)
+        self.created: list[tuple[str, str]] = []
+
+    def create(self, obj: dict) -> dict:
+        self.created.append((obj["kind"], obj["metadata"]["name"]))
+        return super().create(obj)
+
+
 @pytest.fixture
-def k8s(rlark_home, caplog):
+def rlark(k8s_testbed, k8s_namespace, rlark_home, caplog):
+    """RLark's server parts on the test bed (preflight on), stopped after the test."""
     caplog.set_level(logging.ERROR, logger="rlark.kubernetes")
-    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
-    kube = FakeKube("rl")
-    rt = KubernetesRuntime(kube=kube, start=False)  # type: ignore[arg-type]
-    ctl = Controller(store, rt)
-    ctl.reconcile_once()
-    yield store, kube, rt, ctl, JobService(store, runtime="kubernetes")
-    rt.shutdown()
-    store.dispose()
+    made: list[RlarkOnK8s] = []
+
+    def make(**kw) -> RlarkOnK8s:
+        home = rlark_home / f"server-{len(made)}"  # a store of its own: one controller per store
+        home.mkdir()
+        r = RlarkOnK8s(k8s_testbed, k8s_namespace, home, **kw)
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.close()
 
 
-def run_uid(store: Store, number: int = 1) -> str:
-    with store.session() as s:
-        return s.scalar(select(RunRow.uid).where(RunRow.number == number))
+def pod_named(tb, namespace: str, name: str):
+    """The Pod as the admin reads it, or None while it does not exist."""
+    return next((p for p in tb.admin().list_namespaced_pod(namespace).items if p.metadata.name == name), None)
 
 
-def creates(kube: FakeKube) -> list[tuple[str, str]]:
-    return [(kind, name) for verb, kind, name in kube.calls if verb == "create"]
+def owner_uid(obj) -> str | None:
+    refs = obj.metadata.owner_references or []
+    return refs[0].uid if refs else None
 
 
-def owner_uid(obj: dict) -> str | None:
-    refs = obj["metadata"].get("ownerReferences") or []
-    return refs[0]["uid"] if refs else None
+# --- objects, order, owners, garbage collection ------------------------------------------------------
 
 
-def test_a_run_creates_its_configmap_first_then_owned_objects_then_pods_by_rank(k8s):
-    store, kube, rt, ctl, svc = k8s
-    svc.create(JOB)
-    ctl.reconcile_once()
-    uid = run_uid(store)
+def test_a_run_creates_its_configmap_then_owned_objects_then_pods_and_the_garbage_collector_removes_them(
+        rlark, k8s_testbed, k8s_namespace):
+    kube = Recording(k8s_testbed.core_v1(), k8s_namespace)
+    # a long pending timeout: the PVC of a StorageClass nobody provisions keeps the pool unscheduled
+    r = rlark(kube=kube, policy=StatusPolicy(pending_timeout_seconds=600))
+    r.submit(job_yaml(pool_extra=PVC_MOUNT))
+    r.wait_phase("ppo", "Starting")
+    uid = r.run_row("ppo").uid
     cm = f"ppo-run-{uid}"
-    assert creates(kube) == [("ConfigMap", cm), ("Service", "ppo-head"),
-                             ("PersistentVolumeClaim", f"ppo-pool-models-{uid}"),
-                             ("Pod", "ppo-head-0"), ("Pod", "ppo-pool-0"), ("Pod", "ppo-pool-1")]
-    owner = kube.obj("ConfigMap", cm)["metadata"]["uid"]
-    assert owner_uid(kube.obj("ConfigMap", cm)) is None
-    for kind, name in creates(kube)[1:]:
-        obj = kube.obj(kind, name)
-        assert owner_uid(obj) == owner, (kind, name)
-        assert obj["metadata"]["labels"][render.LABEL_RUN] == uid
-    ranks = {name: kube.obj("Pod", name)["metadata"]["labels"][render.LABEL_RANK]
-             for name in kube.names("Pod")}
+    assert kube.created == [("ConfigMap", cm), ("Service", "ppo-head"),
+                            ("PersistentVolumeClaim", f"ppo-pool-models-{uid}"),
+                            ("Pod", "ppo-head-0"), ("Pod", "ppo-pool-0"), ("Pod", "ppo-pool-1")]
+    objs = r.objects(f"{render.LABEL_RUN}={uid}")
+    owner = objs["ConfigMap"][0]
+    assert owner.metadata.name == cm and owner_uid(owner) is None
+    owned = [o for kind in ("Service", "PersistentVolumeClaim", "Pod") for o in objs[kind]]
+    assert len(owned) == 5
+    for o in owned:
+        assert owner_uid(o) == owner.metadata.uid, o.metadata.name
+        assert o.metadata.owner_references[0].kind == "ConfigMap"
+    ranks = {p.metadata.name: p.metadata.labels[render.LABEL_RANK] for p in objs["Pod"]}
     assert ranks == {"ppo-head-0": "0", "ppo-pool-0": "1", "ppo-pool-1": "2"}
-    env = {e["name"]: e["value"] for e in kube.obj("Pod", "ppo-pool-1")["spec"]["containers"][0]["env"]}
+    env = {e.name: e.value for p in objs["Pod"] if p.metadata.name == "ppo-pool-1"
+           for e in p.spec.containers[0].env}
     assert env["RLINF_NODE_RANK"] == "2" and env["RLARK_RUN_ID"] == uid
-    # deleting the owner removes the whole Run (what `kubectl delete configmap` does)
-    kube.delete("ConfigMap", cm)
-    assert not any(kube.names(k) for k in ("Pod", "Service", "PersistentVolumeClaim"))
+    # deleting the owner (`kubectl delete configmap`): the controller-manager's garbage collector
+    # removes the rest, and RLark names its Workers' Pods as deleted by someone else
+    k8s_testbed.admin().delete_namespaced_config_map(cm, k8s_namespace)
+    wait_for("the garbage collector to remove the Run's objects",
+             lambda: not any(r.objects(f"{render.LABEL_RUN}={uid}").values()), timeout=60)
+    job = r.wait_phase("ppo", "Failed", timeout=60)
+    # the first Worker seen gone decides: the head (HeadLost) or a pool Worker (WorkerLost)
+    assert job["reason"] in ("HeadLost", "WorkerLost"), job
+    assert "not by RLark" in job["message"], job["message"]
 
 
-def test_stop_deletes_the_pods_then_end_run_deletes_every_object_of_the_run(k8s):
-    store, kube, rt, ctl, svc = k8s
-    other = kube.put({"kind": "Pod", "metadata": {"name": "someone-else", "labels": {
-        render.LABEL_MANAGED_BY: render.MANAGED_BY, render.LABEL_RUN: "other"}}})
-    svc.create(JOB)
-    ctl.reconcile_once()
-    uid = run_uid(store)
-    svc.stop("ppo")
-    kube.calls.clear()
-    ctl.reconcile_once()
-    assert sorted(name for verb, kind, name in kube.calls if verb == "delete" and kind == "Pod") == [
-        "ppo-head-0", "ppo-pool-0", "ppo-pool-1"]
-    # the kubelet ends the containers; the watch says the Pods are gone
-    for name in ("ppo-head-0", "ppo-pool-0", "ppo-pool-1"):
-        rt.apply_watch_event("Pod", "DELETED", {"metadata": {"name": name}})
-    deadline = time.monotonic() + 30
-    while svc.get("ppo")["phase"] != "Stopped":
-        assert time.monotonic() < deadline, svc.get("ppo")
-        ctl.reconcile_once()
-        time.sleep(0.1)
-    ctl.reconcile_once()
-    selector = f"{render.LABEL_RUN}={uid}"
-    assert [(kind, sel) for verb, kind, sel in kube.calls if verb == "delete_collection"] == [
-        ("Pod", selector), ("Service", selector), ("PersistentVolumeClaim", selector),
-        ("ConfigMap", selector)]
-    assert [name for _, name in kube.objects] == ["someone-else"]  # another Run's Pod stays
-    assert kube.obj("Pod", "someone-else") == other
+def test_a_run_succeeds_on_kwok_nodes_its_logs_stream_through_the_api_server_and_end_run_cleans_up(
+        rlark, k8s_testbed, k8s_namespace, tmp_path):
+    text = job_yaml()
+    workers = KwokWorkers(k8s_testbed, k8s_namespace, load_job(text)[0], tmp_path)
+    r = rlark()
+    r.submit(text)
+    workers.wait_running()
+    workers.join()
+    workers.start_run_script()
+    r.wait_phase("ppo", "Running")
+    workers.finish_run_script(0)
+    job = r.wait_ended("ppo")
+    assert (job["phase"], job["reason"]) == ("Succeeded", "Completed"), job
+    head = next(w for w in job["currentRun"]["workers"] if w["nodeRank"] == 0)
+    log = open(head["log"]).read()
+    assert '"event": "run_finished"' in log and '"event": "running"' in log  # through pods/log
+    uid = job["currentRun"]["uid"]
+    wait_for("end_run to delete the Run's objects",
+             lambda: not any(r.objects(f"{render.LABEL_RUN}={uid}").values()), timeout=60)
 
 
-def test_a_new_run_takes_over_names_its_previous_run_left(k8s):
-    store, kube, rt, ctl, svc = k8s
-    left = {"metadata": {"labels": {render.LABEL_MANAGED_BY: render.MANAGED_BY,
-                                    render.LABEL_RUN: "oldrun"}}}
-    kube.put({"kind": "Service", "metadata": {"name": "ppo-head", **left["metadata"]}})
-    kube.put({"kind": "Pod", "metadata": {"name": "ppo-pool-0", **left["metadata"]}})
-    svc.create(JOB)
-    ctl.reconcile_once()
-    uid = run_uid(store)
-    deleted = [(kind, name) for verb, kind, name in kube.calls if verb == "delete"]
-    assert deleted == [("Service", "ppo-head"), ("Pod", "ppo-pool-0")]
-    assert kube.obj("Service", "ppo-head")["metadata"]["labels"][render.LABEL_RUN] == uid
-    assert kube.obj("Pod", "ppo-pool-0")["metadata"]["labels"][render.LABEL_RUN] == uid
+# --- Pod states kwok's Stages produce ---------------------------------------------------------------
 
 
-def test_a_name_taken_by_something_rlark_did_not_create_fails_the_launch_and_is_kept(k8s):
-    store, kube, rt, ctl, svc = k8s
-    theirs = kube.put({"kind": "Pod", "metadata": {"name": "ppo-pool-1", "labels": {"app": "db"}}})
-    svc.create(JOB)
-    ctl.reconcile_once()
-    assert kube.obj("Pod", "ppo-pool-1") == theirs  # never deleted
-    assert ("delete", "Pod", "ppo-pool-1") not in kube.calls
-    deadline = time.monotonic() + 30
-    while svc.get("ppo")["phase"] not in ("Failed",):
-        assert time.monotonic() < deadline, svc.get("ppo")
-        ctl.reconcile_once()
-        time.sleep(0.1)
-    job = svc.get("ppo")
-    assert job["reason"] == "LaunchFailed"
-    assert "Pod ppo-pool-1 already exists in namespace rl and was not created by RLark" in job["message"]
-    assert kube.obj("Pod", "ppo-pool-1") == theirs
+@pytest.mark.parametrize("case", ["run-script-exit-3", "pool-exit-2", "pool-oomkilled",
+                                  "head-deleted-by-someone", "head-deleted-gracefully-by-someone"])
+def test_pod_states_become_worker_and_run_reasons(case, rlark, k8s_testbed, k8s_namespace, tmp_path):
+    text = job_yaml()
+    workers = KwokWorkers(k8s_testbed, k8s_namespace, load_job(text)[0], tmp_path)
+    r = rlark()
+    r.submit(text)
+    workers.wait_running()
+    workers.join()
+    workers.start_run_script()
+    r.wait_phase("ppo", "Running")
+    if case == "run-script-exit-3":
+        workers.finish_run_script(3)
+        reason, words, blamed = "RunFailed", "the run script on ppo-head-0 exited with code 3", "ppo-head-0"
+    elif case == "pool-exit-2":
+        k8s_testbed.terminate(k8s_namespace, "ppo-pool-0", 2)
+        reason, words, blamed = "WorkerLost", "exited with code 2", "ppo-pool-0"
+    elif case == "pool-oomkilled":
+        k8s_testbed.terminate(k8s_namespace, "ppo-pool-0", 137, "OOMKilled")
+        reason, words, blamed = "OOMKilled", "OOM", "ppo-pool-0"
+    elif case == "head-deleted-by-someone":  # at once: the Pod is gone
+        k8s_testbed.admin().delete_namespaced_pod("ppo-head-0", k8s_namespace, grace_period_seconds=0)
+        reason, words, blamed = "HeadLost", "not by RLark", "ppo-head-0"
+    else:  # with its grace period: its container ends (SIGTERM, kwok's Stage) before it goes
+        k8s_testbed.admin().delete_namespaced_pod("ppo-head-0", k8s_namespace)
+        reason, words, blamed = "HeadLost", "not by RLark", "ppo-head-0"
+    job = r.wait_ended("ppo")
+    assert (job["phase"], job["reason"]) == ("Failed", reason), job
+    assert words in job["message"] and blamed in job["message"], job["message"]
+    worker = next(w for w in job["currentRun"]["workers"] if w["name"] == blamed)
+    assert worker["phase"] == "Failed", worker
 
 
-def test_relaunch_after_a_server_restart_reuses_what_the_run_already_has(k8s, tmp_path):
-    """A server that died mid-launch: the ConfigMap and a Pod of this Run exist; a new runtime
-    (empty caches) finds them by name and keeps them instead of failing or deleting."""
-    store, kube, rt, ctl, svc = k8s
-    svc.create(JOB)
-    ctl.reconcile_once()
-    uid = run_uid(store)
-    job = svc.validate(JOB)[0]
-    fresh = KubernetesRuntime(kube=kube, start=False)  # type: ignore[arg-type]
-    kube.calls.clear()
-    from rlark.ranks import plan_workers
-    from rlark.runtimes.base import LaunchSpec, WorkerPlace
-
-    worker = plan_workers(job)[1]
-    fresh.launch(LaunchSpec(job=job, run_uid=uid, worker=worker, env={"RLINF_NODE_RANK": "1"},
-                            log_path=str(tmp_path / "pool-0.log"), place=WorkerPlace()))
-    fresh.shutdown()
-    assert ("delete", "Pod", "ppo-pool-0") not in kube.calls
-    assert [c for c in kube.calls if c[0] == "create"][0] == ("create", "ConfigMap", f"ppo-run-{uid}")
-    assert all(owner_uid(kube.obj(k, n)) == kube.obj("ConfigMap", f"ppo-run-{uid}")["metadata"]["uid"]
-               for k, n in (("Pod", "ppo-pool-0"), ("Service", "ppo-head")))
+@pytest.mark.parametrize("image,words", [(MISSING_IMAGE, "(not found)"), (PRIVATE_IMAGE, "(unauthorized)")])
+def test_an_image_that_cannot_be_pulled_fails_the_run_naming_the_registrys_answer(
+        image, words, rlark, k8s_namespace):
+    r = rlark()
+    r.submit(job_yaml(pool=1, pool_image=image))
+    job = r.wait_ended("ppo")
+    assert (job["phase"], job["reason"]) == ("Failed", "ImagePull"), job
+    assert "ppo-pool-0" in job["message"] and words in job["message"], job["message"]
 
 
-def test_kill_deletes_at_once_and_the_pod_state_names_it_as_rlarks_doing(k8s):
-    store, kube, rt, ctl, svc = k8s
-    svc.create(JOB)
-    ctl.reconcile_once()
-    from rlark.runtimes.base import WorkerRef
-
-    ref = WorkerRef(name="ppo-pool-0", handle="rl/ppo-pool-0")
-    pod = copy.deepcopy(load("pod-succeeded-exit0"))
-    pod["metadata"]["name"] = "ppo-pool-0"
-    rt.apply_watch_event("Pod", "ADDED", pod)
-    rt.kill(ref)
-    assert not [n for n in kube.names("Pod") if n == "ppo-pool-0"]
-    rt.apply_watch_event("Pod", "DELETED", pod)
-    assert rt.pod_status(ref).failure is None  # deleted by RLark: not a lost Worker
+# --- scheduling and the capacity preflight ------------------------------------------------------------
 
 
-def test_an_api_error_on_launch_names_the_object_and_the_status(k8s):
-    store, kube, rt, ctl, svc = k8s
+def test_more_gpus_than_any_node_is_refused_by_the_preflight_and_unschedulable_without_it(rlark):
+    text = job_yaml(pool=0, head_gpus=8)
+    with pytest.raises(Invalid) as e:  # the preflight reads the test bed's real Nodes
+        rlark().submit(text)
+    finding = next(f for f in e.value.findings if f.code == "ExceedsNodeCapacity")
+    assert "no node has 8 nvidia.com/gpu; the largest allocatable is 4" in finding.message
+    r = rlark(preflight=False)  # past the preflight, the scheduler says no
+    r.submit(text)
+    job = r.wait_ended("ppo")
+    assert (job["phase"], job["reason"]) == ("Failed", "Unschedulable"), job
+    assert "ppo-head-0" in job["message"] and "Insufficient nvidia.com/gpu" in job["message"], job["message"]
 
-    def forbidden(obj):
-        raise KubeError(f"create {obj['kind']} {obj['metadata']['name']}: 403 configmaps is "
-                        "forbidden: User \"system:serviceaccount:rl:rlark\" cannot create resource", 403)
 
-    kube.create = forbidden  # type: ignore[method-assign]
-    svc.create(JOB)
-    deadline = time.monotonic() + 30
-    while svc.get("ppo")["phase"] != "Failed":
-        assert time.monotonic() < deadline, svc.get("ppo")
-        ctl.reconcile_once()
-        time.sleep(0.1)
-    job = svc.get("ppo")
-    assert job["reason"] == "LaunchFailed" and "403 configmaps is forbidden" in job["message"]
-    assert kube.objects == {}
+def test_node_selector_and_tolerations_are_honoured(rlark, k8s_testbed, k8s_namespace):
+    key, value, effect = RESERVED_TAINT
+    selector = f"      nodeSelector: {{{RESERVED_LABEL[0]}: {RESERVED_LABEL[1]}}}\n"
+    tolerate = (f"      kubernetes:\n        tolerations: [{{key: {key!r}, operator: Equal, "
+                f"value: {value!r}, effect: {effect}}}]\n")
+    r = rlark()
+    r.submit(job_yaml(pool=1, pool_extra=selector + tolerate))
+    pod = wait_for("ppo-pool-0 bound", lambda: (p := pod_named(k8s_testbed, k8s_namespace, "ppo-pool-0"))
+                   and p.spec.node_name and p)
+    assert pod.spec.node_name == RESERVED_NODE
+    # without the toleration: the preflight sees no eligible Node; past it, the scheduler agrees
+    with pytest.raises(Invalid) as e:
+        r.submit(job_yaml("plain", pool=1, pool_extra=selector))
+    assert any(f.code == "NoEligibleNode" and "taint" in f.message for f in e.value.findings)
+    r2 = rlark(preflight=False)
+    r2.submit(job_yaml("plain", pool=1, pool_extra=selector))
+    job = r2.wait_ended("plain")
+    assert (job["phase"], job["reason"]) == ("Failed", "Unschedulable"), job
+    assert "plain-pool-0" in job["message"] and "untolerated taint" in job["message"], job["message"]
+
+
+def test_a_pvc_that_does_not_exist_is_reported(rlark):
+    r = rlark()
+    r.submit(job_yaml(pool=1, pool_extra="      mounts:\n        - {name: data, type: pvc, "
+                                           "source: no-such-claim, mountPath: /data}\n"))
+    job = r.wait_ended("ppo")
+    assert (job["phase"], job["reason"]) == ("Failed", "Unschedulable"), job
+    assert 'persistentvolumeclaim "no-such-claim" not found' in job["message"], job["message"]
+
+
+# --- names ----------------------------------------------------------------------------------------------
+
+
+def test_a_new_run_waits_for_names_its_previous_run_still_holds_then_takes_them_over(
+        rlark, k8s_testbed, k8s_namespace, tmp_path):
+    text = job_yaml(pool=1)
+    workers = KwokWorkers(k8s_testbed, k8s_namespace, load_job(text)[0], tmp_path)
+    admin = k8s_testbed.admin()
+    r = rlark()
+    r.submit(text)
+    workers.wait_running()
+    first = r.run_row("ppo").uid
+    # another controller's finalizer keeps the pool Pod after RLark deletes it
+    admin.patch_namespaced_pod("ppo-pool-0", k8s_namespace, {"metadata": {"finalizers": ["rlark.test/hold"]}})
+    r.jobs.restart("ppo")
+    waiting = wait_for("the new Run to wait for the names",
+                       lambda: (j := r.job("ppo"))["reason"] == "WaitingForNames" and j, timeout=60)
+    assert r.run_row("ppo").number == 2
+    assert (f"Pod ppo-pool-0 of run {first} is still being deleted (finalizers: rlark.test/hold)"
+            in waiting["message"]), waiting
+    held = admin.read_namespaced_pod("ppo-pool-0", k8s_namespace)
+    assert held.metadata.deletion_timestamp and held.metadata.labels[render.LABEL_RUN] == first
+    admin.patch_namespaced_pod("ppo-pool-0", k8s_namespace, {"metadata": {"finalizers": None}})
+    second = r.run_row("ppo").uid
+    r.wait_phase("ppo", "Starting", "Running")
+    pods = wait_for("the new Run's Pods", lambda: (ps := r.objects(f"{render.LABEL_RUN}={second}")["Pod"])
+                    and len(ps) == 2 and ps)
+    assert {p.metadata.name for p in pods} == {"ppo-head-0", "ppo-pool-0"}
+    assert not r.objects(f"{render.LABEL_RUN}={first}")["Pod"]
+    assert any(e["reason"] == "WaitingForNames" for e in r.events("ppo"))
+
+
+def test_a_launch_tried_again_after_the_server_stopped_keeps_what_the_run_already_has(
+        k8s_testbed, k8s_namespace, tmp_path):
+    """A server that stopped mid-launch left the Run Pending in its store, and its ConfigMap and
+    first Pods in the cluster: the next server's launch keeps them (same uids, same owner)."""
+    job = load_job(job_yaml())[0]
+    workers = plan_workers(job)
+
+    def launch(rt: KubernetesRuntime, w) -> None:
+        rt.launch(LaunchSpec(job=job, run_uid="r1", worker=w, env={"RLINF_NODE_RANK": str(w.node_rank)},
+                             log_path=str(tmp_path / f"{w.name}.log"), place=WorkerPlace()))
+
+    first = KubernetesRuntime(kube=KubeClient(k8s_testbed.core_v1(), k8s_namespace))
+    try:
+        first.place(job, "r1", workers, None)
+        for w in workers[:2]:
+            launch(first, w)
+    finally:
+        first.shutdown()
+    admin = k8s_testbed.admin()
+    before = {p.metadata.name: p.metadata.uid for p in admin.list_namespaced_pod(k8s_namespace).items}
+    cm_uid = admin.read_namespaced_config_map("ppo-run-r1", k8s_namespace).metadata.uid
+    second = KubernetesRuntime(kube=KubeClient(k8s_testbed.core_v1(), k8s_namespace))
+    try:
+        second.place(job, "r1", workers, None)
+        for w in workers:
+            launch(second, w)
+    finally:
+        second.shutdown()
+    pods = {p.metadata.name: p for p in admin.list_namespaced_pod(k8s_namespace).items}
+    assert sorted(pods) == ["ppo-head-0", "ppo-pool-0", "ppo-pool-1"]
+    assert {n: pods[n].metadata.uid for n in before} == before  # kept, not replaced
+    assert all(owner_uid(p) == cm_uid for p in pods.values())
+    assert admin.read_namespaced_config_map("ppo-run-r1", k8s_namespace).metadata.uid == cm_uid
+
+
+def test_names_another_jobs_objects_hold_are_never_deleted_or_adopted(rlark, k8s_testbed, k8s_namespace):
+    """Job "a-b" (role "c") and Job "a" (role "b-c") both name a Pod "a-b-c-0"; and a Pod
+    RLark did not create holds "ppo-head-0"."""
+    admin = k8s_testbed.admin()
+    r = rlark()
+    r.submit(job_yaml("a-b", pool=0, head_role="c"))
+    theirs = wait_for("Job a-b's Pod running", lambda: (p := pod_named(k8s_testbed, k8s_namespace, "a-b-c-0"))
+                      and p.status.phase == "Running" and p)
+    r.submit(job_yaml("a", pool=0, head_role="b-c"))
+    job = r.wait_phase("a", "Failed")
+    assert (job["phase"], job["reason"]) == ("Failed", "LaunchFailed"), job
+    assert "Pod a-b-c-0 already exists" in job["message"] and "belongs to RLark Job 'a-b'" in job["message"]
+    admin.create_namespaced_pod(k8s_namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ppo-head-0", "labels": {"app": "db"}},
+        "spec": {"containers": [{"name": "db", "image": "registry.invalid/db:1"}],
+                 "schedulingGates": [{"name": "rlark.test/hold"}]}})
+    r.submit(job_yaml(pool=0))
+    job = r.wait_phase("ppo", "Failed")
+    assert (job["phase"], job["reason"]) == ("Failed", "LaunchFailed"), job
+    wait_for("the Runs' ends (end_run)", lambda: r.run_row("a").record and r.run_row("ppo").record)
+    wait_for("what the failed launches created to be deleted", lambda: not any(
+        objs for objs in r.objects(f"{render.LABEL_JOB} in (a, ppo)").values()))
+    assert "Pod ppo-head-0 already exists" in job["message"] and "not created by RLark" in job["message"]
+    # both Runs ended (end_run by their run labels): the other objects are untouched
+    kept = admin.read_namespaced_pod("a-b-c-0", k8s_namespace)
+    assert kept.metadata.uid == theirs.metadata.uid and kept.metadata.deletion_timestamp is None
+    assert kept.metadata.labels[render.LABEL_JOB] == "a-b"
+    stranger = admin.read_namespaced_pod("ppo-head-0", k8s_namespace)
+    assert stranger.metadata.deletion_timestamp is None and stranger.metadata.labels == {"app": "db"}
+    assert r.job("a-b")["phase"] in ("Starting", "Running"), r.job("a-b")
+
+
+# --- the watches ----------------------------------------------------------------------------------------
+
+
+def managed_pod(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {render.LABEL_MANAGED_BY: render.MANAGED_BY}},
+            "spec": {"containers": [{"name": render.CONTAINER, "image": IMAGE}],
+                     "nodeSelector": {"kubernetes.io/hostname": GPU_NODES[0]}}}
+
+
+def test_the_watches_list_again_after_a_compaction_and_reconnect_after_an_api_server_restart(
+        k8s_testbed, k8s_namespace):
+    admin = k8s_testbed.admin()
+    rt = KubernetesRuntime(kube=KubeClient(k8s_testbed.core_v1(), k8s_namespace))
+    try:
+        state = rt.watch_state["Pod"]
+        assert state["lists"] == 1 and state["watches"] == 1
+        admin.create_namespaced_pod(k8s_namespace, managed_pod("w-0"))
+        wait_for("w-0 running in the cache", lambda: rt.container_state("w-0") == "running")
+        lists = state["lists"]
+        k8s_testbed.compact(restart_apiserver=True)  # the watch's resourceVersion is gone: 410
+        k8s_testbed.terminate(k8s_namespace, "w-0", 3)
+        wait_for("w-0 terminated in the cache", lambda: rt.container_state("w-0") == "terminated")
+        assert state["lists"] > lists, state  # listed again
+        watches = state["watches"]
+        k8s_testbed.restart_apiserver()
+        admin.create_namespaced_pod(k8s_namespace, managed_pod("w-1"))
+        wait_for("w-1 running in the cache", lambda: rt.container_state("w-1") == "running")
+        assert state["watches"] > watches, state  # watching again
+        assert rt.watch_state["Event"]["watches"] > 1
+    finally:
+        rt.shutdown()

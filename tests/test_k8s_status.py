@@ -5,6 +5,11 @@ Two levels: the pure :func:`interpret` (graces and timeouts with an explicit clo
 backend path - the real Controller and Store over a ``KubernetesRuntime`` whose watch caches are
 fed the saved objects (its API client points at a closed port: nothing here talks to a cluster;
 the deletes the controller asks for fail and are logged).
+
+Why saved objects and not the test bed (tests/test_k8s_runtime.py runs the same reasons through
+kwok's Stages): these are what real kubelets, schedulers and registries wrote (CrashLoopBackOff
+after restarts, an eviction for memory pressure, a hostPath mount failure, containerd's pull
+errors, timestamps an hour apart) - kwok runs no kubelet and can only imitate them.
 """
 
 from __future__ import annotations
@@ -344,16 +349,12 @@ def test_record_flags_workers_of_one_role_with_different_digests(rlark_home):
     assert "head digest `sha256:bbb`: solo-head-2" in md
 
 
-def test_runtime_place_and_its_cache_before_and_after_the_watch(backend):
-    from rlark.ranks import plan_workers
-    from rlark.runtimes.base import Taken, WorkerPlace, WorkerRef
-    from rlark.spec import load_job
+def test_runtime_cache_before_and_after_the_watch(backend):
+    """A Pod the watch has not shown yet, or never showed: the clock is the test's (a Pod
+    created an hour ago), which the test bed cannot fake."""
+    from rlark.runtimes.base import WorkerRef
 
     _, rt, _ = backend
-    j, _ = load_job(JOB.replace("workers: 1", "workers: 2"))
-    placement = rt.place(j, "r1", plan_workers(j), Taken())
-    assert placement.head_address == "solo-head.rl.svc:6379"
-    assert placement.workers == {0: WorkerPlace(), 1: WorkerPlace()}
     ref = WorkerRef(name="solo-head-0", handle="rl/solo-head-0")
     rt.track_pod("solo-head-0", head=True, join_timeout=300)
     seen = rt.observe(ref)  # just created, not in the watch cache yet: alive
@@ -378,6 +379,22 @@ def test_runtime_pending_timeout_is_capped_by_the_join_timeout(backend):
     t0 = started(pod)
     assert rt.pod_status(WorkerRef(name="gpu-job"), now=t0 + 89).failure is None
     assert rt.pod_status(WorkerRef(name="gpu-job"), now=t0 + 91).failure[0] == "Unschedulable"
+
+
+def test_a_deleted_pods_container_that_ended_with_the_deletion_is_a_loss_not_one_before():
+    """Someone deleted the Pod: a container that ended once the deletion was asked for ended
+    because of it (a loss naming the deletion); one that had finished before did not."""
+    pod = copy.deepcopy(load("pod-succeeded-exit0"))  # its container finished 09:15:29
+    pod["metadata"]["deletionGracePeriodSeconds"] = 30
+    pod["metadata"]["deletionTimestamp"] = "2018-12-02T09:15:50Z"  # asked 09:15:20: before
+    st = interpret(pod, now=HOUR, head=True)
+    assert st.failure == ("HeadLost", "Pod my-pod was deleted (not by RLark) before its Worker "
+                                      "finished (exit code 0)") and not st.alive
+    pod["metadata"]["deletionTimestamp"] = "2018-12-02T09:16:30Z"  # asked 09:16:00: after
+    assert interpret(pod, now=HOUR, head=True).failure is None
+    assert interpret(pod, now=HOUR, head=True, gone=True).failure is None
+    pod["metadata"]["deletionTimestamp"] = "2018-12-02T09:15:50Z"
+    assert interpret(pod, now=HOUR, head=True, deleted_by_rlark=True).failure is None
 
 
 def test_a_pod_gone_keeps_the_reason_its_last_state_gave():

@@ -19,7 +19,6 @@ from tests.k8s_testbed import (
     RESERVED_LABEL,
     RESERVED_NODE,
     RESERVED_TAINT,
-    k8s_testbed,  # noqa: F401 - the session fixture
     setup_timeout,
 )
 
@@ -111,7 +110,7 @@ def gone(read) -> bool:
 
 
 @pytest.fixture
-def api(k8s_testbed) -> client.CoreV1Api:  # noqa: F811
+def api(k8s_testbed) -> client.CoreV1Api:
     return k8s_testbed.core_v1()
 
 
@@ -181,22 +180,23 @@ def test_more_gpus_than_any_node_fails_scheduling(api):
         delete_pod(api, pod_name)
 
 
-def test_owner_deletion_garbage_collects_dependents(api):
+def test_owner_deletion_garbage_collects_dependents(api, k8s_testbed):
+    admin = k8s_testbed.admin()  # RLark's ServiceAccount never deletes one ConfigMap (rbac.yaml)
     owner_name, pod_name = name("smoke-owner"), name("smoke-dependent")
-    owner = api.create_namespaced_config_map(NS, client.V1ConfigMap(
+    owner = admin.create_namespaced_config_map(NS, client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name=owner_name), data={"k": "v"}))
     ref = client.V1OwnerReference(api_version="v1", kind="ConfigMap", name=owner_name, uid=owner.metadata.uid)
     api.create_namespaced_pod(NS, pod_body(pod_name, node_selector={"kubernetes.io/hostname": GPU_NODES[0]}, owner=ref))
     try:
         wait_until(f"Pod {pod_name} Running", lambda: api.read_namespaced_pod(pod_name, NS).status.phase == "Running")
-        api.delete_namespaced_config_map(owner_name, NS)  # background propagation: the GC deletes the Pod
+        admin.delete_namespaced_config_map(owner_name, NS)  # background propagation: the GC deletes the Pod
         wait_until(f"the garbage collector to delete Pod {pod_name} after its owner went",
                    lambda: gone(lambda: api.read_namespaced_pod(pod_name, NS)))
     finally:
         delete_pod(api, pod_name)
 
 
-def test_rbac_forbids_what_deploy_kubernetes_does_not_grant(api, k8s_testbed):  # noqa: F811
+def test_rbac_forbids_what_deploy_kubernetes_does_not_grant(api, k8s_testbed):
     with pytest.raises(ApiException) as e:
         api.list_namespaced_secret(NS)
     assert e.value.status == 403
@@ -213,7 +213,7 @@ def test_rbac_forbids_what_deploy_kubernetes_does_not_grant(api, k8s_testbed):  
     assert out.strip() == "no"
 
 
-def test_compaction_makes_older_resource_versions_410_gone(api, k8s_testbed):  # noqa: F811
+def test_compaction_makes_older_resource_versions_410_gone(api, k8s_testbed):
     """RLark's ServiceAccount lists and watches Pods (it may not patch them: the admin does)."""
     admin = k8s_testbed.core_v1(admin=True)
     pod_name = name("smoke-compact")
@@ -259,7 +259,7 @@ def test_compaction_makes_older_resource_versions_410_gone(api, k8s_testbed):  #
         delete_pod(api, pod_name)
 
 
-def test_pod_logs_stream_through_the_api_server_from_kwok(api, k8s_testbed, tmp_path):  # noqa: F811
+def test_pod_logs_stream_through_the_api_server_from_kwok(api, k8s_testbed, tmp_path):
     """kwok serves a Pod's log from a file (a kwok Logs object, made by the admin); RLark's SA
     reads it through the API server's pods/log, which proxies to kwok's kubelet endpoint."""
     pod_name = name("smoke-logs")
@@ -291,7 +291,8 @@ def _read_log(api: client.CoreV1Api, pod_name: str) -> str | None:
         raise
 
 
-def test_api_server_restart_keeps_the_data(api, k8s_testbed):  # noqa: F811
+def test_api_server_restart_keeps_the_data(api, k8s_testbed):
+    admin = k8s_testbed.admin()  # RLark's ServiceAccount never deletes one ConfigMap (rbac.yaml)
     cm_name = name("smoke-restart")
     api.create_namespaced_config_map(NS, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=cm_name),
                                                              data={"k": "v"}))
@@ -311,4 +312,4 @@ def test_api_server_restart_keeps_the_data(api, k8s_testbed):  # noqa: F811
         finally:
             delete_pod(api, pod_name)
     finally:
-        api.delete_namespaced_config_map(cm_name, NS)
+        admin.delete_namespaced_config_map(cm_name, NS)

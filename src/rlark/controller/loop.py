@@ -328,7 +328,9 @@ class Controller:
                           + "; ".join(decision.oversized) + "); it starts now because no other "
                           "Run's Workers are running", run_number=run.number, type="Warning")
             self._launch(s, run)
-            return
+            if run.phase not in TERMINAL:
+                return
+            # the launch failed (LaunchFailed): end it now, what it had created included
         if run.phase in ACTIVE:
             self._observe(s, run)
             view = self._view(run)

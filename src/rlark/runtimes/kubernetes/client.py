@@ -1,24 +1,41 @@
 """The thin layer that talks to the Kubernetes API server (official ``kubernetes`` client).
 
-Create, delete, list, watch, read logs: nothing else, and no decisions. Objects go in and come
-out as the API's own JSON (camelCase dicts, ``_preload_content=False``), the shape
+Create, read, delete, list, watch, read logs: nothing else, and no decisions. Objects go in and
+come out as the API's own JSON (camelCase dicts, ``_preload_content=False``), the shape
 :mod:`.render` builds and :mod:`.status` / :mod:`.capacity` read.
 
-Not unit-tested: no API server can run on the machines RLark is developed on (FACTS.md);
-``scripts/k8s-smoke.sh`` exercises it against a real cluster (docs/kubernetes.md lists what was
-not exercised).
+Tested against a real control plane (kube-apiserver, etcd, controller-manager, scheduler and
+kwok Nodes: ``scripts/k8s-testbed``, ``tests/test_k8s_client.py``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
 from typing import Any, Iterator
 
-from kubernetes import client, config, watch
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.incluster_config import InClusterConfigLoader
+from kubernetes.watch.watch import iter_resp_lines
 
-SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+#: Where Kubernetes mounts a Pod's ServiceAccount credentials (``token``, ``ca.crt``,
+#: ``namespace``): https://kubernetes.io/docs/tasks/run-application/access-api-from-pod/.
+#: :meth:`KubeClient.connect` reads it at call time, so tests can point it at a directory of
+#: their own.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+#: seconds to open a connection, and to wait for the answer of an ordinary (non-streaming) call
+CONNECT_TIMEOUT = 10.0
+REQUEST_TIMEOUT = 60.0
+#: a watch's read timeout beyond its own ``timeoutSeconds`` (the server ends it then; a silent
+#: connection is given up this much later)
+WATCH_READ_SLACK = 30.0
+#: connections kept per API server: every followed Pod log holds one while it streams
+POOL_SIZE = 128
 
 #: kind -> the CoreV1Api method suffix
 _KINDS = {
@@ -28,6 +45,9 @@ _KINDS = {
     "PersistentVolumeClaim": "persistent_volume_claim",
     "Event": "event",
 }
+
+#: where a 403 sends a person: the RBAC rules RLark's ServiceAccount is given
+RBAC_HINT = "RLark's RBAC rules: deploy/kubernetes/rbac.yaml, project-namespace.example.yaml"
 
 
 class KubeError(RuntimeError):
@@ -45,7 +65,72 @@ def _error(exc: ApiException, what: str) -> KubeError:
         detail = body.get("message") or detail
     except (ValueError, TypeError):
         pass
-    return KubeError(f"{what}: {exc.status} {detail}", exc.status or 0)
+    hint = f" ({RBAC_HINT})" if exc.status == 403 else ""
+    return KubeError(f"{what}: {exc.status} {detail}{hint}", exc.status or 0)
+
+
+def abort(resp) -> None:
+    """End a streaming response (a watch, a followed log) from another thread: its socket is
+    shut down, so the thread reading it gets end-of-stream at once. (``resp.close()`` would
+    wait for that read to return, which on a quiet stream may be never.) The reading thread
+    then closes the response itself (:func:`release`)."""
+    sock = getattr(getattr(resp, "connection", None), "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # already closed
+            pass
+
+
+def release(resp) -> None:
+    """Close a streaming response in the thread that read it (its connection is not reused)."""
+    for step in (resp.close, resp.release_conn):
+        try:
+            step()
+        except Exception:  # noqa: BLE001 - closing a dead connection
+            pass
+
+
+class WatchStream:
+    """One open watch: iterate for ``(type, object)`` (ADDED, MODIFIED, DELETED, BOOKMARK) until
+    the server ends it; :meth:`close` (from any thread) ends it early.
+
+    Raises (while iterating):
+        KubeError: status 410 when the watch's resourceVersion is too old (list again), the
+            status of any other ``ERROR`` event, 0 when the connection broke.
+    """
+
+    def __init__(self, resp, what: str):
+        self._resp = resp
+        self.what = what
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[tuple[str, dict]]:
+        try:
+            for line in iter_resp_lines(self._resp):
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                typ, obj = event.get("type"), event.get("object") or {}
+                if typ == "ERROR":  # a Status object: 410 Gone, 500...
+                    code = int(obj.get("code") or 0)
+                    raise KubeError(f"{self.what}: {code} {obj.get('message') or obj.get('reason')}", code)
+                yield typ, obj
+        except KubeError:
+            raise
+        except Exception as exc:  # urllib3 errors, a broken connection, bad JSON
+            if not self._closed.is_set():
+                raise KubeError(f"{self.what}: {type(exc).__name__}: {exc}") from None
+        finally:
+            self._closed.set()
+            release(self._resp)
+
+    def close(self) -> None:
+        """End the watch (from any thread; the iterating thread then stops quietly)."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        abort(self._resp)
 
 
 class KubeClient:
@@ -56,52 +141,68 @@ class KubeClient:
         self.namespace = namespace
 
     @classmethod
-    def connect(cls, namespace: str | None = None, context: str | None = None) -> "KubeClient":
-        """In-cluster configuration (ServiceAccount token) when running in a Pod, else the
-        kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``, optional ``context``). Namespace: the
-        argument, else the ServiceAccount's namespace, else the kubeconfig context's, else
-        ``default``.
+    def connect(cls, namespace: str | None = None, context: str | None = None,
+                kubeconfig: str | None = None) -> "KubeClient":
+        """In-cluster configuration when running in a Pod (the ServiceAccount's token and CA in
+        :data:`SERVICE_ACCOUNT_DIR`, the API server from ``$KUBERNETES_SERVICE_HOST`` and
+        ``$KUBERNETES_SERVICE_PORT``), else a kubeconfig (``kubeconfig``, else ``$KUBECONFIG``,
+        else ``~/.kube/config``; its ``context`` or its current one). Namespace: the argument,
+        else the ServiceAccount's (``SERVICE_ACCOUNT_DIR/namespace``), else the kubeconfig
+        context's, else ``default``. The configuration is this client's own (the ``kubernetes``
+        package's global default is left alone). A rotated ServiceAccount token is re-read.
 
         Raises:
-            KubeError: no usable configuration.
+            KubeError: no usable configuration (both reasons named).
         """
+        configuration = client.Configuration()
+        sa_dir = SERVICE_ACCOUNT_DIR
+        # read now: the kubernetes package reads $KUBECONFIG once, when it is imported
+        kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        in_cluster = True
         try:
-            config.load_incluster_config()
-            in_cluster = True
-        except config.ConfigException:
-            in_cluster = False
+            InClusterConfigLoader(token_filename=os.path.join(sa_dir, "token"),
+                                  cert_filename=os.path.join(sa_dir, "ca.crt")).load_and_set(configuration)
+        except ConfigException as exc:
+            in_cluster, why_not = False, exc
             try:
-                config.load_kube_config(context=context)
-            except (config.ConfigException, OSError) as exc:
-                raise KubeError(
-                    f"no Kubernetes configuration: not in a Pod and no usable kubeconfig ({exc})"
-                ) from None
+                config.load_kube_config(config_file=kubeconfig, context=context,
+                                        client_configuration=configuration)
+            except (ConfigException, OSError, ValueError) as exc2:
+                raise KubeError(f"no Kubernetes configuration: not in a Pod ({why_not}; "
+                                f"{sa_dir}) and no usable kubeconfig ({exc2})") from None
         if namespace is None:
-            if in_cluster and os.path.exists(SA_NAMESPACE):
-                with open(SA_NAMESPACE) as f:
-                    namespace = f.read().strip()
+            if in_cluster:
+                try:
+                    with open(os.path.join(sa_dir, "namespace")) as f:
+                        namespace = f.read().strip() or None
+                except OSError:
+                    namespace = None
             else:
                 try:
-                    _, current = config.list_kube_config_contexts()
-                    namespace = (current or {}).get("context", {}).get("namespace")
-                except (config.ConfigException, OSError):
+                    contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)
+                    chosen = next((c for c in contexts if c.get("name") == context), None) if context \
+                        else current
+                    namespace = ((chosen or {}).get("context") or {}).get("namespace")
+                except (ConfigException, OSError, ValueError):
                     namespace = None
-        return cls(client.CoreV1Api(), namespace or "default")
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, POOL_SIZE)
+        return cls(client.CoreV1Api(client.ApiClient(configuration)), namespace or "default")
 
     def _call(self, what: str, fn, *args, **kwargs) -> Any:
         try:
-            resp = fn(*args, _preload_content=False, **kwargs)
+            resp = fn(*args, _preload_content=False,
+                      _request_timeout=(CONNECT_TIMEOUT, REQUEST_TIMEOUT), **kwargs)
         except ApiException as exc:
             raise _error(exc, what) from None
         except Exception as exc:  # urllib3 connection errors and the like
-            raise KubeError(f"{what}: {exc}") from None
+            raise KubeError(f"{what}: {type(exc).__name__}: {exc}") from None
         return json.loads(resp.data) if resp.data else {}
 
     def create(self, obj: dict) -> dict:
         """Create a namespaced object; returns it as stored (with ``metadata.uid``).
 
         Raises:
-            KubeError: status 409 when it exists, 403 when RBAC forbids it...
+            KubeError: status 409 when the name is taken, 403 when RBAC forbids it...
         """
         kind = obj["kind"]
         fn = getattr(self.api, f"create_namespaced_{_KINDS[kind]}")
@@ -119,7 +220,8 @@ class KubeClient:
 
     def delete(self, kind: str, name: str, grace_seconds: int | None = None,
                propagation: str = "Background") -> bool:
-        """Delete one object; False when it was already gone."""
+        """Delete one object (``grace_seconds``: None for the object's own grace period, 0 to
+        remove a Pod from the API at once); False when it was already gone."""
         fn = getattr(self.api, f"delete_namespaced_{_KINDS[kind]}")
         body: dict[str, Any] = {"propagationPolicy": propagation}
         if grace_seconds is not None:
@@ -150,56 +252,59 @@ class KubeClient:
         return data.get("items") or [], (data.get("metadata") or {}).get("resourceVersion", "")
 
     def watch(self, kind: str, resource_version: str, label_selector: str | None = None,
-              field_selector: str | None = None, timeout_seconds: int = 300) -> Iterator[tuple[str, dict]]:
-        """``(type, object)`` for every change after ``resource_version`` (ADDED, MODIFIED,
-        DELETED, BOOKMARK) until the server ends the watch (``timeout_seconds``).
+              field_selector: str | None = None, timeout_seconds: int = 300) -> WatchStream:
+        """Open a watch of every change after ``resource_version``, with BOOKMARK events
+        (``allowWatchBookmarks``: the server tells the current resourceVersion now and then,
+        also when nothing selected changed, so a watch resumed from it is not too old); the
+        server ends it after ``timeout_seconds``.
 
         Raises:
-            KubeError: status 410 when ``resource_version`` is too old (list again).
+            KubeError: at once when the watch cannot be opened (403: RBAC; 0: no connection);
+                while iterating, see :class:`WatchStream`.
         """
         fn = getattr(self.api, f"list_namespaced_{_KINDS[kind]}")
         kwargs = {k: v for k, v in (("label_selector", label_selector),
                                     ("field_selector", field_selector)) if v}
-        w = watch.Watch()
+        what = f"watch {kind}s"
         try:
-            for event in w.stream(fn, self.namespace, resource_version=resource_version,
-                                  timeout_seconds=timeout_seconds, allow_watch_bookmarks=True,
-                                  deserialize=False, **kwargs):
-                yield event["type"], event["object"]
+            resp = fn(self.namespace, watch=True, resource_version=resource_version,
+                      allow_watch_bookmarks=True, timeout_seconds=timeout_seconds,
+                      _preload_content=False,
+                      _request_timeout=(CONNECT_TIMEOUT, timeout_seconds + WATCH_READ_SLACK), **kwargs)
         except ApiException as exc:
-            raise _error(exc, f"watch {kind}s") from None
-        except KubeError:
-            raise
+            raise _error(exc, what) from None
         except Exception as exc:
-            raise KubeError(f"watch {kind}s: {exc}") from None
-        finally:
-            w.stop()
+            raise KubeError(f"{what}: {type(exc).__name__}: {exc}") from None
+        return WatchStream(resp, what)
 
     def log_stream(self, pod: str, container: str, since_seconds: int | None = None):
         """Follow a container's log with timestamps (``kubectl logs -f --timestamps``).
 
         Returns the urllib3 response: iterate ``.stream(n)`` for bytes, ``.close()`` to stop.
         Raises:
-            KubeError: 400 while the container has not started, 404 when the Pod is gone.
+            KubeError: 400 while the container has not started, 404 when the Pod is gone, 403
+                when RBAC forbids ``pods/log``.
         """
         kwargs: dict[str, Any] = {"container": container, "follow": True, "timestamps": True,
-                                  "_preload_content": False}
+                                  "_preload_content": False,
+                                  # a quiet log may stay quiet for long: no read timeout
+                                  "_request_timeout": (CONNECT_TIMEOUT, None)}
         if since_seconds is not None:
             kwargs["since_seconds"] = max(1, int(since_seconds))
         try:
             return self.api.read_namespaced_pod_log(pod, self.namespace, **kwargs)
         except ApiException as exc:
-            raise _error(exc, f"logs of {pod}") from None
+            raise _error(exc, f"logs of Pod {pod}") from None
         except Exception as exc:
-            raise KubeError(f"logs of {pod}: {exc}") from None
+            raise KubeError(f"logs of Pod {pod}: {type(exc).__name__}: {exc}") from None
 
     def list_nodes(self) -> list[dict]:
         """Every Node object."""
         return self._call("list nodes", self.api.list_node).get("items") or []
 
     def list_pods_everywhere(self) -> tuple[list[dict], str]:
-        """Pods of every namespace (for free capacity), ``("cluster")``; when RBAC allows only
-        this namespace, its Pods and ``"namespace"``."""
+        """Pods of every namespace that are not finished (for free capacity) and ``"cluster"``;
+        when RBAC allows only this namespace (403), its Pods and ``"namespace"``."""
         try:
             data = self._call("list pods (all namespaces)", self.api.list_pod_for_all_namespaces,
                               field_selector="status.phase!=Succeeded,status.phase!=Failed")

@@ -118,7 +118,8 @@ def check_for_kubernetes(job: Job, nodes: list[NodeInfo] | None, *, free_basis: 
             code="CapacityUnknown", severity=Severity.warning, path="spec.roles",
             message=f"spec.roles: the node inventory could not be read ({inventory_error}); "
                     "capacity was not checked",
-            hint="check the server's access to the Kubernetes API (RBAC: get/list nodes)",
+            hint="check the server's access to the Kubernetes API (RBAC: list nodes, "
+                 "deploy/kubernetes/rbac.yaml)",
         ))
     elif nodes is not None:
         findings.extend(check_capacity(job, nodes, free_basis=free_basis,

@@ -1,15 +1,26 @@
 """``KubernetesRuntime``: the Runtime protocol on Pods (one Pod per Worker, a Ray cluster per Run).
 
 * ``place``: the head is the headless Service ``<job>-head.<ns>.svc:6379`` (Ray's default GCS
-  port); every Worker keeps Ray's default ports and its Pod IP (nothing to allocate).
+  port); every Worker keeps Ray's default ports and its Pod IP (nothing to allocate). Before a Run
+  starts, the names it needs must be free: Pods and the Service an earlier Run of the same Job
+  left are deleted, and while such an object is still there (a finalizer of another controller
+  holds it) :class:`NamesBusy` keeps the Run Pending (the controller tries again).
 * ``launch``: on a Run's first Worker, create its ConfigMap (the owner), then the Service and
   PVCs (owned by it); then the Worker's Pod (owned by it), and a thread that follows the Pod's
   log into ``LaunchSpec.log_path`` (the controller reads lifecycle lines there; the file
-  outlives the Pod).
+  outlives the Pod). A name held by another Job's object or by something RLark did not create
+  is never deleted or adopted: the launch fails and names the holder.
 * ``observe``: answered from watch-fed caches (one watch on the RLark Pods of the namespace,
-  one on its Pod Events) through :func:`.status.interpret`; no API call per observation.
+  one on its Pod Events) through :func:`.status.interpret`; no API call per observation. The
+  watches resume from the last resourceVersion (BOOKMARK events keep it current), list again on
+  ``410 Gone``, and reconnect after the API server went away.
 * ``signal_stop`` / ``kill``: delete the Pod (grace period of the Pod / 0).
 * ``end_run``: delete the Run's Pods, Service, PVCs and ConfigMap by the ``rlark.io/run`` label.
+
+What RLark's ServiceAccount may not do is a named failure, never a traceback: a refused watch
+stops the runtime from starting (:meth:`KubernetesRuntime.start`), a refused create fails the
+launch, a refused log read fails the Run (``Forbidden``), a refused delete is ``StopFailed``,
+a refused clean-up is raised by ``end_run``.
 
 All API calls go through :class:`.client.KubeClient`.
 """
@@ -35,10 +46,10 @@ from rlark.runtimes.base import (
 )
 from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.capacity import NodeInfo, parse_nodes
-from rlark.runtimes.kubernetes.client import KubeClient, KubeError
+from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream, abort, release
 from rlark.runtimes.kubernetes.logcursor import LogCursor
 from rlark.runtimes.kubernetes.status import PodStatus, StatusPolicy, interpret
-from rlark.spec import Job
+from rlark.spec import Job, head_service_name
 
 log = logging.getLogger("rlark.kubernetes")
 
@@ -47,7 +58,37 @@ MANAGED = f"{render.LABEL_MANAGED_BY}={render.MANAGED_BY}"
 CREATE_LAG_SECONDS = 30.0
 #: after a Pod's container ended, how long ``observe`` waits for its log to be written out
 LOG_DRAIN_SECONDS = 10.0
+#: a finished container's log stream that stays open but brings nothing for this long is closed
+#: (a kubelet ends the stream itself when the container exits; a stuck connection or kwok does not)
+LOG_QUIET_SECONDS = 2.0
 MAX_EVENTS_PER_POD = 50
+#: how long :meth:`KubernetesRuntime.start` waits for the first list and watch of each kind
+START_TIMEOUT = 10.0
+#: the server ends each watch after this many seconds; it is resumed from its resourceVersion
+WATCH_TIMEOUT_SECONDS = 300
+#: a watch that failed is opened again after 1, 2, 4... seconds, at most this
+WATCH_BACKOFF_MAX = 10.0
+#: a Pod delete is sent again (``kill`` is called every controller pass) at most this often
+DELETE_RETRY_SECONDS = 5.0
+#: a Run whose names are still held is tried again after this many seconds
+NAMES_RETRY_SECONDS = 1.0
+#: HTTP statuses that mean "RLark may not": RBAC (403), credentials (401)
+DENIED = (401, 403)
+
+
+class NamesBusy(KubeError):
+    """The names a new Run needs are still held by objects of an earlier Run of the same Job that
+    are being deleted (e.g. a finalizer of another controller keeps a Pod): not a failure.
+
+    The controller keeps the Run ``Pending`` with :attr:`reason` and this message and tries again
+    after :attr:`retry_after` seconds (``controller/loop.py``: a launch error that carries
+    ``retry_after``)."""
+
+    reason = "WaitingForNames"
+
+    def __init__(self, message: str, retry_after: float = NAMES_RETRY_SECONDS):
+        super().__init__(message, 409)
+        self.retry_after = retry_after
 
 
 class _Follower(threading.Thread):
@@ -60,16 +101,16 @@ class _Follower(threading.Thread):
         self.path = path
         self.stopped = threading.Event()
         self.done = threading.Event()
+        #: time.monotonic() of the last bytes read (or of the start)
+        self.last_data = time.monotonic()
         self._resp = None
 
     def stop(self) -> None:
+        """Stop following (from any thread): the open log stream is aborted."""
         self.stopped.set()
         resp = self._resp
         if resp is not None:
-            try:
-                resp.close()
-            except Exception:  # noqa: BLE001 - closing a dead connection
-                pass
+            abort(resp)
 
     def run(self) -> None:
         cursor = LogCursor()
@@ -82,14 +123,23 @@ class _Follower(threading.Thread):
                         continue
                     since = cursor.resume(time.time())
                     try:
-                        self._resp = self.rt.kube.log_stream(self.pod, render.CONTAINER, since)
+                        resp = self.rt.kube.log_stream(self.pod, render.CONTAINER, since)
                     except KubeError as exc:
                         if exc.status == 404 or state == "gone":
                             break  # nothing left to read
+                        if exc.status in DENIED:
+                            self.rt.note_log_denied(self.pod, exc)
+                            self.stopped.wait(5.0)
+                            continue
                         self.stopped.wait(1.0)  # 400: not started yet; others: retry
                         continue
+                    self.rt.note_log_denied(self.pod, None)
+                    self._resp = resp
+                    if self.stopped.is_set():  # stop() came before _resp was set
+                        self.stop()
                     try:
-                        for chunk in self._resp.stream(64 * 1024):
+                        for chunk in resp.stream(64 * 1024):
+                            self.last_data = time.monotonic()
                             data = cursor.feed(chunk)
                             if data:
                                 out.write(data)
@@ -98,9 +148,9 @@ class _Follower(threading.Thread):
                     except Exception as exc:  # noqa: BLE001 - a dropped connection: reconnect
                         log.debug("log stream of %s broke: %s", self.pod, exc)
                     finally:
-                        self._resp.release_conn()
                         self._resp = None
-                    if self.rt.container_state(self.pod) in ("terminated", "gone"):
+                        release(resp)
+                    if self.stopped.is_set() or self.rt.container_state(self.pod) in ("terminated", "gone"):
                         out.write(cursor.flush())
                         break
         except OSError as exc:
@@ -116,7 +166,11 @@ class KubernetesRuntime:
         kube: the API layer (default: :meth:`KubeClient.connect` with ``namespace``).
         policy: graces and pending timeout of :func:`.status.interpret`.
         ray_dashboard: start Ray's dashboard on each head (``ray[default]`` in the image).
-        start: start the watches now (and wait up to 10 s for their first list).
+        start: start the watches now (:meth:`start`).
+
+    Raises:
+        KubeError: with ``start``, the API server refused to let RLark list or watch Pods or
+            Events in the namespace (RBAC), or no configuration was found.
     """
 
     name = "kubernetes"
@@ -135,6 +189,9 @@ class KubernetesRuntime:
         self._events: dict[str, dict[str, dict]] = {}
         self._created: dict[str, float] = {}
         self._deleting: set[str] = set()
+        self._delete_sent: dict[str, tuple[int | None, float]] = {}
+        self._delete_errors: dict[str, str] = {}
+        self._log_errors: dict[str, str] = {}
         self._heads: set[str] = set()
         self._policies: dict[str, StatusPolicy] = {}
         self._followers: dict[str, _Follower] = {}
@@ -142,52 +199,118 @@ class KubernetesRuntime:
         self._runs: dict[str, render.RenderOptions] = {}
         self._inventory: tuple[float, Any] | None = None
         self._stop = threading.Event()
-        self._synced = {"Pod": threading.Event(), "Event": threading.Event()}
+        self._kinds = ("Pod", "Event")
+        #: per watched kind: set once it listed and opened its watch, or was refused
+        self._ready = {k: threading.Event() for k in self._kinds}
+        self._watch_error: dict[str, KubeError | None] = {k: None for k in self._kinds}
+        self._streams: dict[str, WatchStream] = {}
+        self._warned: dict[str, str] = {}
+        #: per watched kind: ``lists`` made, ``watches`` opened, watches ``expired`` (410 Gone:
+        #: listed again), other ``errors`` (reconnected), the ``resourceVersion`` it would
+        #: resume from
+        self.watch_state: dict[str, dict[str, Any]] = {
+            k: {"lists": 0, "watches": 0, "expired": 0, "errors": 0, "resourceVersion": ""}
+            for k in self._kinds}
         if start:
             self.start()
 
     # --- watches --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the Pod and Event watches; wait up to 10 s for the first Pod list."""
+        """Start the Pod and Event watches and wait (up to :data:`START_TIMEOUT` seconds) until
+        each has listed and opened its watch.
+
+        Raises:
+            KubeError: the API server refused a list or watch (401/403: RBAC or credentials);
+                the runtime is shut down. An API server that does not answer is only logged
+                (the watches keep trying).
+        """
         for kind, kwargs in (("Pod", {"label_selector": MANAGED}),
                              ("Event", {"field_selector": "involvedObject.kind=Pod"})):
             threading.Thread(target=self._watch_loop, args=(kind, kwargs), daemon=True,
-                             name=f"rlark-watch-{kind.lower()}").start()
-        if not self._synced["Pod"].wait(10.0):
-            log.warning("no Pod list from the API server of namespace %s after 10 s; still trying",
-                        self.namespace)
+                             name=f"rlark-watch-{kind.lower()}-{self.namespace}").start()
+        deadline = time.monotonic() + START_TIMEOUT
+        for kind in self._kinds:
+            self._ready[kind].wait(max(0.0, deadline - time.monotonic()))
+        refused = [e for e in (self._watch_error[k] for k in self._kinds)
+                   if e is not None and e.status in DENIED]
+        if refused:
+            self.shutdown()
+            raise KubeError(f"RLark cannot watch the Pods and Events of namespace {self.namespace}: "
+                            + "; ".join(str(e) for e in refused), refused[0].status)
+        if not all(self._ready[k].is_set() for k in self._kinds):
+            log.warning("no Pod and Event watch in namespace %s after %.0f s (%s); still trying",
+                        self.namespace, START_TIMEOUT,
+                        "; ".join(str(e) for e in self._watch_error.values() if e) or "no answer")
 
     def shutdown(self) -> None:
+        """Stop the watches (their connections are closed) and every log follower."""
         self._stop.set()
-        for f in list(self._followers.values()):
+        with self._lock:
+            streams = list(self._streams.values())
+            followers = list(self._followers.values())
+        for stream in streams:
+            stream.close()
+        for f in followers:
             f.stop()
 
     def _watch_loop(self, kind: str, kwargs: dict[str, str]) -> None:
+        state = self.watch_state[kind]
         backoff = 1.0
         while not self._stop.is_set():
             try:
                 items, rv = self.kube.list(kind, **kwargs)
+                state["lists"] += 1
                 self._reset(kind, items)
-                self._synced[kind].set()
-                backoff = 1.0
                 while not self._stop.is_set():
-                    for typ, obj in self.kube.watch(kind, rv, **kwargs):
+                    stream = self.kube.watch(kind, rv, timeout_seconds=WATCH_TIMEOUT_SECONDS, **kwargs)
+                    with self._lock:
+                        self._streams[kind] = stream
+                    if self._stop.is_set():
+                        stream.close()
+                        return
+                    state["resourceVersion"] = rv
+                    state["watches"] += 1
+                    self._watch_ok(kind)
+                    backoff = 1.0
+                    for typ, obj in stream:
                         rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        state["resourceVersion"] = rv
                         if typ != "BOOKMARK":
                             self.apply_watch_event(kind, typ, obj)
-                        if self._stop.is_set():
-                            return
+                    # the server ended the watch (its timeout): resume from rv
             except KubeError as exc:
-                if exc.status != 410:  # 410: resourceVersion too old, list again at once
-                    log.warning("watching %ss in %s: %s; retrying in %.0f s", kind,
-                                self.namespace, exc, backoff)
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 30.0)
-            except Exception:  # noqa: BLE001 - keep watching whatever happens
-                log.exception("watching %ss failed; retrying", kind)
+                if self._stop.is_set():
+                    return
+                if exc.status == 410:
+                    # "too old resource version": etcd compacted the history the watch needed;
+                    # list again at once (the list tells what changed meanwhile)
+                    state["expired"] += 1
+                    log.info("watch of %ss in %s expired (%s); listing again", kind, self.namespace, exc)
+                    continue
+                state["errors"] += 1
+                self._watch_failed(kind, exc)
                 self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                backoff = min(backoff * 2, WATCH_BACKOFF_MAX)
+            except Exception:  # noqa: BLE001 - keep watching whatever happens
+                log.exception("watching %ss in %s failed; retrying", kind, self.namespace)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, WATCH_BACKOFF_MAX)
+
+    def _watch_ok(self, kind: str) -> None:
+        if self._watch_error[kind] is not None:
+            log.info("watching %ss in %s again", kind, self.namespace)
+        self._watch_error[kind] = None
+        self._warned.pop(kind, None)
+        self._ready[kind].set()
+
+    def _watch_failed(self, kind: str, exc: KubeError) -> None:
+        self._watch_error[kind] = exc
+        if exc.status >= 400:  # the server answered: start() need not wait any longer
+            self._ready[kind].set()
+        if self._warned.get(kind) != str(exc):  # one line per distinct failure, not per retry
+            self._warned[kind] = str(exc)
+            log.warning("watching %ss in %s: %s; retrying", kind, self.namespace, exc)
 
     def _reset(self, kind: str, items: list[dict]) -> None:
         with self._changed:
@@ -240,16 +363,19 @@ class KubernetesRuntime:
         with self._changed:
             self._changed.wait(timeout)
 
+    def _not_seen_yet(self, name: str, now: float) -> bool:
+        """A Pod this runtime created that its watch has not shown yet: within the watch lag,
+        or at any time while the Pod watch is failing (a stale cache proves nothing)."""
+        created = self._created.get(name)
+        return created is not None and name not in self._gone and (
+            now - created < CREATE_LAG_SECONDS or self._watch_error["Pod"] is not None)
+
     def container_state(self, pod: str) -> str:
         """``waiting``, ``running``, ``terminated`` or ``gone`` (from the watch cache)."""
         with self._lock:
             obj = self._pods.get(pod)
             if obj is None:
-                created = self._created.get(pod)
-                if created is not None and time.time() - created < CREATE_LAG_SECONDS \
-                        and pod not in self._gone:
-                    return "waiting"
-                return "gone"
+                return "waiting" if self._not_seen_yet(pod, time.time()) else "gone"
         status = obj.get("status") or {}
         for cs in status.get("containerStatuses") or []:
             if cs.get("name") == render.CONTAINER:
@@ -262,14 +388,121 @@ class KubernetesRuntime:
             return "terminated"
         return "waiting"
 
+    def note_log_denied(self, pod: str, exc: KubeError | None) -> None:
+        """The log follower of ``pod`` was refused (``exc``: 401/403) or is reading again (None)."""
+        with self._lock:
+            if exc is None:
+                self._log_errors.pop(pod, None)
+            else:
+                if self._log_errors.get(pod) != str(exc):
+                    log.warning("%s", exc)
+                self._log_errors[pod] = str(exc)
+
     # --- Runtime protocol -------------------------------------------------------------------------
 
     def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken,
               namespace: str | None = None) -> Placement:
         """The head Service's DNS name and port 6379; Ray's defaults for every Worker. (Always in
-        this runtime's namespace: :class:`.namespaces.ProjectNamespaces` picks the runtime.)"""
+        this runtime's namespace: :class:`.namespaces.ProjectNamespaces` picks the runtime.)
+
+        First the names the Run needs are freed (:meth:`free_names`).
+
+        Raises:
+            NamesBusy: objects of an earlier Run of the Job still hold some names; try again.
+            KubeError: the API refused a read or delete (the message names it).
+        """
+        self.free_names(job, run_uid, workers)
         return Placement(head_address=render.head_address(job, self.namespace),
                          workers={w.node_rank: WorkerPlace() for w in workers})
+
+    def free_names(self, job: Job, run_uid: str, workers: list[PlannedWorker]) -> None:
+        """Delete the Pods and the head Service that earlier Runs of ``job`` left in the
+        namespace (found by the Job's label; RLark's own only), Pods with grace period 0; then
+        raise :class:`NamesBusy` naming those this Run needs that are still there (being
+        deleted, e.g. held by a finalizer). Objects of another Job, or not made by RLark, are
+        left alone here (creating over them fails and names them).
+
+        Raises:
+            NamesBusy, KubeError: see :meth:`place`.
+        """
+        service = head_service_name(job.name)
+        wanted = {("Pod", w.name) for w in workers} | {("Service", service)}
+
+        def leftovers() -> list[tuple[str, dict]]:
+            pods, _ = self.kube.list("Pod", label_selector=f"{MANAGED},{render.LABEL_JOB}={job.name}")
+            found = [("Pod", p) for p in pods]
+            svc = self.kube.get("Service", service)
+            if svc is not None:
+                found.append(("Service", svc))
+            out = []
+            for kind, obj in found:
+                labels = (obj.get("metadata") or {}).get("labels") or {}
+                if (labels.get(render.LABEL_MANAGED_BY) == render.MANAGED_BY
+                        and labels.get(render.LABEL_JOB) == job.name
+                        and labels.get(render.LABEL_RUN) != run_uid):
+                    out.append((kind, obj))
+            return out
+
+        found = leftovers()
+        if not found:
+            return
+        for kind, obj in found:
+            meta = obj["metadata"]
+            if kind == "Pod" or not meta.get("deletionTimestamp"):
+                # grace 0: the API server removes a Pod at once (its container is long gone:
+                # the Run it belonged to has ended), unless a finalizer holds it
+                self.kube.delete(kind, meta["name"], grace_seconds=0 if kind == "Pod" else None)
+                log.info("deleted %s %s left by run %s of Job %s", kind, meta["name"],
+                         (meta.get("labels") or {}).get(render.LABEL_RUN), job.name)
+        busy = []
+        for kind, obj in leftovers():
+            meta = obj["metadata"]
+            if (kind, meta["name"]) not in wanted:
+                continue
+            finalizers = meta.get("finalizers") or []
+            busy.append(f"{kind} {meta['name']} of run {(meta.get('labels') or {}).get(render.LABEL_RUN)} "
+                        "is still being deleted"
+                        + (f" (finalizers: {', '.join(finalizers)})" if finalizers else ""))
+        if busy:
+            raise NamesBusy(f"waiting for the names this Run needs in namespace {self.namespace}: "
+                            + "; ".join(busy))
+
+    def _taken(self, kind: str, name: str, obj: dict, job: str) -> str:
+        """Why ``kind name`` cannot be this Job's: who holds the name."""
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        where = f"{kind} {name} already exists in namespace {self.namespace}"
+        if labels.get(render.LABEL_MANAGED_BY) != render.MANAGED_BY:
+            return f"{where} and was not created by RLark; rename the Job or delete it"
+        other = labels.get(render.LABEL_JOB)
+        if other != job:
+            return (f"{where} and belongs to RLark Job {other!r} (run {labels.get(render.LABEL_RUN)}): "
+                    f"the object names of Job {job!r} (<job>-<role>-<index>) collide with it; "
+                    "rename the Job or the role")
+        return f"{where}: run {labels.get(render.LABEL_RUN)} of this Job still holds it"
+
+    def _create(self, obj: dict, job: str, run_uid: str) -> dict:
+        """Create ``obj``; when its name is taken, return the object if it is already this
+        Run's (a launch tried again), else fail naming the holder (never delete or adopt it).
+        A Run's launch is tried again when the server stopped mid-launch (the Run was still
+        Pending in the store): its ConfigMap, PVCs and some Pods exist already and are kept.
+
+        Raises:
+            KubeError: the name is taken (409), or another API error.
+        """
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        try:
+            return self.kube.create(obj)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        existing = self.kube.get(kind, name)
+        if existing is None:  # deleted meanwhile
+            return self.kube.create(obj)
+        labels = (existing.get("metadata") or {}).get("labels") or {}
+        if (labels.get(render.LABEL_MANAGED_BY) == render.MANAGED_BY
+                and labels.get(render.LABEL_JOB) == job and labels.get(render.LABEL_RUN) == run_uid):
+            return existing
+        raise KubeError(self._taken(kind, name, existing, job), 409)
 
     def _ensure_run(self, job: Job, run_uid: str) -> render.RenderOptions:
         with self._lock:
@@ -278,53 +511,18 @@ class KubernetesRuntime:
             return opts
         base = render.RenderOptions(namespace=self.namespace, ray_dashboard=self.ray_dashboard)
         cm = render.render_config_map(job, run_uid, base)
-        try:
-            stored = self.kube.create(cm)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
-            stored = self.kube.get("ConfigMap", cm["metadata"]["name"]) or {}
+        stored = self._create(cm, job.name, run_uid)
         uid = (stored.get("metadata") or {}).get("uid")
         if not uid:
             raise KubeError(f"ConfigMap {cm['metadata']['name']} has no uid")
         opts = replace(base, owner={"apiVersion": "v1", "kind": "ConfigMap",
                                     "name": cm["metadata"]["name"], "uid": uid})
-        for obj in [render.render_service(job, run_uid, opts), *render.render_claims(job, run_uid, opts)]:
-            self._create_replacing(obj, run_uid)
+        self._create(render.render_service(job, run_uid, opts), job.name, run_uid)
+        for claim in render.render_claims(job, run_uid, opts):
+            self._create(claim, job.name, run_uid)
         with self._lock:
             self._runs[run_uid] = opts
         return opts
-
-    def _create_replacing(self, obj: dict, run_uid: str) -> dict:
-        """Create ``obj``; when an object of that name from another Run is still there (a Pod
-        or Service of the Job's previous Run being deleted), delete it at once and retry for up
-        to 10 s.
-
-        Raises:
-            KubeError: the name stays taken, or another API error.
-        """
-        kind, name = obj["kind"], obj["metadata"]["name"]
-        deadline = time.monotonic() + 10.0
-        while True:
-            try:
-                return self.kube.create(obj)
-            except KubeError as exc:
-                if exc.status != 409:
-                    raise
-            existing = self.kube.get(kind, name)
-            if existing is None:
-                continue
-            labels = (existing.get("metadata") or {}).get("labels") or {}
-            if labels.get(render.LABEL_RUN) == run_uid:
-                return existing  # ours already (a retried launch)
-            if labels.get(render.LABEL_MANAGED_BY) != render.MANAGED_BY:
-                raise KubeError(f"{kind} {name} already exists in namespace {self.namespace} and "
-                                "was not created by RLark; rename the Job or delete it", 409)
-            if time.monotonic() > deadline:
-                raise KubeError(f"{kind} {name} of run {labels.get(render.LABEL_RUN)} is still "
-                                "being deleted", 409)
-            self.kube.delete(kind, name, grace_seconds=0)
-            time.sleep(0.2)
 
     def launch(self, spec: LaunchSpec) -> Launched:
         """Create the Run's shared objects once, then this Worker's Pod; follow its log."""
@@ -336,7 +534,7 @@ class KubernetesRuntime:
         name = pod["metadata"]["name"]
         self.track_pod(name, head=spec.worker.is_head,
                        join_timeout=spec.job.spec.failure_policy.join_timeout_seconds)
-        self._create_replacing(pod, spec.run_uid)
+        self._create(pod, spec.job.name, spec.run_uid)
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
         follower = _Follower(self, name, spec.log_path)
         with self._lock:
@@ -354,6 +552,8 @@ class KubernetesRuntime:
         with self._lock:
             self._created[name] = time.time() if created is None else created
             self._gone.pop(name, None)
+            for d in (self._delete_sent, self._delete_errors, self._log_errors, self._drain_since):
+                d.pop(name, None)
             self._deleting.discard(name)
             self._events.pop(name, None)
             self._policies[name] = replace(self.policy, pending_timeout_seconds=min(
@@ -375,8 +575,7 @@ class KubernetesRuntime:
             pod = self._pods.get(name)
             gone = pod is None
             last = self._gone.get(name)
-            if gone and name in self._created and name not in self._gone \
-                    and now - self._created[name] < CREATE_LAG_SECONDS:
+            if gone and self._not_seen_yet(name, now):
                 return PodStatus("Unscheduled", True)
             events = list(self._events.get(name, {}).values())
             obj = pod if pod is not None else last
@@ -388,26 +587,53 @@ class KubernetesRuntime:
 
     def observe(self, ref: WorkerRef) -> Observed:
         """Alive / exit code / Kubernetes failure / record facts of the Worker's Pod. A Worker
-        whose container ended stays alive until its log has been written out (at most 10 s)."""
+        whose container ended stays alive until its log has been written out (at most
+        :data:`LOG_DRAIN_SECONDS`; a stream that stays open but quiet for
+        :data:`LOG_QUIET_SECONDS` is closed). RLark being refused the Pod's log is the failure
+        ``Forbidden``; being refused its delete, ``StopFailed``."""
         st = self.pod_status(ref)
         name = self._pod_name(ref)
-        alive = st.alive
+        alive, failure = st.alive, st.failure
+        with self._lock:
+            denied_log = self._log_errors.get(name)
+            denied_delete = self._delete_errors.get(name)
+        if failure is None and denied_log:
+            failure = ("Forbidden", f"RLark may not read the log of Pod {name}, so it cannot follow "
+                                    f"its Worker: {denied_log}")
+        if alive and failure is None and denied_delete:
+            failure = ("StopFailed", f"RLark could not delete Pod {name} to stop its Worker: "
+                                     f"{denied_delete}")
         if not alive:
             follower = self._followers.get(name)
             if follower is not None and not follower.done.is_set():
-                started = self._drain_since.setdefault(name, time.monotonic())
-                alive = time.monotonic() - started < LOG_DRAIN_SECONDS
+                now = time.monotonic()
+                started = self._drain_since.setdefault(name, now)
+                if now - max(started, follower.last_data) >= LOG_QUIET_SECONDS:
+                    follower.stop()
+                alive = now - started < LOG_DRAIN_SECONDS
         return Observed(alive=alive, exit_code=None if alive else st.exit_code,
-                        failure=st.failure, facts=st.facts or None)
+                        failure=failure, facts=st.facts or None)
 
     def _delete(self, ref: WorkerRef, grace: int | None) -> None:
         name = self._pod_name(ref)
+        now = time.monotonic()
         with self._lock:
             self._deleting.add(name)
+            sent = self._delete_sent.get(name)
+            if sent is not None and sent[0] == grace and now - sent[1] < DELETE_RETRY_SECONDS:
+                return  # the controller asks every pass; the API server heard it already
+            self._delete_sent[name] = (grace, now)
         try:
             self.kube.delete("Pod", name, grace_seconds=grace)
         except KubeError as exc:
-            log.warning("deleting Pod %s: %s", name, exc)
+            with self._lock:
+                first = self._delete_errors.get(name) != str(exc)
+                self._delete_errors[name] = str(exc)
+            if first:
+                log.warning("deleting Pod %s: %s", name, exc)
+        else:
+            with self._lock:
+                self._delete_errors.pop(name, None)
 
     def signal_stop(self, ref: WorkerRef) -> None:
         """Delete the Pod with its grace period (the kubelet sends SIGTERM, then SIGKILL)."""
@@ -422,7 +648,8 @@ class KubernetesRuntime:
         name = self._pod_name(ref)
         with self._lock:
             follower = self._followers.pop(name, None)
-            for d in (self._created, self._policies, self._drain_since, self._events, self._gone):
+            for d in (self._created, self._policies, self._drain_since, self._events, self._gone,
+                      self._delete_sent, self._delete_errors, self._log_errors):
                 d.pop(name, None)
             self._heads.discard(name)
             self._deleting.discard(name)
@@ -430,16 +657,27 @@ class KubernetesRuntime:
             follower.stop()
 
     def end_run(self, run_uid: str, namespace: str | None = None) -> None:
-        """Delete everything of the Run by label (Pods at once: their ends are recorded)."""
+        """Delete everything of the Run by label (Pods at once: their ends are recorded).
+
+        Raises:
+            KubeError: some kinds could not be deleted (all are tried; the message names each
+                refusal and the command that removes what is left).
+        """
         selector = f"{render.LABEL_RUN}={run_uid}"
+        errors = []
         for kind, grace in (("Pod", 0), ("Service", None), ("PersistentVolumeClaim", None),
                             ("ConfigMap", None)):
             try:
                 self.kube.delete_collection(kind, selector, grace_seconds=grace)
             except KubeError as exc:
-                log.warning("deleting the %ss of run %s: %s", kind, run_uid, exc)
+                errors.append(str(exc))
         with self._lock:
             self._runs.pop(run_uid, None)
+        if errors:
+            raise KubeError(
+                f"objects of run {run_uid} were left in namespace {self.namespace}: "
+                + "; ".join(errors) + "; remove them with: kubectl delete pods,services,configmaps,pvc "
+                f"-n {self.namespace} -l {selector}")
 
     # --- inventory --------------------------------------------------------------------------------
 

@@ -243,6 +243,20 @@ def _pull_failure(pod: dict, events: Sequence[dict], waiting: dict, image: str) 
 # --- the interpretation -----------------------------------------------------------------------------
 
 
+def _ended_by_deletion(meta: dict, terminated: dict | None) -> bool:
+    """Whether a deleted Pod's container ended because of the deletion: it had not ended (no
+    ``terminated``), or it ended once the deletion was asked for (``deletionTimestamp`` minus
+    ``deletionGracePeriodSeconds``, with 1 s of clock slack). A container that had finished
+    before someone deleted the Pod ended on its own."""
+    if terminated is None:
+        return True
+    asked = parse_time(meta.get("deletionTimestamp"))
+    ended = parse_time(terminated.get("finishedAt"))
+    if asked is None or ended is None:
+        return False
+    return ended >= asked - float(meta.get("deletionGracePeriodSeconds") or 0) - 1.0
+
+
 def interpret(
     pod: dict | None,
     events: Sequence[dict] = (),
@@ -338,9 +352,10 @@ def interpret(
             f"{last.get('reason', '')}): {waiting.get('message', '')}")), facts)
 
     if terminated is not None or phase in ("Succeeded", "Failed"):
-        if meta.get("deletionTimestamp") and not deleted_by_rlark and terminated is None:
+        if meta.get("deletionTimestamp") and not deleted_by_rlark and _ended_by_deletion(meta, terminated):
+            code = f" (exit code {exit_code})" if exit_code is not None else ""
             return PodStatus("Failed", False, exit_code, (lost, _clip(
-                f"Pod {name} was deleted (not by RLark) before its Worker finished")), facts)
+                f"Pod {name} was deleted (not by RLark) before its Worker finished{code}")), facts)
         return PodStatus("Succeeded" if phase == "Succeeded" else "Failed", False, exit_code,
                          None, facts)
 
