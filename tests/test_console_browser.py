@@ -349,7 +349,13 @@ spec:
     expect(page.locator("#log-follow")).to_have_attribute("aria-pressed", "true")
     shown = lambda: [int(t.split()[1]) for t in page.locator("#log-lines").inner_text().splitlines()  # noqa: E731
                      if t.startswith("tick ")]
-    last = max(shown())
+    # following re-renders the lines: wait (bounded) until they are back before reading the last
+    expect(page.locator("#log-lines")).to_contain_text("tick ", timeout=20_000)
+    deadline = time.monotonic() + 20
+    while not (before := shown()):
+        assert time.monotonic() < deadline, "the followed log shows no line for 20 s"
+        page.wait_for_timeout(100)
+    last = max(before)
     # lines written after the click arrive without a reload, in order, none twice
     expect(page.locator("#log-lines")).to_contain_text(f"tick {last + 5}\n", timeout=20_000)
     ticks = shown()

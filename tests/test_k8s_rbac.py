@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from kubernetes.client.rest import ApiException
 import yaml
 
 from tests.k8s_testbed import (
@@ -122,7 +123,15 @@ def run_a_job(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
             return f"{job['reason']}: {job['message']}"
         wait_for("the head's Pod to run", lambda: (p := tb.admin().read_namespaced_pod(
             "ppo-head-0", ns)).status.phase == "Running" and p)
-        workers.logs["ppo-head-0"].event(workers.token(), "facts", hostname="ppo-head-0", ip="10.0.0.1")
+        try:
+            token = workers.token()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            # the Run already failed (e.g. its log was refused) and RLark deleted the head's Pod
+            job = r.wait_phase("ppo", "Failed")
+            return f"{job['reason']}: {job['message']}"
+        workers.logs["ppo-head-0"].event(token, "facts", hostname="ppo-head-0", ip="10.0.0.1")
 
         def head_read_or_failed():
             job = r.job("ppo")

@@ -69,10 +69,11 @@ def pod_body(pod_name: str, *, node_selector=None, tolerations=None, gpus: int =
     )
 
 
-def watch_pod_until_running(api: client.CoreV1Api, pod_name: str, resource_version: str) -> client.V1Pod:
-    """Watch one Pod from ``resource_version`` until it is Running (bounded by WAIT)."""
+def watch_pod_until_running(api: client.CoreV1Api, pod_name: str, resource_version: str,
+                            wait: float = WAIT) -> client.V1Pod:
+    """Watch one Pod from ``resource_version`` until it is Running (bounded by ``wait`` s)."""
     w = watch.Watch()
-    deadline = time.monotonic() + WAIT
+    deadline = time.monotonic() + wait
     seen = []
     while time.monotonic() < deadline:
         for event in w.stream(api.list_namespaced_pod, NS, field_selector=f"metadata.name={pod_name}",
@@ -83,7 +84,7 @@ def watch_pod_until_running(api: client.CoreV1Api, pod_name: str, resource_versi
             if pod.status.phase == "Running":
                 w.stop()
                 return pod
-    pytest.fail(f"Pod {pod_name} not Running within {WAIT} s; events seen: {seen}")
+    pytest.fail(f"Pod {pod_name} not Running within {wait} s; events seen: {seen}")
 
 
 def scheduling_failures(api: client.CoreV1Api, pod_name: str) -> list[str]:
@@ -308,7 +309,10 @@ def test_api_server_restart_keeps_the_data(api, k8s_testbed):
         pod_name = name("smoke-after-restart")
         created = api.create_namespaced_pod(NS, pod_body(pod_name))
         try:
-            assert watch_pod_until_running(api, pod_name, created.metadata.resource_version).spec.node_name
+            # kube-scheduler's and kwok's informers re-list after a lost watch with client-go's
+            # backoff (up to 30 s per try), twice here: a longer bound than one Pod start needs
+            pod = watch_pod_until_running(api, pod_name, created.metadata.resource_version, wait=3 * WAIT)
+            assert pod.spec.node_name
         finally:
             delete_pod(api, pod_name)
     finally:
