@@ -146,8 +146,9 @@ def test_a_run_creates_its_configmap_then_owned_objects_then_pods_and_the_garbag
     assert "not by RLark" in job["message"], job["message"]
 
 
-def test_a_run_succeeds_on_kwok_nodes_its_logs_stream_through_the_api_server_and_end_run_cleans_up(
-        rlark, k8s_testbed, k8s_namespace, tmp_path):
+def a_running_run(rlark, k8s_testbed, k8s_namespace, tmp_path):
+    """Submit :func:`job_yaml`, let kwok run its Pods, join every Worker and start the run
+    script; returns ``(rlark, workers)`` once the Job is Running."""
     text = job_yaml()
     workers = KwokWorkers(k8s_testbed, k8s_namespace, load_job(text)[0], tmp_path)
     r = rlark()
@@ -156,6 +157,12 @@ def test_a_run_succeeds_on_kwok_nodes_its_logs_stream_through_the_api_server_and
     workers.join()
     workers.start_run_script()
     r.wait_phase("ppo", "Running")
+    return r, workers
+
+
+def test_a_run_succeeds_on_kwok_nodes_its_logs_stream_through_the_api_server_and_end_run_cleans_up(
+        rlark, k8s_testbed, k8s_namespace, tmp_path):
+    r, workers = a_running_run(rlark, k8s_testbed, k8s_namespace, tmp_path)
     workers.finish_run_script(0)
     job = r.wait_ended("ppo")
     assert (job["phase"], job["reason"]) == ("Succeeded", "Completed"), job
@@ -173,14 +180,7 @@ def test_a_run_succeeds_on_kwok_nodes_its_logs_stream_through_the_api_server_and
 @pytest.mark.parametrize("case", ["run-script-exit-3", "pool-exit-2", "pool-oomkilled",
                                   "head-deleted-by-someone", "head-deleted-gracefully-by-someone"])
 def test_pod_states_become_worker_and_run_reasons(case, rlark, k8s_testbed, k8s_namespace, tmp_path):
-    text = job_yaml()
-    workers = KwokWorkers(k8s_testbed, k8s_namespace, load_job(text)[0], tmp_path)
-    r = rlark()
-    r.submit(text)
-    workers.wait_running()
-    workers.join()
-    workers.start_run_script()
-    r.wait_phase("ppo", "Running")
+    r, workers = a_running_run(rlark, k8s_testbed, k8s_namespace, tmp_path)
     if case == "run-script-exit-3":
         workers.finish_run_script(3)
         reason, words, blamed = "RunFailed", "the run script on ppo-head-0 exited with code 3", "ppo-head-0"
