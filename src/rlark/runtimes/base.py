@@ -342,6 +342,20 @@ class Observed:
     facts: dict | None = None
 
 
+@dataclass(frozen=True)
+class AdoptSpec:
+    """A Worker that an earlier server process launched, to be watched again after a restart
+    (:meth:`Runtime.adopt`): its handle, its Run's spec, whether it is the head, where its log
+    goes, its Run's namespace and when its Run launched (seconds since the epoch)."""
+
+    ref: WorkerRef
+    job: Job
+    is_head: bool
+    log_path: str | None
+    namespace: str | None = None
+    launched_at: float | None = None
+
+
 class Runtime(Protocol):
     """Where Workers run. Implementations: ``local`` (process groups); ``kubernetes`` (Pods).
 
@@ -376,3 +390,14 @@ class Runtime(Protocol):
 
     def end_run(self, run_uid: str, namespace: str | None = None) -> None:
         """Every Worker of the Run is gone: remove what the Run alone needed (Services...)."""
+
+    def find(self, run_uid: str, worker: str, namespace: str | None = None) -> Launched | None:
+        """The Worker ``worker`` of Run ``run_uid`` if it exists although its handle never reached
+        the store (the server died between launching it and committing): a local process group
+        whose environment names it, a Pod with its Run's labels. None: it was never started."""
+
+    def adopt(self, spec: AdoptSpec) -> None:
+        """Watch again a Worker that an earlier server process launched (after a restart): take
+        back what the runtime holds for it (address and port reservations, a Pod's watch entry
+        and log follower resuming where the log file ends). Never raises for a Worker that is
+        gone: :meth:`observe` then reports it dead."""
