@@ -263,7 +263,7 @@ def main() -> int:
     global RESERVATIONS
     RESERVATIONS = Reservations()
     store = Store()
-    controller = Controller(store, LocalRuntime(RESERVATIONS))
+    controller = Controller(store, LocalRuntime(RESERVATIONS), stop_runs_on_exit=True)
     svc = JobService(store, controller.wake)
     controller.start()
     rows = []

@@ -629,7 +629,7 @@ class RlarkOnK8s:
         self.kube = kube or KubeClient(tb.core_v1(), namespace)
         self.rt = KubernetesRuntime(kube=self.kube, policy=self.policy)  # KubeError: RBAC refuses
         self.store = Store(f"sqlite:///{home / 'rlark.db'}")
-        self.ctl = Controller(self.store, self.rt)
+        self.ctl = Controller(self.store, self.rt, stop_runs_on_exit=True)
         self.jobs = JobService(self.store, self.ctl.wake, runtime="kubernetes", namespace=namespace,
                                inventory=self.rt.inventory if preflight else None,
                                pending_timeout=self.policy.pending_timeout_seconds)

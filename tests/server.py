@@ -105,8 +105,10 @@ class RlarkServer:
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # tests end their server with its Runs (a real server leaves them to the next one; the
+        # adoption tests, tests/test_adopt_local.py, set RLARK_STOP_RUNS_ON_EXIT=0)
         self.env = {**os.environ, "RLARK_HOME": str(home), "RLARK_SERVER": self.url,
-                    **(extra_env or {})}
+                    "RLARK_STOP_RUNS_ON_EXIT": "1", **(extra_env or {})}
         self.env.pop("RLARK_DATABASE_URL", None) if "RLARK_DATABASE_URL" not in (extra_env or {}) else None
         self.proc: subprocess.Popen | None = None
         self.http = httpx.Client(base_url=self.url, timeout=30)
@@ -146,6 +148,12 @@ class RlarkServer:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def crash(self) -> None:
+        """``kill -9`` the server (no shutdown at all), as the OOM killer or a node loss would."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "rlark.cli", *args], env=self.env,

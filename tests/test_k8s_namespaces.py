@@ -52,7 +52,7 @@ def cluster(k8s_testbed, rlark_home, caplog):
     accounts.create_project(OPEN_PRINCIPAL, None, "team-b", namespace=lab_b)
     jobs = JobService(store, runtime="kubernetes", namespace=server)
     try:
-        yield store, (server, team_a, lab_b), Controller(store, rt), jobs
+        yield store, (server, team_a, lab_b), Controller(store, rt, stop_runs_on_exit=True), jobs
     finally:
         rt.shutdown()
         store.dispose()

@@ -487,11 +487,16 @@ def server(
         None, "--trusted-proxy", metavar="ADDRESS",
         help="Believe X-Forwarded-For/-Proto from this address (a TLS proxy in front; "
              "repeatable; also $RLARK_TRUSTED_PROXIES). Default: from nobody."),
+    stop_runs_on_exit: bool = typer.Option(
+        False, "--stop-runs-on-exit", envvar="RLARK_STOP_RUNS_ON_EXIT",
+        help="Stop every active Run when the server shuts down. Default: Runs keep running "
+             "through a restart or upgrade, and the next server on the same store adopts them."),
 ) -> None:
     """Run the RLark server: REST API (OpenAPI at /docs), web console and the controller.
 
     State (database and Worker logs) lives in $RLARK_HOME (default ~/.rlark); one server per
-    store. Ctrl-C stops the server and every Worker it started. With --runtime kubernetes the
+    store. Ctrl-C stops the server; active Runs keep running and the next `rlark server` on the
+    same store adopts them (--stop-runs-on-exit stops them instead). With --runtime kubernetes the
     server uses the in-cluster ServiceAccount or your kubeconfig; docs/kubernetes.md.
 
     \b
@@ -512,6 +517,7 @@ def server(
         serve(host, port, database_url, runtime=runtime, namespace=namespace, auth=not no_auth,
               allowed_hosts=tuple(allowed_host or ()), cors_origins=tuple(cors_origin or ()),
               tls_cert=str(tls_cert) if tls_cert else None, tls_key=str(tls_key) if tls_key else None,
+              stop_runs_on_exit=stop_runs_on_exit,
               trusted_proxies=tuple(trusted_proxy or ()))
     except (ValueError, StoreBusy) as exc:
         _fail(str(exc))

@@ -119,14 +119,17 @@ def _carry_token_to(auth: AuthService, urls: list[str]) -> None:
 
 def build_app(database_url: str | None = None, server_url: str | None = None,
               runtime: str = "local", namespace: str | None = None,
-              policy: SecurityPolicy | None = None, admin_urls: list[str] | None = None) -> FastAPI:
+              policy: SecurityPolicy | None = None, admin_urls: list[str] | None = None,
+              stop_runs_on_exit: bool | None = None) -> FastAPI:
     """The full server app; the controller runs with the app.
 
     ``runtime``: ``local`` (process groups on this machine, the default) or ``kubernetes``
     (Pods in ``namespace``; default: the in-cluster ServiceAccount's namespace or the kubeconfig
     context's; other projects' Pods in their own namespaces). ``policy``: see
     :func:`security_policy`; ``admin_urls``: where the first administrator's token is stored
-    for (:func:`bootstrap_admin`). Kubernetes settings from the environment: ``RLARK_K8S_PENDING_TIMEOUT``,
+    for (:func:`bootstrap_admin`). ``stop_runs_on_exit``: the server's shutdown stops every active
+    Run (default :func:`rlark.settings.stop_runs_on_exit`; otherwise Runs carry on and the next
+    server adopts them). Kubernetes settings from the environment: ``RLARK_K8S_PENDING_TIMEOUT``,
     ``RLARK_K8S_IMAGE_PULL_GRACE``, ``RLARK_K8S_MOUNT_GRACE`` (seconds),
     ``RLARK_K8S_RAY_DASHBOARD=1``.
 
@@ -161,7 +164,9 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
         rt = LocalRuntime()
     store = Store(database_url)
     lock = ControllerLock(store.engine, owner_info(server_url)).acquire()
-    controller = Controller(store, rt, on_shutdown=lock.release)
+    controller = Controller(store, rt, on_shutdown=lock.release,
+                            stop_runs_on_exit=settings.stop_runs_on_exit() if stop_runs_on_exit is None
+                            else stop_runs_on_exit)
     service = JobService(store, controller.wake, runtime=runtime, inventory=inventory,
                          pending_timeout=pending,
                          namespace=rt.namespace if runtime == "kubernetes" else None)
@@ -190,8 +195,9 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
           runtime: str = "local", namespace: str | None = None, auth: bool = True,
           allowed_hosts: tuple[str, ...] = (), cors_origins: tuple[str, ...] = (),
           tls_cert: str | None = None, tls_key: str | None = None,
-          trusted_proxies: tuple[str, ...] = ()) -> None:
-    """Run the server until SIGINT/SIGTERM; on shutdown every Worker it started is stopped.
+          trusted_proxies: tuple[str, ...] = (), stop_runs_on_exit: bool | None = None) -> None:
+    """Run the server until SIGINT/SIGTERM. Active Runs keep running through a shutdown and the
+    next server on the same store adopts them, unless ``RLARK_STOP_RUNS_ON_EXIT=1``.
 
     ``trusted_proxies``: addresses whose ``X-Forwarded-For``/``-Proto`` headers are believed
     (a TLS-terminating proxy in front); from anyone else they are ignored, so a client cannot
@@ -209,7 +215,8 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
         raise ValueError("give both --tls-cert and --tls-key, or neither")
     scheme = "https" if tls_cert else "http"
     app = build_app(database_url, f"{scheme}://{host}:{port}", runtime=runtime, namespace=namespace,
-                    policy=policy, admin_urls=local_urls(host, port, scheme))
+                    policy=policy, admin_urls=local_urls(host, port, scheme),
+                    stop_runs_on_exit=stop_runs_on_exit)
     if not auth:
         for line in ("AUTHENTICATION IS OFF (--no-auth): every request to this server acts as a",
                      "site administrator and can run code as this user. Use it only on a machine",

@@ -164,6 +164,22 @@ def keep_ray_temp() -> bool:
     return os.environ.get("RLARK_KEEP_RAY_TEMP", "") == "1"
 
 
+def stop_runs_on_exit() -> bool:
+    """``RLARK_STOP_RUNS_ON_EXIT=1`` (``rlark server --stop-runs-on-exit``): a server that shuts
+    down stops every active Run (reason ``ServerShutdown``). Default: the Runs keep running and
+    the next server on the same store adopts them.
+
+    Raises:
+        ValueError: set to something other than 0/1/true/false.
+    """
+    raw = os.environ.get("RLARK_STOP_RUNS_ON_EXIT", "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"RLARK_STOP_RUNS_ON_EXIT={raw!r} is not a boolean; use 1 or 0")
+
+
 def csv_env(name: str) -> list[str]:
     """A comma-separated environment variable as a list (blank items dropped)."""
     return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]

@@ -37,11 +37,11 @@ from rlark.controller.phases import (
 )
 from rlark.record import build_record
 from rlark.ranks import plan_workers, rank_ranges
-from rlark.runtimes.base import (LaunchSpec, Taken, WorkerRef, bootstrap_env, ray_resources,
-                                 taken_port_ranges)
+from rlark.runtimes.base import (AdoptSpec, LaunchSpec, Taken, WorkerRef, bootstrap_env,
+                                 ray_resources, taken_port_ranges)
 from rlark.services.logs import job_log_dirs, remove_dirs
 from rlark.spec import Job
-from rlark.store import EventRow, JobRow, RunRow, Store, TaskRow, WorkerRow
+from rlark.store import ControllerStateRow, EventRow, JobRow, RunRow, Store, TaskRow, WorkerRow
 from rlark.words import plural
 
 log = logging.getLogger("rlark.controller")
@@ -52,6 +52,17 @@ LAUNCHED = or_(WorkerRow.pid.is_not(None), WorkerRow.handle.is_not(None))
 #: a Worker's last reported phase while its ``ray start`` is (or is about to be) at work: counted
 #: against the bound on Ray nodes starting at once (None: nothing reported yet)
 STARTING_RAY = frozenset({None, "Starting", "Prepared", "StartingRay"})
+
+#: seconds between two heartbeats of the controller in the store (ControllerStateRow): the
+#: precision of the window a restarted server gives for a Worker that ended while it was down
+HEARTBEAT_SECONDS = 2.0
+
+
+def iso_time(ts: float | None) -> str:
+    """Seconds since the epoch -> ``2026-12-01T04:12:03Z`` (``unknown`` for None)."""
+    if ts is None:
+        return "unknown"
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def role_demands(spec: dict) -> dict[str, admission.Amounts]:
@@ -152,8 +163,16 @@ class Controller:
     """Runs the reconcile loop in a background thread (``start``/``shutdown``) or step by step
     (``reconcile_once``, used by tests)."""
 
-    def __init__(self, store: Store, runtime, tick_seconds: float = 0.1, on_shutdown=None):
+    def __init__(self, store: Store, runtime, tick_seconds: float = 0.1, on_shutdown=None,
+                 stop_runs_on_exit: bool = False):
         self.store = store
+        #: shutdown() stops every active Run (else they keep running and the next server adopts
+        #: them: a restart or upgrade of the server never ends a training Run)
+        self.stop_runs_on_exit = stop_runs_on_exit
+        #: Worker id -> (last heartbeat of the previous server, adoption time): Workers adopted
+        #: after a restart and not yet observed; one found gone ended in that window
+        self._adopted: dict[int, tuple[float | None, float]] = {}
+        self._last_beat = 0.0
         self._on_shutdown = on_shutdown
         self.runtime = runtime
         self.tick = tick_seconds
@@ -204,13 +223,18 @@ class Controller:
         self._logged[key] = now
 
     def shutdown(self, grace: float = 10.0) -> None:
-        """Stop the loop and every Worker this server started: their Runs end ``Stopped`` with
-        reason ``ServerShutdown`` (an embedded server leaves nothing behind)."""
+        """Stop the loop. By default active Runs carry on: their Workers keep running, each Run
+        gets a ``ServerStopped`` Event, and the next server on this store adopts them
+        (:meth:`_adopt_after_restart`). With ``stop_runs_on_exit`` every Worker this server
+        started is stopped and its Run ends ``Stopped`` with reason ``ServerShutdown``."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        if not self.stop_runs_on_exit:
+            self._detach()
+            return
         with self.store.session() as s:
             runs = s.scalars(select(RunRow).where(RunRow.phase.in_(ACTIVE))).all()
             for run in runs:
@@ -236,6 +260,38 @@ class Controller:
         if self._on_shutdown is not None:
             self._on_shutdown()
 
+    def _detach(self) -> None:
+        """Leave every active Run to the next server: a last heartbeat, a ``ServerStopped``
+        Event per Run, and a log line saying how many carry on."""
+        self._beat(force=True)
+        with self.store.session() as s:
+            runs = s.scalars(select(RunRow).where(RunRow.phase.in_(ACTIVE - {Phase.pending.value}))).all()
+            for run in runs:
+                add_event(s, run.job_id, "ServerStopped",
+                          "the RLark server stopped; the Run's Workers keep running and the next "
+                          "server on this store adopts them", run_number=run.number)
+            names = sorted({run.job.name for run in runs})
+        if names:
+            log.warning("%s keep running without a server (%s); start `rlark server` on the same "
+                        "store to adopt them (or use --stop-runs-on-exit to stop Runs on exit)",
+                        plural(len(names), "Job"), ", ".join(names[:10]))
+        if self._on_shutdown is not None:
+            self._on_shutdown()
+
+    def _beat(self, force: bool = False) -> None:
+        """Record in the store that this controller is alive now (at most every
+        :data:`HEARTBEAT_SECONDS` unless ``force``)."""
+        now = time.time()
+        if not force and now - self._last_beat < HEARTBEAT_SECONDS:
+            return
+        with self.store.session() as s:
+            row = s.get(ControllerStateRow, 1)
+            if row is None:
+                row = ControllerStateRow(id=1, owner="")
+                s.add(row)
+            row.heartbeat_at = now
+        self._last_beat = now
+
     def _teardown_pass(self, force: bool) -> bool:
         """Observe/kill Workers of every Run; return True while some Worker is still alive."""
         alive = False
@@ -256,7 +312,7 @@ class Controller:
     def reconcile_once(self) -> None:
         """One pass over every Run that needs attention."""
         if not self._adopted_checked:
-            self._recover_after_restart()
+            self._adopt_after_restart()
             self._adopted_checked = True
         with self.store.session() as s:
             ids = s.scalars(
@@ -285,29 +341,67 @@ class Controller:
             except Exception as exc:
                 self._log_failure(f"reconciling run {run_id} failed", exc)
         self._finalize_deletes()
+        self._beat()
 
-    def _recover_after_restart(self) -> None:
-        """Workers of an earlier server process cannot be watched exactly (no exit codes), so an
-        active Run found at start-up is ended: its surviving processes are killed (verified by PID
-        and start time) and the Run fails with ``ControllerRestarted`` (``Stopped`` if it was
-        stopping). Fail closed: never claim Running for Workers nobody watches."""
+    def _adopt_after_restart(self) -> None:
+        """Take over every Run an earlier server process left Starting, Running or Stopping: each
+        launched Worker is handed to the runtime again (:meth:`Runtime.adopt`), a Worker whose
+        handle never reached the store (the server died between launching and committing) is
+        looked for (:meth:`Runtime.find`), and the Run carries on from the lifecycle lines at the
+        stored log offsets. A Worker found gone on its first observation ended while nobody
+        watched: ``WorkerLost`` with the window (:meth:`_observe`). A Starting Run with a Worker
+        that never started fails with ``LaunchInterrupted`` (its retry policy applies)."""
+        now = time.time()
         with self.store.session() as s:
+            beat = s.get(ControllerStateRow, 1)
+            since = beat.heartbeat_at if beat is not None else None
             runs = s.scalars(
                 select(RunRow).where(RunRow.phase.in_(ACTIVE - {Phase.pending.value}))
             ).all()
             for run in runs:
+                try:
+                    job = Job.model_validate(run.spec)
+                except ValueError:  # a spec this version cannot read: watch nothing, stop it
+                    job = None
+                adopted, missing = 0, []
+                launched_at = run.started_at.timestamp() if run.started_at else None
                 for w in run.workers:
-                    if w.launched and not w.released:
+                    if w.released:
+                        continue
+                    if not w.launched and w.log_path and job is not None:
+                        found = self.runtime.find(run.uid, w.name, run.namespace)
+                        if found is not None:
+                            w.pid, w.pid_started, w.handle = found.pid, found.pid_started, found.handle
+                            w.phase, w.started_at = "Starting", w.started_at or utcnow()
+                    if not w.launched:
+                        missing.append(w)
+                        continue
+                    if job is None:
                         self.runtime.kill(ref(w))
-                if run.phase == Phase.stopping.value:
-                    t = Transition(Phase.stopped.value, "ControllerRestarted",
-                                   "the RLark server restarted while the Run was stopping")
-                else:
-                    t = Transition(Phase.failed.value, "ControllerRestarted",
-                                   "the RLark server restarted while the Run was active; its "
-                                   "Workers were stopped")
-                self._transition(s, run, t)
-                run.stop_deadline = time.time()
+                        continue
+                    self.runtime.adopt(AdoptSpec(ref=ref(w), job=job, is_head=w.is_head,
+                                                 log_path=w.log_path, namespace=run.namespace,
+                                                 launched_at=launched_at, role=w.role))
+                    self._adopted[w.id] = (since, now)
+                    adopted += 1
+                add_event(s, run.job_id, "Adopted",
+                          f"the RLark server restarted (last heartbeat {iso_time(since)}); it "
+                          f"watches the Run's {plural(adopted, 'Worker')} again",
+                          run_number=run.number)
+                if job is None:
+                    self._transition(s, run, Transition(
+                        Phase.failed.value if run.phase != Phase.stopping.value else Phase.stopped.value,
+                        "SpecUnreadable", "this RLark version cannot read the Run's stored spec; "
+                        "its Workers were stopped"))
+                elif missing and run.phase == Phase.starting.value:
+                    ranks = ", ".join(f"rank {w.node_rank} ({w.name})" for w in missing)
+                    for w in missing:
+                        w.released = True
+                        self.runtime.forget(ref(w))
+                    self._transition(s, run, Transition(
+                        Phase.failed.value, "LaunchInterrupted",
+                        f"the RLark server stopped while launching the Run; {ranks} never "
+                        "started", blamed=tuple(w.name for w in missing)))
 
     def _reconcile_run(self, s: Session, run: RunRow) -> None:
         job = run.job
@@ -479,6 +573,11 @@ class Controller:
             place = placement.workers[w.node_rank]
             w.node_ip, w.port_base, w.ray_temp_dir = place.node_ip, place.port_base, place.ray_temp_dir
             w.log_path = str(log_dir / f"{w.name}.log")
+        # the plan is durable before anything starts, and each handle as soon as its Worker
+        # exists: a server that dies in between leaves Workers the next one finds (find())
+        s.commit()
+        for w in rows:
+            place = placement.workers[w.node_rank]
             env = bootstrap_env(
                 job,
                 planned[w.node_rank],
@@ -508,6 +607,7 @@ class Controller:
             w.pid, w.pid_started, w.handle = launched.pid, launched.pid_started, launched.handle
             w.phase = "Starting"
             w.started_at = utcnow()
+            s.commit()
         add_event(s, run.job_id, "Launched",
                   f"{plural(len(rows), 'Worker')} started; head {rows[0].name} at {placement.head_address}",
                   run_number=run.number)
@@ -555,6 +655,7 @@ class Controller:
             if w.launched and not life.get("gone"):
                 seen = self.runtime.observe(ref(w))
                 self._merge_runtime_facts(w, seen)
+                window = self._adopted.pop(w.id, None)
                 if seen.failure and not life.get("failed"):
                     # the runtime knows why the Worker cannot run (a Pod's ImagePull...)
                     reason, message = seen.failure
@@ -573,10 +674,26 @@ class Controller:
                         elif ev.get("event") == "exit":
                             life["exit"] = ev.get("code")
                     code = seen.exit_code if seen.exit_code is not None else life.get("exit")
+                    if window is not None and run.phase in (Phase.starting.value, Phase.running.value):
+                        self._lost_while_down(w, life, window)
                     life["gone"] = True
                     w.exit_code = code
                     w.lifecycle = life
                     w.finished_at = utcnow()
+
+    @staticmethod
+    def _lost_while_down(w: WorkerRow, life: dict, window: tuple[float | None, float]) -> None:
+        """An adopted Worker found gone that said nothing about its end (no failed, stopped,
+        exit or run_finished line): it ended while no server watched it, between the previous
+        server's last heartbeat and the adoption (``WorkerLost`` naming its rank and that window)."""
+        if any(life.get(k) is not None for k in ("failed", "run_finished", "exit")) or life.get("stopped"):
+            return
+        since, found = window
+        life["failed"] = {
+            "reason": "WorkerLost", "ts": found,
+            "message": (f"ended while the RLark server was down, between {iso_time(since)} and "
+                        f"{iso_time(found)}, without a word in its log"),
+        }
 
     @staticmethod
     def _merge_runtime_facts(w: WorkerRow, seen) -> None:
@@ -699,7 +816,7 @@ class Controller:
 
     def _maybe_retry(self, s: Session, run: RunRow) -> None:
         job = run.job
-        if job.desired != "Running" or job.delete_requested or run.reason == "ControllerRestarted":
+        if job.desired != "Running" or job.delete_requested or run.reason == "SpecUnreadable":
             return
         policy = Job.model_validate(run.spec).spec.failure_policy
         retries = consecutive_retries(job.runs, run)

@@ -346,7 +346,7 @@ class Observed:
 class AdoptSpec:
     """A Worker that an earlier server process launched, to be watched again after a restart
     (:meth:`Runtime.adopt`): its handle, its Run's spec, whether it is the head, where its log
-    goes, its Run's namespace and when its Run launched (seconds since the epoch)."""
+    goes, its Run's namespace, when its Run launched (seconds since the epoch) and its role."""
 
     ref: WorkerRef
     job: Job
@@ -354,6 +354,8 @@ class AdoptSpec:
     log_path: str | None
     namespace: str | None = None
     launched_at: float | None = None
+    #: the Worker's role (None: unknown)
+    role: str | None = None
 
 
 class Runtime(Protocol):

@@ -9,6 +9,7 @@ Never ``ray stop``: it is host-wide.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ from rlark import settings
 from rlark.controller.admission import Amounts, Capacity
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.base import (
+    AdoptSpec,
     LaunchSpec,
     local_block_size,
     local_worker_ports,
@@ -35,6 +37,8 @@ from rlark.runtimes.base import (
 from rlark.runtimes.local_reservations import Reservations
 from rlark.runtimes.local_ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
 from rlark.spec import Job
+
+log = logging.getLogger("rlark.runtime.local")
 
 BOOTSTRAP_FILE = Path(__file__).resolve().parent.parent / "bootstrap" / "worker.py"
 
@@ -248,6 +252,50 @@ class LocalRuntime:
         places = self._run_places.get(ref.run_uid or "")
         if places and (ref.node_ip, ref.port_base) in places:
             places.remove((ref.node_ip, ref.port_base))
+
+    def find(self, run_uid: str, worker: str, namespace: str | None = None) -> Launched | None:
+        """The Worker's process group although its PID never reached the store: the outermost
+        process whose environment carries ``RLARK_RUN_ID=run_uid`` and ``RLARK_WORKER=worker``
+        (what :meth:`launch` started: the bootstrap, or ``unshare`` around it). Processes of other
+        users are not readable and are skipped. None: no such process."""
+        found: dict[int, psutil.Process] = {}
+        for p in psutil.process_iter():
+            try:
+                env = p.environ()
+            except (psutil.Error, OSError):
+                continue
+            if env.get("RLARK_RUN_ID") == run_uid and env.get("RLARK_WORKER") == worker:
+                found[p.pid] = p
+        for pid, p in sorted(found.items()):
+            try:
+                if p.ppid() not in found:
+                    return Launched(pid=pid, pid_started=p.create_time())
+            except psutil.Error:
+                continue
+        return None
+
+    def adopt(self, spec: AdoptSpec) -> None:
+        """Take back the host-wide reservations of a Worker an earlier server process placed
+        (its loopback address and port block; the operating system dropped them with that
+        process), so no other Run is placed on them. A reservation another server holds now is
+        logged and left (the store still keeps this server's own Runs off it)."""
+        ref = spec.ref
+        if ref.node_ip is None or ref.port_base is None:
+            return
+        role = spec.job.role(spec.role) if spec.role else None
+        size = local_block_size(role, os.cpu_count() or 1) if role is not None else None
+        res, refused = self.reservations, []
+        if f"ip-{ref.node_ip}" not in res.held() and not res.try_reserve("ip", ref.node_ip):
+            refused.append(ref.node_ip)
+        for unit in block_units(ref.port_base, size) if size else (ref.port_base,):
+            if f"ports-{unit}" not in res.held() and not res.try_reserve("ports", unit):
+                refused.append(f"port block unit {unit}")
+        if size:
+            self._block_sizes[ref.port_base] = size
+        self._run_places.setdefault(ref.run_uid or "", []).append((ref.node_ip, ref.port_base))
+        if refused:
+            log.warning("Worker %s: another process holds the reservation of %s", ref.name,
+                        ", ".join(refused))
 
     def end_run(self, run_uid: str, namespace: str | None = None) -> None:
         """Free whatever of the Run is still reserved (Workers that never launched)."""

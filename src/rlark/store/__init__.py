@@ -14,7 +14,8 @@ from rlark.store.accounts import (
     UserRow,
 )
 from rlark.store.db import Store
-from rlark.store.models import Base, EventRow, JobRow, RunRow, TaskRow, WorkerRow
+from rlark.store.models import (Base, ControllerStateRow, EventRow, JobRow, RunRow, TaskRow,
+                                WorkerRow)
 
-__all__ = ["Store", "Base", "JobRow", "RunRow", "TaskRow", "WorkerRow", "EventRow", "UserRow",
+__all__ = ["Store", "Base", "ControllerStateRow", "JobRow", "RunRow", "TaskRow", "WorkerRow", "EventRow", "UserRow",
            "ProjectRow", "MembershipRow", "ProjectRole", "TokenRow", "SessionRow", "AuditRow"]

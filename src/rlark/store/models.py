@@ -204,3 +204,15 @@ class EventRow(Base):
     to_phase: Mapped[str | None] = mapped_column(String(16), nullable=True)
     #: the user whose request caused the event; None: RLark itself (the controller)
     actor: Mapped[str | None] = mapped_column(String(63), nullable=True)
+
+
+class ControllerStateRow(Base):
+    """What the controller keeps about itself across server processes (one row, id 1): when its
+    last reconcile pass ended (``heartbeat_at``, seconds since the epoch) and which process ran it.
+    The next server reads it to name the window in which a Worker nobody watched ended."""
+
+    __tablename__ = "controller_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    owner: Mapped[str] = mapped_column(Text, default="")

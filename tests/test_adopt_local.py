@@ -1,0 +1,188 @@
+"""A server crash, restart or upgrade never ends a training Run (issue 12), on the local runtime.
+
+Real ``rlark server`` processes on one store, real Ray nodes: the server is killed (``kill -9``)
+or shut down while a Run is Starting, Running or Stopping; the next server adopts the Run, which
+reaches the end it would have reached, with its log whole, its record written and nothing left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rlark.runtimes.local import LocalRuntime
+from rlark.runtimes.local_reservations import Reservations
+from tests.server import RlarkServer, assert_nothing_left, ray_tmp_dir
+from tests.test_local_runtime import job_yaml
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture
+def server(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    srv = RlarkServer(home, {"RLARK_RAY_TMP": ray_tmp_dir(), "RLARK_STOP_RUNS_ON_EXIT": "0"})
+    srv.start()
+    try:
+        yield srv
+    finally:
+        # this test's own Runs end with it (the server under test leaves them running)
+        srv.env["RLARK_STOP_RUNS_ON_EXIT"] = "1"
+        if srv.proc is not None and srv.proc.poll() is None:
+            srv.stop()
+        srv.start()
+        srv.stop()
+
+
+def events(server: RlarkServer, name: str) -> list[dict]:
+    r = server.http.get(f"/api/v1/jobs/{name}/events")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wait_for(what: str, check, timeout: float = 120):
+    """Poll ``check()`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not after {timeout} s")
+        time.sleep(0.2)
+
+
+def pids(job: dict) -> list[tuple[int, float]]:
+    return [w["pid"] for w in job["currentRun"]["workers"]]
+
+
+def test_a_run_that_finishes_while_the_server_is_down_gets_its_true_result(server):
+    """kill -9 while Running; the run script ends meanwhile: Succeeded with exit code 0, every
+    line of the log once, lifecycle events once, the record written, nothing left."""
+    n = 40
+    run = f'for i in $(seq 1 {n}); do echo "line-$i"; sleep 0.05; done; while [ ! -e "$GATE" ]; do sleep 0.1; done; echo done-all'
+    gate = server.home / "gate-finish"
+    server.submit(job_yaml("finish", run=run, pool_workers=0, head_env={"GATE": str(gate)}))
+    job = server.wait_phase("finish", {"Running"}, timeout=120)
+    server.crash()
+    log = Path(job["currentRun"]["workers"][0]["log"])
+    gate.touch()
+    wait_for("the run script to finish while no server runs",
+             lambda: "done-all" in log.read_text(errors="replace"))
+    server.start()
+    job = server.wait_phase("finish", {"Succeeded"}, timeout=60)
+    assert job["currentRun"]["exitCode"] == 0, job
+    reasons = [e["reason"] for e in events(server, "finish")]
+    assert reasons.count("Adopted") == 1 and reasons.count("NodeJoined") == 1, reasons
+    assert "ControllerRestarted" not in reasons and "ServerShutdown" not in reasons
+    out = server.cli("logs", "finish")
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if ln.split()[-1:] and ln.split()[-1].startswith("line-")]
+    assert [ln.split()[-1] for ln in lines] == [f"line-{i}" for i in range(1, n + 1)]
+    record = server.http.get("/api/v1/jobs/finish/record")
+    assert record.status_code == 200, record.text
+    rec = record.json()
+    assert (rec["result"]["phase"], rec["result"]["exitCode"]) == ("Succeeded", 0), rec["result"]
+    assert [(w["nodeRank"], w["joined"], w["exitCode"]) for w in rec["workers"]["items"]] == [(0, True, 0)]
+    assert_nothing_left(server.wait_released("finish"))
+
+
+def test_a_running_run_survives_a_shutdown_and_a_crash_then_stops_cleanly(server):
+    """SIGTERM (an upgrade) and then kill -9 (a crash) of the server while Running: the same
+    Worker processes carry on, the Run stays Running under each new server, and a stop still
+    ends it with nothing left."""
+    server.submit(job_yaml("carry", run="echo started; sleep 600", pool_workers=1))
+    job = server.wait_phase("carry", {"Running"}, timeout=120)
+    before = pids(job)
+    server.stop()  # graceful: the Runs carry on
+    assert all(psutil.pid_exists(pid) for pid in before)
+    server.start()
+    wait_for("the Adopted event", lambda: any(e["reason"] == "Adopted" for e in events(server, "carry")))
+    server.crash()
+    server.start()
+    wait_for("a second Adopted event",
+             lambda: [e["reason"] for e in events(server, "carry")].count("Adopted") == 2)
+    job = server.job("carry")
+    assert job["phase"] == "Running" and pids(job) == before, job
+    reasons = [e["reason"] for e in events(server, "carry")]
+    assert reasons.count("ServerStopped") == 1 and reasons.count("NodeJoined") == 2, reasons
+    assert server.cli("stop", "carry").returncode == 0
+    job = server.wait_phase("carry", {"Stopped"}, timeout=60)
+    assert_nothing_left(server.wait_released("carry"))
+
+
+def test_a_worker_that_dies_while_the_server_is_down_is_reported_lost(server):
+    """The non-head Worker is killed while no server runs: the next server fails the Run with
+    WorkerLost naming its rank and the window in which it died."""
+    server.submit(job_yaml("lose", run="sleep 600", pool_workers=1))
+    job = server.wait_phase("lose", {"Running"}, timeout=120)
+    server.crash()
+    pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
+    os.killpg(pool["pid"], signal.SIGKILL)
+    wait_for("the pool Worker to be gone", lambda: not alive(pool["pid"]))
+    server.start()
+    job = server.wait_phase("lose", {"Failed"}, timeout=60)
+    assert job["reason"] == "WorkerLost", job
+    assert "rank 1" in job["message"] and "while the RLark server was down, between" in job["message"]
+    assert_nothing_left(server.wait_released("lose"))
+
+
+def alive(pid: int) -> bool:
+    """The process ``pid`` exists and is not a zombie."""
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_crash_while_starting_and_while_stopping(server):
+    """kill -9 while the head is still in its prepare script: the adopted Run goes on to
+    Running. kill -9 again while it is Stopping (its run script takes its time on SIGTERM): the
+    next server finishes the stop; nothing is left."""
+    gate, slow = server.home / "gate-prepare", server.home / "gate-stop"
+    prepare = f'while [ ! -e {gate} ]; do sleep 0.1; done'
+    run = (f'trap "while [ ! -e {slow} ]; do sleep 0.1; done; exit 0" TERM; '
+           'echo running; sleep 600 & wait')
+    server.submit(job_yaml("phases", run=run, head_prepare=prepare, pool_workers=0, grace=60))
+    wait_for("the head to be preparing", lambda: (server.job("phases")["currentRun"] or {}).get("workers")
+             and server.job("phases")["currentRun"]["workers"][0]["phase"] == "Preparing")
+    server.crash()
+    gate.touch()
+    server.start()
+    server.wait_phase("phases", {"Running"}, timeout=120)
+    assert server.cli("stop", "phases").returncode == 0
+    server.wait_phase("phases", {"Stopping"}, timeout=30)
+    server.crash()
+    slow.touch()
+    server.start()
+    server.wait_phase("phases", {"Stopped"}, timeout=60)
+    reasons = [e["reason"] for e in events(server, "phases")]
+    assert reasons.count("Adopted") == 2, reasons
+    assert_nothing_left(server.wait_released("phases"))
+
+
+def test_find_returns_the_outermost_process_of_a_worker_whose_pid_was_never_stored(tmp_path):
+    """A Worker launched but not committed (the server died in between) is found by the
+    environment RLark gave it: the process RLark started, not one of its children."""
+    env = {**os.environ, "RLARK_RUN_ID": "findme123456", "RLARK_WORKER": "w-head-0"}
+    proc = subprocess.Popen(["bash", "-c", "sleep 300 & sleep 300 & wait"], env=env,
+                            start_new_session=True)
+    try:
+        wait_for("the children", lambda: len(psutil.Process(proc.pid).children()) == 2, 10)
+        rt = LocalRuntime(Reservations(str(tmp_path / "locks")))
+        found = rt.find("findme123456", "w-head-0")
+        assert found is not None and found.pid == proc.pid
+        assert found.pid_started == psutil.Process(proc.pid).create_time()
+        assert rt.find("findme123456", "w-pool-0") is None
+        assert rt.find("other", "w-head-0") is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
