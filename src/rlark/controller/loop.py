@@ -9,7 +9,9 @@ transition. Services wake it (:meth:`Controller.wake`) so a submit is acted on a
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 import threading
 import time
 import secrets
@@ -25,6 +27,7 @@ from rlark.controller import admission
 from rlark.controller.lifecycle import read_new_events, read_tail, with_tail
 from rlark.controller.phases import (
     ACTIVE,
+    ALLOWED,
     TERMINAL,
     Phase,
     RunView,
@@ -48,10 +51,19 @@ log = logging.getLogger("rlark.controller")
 
 #: SQL form of WorkerRow.launched
 LAUNCHED = or_(WorkerRow.pid.is_not(None), WorkerRow.handle.is_not(None))
+#: SQL: launched, or planned for a launch under way (its log path is set before it starts)
+PLANNED = or_(LAUNCHED, WorkerRow.log_path.is_not(None))
 
 #: a Worker's last reported phase while its ``ray start`` is (or is about to be) at work: counted
 #: against the bound on Ray nodes starting at once (None: nothing reported yet)
 STARTING_RAY = frozenset({None, "Starting", "Prepared", "StartingRay"})
+
+#: seconds between two passes when nothing happens (a pass also comes at once on a wake, a
+#: log line or a Worker's end): the precision of deadlines such as the join timeout
+IDLE_RESYNC_SECONDS = 1.0
+
+#: Runs reconciled at once (threads of the lane pool); a Run is never in two lanes
+LANES = 8
 
 #: seconds between two heartbeats of the controller in the store (ControllerStateRow): the
 #: precision of the window a restarted server gives for a Worker that ended while it was down
@@ -164,7 +176,7 @@ class Controller:
     (``reconcile_once``, used by tests)."""
 
     def __init__(self, store: Store, runtime, tick_seconds: float = 0.1, on_shutdown=None,
-                 stop_runs_on_exit: bool = False):
+                 stop_runs_on_exit: bool = False, idle_resync_seconds: float = IDLE_RESYNC_SECONDS):
         self.store = store
         #: shutdown() stops every active Run (else they keep running and the next server adopts
         #: them: a restart or upgrade of the server never ends a training Run)
@@ -176,18 +188,24 @@ class Controller:
         self._on_shutdown = on_shutdown
         self.runtime = runtime
         self.tick = tick_seconds
+        self.idle_resync = idle_resync_seconds
+        #: (log path, WorkerRef) of every live Worker, for _fingerprint
+        self._watched: list[tuple[str | None, WorkerRef]] | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._adopted_checked = False
         self._logged: dict[tuple, float] = {}
-        #: this pass's admission decisions by run id (runtimes with a capacity(): local)
-        self._admission: dict[int, admission.Decision] = {}
         #: run id -> (one Worker's demand per role, the whole Run's demand, its Worker count)
         self._demands: dict[int, tuple[dict[str, admission.Amounts], admission.Amounts, int]] = {}
         #: run id -> time.monotonic() before which its launch is not tried again (the runtime
         #: said "not yet": e.g. Kubernetes names still held by the Job's previous Run)
         self._launch_after: dict[int, float] = {}
+        #: lanes: Runs reconciled at once, each by one thread; which are at work, which launch
+        self._pool = ThreadPoolExecutor(max_workers=LANES, thread_name_prefix="rlark-run")
+        self._lanes_lock = threading.Lock()
+        self._busy: set[int] = set()
+        self._launching: set[int] = set()
 
     # --- thread ---------------------------------------------------------------------------------
 
@@ -202,11 +220,42 @@ class Controller:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self.reconcile_once()
+                self.reconcile_once(wait=False)
+                seen = self._fingerprint(refresh=True)
             except Exception as exc:  # keep the loop alive; the next pass retries
                 self._log_failure("reconcile pass failed", exc)
-            self._wake.wait(self.tick)
+                seen = None
+            # the next pass comes when something happened: a wake (an API write, a lane that
+            # moved its Run), a Worker's log grew (lifecycle lines) or a Worker ended, or at the
+            # idle resync (deadlines: join timeout, stop grace)
+            resync = time.monotonic() + self.idle_resync
+            while not self._stop.is_set() and time.monotonic() < resync:
+                if self._wake.wait(self.tick):
+                    break
+                try:
+                    if seen is not None and self._fingerprint() != seen:
+                        break
+                except Exception as exc:  # e.g. the database is gone for a moment
+                    self._log_failure("watching Workers failed", exc)
+                    break
             self._wake.clear()
+
+    def _fingerprint(self, refresh: bool = False) -> tuple:
+        """What changes when a Worker does something: the size of each live Worker's log and
+        whether the runtime sees it alive (cheap: a stat and a process or cache lookup each).
+        ``refresh``: read the Workers to watch from the store again (after a pass)."""
+        if refresh or self._watched is None:
+            with self._session() as s:
+                rows = s.scalars(select(WorkerRow).where(WorkerRow.released.is_(False), LAUNCHED)).all()
+                self._watched = [(w.log_path, ref(w)) for w in rows]
+        out = []
+        for path, r in self._watched:
+            try:
+                size = os.stat(path).st_size if path else -1
+            except OSError:
+                size = -1
+            out.append((size, self.runtime.observe(r).alive))
+        return tuple(out)
 
     def _log_failure(self, what: str, exc: Exception) -> None:
         """A traceback the first time, then one line a minute for the same failure (a damaged
@@ -232,10 +281,11 @@ class Controller:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        self._pool.shutdown(wait=True)  # lanes at work finish their pass first
         if not self.stop_runs_on_exit:
             self._detach()
             return
-        with self.store.session() as s:
+        with self._session() as s:
             runs = s.scalars(select(RunRow).where(RunRow.phase.in_(ACTIVE))).all()
             for run in runs:
                 if run.phase != Phase.stopping.value:
@@ -252,7 +302,7 @@ class Controller:
                 break
             time.sleep(0.1)
         self._teardown_pass(force=True)
-        with self.store.session() as s:
+        with self._session() as s:
             for run in s.scalars(select(RunRow).where(RunRow.phase == Phase.stopping.value)).all():
                 self._transition(s, run, Transition(Phase.stopped.value, "ServerShutdown",
                                                     "stopped because the RLark server shut down"))
@@ -264,7 +314,7 @@ class Controller:
         """Leave every active Run to the next server: a last heartbeat, a ``ServerStopped``
         Event per Run, and a log line saying how many carry on."""
         self._beat(force=True)
-        with self.store.session() as s:
+        with self._session() as s:
             runs = s.scalars(select(RunRow).where(RunRow.phase.in_(ACTIVE - {Phase.pending.value}))).all()
             for run in runs:
                 add_event(s, run.job_id, "ServerStopped",
@@ -284,7 +334,7 @@ class Controller:
         now = time.time()
         if not force and now - self._last_beat < HEARTBEAT_SECONDS:
             return
-        with self.store.session() as s:
+        with self._session() as s:
             row = s.get(ControllerStateRow, 1)
             if row is None:
                 row = ControllerStateRow(id=1, owner="")
@@ -295,7 +345,7 @@ class Controller:
     def _teardown_pass(self, force: bool) -> bool:
         """Observe/kill Workers of every Run; return True while some Worker is still alive."""
         alive = False
-        with self.store.session() as s:
+        with self._session() as s:
             for w in s.scalars(select(WorkerRow).where(WorkerRow.released.is_(False))).all():
                 if not w.launched:
                     w.released = True
@@ -309,12 +359,20 @@ class Controller:
 
     # --- one pass ---------------------------------------------------------------------------------
 
-    def reconcile_once(self) -> None:
-        """One pass over every Run that needs attention."""
+    def _session(self):
+        # autoflush off: nothing is written before the commit at the end of a block, so no write
+        # transaction is open while the controller calls a process or an API
+        return self.store.session(autoflush=False)
+
+    def reconcile_once(self, wait: bool = True) -> None:
+        """One pass over every Run that needs attention: each Run in its own lane (a thread of
+        a pool of :data:`LANES`), so one Run's slow runtime call never delays another's
+        transitions. ``wait``: return when every lane of this pass is done (tests step the
+        controller this way); the loop thread does not wait for a lane still at work."""
         if not self._adopted_checked:
             self._adopt_after_restart()
             self._adopted_checked = True
-        with self.store.session() as s:
+        with self._session() as s:
             ids = s.scalars(
                 select(RunRow.id)
                 .where(
@@ -327,21 +385,47 @@ class Controller:
                 )
                 .order_by(RunRow.id)
             ).all()
+        with self._lanes_lock:
+            launching = bool(self._launching)
         try:
-            self._admission = self._admit()
+            # while a launch is under way its Workers are not in the store yet: admit nothing
+            # new until they are, so capacity is never counted twice
+            decisions = {} if launching and self._admits else self._admit()
         except Exception as exc:  # e.g. a bad RLARK_MAX_STARTING_NODES: nothing is admitted
-            self._admission = {}
+            decisions = {}
             self._log_failure("admitting Pending Runs failed", exc)
+        futures = []
         for run_id in ids:
-            try:
-                with self.store.session() as s:
-                    run = s.get(RunRow, run_id)
-                    if run is not None:
-                        self._reconcile_run(s, run)
-            except Exception as exc:
-                self._log_failure(f"reconciling run {run_id} failed", exc)
+            with self._lanes_lock:
+                if run_id in self._busy:
+                    continue  # its lane is still at work (a slow runtime call): not waited for
+                self._busy.add(run_id)
+            futures.append(self._pool.submit(self._lane, run_id, decisions))
+        if wait:
+            for f in futures:
+                f.result()
         self._finalize_deletes()
         self._beat()
+
+    def _lane(self, run_id: int, decisions: dict[int, admission.Decision]) -> None:
+        """Reconcile one Run in its own session, on a thread of the lane pool; wake the loop
+        when the Run changed phase or freed Workers (that may let another Run move on)."""
+        moved = False
+        try:
+            with self._session() as s:
+                run = s.get(RunRow, run_id)
+                if run is not None:
+                    before = (run.phase, sum(w.released for w in run.workers))
+                    self._reconcile_run(s, run, decisions)
+                    moved = before != (run.phase, sum(w.released for w in run.workers))
+        except Exception as exc:
+            self._log_failure(f"reconciling run {run_id} failed", exc)
+        finally:
+            with self._lanes_lock:
+                self._busy.discard(run_id)
+                self._launching.discard(run_id)
+            if moved:
+                self._wake.set()
 
     def _adopt_after_restart(self) -> None:
         """Take over every Run an earlier server process left Starting, Running or Stopping: each
@@ -352,7 +436,7 @@ class Controller:
         watched: ``WorkerLost`` with the window (:meth:`_observe`). A Starting Run with a Worker
         that never started fails with ``LaunchInterrupted`` (its retry policy applies)."""
         now = time.time()
-        with self.store.session() as s:
+        with self._session() as s:
             beat = s.get(ControllerStateRow, 1)
             since = beat.heartbeat_at if beat is not None else None
             runs = s.scalars(
@@ -403,14 +487,15 @@ class Controller:
                         f"the RLark server stopped while launching the Run; {ranks} never "
                         "started", blamed=tuple(w.name for w in missing)))
 
-    def _reconcile_run(self, s: Session, run: RunRow) -> None:
+    def _reconcile_run(self, s: Session, run: RunRow,
+                       decisions: dict[int, admission.Decision] | None = None) -> None:
         job = run.job
         if run.phase == Phase.pending.value and not run.stop_requested:
             if self._previous_runs_busy(s, run):
                 return
             if self._launch_after.get(run.id, 0.0) > time.monotonic():
                 return
-            decision = self._admission.get(run.id)
+            decision = (decisions or {}).get(run.id)
             if self._admits and decision is None:
                 return  # not in this pass's queue (submitted meanwhile): the next pass decides
             if decision is not None and not decision.admit:
@@ -421,6 +506,8 @@ class Controller:
                           "this Run asks for more than this machine has ("
                           + "; ".join(decision.oversized) + "); it starts now because no other "
                           "Run's Workers are running", run_number=run.number, type="Warning")
+            with self._lanes_lock:
+                self._launching.add(run.id)
             self._launch(s, run)
             if run.phase not in TERMINAL:
                 return
@@ -460,7 +547,7 @@ class Controller:
         first; what is held is every launched Worker not yet released, by its role's request."""
         if not self._admits:
             return {}
-        with self.store.session() as s:
+        with self._session() as s:
             pending = s.execute(
                 select(RunRow.id, RunRow.job_id)
                 .where(RunRow.phase == Phase.pending.value, RunRow.stop_requested.is_(False))
@@ -472,7 +559,7 @@ class Controller:
             held_rows = s.execute(
                 select(WorkerRow.run_id, WorkerRow.role, WorkerRow.lifecycle, RunRow.phase, RunRow.job_id)
                 .join(RunRow, RunRow.id == WorkerRow.run_id)
-                .where(WorkerRow.released.is_(False), LAUNCHED)
+                .where(WorkerRow.released.is_(False), PLANNED)
             ).all()
             busy_jobs = {job_id for *_, job_id in held_rows} | set(s.scalars(
                 select(RunRow.job_id).where(RunRow.phase.in_(ACTIVE - {Phase.pending.value}))))
@@ -558,7 +645,7 @@ class Controller:
         live = s.execute(
             select(WorkerRow.node_ip, WorkerRow.port_base, WorkerRow.role, RunRow.spec)
             .join(RunRow, WorkerRow.run_id == RunRow.id)
-            .where(WorkerRow.released.is_(False), LAUNCHED)
+            .where(WorkerRow.released.is_(False), PLANNED)
         ).all()
         taken = Taken(ips=frozenset(ip for ip, *_ in live if ip),
                       port_ranges=taken_port_ranges((b, spec, role) for _, b, role, spec in live))
@@ -576,6 +663,8 @@ class Controller:
         # the plan is durable before anything starts, and each handle as soon as its Worker
         # exists: a server that dies in between leaves Workers the next one finds (find())
         s.commit()
+        with self._lanes_lock:
+            self._launching.discard(run.id)  # admission counts the planned Workers from now on
         for w in rows:
             place = placement.workers[w.node_rank]
             env = bootstrap_env(
@@ -600,6 +689,7 @@ class Controller:
                 w.released = True
                 for other in rows:
                     if not other.launched:
+                        other.released = True  # never started: holds nothing
                         self.runtime.forget(ref(other))
                 self._transition(s, run, Transition(Phase.failed.value, "LaunchFailed",
                                                     f"Worker {w.name}: {exc}"))
@@ -764,7 +854,14 @@ class Controller:
     # --- transitions --------------------------------------------------------------------------------
 
     def _transition(self, s: Session, run: RunRow, t: Transition) -> None:
+        """Write ``t`` on the Run (phase, reason, message, times, an Event) and act on it (stop
+        signals, Worker settlement, a retry). A transition the state machine does not allow
+        (:data:`ALLOWED`) is refused and logged as an error: it is a bug, never a Run's fate."""
         before = run.phase
+        if t.to not in ALLOWED.get(before, ()):
+            log.error("refused the transition %s -> %s (%s) of run %s of job %s: not allowed",
+                      before, t.to, t.reason, run.number, run.job.name if run.job else "?")
+            return
         if t.to == Phase.failed.value and t.worker:
             # the failing Worker's own last lines say why (pip's error, a traceback, Ray's message)
             blamed = next((w for w in run.workers if w.name == t.worker), None)
@@ -824,7 +921,7 @@ class Controller:
             return
         nxt = new_run(job, "Retry", run.runtime)
         s.add(nxt)
-        s.flush()
+        s.commit()  # nxt.id; and the write transaction ends before any runtime call that follows
         job.current_run_id = nxt.id
         # the Job follows its new Run at once, so nobody watching sees "Failed" in between
         job.phase, job.reason, job.message = (
@@ -928,7 +1025,7 @@ class Controller:
 
     def _finalize_deletes(self) -> None:
         gone: list = []
-        with self.store.session() as s:
+        with self._session() as s:
             jobs = s.scalars(select(JobRow).where(JobRow.delete_requested.is_(True))).all()
             for job in jobs:
                 busy = any(

@@ -66,8 +66,12 @@ class Store:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
-        s = self._sessions()
+    def session(self, autoflush: bool = True) -> Iterator[Session]:
+        """A session committed when the block ends (rolled back on an exception).
+
+        ``autoflush=False`` (the controller): nothing is written before the commit, so no write
+        transaction (SQLite's write lock) is open while the block calls a process or an API."""
+        s = self._sessions(autoflush=autoflush)
         try:
             yield s
             s.commit()
