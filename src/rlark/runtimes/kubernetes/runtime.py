@@ -27,7 +27,9 @@ All API calls go through :class:`.client.KubeClient`.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from dataclasses import replace
@@ -47,7 +49,7 @@ from rlark.runtimes.base import (
 from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.capacity import NodeInfo, parse_nodes
 from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream, abort, release
-from rlark.runtimes.kubernetes.logcursor import LogCursor
+from rlark.runtimes.kubernetes.logcursor import LogCursor, restore
 from rlark.runtimes.kubernetes.status import PodStatus, StatusPolicy, interpret
 from rlark.spec import Job, head_service_name
 
@@ -91,8 +93,36 @@ class NamesBusy(KubeError):
         self.retry_after = retry_after
 
 
+def cursor_path(log_path: str) -> str:
+    """Where the follower of ``log_path`` saves its :class:`.logcursor.LogCursor` state."""
+    return log_path + ".cursor"
+
+
+def _load_cursor(path: str) -> dict | None:
+    try:
+        with open(path, "rb") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring the log cursor %s: %s", path, exc)
+        return None
+
+
+def _count_lines(path: str) -> int:
+    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+    return n
+
+
 class _Follower(threading.Thread):
-    """Follows one Pod's log into a file until the container has terminated or the Pod is gone."""
+    """Follows one Pod's log into a file until the container has terminated or the Pod is gone.
+
+    The file is appended to, never rewritten: after each write the cursor is saved beside it
+    (:func:`cursor_path`), so a follower of a later server process, or one that replaces it,
+    carries on where this one stopped (:func:`.logcursor.restore`)."""
 
     def __init__(self, runtime: "KubernetesRuntime", pod: str, path: str):
         super().__init__(name=f"rlark-log-{pod}", daemon=True)
@@ -100,22 +130,64 @@ class _Follower(threading.Thread):
         self.pod = pod
         self.path = path
         self.stopped = threading.Event()
+        #: stopped because this server stops: nothing more is written (not even a partial last
+        #: line): the file and its cursor are the next follower's
+        self.abandoned = False
+        self._io = threading.Lock()  # held while the file or its cursor changes
         self.done = threading.Event()
         #: time.monotonic() of the last bytes read (or of the start)
         self.last_data = time.monotonic()
         self._resp = None
 
-    def stop(self) -> None:
-        """Stop following (from any thread): the open log stream is aborted."""
+    def stop(self, abandon: bool = False) -> None:
+        """Stop following (from any thread): the open log stream is aborted. ``abandon``: the
+        file is left to another follower (of this process or the next), so once this returns
+        nothing more is written, not even a line read only in part. (A request still waiting
+        for the log's first line cannot be aborted; its thread ends when that answer comes.)"""
+        if abandon:
+            with self._io:  # a write under way ends first
+                self.abandoned = True
         self.stopped.set()
+        with self.rt._changed:  # a follower waiting for its container to start
+            self.rt._changed.notify_all()
         resp = self._resp
         if resp is not None:
             abort(resp)
 
-    def run(self) -> None:
-        cursor = LogCursor()
+    def _open(self) -> tuple[Any, LogCursor]:
+        """The file, opened to append, and the cursor to resume it with."""
         try:
-            with open(self.path, "ab", buffering=0) as out:
+            size = os.path.getsize(self.path)
+        except FileNotFoundError:
+            size = 0
+        cursor = restore(_load_cursor(cursor_path(self.path)), size)
+        if cursor is None:
+            cursor = LogCursor.after_lines(_count_lines(self.path) if size else 0, size)
+        elif cursor.size < size:
+            # the last process died between writing lines and saving the cursor: those lines
+            # are fetched again, so they go
+            log.info("cutting the log %s back from %d to %d bytes (written after its cursor)",
+                     self.path, size, cursor.size)
+            os.truncate(self.path, cursor.size)
+        return open(self.path, "ab", buffering=0), cursor
+
+    def _write(self, out, cursor: LogCursor, data: bytes) -> None:
+        with self._io:
+            if not data or self.abandoned:
+                return
+            out.write(data)
+            tmp = cursor_path(self.path) + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(cursor.state(), f)
+            os.replace(tmp, cursor_path(self.path))  # a reader sees the old state or the new one
+
+    def run(self) -> None:
+        try:
+            with self._io:
+                if self.abandoned:
+                    return
+                out, cursor = self._open()
+            with out:
                 while not self.stopped.is_set():
                     state = self.rt.container_state(self.pod)
                     if state == "waiting":
@@ -140,9 +212,7 @@ class _Follower(threading.Thread):
                     try:
                         for chunk in resp.stream(64 * 1024):
                             self.last_data = time.monotonic()
-                            data = cursor.feed(chunk)
-                            if data:
-                                out.write(data)
+                            self._write(out, cursor, cursor.feed(chunk))
                             if self.stopped.is_set():
                                 break
                     except Exception as exc:  # noqa: BLE001 - a dropped connection: reconnect
@@ -151,7 +221,7 @@ class _Follower(threading.Thread):
                         self._resp = None
                         release(resp)
                     if self.stopped.is_set() or self.rt.container_state(self.pod) in ("terminated", "gone"):
-                        out.write(cursor.flush())
+                        self._write(out, cursor, cursor.flush())
                         break
         except OSError as exc:
             log.warning("cannot write the log of %s to %s: %s", self.pod, self.path, exc)
@@ -244,7 +314,9 @@ class KubernetesRuntime:
                         "; ".join(str(e) for e in self._watch_error.values() if e) or "no answer")
 
     def shutdown(self) -> None:
-        """Stop the watches (their connections are closed) and every log follower."""
+        """Stop the watches (their connections are closed) and every log follower, leaving the
+        Pods as they are. Once this returns, no follower of this runtime writes to a log file or
+        its cursor again."""
         self._stop.set()
         with self._lock:
             streams = list(self._streams.values())
@@ -252,7 +324,7 @@ class KubernetesRuntime:
         for stream in streams:
             stream.close()
         for f in followers:
-            f.stop()
+            f.stop(abandon=True)
 
     def _watch_loop(self, kind: str, kwargs: dict[str, str]) -> None:
         state = self.watch_state[kind]
@@ -535,15 +607,19 @@ class KubernetesRuntime:
         self.track_pod(name, head=spec.worker.is_head,
                        join_timeout=spec.job.spec.failure_policy.join_timeout_seconds)
         self._create(pod, spec.job.name, spec.run_uid)
-        Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
-        follower = _Follower(self, name, spec.log_path)
-        with self._lock:
-            old = self._followers.pop(name, None)
-            self._followers[name] = follower
-        if old is not None:
-            old.stop()
-        follower.start()
+        self._follow(name, spec.log_path)
         return Launched(handle=f"{self.namespace}/{name}")
+
+    def _follow(self, pod: str, log_path: str) -> None:
+        """Follow ``pod``'s log into ``log_path`` (from where the file's cursor says), in place
+        of a follower already running."""
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            old = self._followers.get(pod)
+            follower = self._followers[pod] = _Follower(self, pod, log_path)
+        if old is not None:
+            old.stop(abandon=True)  # before the new one opens the file
+        follower.start()
 
     def track_pod(self, name: str, head: bool, join_timeout: float, created: float | None = None) -> None:
         """Start tracking a Pod this runtime creates: its Events are kept, a missing cache entry
