@@ -38,6 +38,7 @@ from typing import Any
 
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.base import (
+    AdoptSpec,
     LaunchSpec,
     Launched,
     Observed,
@@ -50,7 +51,7 @@ from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.capacity import NodeInfo, parse_nodes
 from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream, abort, release
 from rlark.runtimes.kubernetes.logcursor import LogCursor, restore
-from rlark.runtimes.kubernetes.status import PodStatus, StatusPolicy, interpret
+from rlark.runtimes.kubernetes.status import PodStatus, StatusPolicy, interpret, parse_time
 from rlark.spec import Job, head_service_name
 
 log = logging.getLogger("rlark.kubernetes")
@@ -76,6 +77,10 @@ DELETE_RETRY_SECONDS = 5.0
 NAMES_RETRY_SECONDS = 1.0
 #: HTTP statuses that mean "RLark may not": RBAC (403), credentials (401)
 DENIED = (401, 403)
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 class NamesBusy(KubeError):
@@ -265,6 +270,8 @@ class KubernetesRuntime:
         self._heads: set[str] = set()
         self._policies: dict[str, StatusPolicy] = {}
         self._followers: dict[str, _Follower] = {}
+        #: Pods taken over from an earlier server process: when (time.time())
+        self._adopted: dict[str, float] = {}
         self._drain_since: dict[str, float] = {}
         self._runs: dict[str, render.RenderOptions] = {}
         self._inventory: tuple[float, Any] | None = None
@@ -272,6 +279,8 @@ class KubernetesRuntime:
         self._kinds = ("Pod", "Event")
         #: per watched kind: set once it listed and opened its watch, or was refused
         self._ready = {k: threading.Event() for k in self._kinds}
+        #: per watched kind: its cache holds a list (until then a missing Pod proves nothing)
+        self._listed = {k: False for k in self._kinds}
         self._watch_error: dict[str, KubeError | None] = {k: None for k in self._kinds}
         self._streams: dict[str, WatchStream] = {}
         self._warned: dict[str, str] = {}
@@ -315,8 +324,8 @@ class KubernetesRuntime:
 
     def shutdown(self) -> None:
         """Stop the watches (their connections are closed) and every log follower, leaving the
-        Pods as they are. Once this returns, no follower of this runtime writes to a log file or
-        its cursor again."""
+        Pods as they are (a later server adopts them: :meth:`adopt`). Once this returns, no
+        follower of this runtime writes to a log file or its cursor again."""
         self._stop.set()
         with self._lock:
             streams = list(self._streams.values())
@@ -333,7 +342,7 @@ class KubernetesRuntime:
             try:
                 items, rv = self.kube.list(kind, **kwargs)
                 state["lists"] += 1
-                self._reset(kind, items)
+                self.apply_list(kind, items)
                 while not self._stop.is_set():
                     stream = self.kube.watch(kind, rv, timeout_seconds=WATCH_TIMEOUT_SECONDS, **kwargs)
                     with self._lock:
@@ -384,8 +393,13 @@ class KubernetesRuntime:
             self._warned[kind] = str(exc)
             log.warning("watching %ss in %s: %s; retrying", kind, self.namespace, exc)
 
-    def _reset(self, kind: str, items: list[dict]) -> None:
+    def apply_list(self, kind: str, items: list[dict]) -> None:
+        """Take a full list of ``kind`` (Pod or Event) into the caches in place of what they
+        held (a Pod no longer listed is gone); the watch threads call this after each list,
+        tests feed saved lists through it. Until the first Pod list a missing Pod proves
+        nothing."""
         with self._changed:
+            self._listed[kind] = True
             if kind == "Pod":
                 seen = {(o.get("metadata") or {}).get("name"): o for o in items}
                 for name, old in list(self._pods.items()):
@@ -436,11 +450,14 @@ class KubernetesRuntime:
             self._changed.wait(timeout)
 
     def _not_seen_yet(self, name: str, now: float) -> bool:
-        """A Pod this runtime created that its watch has not shown yet: within the watch lag,
-        or at any time while the Pod watch is failing (a stale cache proves nothing)."""
+        """A Pod this runtime tracks that its watch has not shown yet: one it created, within
+        the watch lag; any, while the Pod watch has not listed or is failing (a cache that is
+        empty or stale proves nothing). An adopted Pod was created by a server process that
+        ended before this one listed, so a list without it means it is gone."""
         created = self._created.get(name)
         return created is not None and name not in self._gone and (
-            now - created < CREATE_LAG_SECONDS or self._watch_error["Pod"] is not None)
+            not self._listed["Pod"] or self._watch_error["Pod"] is not None
+            or (name not in self._adopted and now - created < CREATE_LAG_SECONDS))
 
     def container_state(self, pod: str) -> str:
         """``waiting``, ``running``, ``terminated`` or ``gone`` (from the watch cache)."""
@@ -610,16 +627,71 @@ class KubernetesRuntime:
         self._follow(name, spec.log_path)
         return Launched(handle=f"{self.namespace}/{name}")
 
-    def _follow(self, pod: str, log_path: str) -> None:
-        """Follow ``pod``'s log into ``log_path`` (from where the file's cursor says), in place
-        of a follower already running."""
+    def _follow(self, pod: str, log_path: str, keep: bool = False) -> None:
+        """Follow ``pod``'s log into ``log_path`` (from where the file's cursor says). A follower
+        already running is replaced, or with ``keep`` kept."""
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             old = self._followers.get(pod)
+            if keep and old is not None and not old.done.is_set() and old.path == log_path:
+                return
             follower = self._followers[pod] = _Follower(self, pod, log_path)
         if old is not None:
             old.stop(abandon=True)  # before the new one opens the file
         follower.start()
+
+    def adopt(self, spec: AdoptSpec) -> None:
+        """Watch again a Worker's Pod that an earlier server process created (after a restart):
+        track it as :meth:`launch` does (dated by the Pod's ``creationTimestamp``, else
+        ``spec.launched_at``), except that a Pod the listed watch does not hold reads as gone at
+        once, not "not seen yet" (a watch that has not listed, or is failing, still proves
+        nothing: fail closed); and follow its log into ``spec.log_path`` from where that file's
+        cursor says. Adopting a Pod this runtime already tracks only makes sure its log is followed.
+        Makes no API call; never raises for a Pod that is gone (:meth:`observe` says so).
+
+        Nothing of the Run's is taken back here: :meth:`launch` finds the Run's ConfigMap
+        again when it needs its owner reference, and :meth:`end_run` works by label.
+        """
+        name = self._pod_name(spec.ref)
+        with self._lock:  # one step: never tracked as launched here (the watch lag)
+            if name not in self._created:
+                pod = self._pods.get(name)
+                created = parse_time(((pod or {}).get("metadata") or {}).get("creationTimestamp"))
+                if created is None:
+                    created = spec.launched_at if spec.launched_at is not None else 0.0
+                events = self._events.get(name)  # the same Pod: what its Events said still holds
+                self.track_pod(name, head=spec.is_head,
+                               join_timeout=spec.job.spec.failure_policy.join_timeout_seconds,
+                               created=created)
+                if events is not None:
+                    self._events[name] = events
+                self._adopted[name] = time.time()
+        if spec.log_path:
+            self._follow(name, spec.log_path, keep=True)
+
+    def find(self, run_uid: str, worker: str, namespace: str | None = None) -> Launched | None:
+        """The Pod of Worker ``worker`` (its name) of Run ``run_uid`` in this runtime's namespace
+        (``namespace`` is for :class:`.namespaces.ProjectNamespaces`), found by the Run's labels,
+        as ``Launched(handle="<namespace>/<pod>")``; None when no such Pod exists (also one of
+        another Run holding the name). Answered from the watch cache once it has listed and
+        while its watch works, else by one list call.
+
+        Raises:
+            KubeError: the cache cannot tell and the API refused or failed the list.
+        """
+        def ours(pod: dict) -> bool:
+            meta = pod.get("metadata") or {}
+            return (meta.get("name") == worker
+                    and (meta.get("labels") or {}).get(render.LABEL_RUN) == run_uid)
+
+        with self._lock:
+            cached = self._listed["Pod"] and self._watch_error["Pod"] is None
+            pods = list(self._pods.values()) if cached else None
+        if pods is None:
+            pods, _ = self.kube.list("Pod", label_selector=f"{MANAGED},{render.LABEL_RUN}={run_uid}")
+        if any(ours(p) for p in pods):
+            return Launched(handle=f"{self.namespace}/{worker}")
+        return None
 
     def track_pod(self, name: str, head: bool, join_timeout: float, created: float | None = None) -> None:
         """Start tracking a Pod this runtime creates: its Events are kept, a missing cache entry
@@ -628,7 +700,8 @@ class KubernetesRuntime:
         with self._lock:
             self._created[name] = time.time() if created is None else created
             self._gone.pop(name, None)
-            for d in (self._delete_sent, self._delete_errors, self._log_errors, self._drain_since):
+            for d in (self._delete_sent, self._delete_errors, self._log_errors, self._drain_since,
+                      self._adopted):
                 d.pop(name, None)
             self._deleting.discard(name)
             self._events.pop(name, None)
@@ -657,6 +730,12 @@ class KubernetesRuntime:
             obj = pod if pod is not None else last
             labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
             head = name in self._heads or labels.get(render.LABEL_RANK) == "0"
+            adopted = self._adopted.get(name)
+            if gone and obj is None and adopted is not None and name not in self._deleting:
+                # never seen by this process: nothing tells how or when it went
+                return PodStatus("Gone", False, None, ("HeadLost" if head else "WorkerLost", (
+                    f"Pod {name} was deleted while no RLark server watched it (this server, "
+                    f"which adopted its Worker at {_utc(adopted)}, never saw it)")))
             return interpret(obj, events, now=now, policy=self._policies.get(name, self.policy),
                              container=render.CONTAINER, head=head, gone=gone,
                              deleted_by_rlark=name in self._deleting)
@@ -725,7 +804,7 @@ class KubernetesRuntime:
         with self._lock:
             follower = self._followers.pop(name, None)
             for d in (self._created, self._policies, self._drain_since, self._events, self._gone,
-                      self._delete_sent, self._delete_errors, self._log_errors):
+                      self._delete_sent, self._delete_errors, self._log_errors, self._adopted):
                 d.pop(name, None)
             self._heads.discard(name)
             self._deleting.discard(name)
