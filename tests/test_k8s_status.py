@@ -238,6 +238,7 @@ def backend(rlark_home, caplog):
     store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
     closed = k8s_client.CoreV1Api(k8s_client.ApiClient(k8s_client.Configuration(host="http://127.0.0.1:9")))
     rt = KubernetesRuntime(kube=KubeClient(closed, "rl"), start=False)
+    rt.apply_list("Pod", [])  # as its watch would have: no Pod yet
     ctl = Controller(store, rt)
     ctl.reconcile_once()  # the start-up pass (nothing to recover)
     yield store, rt, ctl
@@ -367,6 +368,11 @@ def test_runtime_cache_before_and_after_the_watch(backend):
     rt.apply_watch_event("Event", "ADDED", {"metadata": {"uid": "1"}, "involvedObject": {"name": "other"},
                                             "reason": "FailedMount"})
     assert rt.pod_status(WorkerRef(name="other")).facts == {}  # not ours: not kept
+    fresh = KubernetesRuntime(kube=rt.kube, start=False)  # its watch has not listed yet
+    fresh.track_pod("solo-head-0", head=True, join_timeout=300, created=time.time() - HOUR)
+    assert fresh.observe(ref).alive  # an empty cache proves nothing
+    fresh.apply_list("Pod", [])
+    assert not fresh.observe(ref).alive
 
 
 def test_runtime_pending_timeout_is_capped_by_the_join_timeout(backend):

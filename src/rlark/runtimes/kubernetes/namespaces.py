@@ -14,7 +14,7 @@ import threading
 from typing import Callable
 
 from rlark.ranks import PlannedWorker
-from rlark.runtimes.base import LaunchSpec, Launched, Observed, Placement, Taken, WorkerRef
+from rlark.runtimes.base import AdoptSpec, LaunchSpec, Launched, Observed, Placement, Taken, WorkerRef
 from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
 from rlark.spec import Job
 
@@ -47,8 +47,9 @@ class ProjectNamespaces:
                 rt = self._by_ns[ns] = self._factory(ns)
             return rt
 
-    def _owner(self, ref: WorkerRef) -> KubernetesRuntime:
-        ns = ref.handle.split("/", 1)[0] if ref.handle and "/" in ref.handle else None
+    def _owner(self, ref: WorkerRef, namespace: str | None = None) -> KubernetesRuntime:
+        """The runtime of the namespace the handle names, else of ``namespace``."""
+        ns = ref.handle.split("/", 1)[0] if ref.handle and "/" in ref.handle else namespace
         return self.runtime_for(ns)
 
     @property
@@ -79,6 +80,12 @@ class ProjectNamespaces:
 
     def end_run(self, run_uid: str, namespace: str | None = None) -> None:
         self.runtime_for(namespace).end_run(run_uid)
+
+    def find(self, run_uid: str, worker: str, namespace: str | None = None) -> Launched | None:
+        return self.runtime_for(namespace).find(run_uid, worker)
+
+    def adopt(self, spec: AdoptSpec) -> None:
+        self._owner(spec.ref, spec.namespace).adopt(spec)
 
     def inventory(self, max_age: float = 5.0):
         """The node inventory (nodes are cluster-wide: the server's runtime reads them)."""

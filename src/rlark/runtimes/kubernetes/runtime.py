@@ -27,7 +27,9 @@ All API calls go through :class:`.client.KubeClient`.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from dataclasses import replace
@@ -36,6 +38,7 @@ from typing import Any
 
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.base import (
+    AdoptSpec,
     LaunchSpec,
     Launched,
     Observed,
@@ -47,8 +50,8 @@ from rlark.runtimes.base import (
 from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.capacity import NodeInfo, parse_nodes
 from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream, abort, release
-from rlark.runtimes.kubernetes.logcursor import LogCursor
-from rlark.runtimes.kubernetes.status import PodStatus, StatusPolicy, interpret
+from rlark.runtimes.kubernetes.logcursor import LogCursor, restore
+from rlark.runtimes.kubernetes.status import PodStatus, StatusPolicy, interpret, parse_time
 from rlark.spec import Job, head_service_name
 
 log = logging.getLogger("rlark.kubernetes")
@@ -76,6 +79,10 @@ NAMES_RETRY_SECONDS = 1.0
 DENIED = (401, 403)
 
 
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
 class NamesBusy(KubeError):
     """The names a new Run needs are still held by objects of an earlier Run of the same Job that
     are being deleted (e.g. a finalizer of another controller keeps a Pod): not a failure.
@@ -91,8 +98,36 @@ class NamesBusy(KubeError):
         self.retry_after = retry_after
 
 
+def cursor_path(log_path: str) -> str:
+    """Where the follower of ``log_path`` saves its :class:`.logcursor.LogCursor` state."""
+    return log_path + ".cursor"
+
+
+def _load_cursor(path: str) -> dict | None:
+    try:
+        with open(path, "rb") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring the log cursor %s: %s", path, exc)
+        return None
+
+
+def _count_lines(path: str) -> int:
+    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+    return n
+
+
 class _Follower(threading.Thread):
-    """Follows one Pod's log into a file until the container has terminated or the Pod is gone."""
+    """Follows one Pod's log into a file until the container has terminated or the Pod is gone.
+
+    The file is appended to, never rewritten: after each write the cursor is saved beside it
+    (:func:`cursor_path`), so a follower of a later server process, or one that replaces it,
+    carries on where this one stopped (:func:`.logcursor.restore`)."""
 
     def __init__(self, runtime: "KubernetesRuntime", pod: str, path: str):
         super().__init__(name=f"rlark-log-{pod}", daemon=True)
@@ -100,22 +135,64 @@ class _Follower(threading.Thread):
         self.pod = pod
         self.path = path
         self.stopped = threading.Event()
+        #: stopped because this server stops: nothing more is written (not even a partial last
+        #: line): the file and its cursor are the next follower's
+        self.abandoned = False
+        self._io = threading.Lock()  # held while the file or its cursor changes
         self.done = threading.Event()
         #: time.monotonic() of the last bytes read (or of the start)
         self.last_data = time.monotonic()
         self._resp = None
 
-    def stop(self) -> None:
-        """Stop following (from any thread): the open log stream is aborted."""
+    def stop(self, abandon: bool = False) -> None:
+        """Stop following (from any thread): the open log stream is aborted. ``abandon``: the
+        file is left to another follower (of this process or the next), so once this returns
+        nothing more is written, not even a line read only in part. (A request still waiting
+        for the log's first line cannot be aborted; its thread ends when that answer comes.)"""
+        if abandon:
+            with self._io:  # a write under way ends first
+                self.abandoned = True
         self.stopped.set()
+        with self.rt._changed:  # a follower waiting for its container to start
+            self.rt._changed.notify_all()
         resp = self._resp
         if resp is not None:
             abort(resp)
 
-    def run(self) -> None:
-        cursor = LogCursor()
+    def _open(self) -> tuple[Any, LogCursor]:
+        """The file, opened to append, and the cursor to resume it with."""
         try:
-            with open(self.path, "ab", buffering=0) as out:
+            size = os.path.getsize(self.path)
+        except FileNotFoundError:
+            size = 0
+        cursor = restore(_load_cursor(cursor_path(self.path)), size)
+        if cursor is None:
+            cursor = LogCursor.after_lines(_count_lines(self.path) if size else 0, size)
+        elif cursor.size < size:
+            # the last process died between writing lines and saving the cursor: those lines
+            # are fetched again, so they go
+            log.info("cutting the log %s back from %d to %d bytes (written after its cursor)",
+                     self.path, size, cursor.size)
+            os.truncate(self.path, cursor.size)
+        return open(self.path, "ab", buffering=0), cursor
+
+    def _write(self, out, cursor: LogCursor, data: bytes) -> None:
+        with self._io:
+            if not data or self.abandoned:
+                return
+            out.write(data)
+            tmp = cursor_path(self.path) + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(cursor.state(), f)
+            os.replace(tmp, cursor_path(self.path))  # a reader sees the old state or the new one
+
+    def run(self) -> None:
+        try:
+            with self._io:
+                if self.abandoned:
+                    return
+                out, cursor = self._open()
+            with out:
                 while not self.stopped.is_set():
                     state = self.rt.container_state(self.pod)
                     if state == "waiting":
@@ -140,9 +217,7 @@ class _Follower(threading.Thread):
                     try:
                         for chunk in resp.stream(64 * 1024):
                             self.last_data = time.monotonic()
-                            data = cursor.feed(chunk)
-                            if data:
-                                out.write(data)
+                            self._write(out, cursor, cursor.feed(chunk))
                             if self.stopped.is_set():
                                 break
                     except Exception as exc:  # noqa: BLE001 - a dropped connection: reconnect
@@ -151,7 +226,7 @@ class _Follower(threading.Thread):
                         self._resp = None
                         release(resp)
                     if self.stopped.is_set() or self.rt.container_state(self.pod) in ("terminated", "gone"):
-                        out.write(cursor.flush())
+                        self._write(out, cursor, cursor.flush())
                         break
         except OSError as exc:
             log.warning("cannot write the log of %s to %s: %s", self.pod, self.path, exc)
@@ -195,6 +270,8 @@ class KubernetesRuntime:
         self._heads: set[str] = set()
         self._policies: dict[str, StatusPolicy] = {}
         self._followers: dict[str, _Follower] = {}
+        #: Pods taken over from an earlier server process: when (time.time())
+        self._adopted: dict[str, float] = {}
         self._drain_since: dict[str, float] = {}
         self._runs: dict[str, render.RenderOptions] = {}
         self._inventory: tuple[float, Any] | None = None
@@ -202,6 +279,8 @@ class KubernetesRuntime:
         self._kinds = ("Pod", "Event")
         #: per watched kind: set once it listed and opened its watch, or was refused
         self._ready = {k: threading.Event() for k in self._kinds}
+        #: per watched kind: its cache holds a list (until then a missing Pod proves nothing)
+        self._listed = {k: False for k in self._kinds}
         self._watch_error: dict[str, KubeError | None] = {k: None for k in self._kinds}
         self._streams: dict[str, WatchStream] = {}
         self._warned: dict[str, str] = {}
@@ -244,7 +323,9 @@ class KubernetesRuntime:
                         "; ".join(str(e) for e in self._watch_error.values() if e) or "no answer")
 
     def shutdown(self) -> None:
-        """Stop the watches (their connections are closed) and every log follower."""
+        """Stop the watches (their connections are closed) and every log follower, leaving the
+        Pods as they are (a later server adopts them: :meth:`adopt`). Once this returns, no
+        follower of this runtime writes to a log file or its cursor again."""
         self._stop.set()
         with self._lock:
             streams = list(self._streams.values())
@@ -252,7 +333,7 @@ class KubernetesRuntime:
         for stream in streams:
             stream.close()
         for f in followers:
-            f.stop()
+            f.stop(abandon=True)
 
     def _watch_loop(self, kind: str, kwargs: dict[str, str]) -> None:
         state = self.watch_state[kind]
@@ -261,7 +342,7 @@ class KubernetesRuntime:
             try:
                 items, rv = self.kube.list(kind, **kwargs)
                 state["lists"] += 1
-                self._reset(kind, items)
+                self.apply_list(kind, items)
                 while not self._stop.is_set():
                     stream = self.kube.watch(kind, rv, timeout_seconds=WATCH_TIMEOUT_SECONDS, **kwargs)
                     with self._lock:
@@ -312,8 +393,13 @@ class KubernetesRuntime:
             self._warned[kind] = str(exc)
             log.warning("watching %ss in %s: %s; retrying", kind, self.namespace, exc)
 
-    def _reset(self, kind: str, items: list[dict]) -> None:
+    def apply_list(self, kind: str, items: list[dict]) -> None:
+        """Take a full list of ``kind`` (Pod or Event) into the caches in place of what they
+        held (a Pod no longer listed is gone); the watch threads call this after each list,
+        tests feed saved lists through it. Until the first Pod list a missing Pod proves
+        nothing."""
         with self._changed:
+            self._listed[kind] = True
             if kind == "Pod":
                 seen = {(o.get("metadata") or {}).get("name"): o for o in items}
                 for name, old in list(self._pods.items()):
@@ -364,11 +450,14 @@ class KubernetesRuntime:
             self._changed.wait(timeout)
 
     def _not_seen_yet(self, name: str, now: float) -> bool:
-        """A Pod this runtime created that its watch has not shown yet: within the watch lag,
-        or at any time while the Pod watch is failing (a stale cache proves nothing)."""
+        """A Pod this runtime tracks that its watch has not shown yet: one it created, within
+        the watch lag; any, while the Pod watch has not listed or is failing (a cache that is
+        empty or stale proves nothing). An adopted Pod was created by a server process that
+        ended before this one listed, so a list without it means it is gone."""
         created = self._created.get(name)
         return created is not None and name not in self._gone and (
-            now - created < CREATE_LAG_SECONDS or self._watch_error["Pod"] is not None)
+            not self._listed["Pod"] or self._watch_error["Pod"] is not None
+            or (name not in self._adopted and now - created < CREATE_LAG_SECONDS))
 
     def container_state(self, pod: str) -> str:
         """``waiting``, ``running``, ``terminated`` or ``gone`` (from the watch cache)."""
@@ -535,15 +624,74 @@ class KubernetesRuntime:
         self.track_pod(name, head=spec.worker.is_head,
                        join_timeout=spec.job.spec.failure_policy.join_timeout_seconds)
         self._create(pod, spec.job.name, spec.run_uid)
-        Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
-        follower = _Follower(self, name, spec.log_path)
-        with self._lock:
-            old = self._followers.pop(name, None)
-            self._followers[name] = follower
-        if old is not None:
-            old.stop()
-        follower.start()
+        self._follow(name, spec.log_path)
         return Launched(handle=f"{self.namespace}/{name}")
+
+    def _follow(self, pod: str, log_path: str, keep: bool = False) -> None:
+        """Follow ``pod``'s log into ``log_path`` (from where the file's cursor says). A follower
+        already running is replaced, or with ``keep`` kept."""
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            old = self._followers.get(pod)
+            if keep and old is not None and not old.done.is_set() and old.path == log_path:
+                return
+            follower = self._followers[pod] = _Follower(self, pod, log_path)
+        if old is not None:
+            old.stop(abandon=True)  # before the new one opens the file
+        follower.start()
+
+    def adopt(self, spec: AdoptSpec) -> None:
+        """Watch again a Worker's Pod that an earlier server process created (after a restart):
+        track it as :meth:`launch` does (dated by the Pod's ``creationTimestamp``, else
+        ``spec.launched_at``), except that a Pod the listed watch does not hold reads as gone at
+        once, not "not seen yet" (a watch that has not listed, or is failing, still proves
+        nothing: fail closed); and follow its log into ``spec.log_path`` from where that file's
+        cursor says. Adopting a Pod this runtime already tracks only makes sure its log is followed.
+        Makes no API call; never raises for a Pod that is gone (:meth:`observe` says so).
+
+        Nothing of the Run's is taken back here: :meth:`launch` finds the Run's ConfigMap
+        again when it needs its owner reference, and :meth:`end_run` works by label.
+        """
+        name = self._pod_name(spec.ref)
+        with self._lock:  # one step: never tracked as launched here (the watch lag)
+            if name not in self._created:
+                pod = self._pods.get(name)
+                created = parse_time(((pod or {}).get("metadata") or {}).get("creationTimestamp"))
+                if created is None:
+                    created = spec.launched_at if spec.launched_at is not None else 0.0
+                events = self._events.get(name)  # the same Pod: what its Events said still holds
+                self.track_pod(name, head=spec.is_head,
+                               join_timeout=spec.job.spec.failure_policy.join_timeout_seconds,
+                               created=created)
+                if events is not None:
+                    self._events[name] = events
+                self._adopted[name] = time.time()
+        if spec.log_path:
+            self._follow(name, spec.log_path, keep=True)
+
+    def find(self, run_uid: str, worker: str, namespace: str | None = None) -> Launched | None:
+        """The Pod of Worker ``worker`` (its name) of Run ``run_uid`` in this runtime's namespace
+        (``namespace`` is for :class:`.namespaces.ProjectNamespaces`), found by the Run's labels,
+        as ``Launched(handle="<namespace>/<pod>")``; None when no such Pod exists (also one of
+        another Run holding the name). Answered from the watch cache once it has listed and
+        while its watch works, else by one list call.
+
+        Raises:
+            KubeError: the cache cannot tell and the API refused or failed the list.
+        """
+        def ours(pod: dict) -> bool:
+            meta = pod.get("metadata") or {}
+            return (meta.get("name") == worker
+                    and (meta.get("labels") or {}).get(render.LABEL_RUN) == run_uid)
+
+        with self._lock:
+            cached = self._listed["Pod"] and self._watch_error["Pod"] is None
+            pods = list(self._pods.values()) if cached else None
+        if pods is None:
+            pods, _ = self.kube.list("Pod", label_selector=f"{MANAGED},{render.LABEL_RUN}={run_uid}")
+        if any(ours(p) for p in pods):
+            return Launched(handle=f"{self.namespace}/{worker}")
+        return None
 
     def track_pod(self, name: str, head: bool, join_timeout: float, created: float | None = None) -> None:
         """Start tracking a Pod this runtime creates: its Events are kept, a missing cache entry
@@ -552,7 +700,8 @@ class KubernetesRuntime:
         with self._lock:
             self._created[name] = time.time() if created is None else created
             self._gone.pop(name, None)
-            for d in (self._delete_sent, self._delete_errors, self._log_errors, self._drain_since):
+            for d in (self._delete_sent, self._delete_errors, self._log_errors, self._drain_since,
+                      self._adopted):
                 d.pop(name, None)
             self._deleting.discard(name)
             self._events.pop(name, None)
@@ -581,6 +730,12 @@ class KubernetesRuntime:
             obj = pod if pod is not None else last
             labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
             head = name in self._heads or labels.get(render.LABEL_RANK) == "0"
+            adopted = self._adopted.get(name)
+            if gone and obj is None and adopted is not None and name not in self._deleting:
+                # never seen by this process: nothing tells how or when it went
+                return PodStatus("Gone", False, None, ("HeadLost" if head else "WorkerLost", (
+                    f"Pod {name} was deleted while no RLark server watched it (this server, "
+                    f"which adopted its Worker at {_utc(adopted)}, never saw it)")))
             return interpret(obj, events, now=now, policy=self._policies.get(name, self.policy),
                              container=render.CONTAINER, head=head, gone=gone,
                              deleted_by_rlark=name in self._deleting)
@@ -649,7 +804,7 @@ class KubernetesRuntime:
         with self._lock:
             follower = self._followers.pop(name, None)
             for d in (self._created, self._policies, self._drain_since, self._events, self._gone,
-                      self._delete_sent, self._delete_errors, self._log_errors):
+                      self._delete_sent, self._delete_errors, self._log_errors, self._adopted):
                 d.pop(name, None)
             self._heads.discard(name)
             self._deleting.discard(name)
