@@ -117,6 +117,8 @@ def test_a_run_creates_its_configmap_then_owned_objects_then_pods_and_the_garbag
     r = rlark(kube=kube, policy=StatusPolicy(pending_timeout_seconds=600))
     r.submit(job_yaml(pool_extra=PVC_MOUNT))
     r.wait_phase("ppo", "Starting")
+    # the Run is Starting once its plan is committed, before its launch calls: wait for them
+    wait_for("the launch of all three Workers", lambda: len(kube.created) >= 6)
     uid = r.run_row("ppo").uid
     cm = f"ppo-run-{uid}"
     assert kube.created == [("ConfigMap", cm), ("Service", "ppo-head"),

@@ -439,10 +439,16 @@ class Controller:
         with self._session() as s:
             beat = s.get(ControllerStateRow, 1)
             since = beat.heartbeat_at if beat is not None else None
+            # active Runs, and ended ones whose Workers were still being stopped
             runs = s.scalars(
-                select(RunRow).where(RunRow.phase.in_(ACTIVE - {Phase.pending.value}))
+                select(RunRow).where(or_(
+                    RunRow.phase.in_(ACTIVE - {Phase.pending.value}),
+                    RunRow.id.in_(select(WorkerRow.run_id).where(WorkerRow.released.is_(False),
+                                                                 LAUNCHED))))
+                .order_by(RunRow.id)
             ).all()
             for run in runs:
+                ending = run.phase == Phase.stopping.value or run.phase in TERMINAL
                 try:
                     job = Job.model_validate(run.spec)
                 except ValueError:  # a spec this version cannot read: watch nothing, stop it
@@ -466,22 +472,27 @@ class Controller:
                     self.runtime.adopt(AdoptSpec(ref=ref(w), job=job, is_head=w.is_head,
                                                  log_path=w.log_path, namespace=run.namespace,
                                                  launched_at=launched_at, role=w.role))
-                    self._adopted[w.id] = (since, now)
+                    if ending:
+                        # the earlier server may have asked already; this runtime does not know
+                        # it did (a Pod it deletes is not "lost")
+                        self.runtime.signal_stop(ref(w))
+                    else:
+                        self._adopted[w.id] = (since, now)
                     adopted += 1
                 add_event(s, run.job_id, "Adopted",
                           f"the RLark server restarted (last heartbeat {iso_time(since)}); it "
                           f"watches the Run's {plural(adopted, 'Worker')} again",
                           run_number=run.number)
-                if job is None:
+                for w in missing:
+                    w.released = True  # never started: nothing to watch or free
+                    self.runtime.forget(ref(w))
+                if job is None and not ending:
                     self._transition(s, run, Transition(
-                        Phase.failed.value if run.phase != Phase.stopping.value else Phase.stopped.value,
-                        "SpecUnreadable", "this RLark version cannot read the Run's stored spec; "
-                        "its Workers were stopped"))
+                        Phase.failed.value, "SpecUnreadable",
+                        "this RLark version cannot read the Run's stored spec; its Workers were "
+                        "stopped"))
                 elif missing and run.phase == Phase.starting.value:
                     ranks = ", ".join(f"rank {w.node_rank} ({w.name})" for w in missing)
-                    for w in missing:
-                        w.released = True
-                        self.runtime.forget(ref(w))
                     self._transition(s, run, Transition(
                         Phase.failed.value, "LaunchInterrupted",
                         f"the RLark server stopped while launching the Run; {ranks} never "
@@ -749,6 +760,9 @@ class Controller:
                 if seen.failure and not life.get("failed"):
                     # the runtime knows why the Worker cannot run (a Pod's ImagePull...)
                     reason, message = seen.failure
+                    if window is not None and reason in ("WorkerLost", "HeadLost"):
+                        message = (f"{message}; it ended while the RLark server was down, between "
+                                   f"{iso_time(window[0])} and {iso_time(window[1])}")
                     life["failed"] = {"reason": reason, "message": message, "ts": time.time(),
                                       "source": "runtime"}
                     w.lifecycle = {**(w.lifecycle or {}), **life}
