@@ -612,10 +612,12 @@ class RlarkOnK8s:
 
     ``policy``: the runtime's graces, short by default so named failures come within seconds.
     ``kube``: the API layer (default: a KubeClient as RLark's ServiceAccount in ``namespace``).
+    ``stop_runs_on_exit``: :meth:`close` stops the active Runs (False: they carry on, as through
+    a server upgrade, and the next RlarkOnK8s on ``home`` adopts them).
     """
 
     def __init__(self, tb: K8sTestbed, namespace: str, home: Path, *, policy=None,
-                 preflight: bool = True, kube=None):
+                 preflight: bool = True, kube=None, stop_runs_on_exit: bool = True):
         from rlark.controller.loop import Controller
         from rlark.runtimes.kubernetes.client import KubeClient
         from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
@@ -624,19 +626,24 @@ class RlarkOnK8s:
         from rlark.store import Store
 
         self.tb, self.namespace, self.home = tb, namespace, home
+        self._closed = False
         self.policy = policy or StatusPolicy(image_pull_grace_seconds=1.0, mount_grace_seconds=1.0,
                                              pending_timeout_seconds=2.0)
         self.kube = kube or KubeClient(tb.core_v1(), namespace)
         self.rt = KubernetesRuntime(kube=self.kube, policy=self.policy)  # KubeError: RBAC refuses
         self.store = Store(f"sqlite:///{home / 'rlark.db'}")
-        self.ctl = Controller(self.store, self.rt, stop_runs_on_exit=True)
+        self.ctl = Controller(self.store, self.rt, stop_runs_on_exit=stop_runs_on_exit)
         self.jobs = JobService(self.store, self.ctl.wake, runtime="kubernetes", namespace=namespace,
                                inventory=self.rt.inventory if preflight else None,
                                pending_timeout=self.policy.pending_timeout_seconds)
         self.ctl.start()
 
     def close(self) -> None:
-        """The server's shutdown: Runs still active are stopped, their Pods deleted."""
+        """The server's shutdown: Runs still active are stopped, their Pods deleted (unless
+        ``stop_runs_on_exit`` is off). Closing twice does nothing more."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.ctl.shutdown(grace=10)
         finally:
