@@ -455,3 +455,53 @@ def test_store_follows_rlark_database_url_to_postgresql(rlark_home, postgres_url
         assert not (rlark_home / "rlark.db").exists()
     finally:
         st.dispose()
+
+
+# --- optimistic concurrency (issue 12, item 2) --------------------------------------------------------
+
+
+def test_a_stale_writer_fails_instead_of_overwriting_and_retry_reads_again(store):
+    """Two writers read the same Run; the first commits; the second's commit raises
+    StaleDataError and changes nothing. retry_on_conflict runs a losing write again on fresh
+    rows."""
+    from sqlalchemy.orm.exc import StaleDataError
+
+    from rlark.store.db import retry_on_conflict
+
+    with store.session() as s:
+        job_id = _job_with_children(s)
+    with store.session() as setup:
+        run_id = setup.scalars(select(RunRow.id).where(RunRow.job_id == job_id)).one()
+    stale = store._sessions()
+    try:
+        run = stale.get(RunRow, run_id)
+        assert run.version == 1
+        with store.session() as s:  # e.g. a stop request
+            s.get(RunRow, run_id).stop_requested = True
+        run.phase = "Running"  # e.g. the controller's pass, decided on what it read before
+        with pytest.raises(StaleDataError):
+            stale.commit()
+        stale.rollback()
+    finally:
+        stale.close()
+    with store.session() as s:
+        run = s.get(RunRow, run_id)
+        assert (run.phase, run.stop_requested, run.version) == ("Pending", True, 2)
+
+    tries = []
+
+    @retry_on_conflict
+    def set_reason(reason: str) -> None:
+        with store.session() as s:
+            row = s.get(RunRow, run_id)
+            tries.append(row.version)
+            if len(tries) == 1:  # someone else writes between this read and this commit
+                with store.session() as other:
+                    other.get(RunRow, run_id).message = "changed meanwhile"
+            row.reason = reason
+
+    set_reason("Retried")
+    with store.session() as s:
+        run = s.get(RunRow, run_id)
+        assert (run.reason, run.message, run.version) == ("Retried", "changed meanwhile", 4)
+    assert tries == [2, 3]

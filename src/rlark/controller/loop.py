@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, object_session
+from sqlalchemy.orm.exc import StaleDataError
 
 from rlark import settings
 from rlark.controller import admission
@@ -404,7 +405,10 @@ class Controller:
         if wait:
             for f in futures:
                 f.result()
-        self._finalize_deletes()
+        try:
+            self._finalize_deletes()
+        except StaleDataError:
+            log.info("a Job changed while its delete was being finished; the next pass retries")
         self._beat()
 
     def _lane(self, run_id: int, decisions: dict[int, admission.Decision]) -> None:
@@ -418,6 +422,11 @@ class Controller:
                     before = (run.phase, sum(w.released for w in run.workers))
                     self._reconcile_run(s, run, decisions)
                     moved = before != (run.phase, sum(w.released for w in run.workers))
+        except StaleDataError:
+            # a request changed the Run or its Job during this pass (a stop, a restart): nothing
+            # of the pass was written; the next pass decides again on fresh rows
+            log.info("run %s changed during its pass; reconciling it again", run_id)
+            moved = True
         except Exception as exc:
             self._log_failure(f"reconciling run {run_id} failed", exc)
         finally:

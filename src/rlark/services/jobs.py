@@ -36,6 +36,7 @@ from rlark.services.logs import job_log_dirs, remove_dirs
 from rlark import settings
 from rlark.words import plural
 from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store, WorkerRow
+from rlark.store.db import retry_on_conflict
 
 
 # --- views ----------------------------------------------------------------------------------------
@@ -480,6 +481,7 @@ class JobService:
 
     # changes --------------------------------------------------------------------------------------
 
+    @retry_on_conflict
     def stop(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
         """Stop the current Run (SIGTERM, then SIGKILL after the grace period). Idempotent."""
         with self.store.session() as s:
@@ -491,6 +493,7 @@ class JobService:
         self.wake()
         return out
 
+    @retry_on_conflict
     def start(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
         """Start a new Run of a Job that is not running.
 
@@ -512,6 +515,7 @@ class JobService:
         self.wake()
         return out
 
+    @retry_on_conflict
     def restart(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
         """Stop the current Run if active, then start a new Run with the same spec."""
         with self.store.session() as s:
@@ -543,6 +547,7 @@ class JobService:
                   actor=actor.name)
         return self._detail(s, job)
 
+    @retry_on_conflict
     def replace(self, name: str, document: str | bytes | dict, project: str = DEFAULT_PROJECT,
                 actor: Actor = SYSTEM) -> dict[str, Any]:
         """Give a Job a new spec and start a new Run with it (the current Run, if active, is
@@ -583,6 +588,7 @@ class JobService:
         self.wake()
         return {**out, "unchanged": False}
 
+    @retry_on_conflict
     def delete(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
         """Delete a Job with its Runs, Events, records and logs. An active Job is stopped first
         and removed once its Workers are gone (``deleting: true`` until then)."""

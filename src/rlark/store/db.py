@@ -7,15 +7,17 @@ The schema is created and upgraded by Alembic (``store/migrations``) when the St
 
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
 
 from rlark import settings
 
@@ -48,6 +50,33 @@ def alembic_config(engine: Engine) -> Config:
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["engine"] = engine
     return cfg
+
+
+F = TypeVar("F", bound=Callable)
+
+#: times a write that lost a race (:class:`StaleDataError`: the row's version changed since it was
+#: read) is run again from the start before the error is raised
+CONFLICT_ATTEMPTS = 3
+
+
+def retry_on_conflict(fn: F) -> F:
+    """Decorator for a method that reads rows, changes them and commits in its own session: when
+    the commit finds a Job or Run row changed meanwhile (``version_id_col``; another request or
+    the controller's pass), the whole method runs again on fresh rows, up to
+    :data:`CONFLICT_ATTEMPTS` times.
+
+    Raises:
+        StaleDataError: still conflicting after the last attempt.
+    """
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        for attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                return fn(*args, **kwargs)
+            except StaleDataError:
+                if attempt == CONFLICT_ATTEMPTS - 1:
+                    raise
+    return wrapper  # type: ignore[return-value]
 
 
 def upgrade(engine: Engine) -> None:

@@ -86,6 +86,12 @@ class JobRow(Base):
         order_by="RunRow.number",
     )
     project: Mapped["ProjectRow"] = relationship()  # defined in store/accounts.py
+    #: optimistic concurrency: every UPDATE checks and bumps it, so a writer that read an older
+    #: row (the controller's pass, an API request) fails with StaleDataError instead of
+    #: overwriting the other's change; it then reads again and retries
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+
+    __mapper_args__ = {"version_id_col": version}
 
 
 class RunRow(Base):
@@ -126,6 +132,10 @@ class RunRow(Base):
         back_populates="run", cascade="all, delete-orphan", passive_deletes=True,
         order_by="WorkerRow.node_rank",
     )
+    #: optimistic concurrency, as JobRow.version
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+
+    __mapper_args__ = {"version_id_col": version}
 
 
 class TaskRow(Base):
