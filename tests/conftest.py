@@ -7,24 +7,13 @@
 * ``k8s_testbed`` (session), ``k8s_namespace``: a real Kubernetes control plane and a fresh
   namespace in it (tests/k8s_testbed.py).
 
-Parallel runs (``scripts/test`` runs pytest-xdist: ``-n 2 --dist loadgroup``):
-:func:`pytest_collection_modifyitems` puts every test into an ``xdist_group``, so that
-
-* every module with a test marked ``@pytest.mark.ray`` (it starts real Workers, i.e. Ray nodes,
-  usually through a real ``rlark server``) runs in the one ``ray`` group: one Ray test at a time
-  on the whole machine, as they were written for (their deadlines assume the other worker is
-  busy with at most one CPU's worth of other tests, never with more Ray nodes). **A new module
-  that starts Workers must mark at least one of its tests** ``@pytest.mark.ray``;
-* every module that uses the Kubernetes test bed (``k8s_testbed``) runs in the one ``k8s`` group,
-  so the session starts one test bed, not one per worker;
-* a module with module- or session-scoped fixtures of its own is its own group (set up once);
-* every other test is a unit of its own, spread over the workers as they free up.
-
-The two serial groups run first (the longest first), then the modules' own groups, then the
-rest (``--no-loadscope-reorder`` keeps this order); each xdist worker is a separate process
-with its own session fixtures (its own PostgreSQL server, ``RLARK_RAY_TMP`` directories...).
-Checks for what a Run left behind (tests/server.py) look only at that Run's processes and
-ports, never at the whole host, so the other worker's tests never disturb them.
+Parallel runs: ``scripts/test`` runs pytest-xdist (``-n 2 --dist loadgroup``); the hooks below
+put the tests in groups (tests/xdist_groups.py): the tests that start Ray nodes run one at a time
+(**a new module that starts Workers must mark at least one test** ``@pytest.mark.ray``), the
+Kubernetes test-bed tests share one test bed, the rest is spread over both workers. Each worker
+is a separate process with its own session fixtures (its own PostgreSQL server,
+``RLARK_RAY_TMP`` directories...); the checks for what a Run left behind (tests/server.py) look
+only at that Run's processes and ports, never at the whole host.
 """
 
 from __future__ import annotations
@@ -34,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import xdist_groups
 from tests.server import ray_tmp_dir, remove_ray_tmp_dirs
 
 #: the Kubernetes test bed's fixtures (``k8s_testbed``, ``k8s_namespace``) for every module
@@ -43,41 +33,25 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
 
-#: xdist groups in the order they are handed out (first: the longest serial work)
-SERIAL_GROUPS = ("ray", "k8s")
+def pytest_configure(config: pytest.Config) -> None:
+    if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+            and config.getoption("dist", "no") == "loadgroup" and config.getoption("numprocesses", None)):
+        config.pluginmanager.register(xdist_groups.GroupScheduling(), "rlark-xdist-groups")
 
 
-def _module_group(items: list[pytest.Item]) -> str | None:
-    """The xdist group of a module's tests (see the module docstring)."""
-    if any(item.get_closest_marker("ray") for item in items):
-        return "ray"
-    if any("k8s_testbed" in item.fixturenames for item in items):
-        return "k8s"
-    module = items[0].module.__name__ if hasattr(items[0], "module") else None
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        for defs in (info.name2fixturedefs.values() if info else ()):
-            fixturedef = defs[-1]
-            if fixturedef.scope != "function" and getattr(fixturedef.func, "__module__", None) == module:
-                return items[0].nodeid.split("::", 1)[0]
-    return None
-
-
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests for pytest-xdist (module docstring) and run the serial groups first;
-    the order within a module is kept, and without xdist only that order changes."""
-    by_module: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    rank = {}
-    for module_items in by_module.values():
-        group = _module_group(module_items)
-        for item in module_items:
-            if group:
-                item.add_marker(pytest.mark.xdist_group(group))
-            rank[item.nodeid] = (SERIAL_GROUPS.index(group) if group in SERIAL_GROUPS
-                                 else len(SERIAL_GROUPS) + (group is None))
-    items.sort(key=lambda item: rank[item.nodeid])  # stable: modules stay in one piece
+    """Each test's xdist group, and the groups in scheduling order (tests/xdist_groups.py).
+    First: before ``-k``/``-m`` deselect, so a module's group never depends on which of its
+    tests run."""
+    xdist_groups.group_items(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker: the groups for the controller's scheduler, before the worker reports
+    its collection."""
+    xdist_groups.write_groups(session.config, session.items)
 
 
 @pytest.fixture
