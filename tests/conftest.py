@@ -6,6 +6,14 @@
 * ``db_url``: parametrised over SQLite and PostgreSQL, each test gets an empty database.
 * ``k8s_testbed`` (session), ``k8s_namespace``: a real Kubernetes control plane and a fresh
   namespace in it (tests/k8s_testbed.py).
+
+Parallel runs: ``scripts/test`` runs pytest-xdist (``-n 2 --dist loadgroup``); the hooks below
+put the tests in groups (tests/xdist_groups.py): the tests that start Ray nodes run one at a time
+(**a new module that starts Workers must mark at least one test** ``@pytest.mark.ray``), the
+Kubernetes test-bed tests share one test bed, the rest is spread over both workers. Each worker
+is a separate process with its own session fixtures (its own PostgreSQL server,
+``RLARK_RAY_TMP`` directories...); the checks for what a Run left behind (tests/server.py) look
+only at that Run's processes and ports, never at the whole host.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import xdist_groups
 from tests.server import ray_tmp_dir, remove_ray_tmp_dirs
 
 #: the Kubernetes test bed's fixtures (``k8s_testbed``, ``k8s_namespace``) for every module
@@ -22,6 +31,27 @@ pytest_plugins = ["tests.k8s_testbed"]
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+            and config.getoption("dist", "no") == "loadgroup" and config.getoption("numprocesses", None)):
+        config.pluginmanager.register(xdist_groups.GroupScheduling(), "rlark-xdist-groups")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's xdist group, and the groups in scheduling order (tests/xdist_groups.py).
+    First: before ``-k``/``-m`` deselect, so a module's group never depends on which of its
+    tests run."""
+    xdist_groups.group_items(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker: the groups for the controller's scheduler, before the worker reports
+    its collection."""
+    xdist_groups.write_groups(session.config, session.items)
 
 
 @pytest.fixture

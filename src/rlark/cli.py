@@ -10,7 +10,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -19,24 +19,27 @@ from rich.table import Table
 from rich.text import Text
 
 import httpx
-import yaml
 
 from rlark import settings
 from rlark.client import Client, ClientError, resolve_project, resolve_server
 from rlark.exitcodes import exit_text
-from rlark.findings import Finding, Severity, has_errors
-from rlark.preflight import check_document
-from rlark.spec import (
-    DNS1123_LABEL,
-    Job,
-    SpecSyntaxError,
-    dump_yaml,
-    json_schema,
-    load_document,
-    load_job,
-    resolve_document_paths,
-)
+from rlark.names import DNS1123_LABEL
 from rlark.words import plural
+
+# The Job model (pydantic), its checks and PyYAML are imported where a command needs them, not
+# here: most commands only call the API and print, and each `rlark` call would otherwise pay
+# for importing them (about a third of its start-up time).
+if TYPE_CHECKING:
+    from rlark.findings import Finding
+    from rlark.spec import Job
+
+
+
+def dump_yaml(data: Any) -> str:
+    """:func:`rlark.spec.dump_yaml` (YAML for people), imported when first needed."""
+    from rlark.spec import dump_yaml as dump
+
+    return dump(data)
 
 HELP = """RLark runs RLinf training Jobs: it starts every Worker (one Ray node each, with its
 RLINF_NODE_RANK), waits for the whole Ray cluster, runs your run script on the head, and keeps
@@ -97,6 +100,10 @@ def _fail(message: str, code: int = 1) -> None:
 
 
 def _print_findings(findings: list[Finding] | list[dict], console: Console = err) -> None:
+    if not findings:
+        return
+    from rlark.findings import Finding
+
     for f in findings:
         f = f if isinstance(f, Finding) else Finding.model_validate(f)
         style = {"error": "red", "warning": "yellow", "info": "blue"}[f.severity.value]
@@ -169,6 +176,8 @@ def _load_job_file(path: Path) -> tuple[dict | None, list[Finding]]:
         _fail(f"cannot read {path}: {exc.strerror}")
     if len(text) > MAX_JOB_FILE_BYTES:
         _fail(f"{path} is larger than {MAX_JOB_FILE_BYTES // 1024} KiB; a Job file is a few KiB")
+    from rlark.spec import SpecSyntaxError, load_document, load_job, resolve_document_paths
+
     try:
         data = load_document(text)
     except SpecSyntaxError:
@@ -179,6 +188,8 @@ def _load_job_file(path: Path) -> tuple[dict | None, list[Finding]]:
 def _read_job_file(path: Path) -> tuple[Job | None, list[Finding]]:
     """:func:`_load_job_file`, then the spec's own checks here (no server): for commands that
     work without one (render)."""
+    from rlark.preflight import check_document
+
     data, findings = _load_job_file(path)
     if data is None:
         return None, findings
@@ -189,6 +200,8 @@ def _document_body(data: dict) -> bytes | None:
     """A parsed Job document as YAML for the API (YAML keeps what JSON cannot say, such as
     dates, so the server reads exactly what the file holds); None when it cannot be encoded
     (text that is not valid Unicode)."""
+    import yaml
+
     try:
         return dump_yaml(data).encode("utf-8")
     except (UnicodeEncodeError, yaml.YAMLError):
@@ -215,6 +228,8 @@ class Checked:
     @property
     def valid(self) -> bool:
         """What submitting would decide: a Job without error Findings."""
+        from rlark.findings import has_errors
+
         return self.document is not None and not has_errors(self.findings)
 
 
@@ -229,6 +244,8 @@ def _check_file(file: Path, server: Optional[str], project: Optional[str], *,
     ``rlinf_config``/``overrides`` (``rlark check --rlinf-config/-O``): check the RLinf part
     against that config here, instead of the server's check of ``spec.rlinf``.
     """
+    from rlark.findings import Finding, Severity
+    from rlark.preflight import check_document
     from rlark.rlinf_config import preflight_job
 
     data, findings = _load_job_file(file)
@@ -278,6 +295,8 @@ def _check_file(file: Path, server: Optional[str], project: Optional[str], *,
 def _report(file: Path, checked: Checked, output: str) -> None:
     """Print a check's Findings (text: one line each and a summary; json/yaml: ``{"valid",
     "findings", "server"}``) and exit 0 when valid, else 1."""
+    from rlark.findings import Severity
+
     valid = checked.valid
     if output != "text":
         _emit({"valid": valid, "findings": [f.model_dump(mode="json") for f in checked.findings],
@@ -326,6 +345,8 @@ def validate(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the Job document (for editors and CI checks)."""
+    from rlark.spec import json_schema
+
     _emit(json_schema(), "json")  # as written: no wrapping of long descriptions
 
 
@@ -551,6 +572,7 @@ def render(
     """
     import uuid
 
+    from rlark.findings import Severity, has_errors
     from rlark.runtimes.kubernetes import render as k8s
 
     if runtime != "kubernetes":
@@ -644,6 +666,8 @@ def _send_job(file: Path, verb: str) -> tuple[bytes, str]:
     body = _document_body(data) if data is not None else None
     if data is None or body is None:
         if data is not None:
+            from rlark.preflight import check_document
+
             findings = check_document(data)[1]
         _print_findings(findings)
         _fail(f"{file} is not a valid Job; nothing was {verb}")

@@ -23,7 +23,6 @@ from rich.text import Text
 
 from rlark import credentials, settings
 from rlark.client import Client, ClientError, resolve_project, resolve_server, token_source
-from rlark.spec import dump_yaml
 
 #: the ``rlark.cli`` module (its consoles and error helpers), set by :func:`register`
 _base: ModuleType | None = None
@@ -102,7 +101,12 @@ def _check_output(output: str) -> str:
 
 
 def _emit(data: Any, output: str) -> None:
-    sys.stdout.write(json.dumps(data, indent=2) + "\n" if output == "json" else dump_yaml(data))
+    if output == "json":
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    from rlark.spec import dump_yaml  # the Job model's module: imported only for YAML output
+
+    sys.stdout.write(dump_yaml(data))
 
 
 def _cell(value: Any) -> Text:

@@ -19,12 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from pydantic.alias_generators import to_camel
 
 from rlark.findings import Finding, Severity, format_path
+from rlark.names import DNS1123_LABEL  # noqa: F401  (Kubernetes DNS-1123 label; kept importable here)
 
 API_VERSION = "rlark.io/v1"
 KIND = "Job"
 
-#: Kubernetes DNS-1123 label (RFC 1123): lower-case alphanumerics and '-', 63 characters at most.
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 #: Kubernetes Service names must also start with a letter (DNS-1035 label).
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME_LENGTH = 63

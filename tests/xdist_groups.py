@@ -1,0 +1,128 @@
+"""How the suite is split over pytest-xdist workers (``scripts/test``: ``-n 2 --dist loadgroup``).
+
+:func:`group_items` (tests/conftest.py's ``pytest_collection_modifyitems``) gives every test its
+``xdist_group`` mark:
+
+* ``ray``: every module with a test marked ``@pytest.mark.ray`` (it starts real Workers, i.e.
+  Ray nodes, usually through a real ``rlark server``). One group runs on one worker, so one Ray
+  test at a time on the whole machine, as they were written for: their deadlines assume the
+  machine is not shared with other Ray nodes. **A new module that starts Workers must mark at
+  least one of its tests** ``@pytest.mark.ray`` (the whole module then joins the group);
+* ``k8s``: every module that uses the Kubernetes test bed (``k8s_testbed``), so the session
+  starts one test bed, not one per worker;
+* the module's own node id: a module with module- or session-scoped fixtures of its own (so they
+  are set up once, not once per worker);
+* none: every other test is a unit of its own, spread over the workers as they free up.
+
+The two serial groups come first (the longest first), then the modules' own groups, then the
+rest; ``--no-loadscope-reorder`` keeps that order. The order within a module never changes.
+
+pytest-xdist 3.8 passes a test's group from the worker to the scheduler by appending
+``@group`` to its node id, which pytest 9.2 no longer lets a plugin change (pytest-xdist issue
+1386: the marks are silently ignored). So :class:`GroupScheduling` does the same scheduling
+(xdist's ``LoadScopeScheduling``, one scope per group) from a table the workers write while
+collecting (:func:`write_groups`): ``node id -> group``, in a directory the controller names in
+``$RLARK_XDIST_GROUPS`` before it starts them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+#: serial groups, in the order they are handed out (first: the longest serial work)
+SERIAL_GROUPS = ("ray", "k8s")
+ENV = "RLARK_XDIST_GROUPS"
+
+
+def module_group(items: list[pytest.Item]) -> str | None:
+    """The xdist group of one module's tests (module docstring)."""
+    if any(item.get_closest_marker("ray") for item in items):
+        return "ray"
+    if any("k8s_testbed" in item.fixturenames for item in items):
+        return "k8s"
+    module = getattr(items[0], "module", None)
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        for defs in (info.name2fixturedefs.values() if info else ()):
+            fixturedef = defs[-1]
+            if (fixturedef.scope != "function" and module is not None
+                    and getattr(fixturedef.func, "__module__", None) == module.__name__):
+                return items[0].nodeid.split("::", 1)[0]
+    return None
+
+
+def group_items(items: list[pytest.Item]) -> None:
+    """Mark every test with its group and put the groups in scheduling order (stable sort:
+    each module stays in one piece, in its own order)."""
+    by_module: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    rank: dict[str, int] = {}
+    for module_items in by_module.values():
+        group = module_group(module_items)
+        for item in module_items:
+            if group:
+                item.add_marker(pytest.mark.xdist_group(group))
+            rank[item.nodeid] = (SERIAL_GROUPS.index(group) if group in SERIAL_GROUPS
+                                 else len(SERIAL_GROUPS) + (group is None))
+    items.sort(key=lambda item: rank[item.nodeid])
+
+
+def item_group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None:
+        return None
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+
+
+def write_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker of a ``--dist loadgroup`` run: the table :class:`GroupScheduling`
+    reads (``node id -> group`` of the grouped tests)."""
+    directory = os.environ.get(ENV)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not directory or not worker or not hasattr(config, "workerinput"):
+        return
+    table = {item.nodeid: group for item in items if (group := item_group(item))}
+    path = Path(directory) / f"{worker}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table))
+    tmp.replace(path)
+
+
+class GroupScheduling:
+    """The controller's side (registered by tests/conftest.py when xdist runs with
+    ``--dist loadgroup``): names the directory the workers write their tables to, and makes the
+    scheduler that reads them."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="rlark-xdist-groups-")
+        os.environ[ENV] = self.dir  # the workers, started after this, inherit it
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
+        from xdist.scheduler import LoadScopeScheduling
+
+        directory = Path(self.dir)
+
+        class Scheduling(LoadScopeScheduling):
+            groups: dict[str, str] | None = None
+
+            def _split_scope(self, nodeid: str) -> str:
+                if self.groups is None:
+                    tables = sorted(directory.glob("*.json"))
+                    if not tables:
+                        raise RuntimeError(f"no worker wrote its xdist groups to {directory}")
+                    self.groups = json.loads(tables[0].read_text())
+                return self.groups.get(nodeid, nodeid)
+
+        return Scheduling(config, log)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)
