@@ -33,7 +33,6 @@ once per process, and writes local times as UTC.
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import os
 import secrets
@@ -169,19 +168,10 @@ class LeaseClient:
         return f"{self.namespace}/{self.name}"
 
     def _call(self, what: str, fn, *args, **kwargs) -> dict:
-        from kubernetes.client.rest import ApiException
+        from rlark.runtimes.kubernetes.client import call
 
-        from rlark.runtimes.kubernetes.client import KubeError, _error
-
-        what = f"leader election: {what} Lease {self.where}"
-        try:
-            resp = fn(*args, _preload_content=False,
-                      _request_timeout=(CONNECT_TIMEOUT, READ_TIMEOUT), **kwargs)
-        except ApiException as exc:
-            raise _error(exc, what) from None
-        except Exception as exc:  # urllib3 connection errors and the like
-            raise KubeError(f"{what}: {type(exc).__name__}: {exc}") from None
-        return json.loads(resp.data) if resp.data else {}
+        return call(f"leader election: {what} Lease {self.where}", fn, *args,
+                    timeout=(CONNECT_TIMEOUT, READ_TIMEOUT), **kwargs)
 
     def get(self) -> dict | None:
         """The Lease, or None when there is none."""
@@ -305,6 +295,8 @@ class LeaderElector:
             return d
         self.last_error = None
         self._seen = (Lease.from_object(written).version, self.clock())
+        if self.clock() < self._hold_off_until:  # stepped aside while this write was in flight
+            return d
         newly = not self.is_leader()
         with self._lock:
             self._leading_until = started + RENEW_DEADLINE
@@ -360,9 +352,10 @@ class LeaderElector:
             log.warning("leader election: could not release the Lease: %s", exc)
 
     def step_aside(self, seconds: float = HOLD_OFF_SECONDS) -> None:
-        """Release the Lease and do not campaign for ``seconds``."""
-        self.release()
+        """Release the Lease and do not campaign for ``seconds`` (a renewal in flight meanwhile
+        does not make this server lead again)."""
         self._hold_off_until = self.clock() + seconds
+        self.release()
 
     # --- the thread --------------------------------------------------------------------------------
 
