@@ -86,6 +86,9 @@ DEFAULT_UP_ARGS: tuple[str, ...] = (
 RLARK_SA = "system:serviceaccount:rlark:rlark"
 PROJECT_TEMPLATE = REPO / "deploy" / "kubernetes" / "project-namespace.example.yaml"
 PROJECT_TEMPLATE_NS = "rlark-team-a"
+#: RLark's own RBAC (the server's namespace), its leader election Role and the Lease it names
+RBAC_FILE = REPO / "deploy" / "kubernetes" / "rbac.yaml"
+LEADER_ROLE, LEASE = "rlark-leader-election", "rlark-controller"
 
 PORT_RANGE = (16000, 19990)  # below 32768; PostgreSQL's tests use 15432-15999, RLark's API 8470
 PORTS_PER_TESTBED = 6
@@ -310,6 +313,12 @@ class K8sTestbed:
 
         return client.CustomObjectsApi(self._clients()[True])
 
+    def coordination(self):
+        """``CoordinationV1Api`` (Leases) as the admin."""
+        from kubernetes import client
+
+        return client.CoordinationV1Api(self._clients()[True])
+
     def rbac(self):
         """``RbacAuthorizationV1Api`` as the admin."""
         from kubernetes import client
@@ -322,23 +331,25 @@ class K8sTestbed:
 
         return client.CoreV1Api(self._clients()[True])
 
-    def can_i(self, verb: str, resource: str, namespace: str | None = None, subresource: str = "") -> bool:
-        """Whether RLark's ServiceAccount may ``verb resource`` (a SelfSubjectAccessReview: the
-        API server's own authorizer answers, as for any request)."""
+    def can_i(self, verb: str, resource: str, namespace: str | None = None, subresource: str = "",
+              group: str = "", name: str = "") -> bool:
+        """Whether RLark's ServiceAccount may ``verb resource`` (of API ``group``, the object
+        ``name``: a SelfSubjectAccessReview: the API server's own authorizer answers, as for any
+        request)."""
         from kubernetes import client
 
         review = client.AuthorizationV1Api(self._clients()[False]).create_self_subject_access_review({
             "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
             "spec": {"resourceAttributes": {"verb": verb, "resource": resource, "namespace": namespace,
-                                            "subresource": subresource}}})
+                                            "subresource": subresource, "group": group, "name": name}}})
         return bool(review.status.allowed)
 
     def wait_rbac(self, verb: str, resource: str, namespace: str | None, allowed: bool,
-                  subresource: str = "", timeout: float = 30) -> None:
+                  subresource: str = "", timeout: float = 30, group: str = "", name: str = "") -> None:
         """Poll until RLark's ServiceAccount may (``allowed``) or may not ``verb resource``: RBAC
         changes reach the authorizer through its informers, a moment after they are stored."""
         deadline = time.monotonic() + timeout
-        while self.can_i(verb, resource, namespace, subresource) != allowed:
+        while self.can_i(verb, resource, namespace, subresource, group, name) != allowed:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"RBAC: {verb} {resource}{'/' + subresource if subresource else ''} "
                                    f"in {namespace} still {'denied' if allowed else 'allowed'} after {timeout} s")
@@ -385,6 +396,33 @@ class K8sTestbed:
                 raise TimeoutError(f"no ServiceAccount default in namespace {name} after 30 s")
             time.sleep(0.05)
         return name
+
+    def grant_leader_election(self, namespace: str, rules: list[dict] | None = None) -> None:
+        """Create deploy/kubernetes/rbac.yaml's Role and RoleBinding ``rlark-leader-election``
+        (the Lease of the server's replicas) in ``namespace``, the server's namespace in a test,
+        as the admin (``rules``: instead of the Role's own); returns once RLark's ServiceAccount
+        may do there what the rules allow."""
+        import yaml
+
+        docs = [d for d in yaml.safe_load_all(RBAC_FILE.read_text()) if d]
+        rbac = self.rbac()
+        for doc in docs:
+            if doc["metadata"]["name"] != LEADER_ROLE or doc["kind"] not in ("Role", "RoleBinding"):
+                continue
+            doc["metadata"]["namespace"] = namespace
+            if doc["kind"] == "Role":
+                if rules is not None:
+                    doc["rules"] = rules
+                rbac.create_namespaced_role(namespace, doc)
+            else:
+                rbac.create_namespaced_role_binding(namespace, doc)
+        for doc in docs:  # once the authorizer's informers have them
+            if doc["metadata"]["name"] != LEADER_ROLE or doc["kind"] != "Role":
+                continue
+            for rule in doc["rules"]:
+                for verb in rule["verbs"]:
+                    self.wait_rbac(verb, "leases", namespace, allowed=True, group="coordination.k8s.io",
+                                   name=(rule.get("resourceNames") or [""])[0])
 
     def delete_namespace(self, name: str) -> None:
         """Delete a namespace and everything in it (the namespace controller finishes it later)."""

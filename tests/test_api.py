@@ -775,7 +775,9 @@ def test_schema(client):
 def test_healthz(client):
     r = client.get("/healthz")
     assert r.status_code == 200
-    assert r.json() == {"ok": True, "version": __version__, "runtime": "local"}
+    # no controller in this app; a server's says whether it reconciles (leader election: who
+    # leads, tests/test_k8s_leader.py)
+    assert r.json() == {"ok": True, "version": __version__, "runtime": "local", "controller": None}
 
 
 EXPECTED_ROUTES = {

@@ -60,13 +60,21 @@ def test_render_makes_a_run_id_and_refuses_other_runtimes_and_bad_jobs(tmp_path)
     (("render", "--help"), ["--runtime", "--namespace", "--run-id", "kubectl apply"]),
     (("nodes", "--help"), ["--format", "--show-labels", "allocatable", "GPUs", "devices"]),
     (("server", "--help"), ["--runtime", "kubernetes", "--namespace", "--no-auth", "--allowed-host",
-                            "$RLARK_HOME/credentials"]),
+                            "$RLARK_HOME/credentials", "--leader-elect", "--no-leader-elect",
+                            "rlark-controller", "takes over"]),
 ])
 def test_help(args, words):
     proc = rlark(*args)
     assert proc.returncode == 0
     for word in words:
         assert word in proc.stdout
+
+
+def test_leader_election_needs_kubernetes(tmp_path):
+    proc = rlark("server", "--leader-elect", "--port", str(free_port()),
+                 env=cli_env(RLARK_HOME=str(tmp_path / "home")))
+    assert proc.returncode == 1
+    assert "--leader-elect needs --runtime kubernetes" in error_line(proc)
 
 
 def test_server_refuses_an_unknown_runtime():

@@ -1,8 +1,9 @@
 """RLark's RBAC (deploy/kubernetes/) is sufficient and minimal, on the test bed's real authorizer.
 
 The table is read from the manifests themselves: every verb of every rule of RLark's Role
-(project-namespace.example.yaml, the same rules as rbac.yaml's), of its ClusterRole (nodes) and
-of the optional rbac-capacity.yaml. With all of them, each scenario below runs without a failure
+(project-namespace.example.yaml, the same rules as rbac.yaml's), of its leader election Role
+(rbac.yaml, the server's namespace only), of its ClusterRole (nodes) and of the optional
+rbac-capacity.yaml. With all of them, each scenario below runs without a failure
 (sufficient). With one verb taken away, the scenario that needs it ends in a named failure - a
 Run reason, an Event or an error message naming the refused verb and resource, never a
 traceback (minimal: no verb is there for nothing). A verb added to the manifests without a
@@ -20,6 +21,8 @@ from kubernetes.client.rest import ApiException
 import yaml
 
 from tests.k8s_testbed import (
+    LEADER_ROLE,
+    LEASE,
     PROJECT_TEMPLATE,
     PROJECT_TEMPLATE_NS,
     KwokWorkers,
@@ -77,6 +80,8 @@ def _rows() -> list[tuple[str, str, str]]:
     rows = []
     for rule in _role(PROJECT_TEMPLATE, "Role", "rlark")["rules"]:
         rows += [("namespace", res, verb) for res in rule["resources"] for verb in rule["verbs"]]
+    for rule in _role(DEPLOY / "rbac.yaml", "Role", LEADER_ROLE)["rules"]:
+        rows += [(LEADER_ROLE, res, verb) for res in rule["resources"] for verb in rule["verbs"]]
     for path, name in ((DEPLOY / "rbac.yaml", "rlark-node-reader"),
                        (DEPLOY / "rbac-capacity.yaml", "rlark-pod-reader")):
         for rule in _role(path, "ClusterRole", name)["rules"]:
@@ -209,7 +214,49 @@ def read_the_inventory(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
     return None
 
 
-SCENARIOS = {f.__name__: f for f in (run_a_job, launch_again, free_a_leftover_service, read_the_inventory)}
+def elect_a_leader(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
+    """A replica's server (``server.build_app`` with leader election, ``ns`` as its namespace)
+    reads the Lease at start, creates it, leads, renews it, and releases it when it shuts down."""
+    import os
+
+    from rlark.api.security import SecurityPolicy
+    from rlark.controller.leader import Action
+    from rlark.server import build_app
+
+    before = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(tb.rlark_kubeconfig)
+    try:
+        app = build_app(f"sqlite:///{home / 'rlark.db'}", runtime="kubernetes", namespace=ns,
+                        policy=SecurityPolicy(auth=False))
+    except ValueError as exc:  # what `rlark server` prints before it exits
+        return f"start: {exc}"
+    finally:
+        if before is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = before
+    leadership = app.state.controller
+    leadership.start()
+    try:
+        def renewed_or_failed():
+            status = leadership.status()
+            return (status["error"] or (status["reconciling"] and leadership.elector.last_action
+                                        is Action.renew)) and status
+        status = wait_for("the Lease to be created and renewed, or a Lease call to fail",
+                          renewed_or_failed)
+        if status["error"]:  # what /healthz and the log say
+            return f"LeaderElection: {status['error']}"
+    finally:
+        leadership.shutdown()
+        app.state.jobs.store.dispose()
+    lease = tb.coordination().read_namespaced_lease(LEASE, ns)
+    if lease.spec.holder_identity:
+        return f"the Lease still names {lease.spec.holder_identity} after the shutdown"
+    return None
+
+
+SCENARIOS = {f.__name__: f for f in (run_a_job, launch_again, free_a_leftover_service, read_the_inventory,
+                                     elect_a_leader)}
 
 #: (where, resource, verb) -> the scenario that needs it, and the words of its named failure
 NEEDS = {
@@ -247,6 +294,12 @@ NEEDS = {
         "CapacityUnknown", 'cannot list resource "nodes"', "deploy/kubernetes/rbac.yaml"]),
     ("rlark-pod-reader", "pods", "list"): ("read_the_inventory", [
         "free capacity counted from the Pods of namespace", "only (namespace)"]),
+    (LEADER_ROLE, "leases", "get"): ("elect_a_leader", [
+        "start: leader election: read Lease", 'cannot get resource "leases"', "deploy/kubernetes/rbac.yaml"]),
+    (LEADER_ROLE, "leases", "create"): ("elect_a_leader", [
+        "LeaderElection: leader election: create Lease", 'cannot create resource "leases"']),
+    (LEADER_ROLE, "leases", "update"): ("elect_a_leader", [
+        "LeaderElection: leader election: update Lease", 'cannot update resource "leases"']),
 }
 
 
@@ -264,6 +317,7 @@ def test_every_granted_verb_has_a_scenario_that_needs_it():
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_the_rules_are_sufficient(scenario, k8s_testbed, k8s_namespace, rlark_home, tmp_path, caplog):
     caplog.set_level(logging.ERROR, logger="rlark.kubernetes")
+    k8s_testbed.grant_leader_election(k8s_namespace)  # the test's namespace is the server's
     assert SCENARIOS[scenario](k8s_testbed, k8s_namespace, rlark_home, tmp_path) is None
 
 
@@ -286,7 +340,12 @@ def test_each_verb_taken_away_is_a_named_failure(where, resource, verb, k8s_test
         k8s_testbed.wait_rbac(verb, res, check_ns, allowed=False, subresource=sub)
 
     try:
-        if where == "namespace":
+        if where == LEADER_ROLE:  # the test's namespace is the server's
+            rules = _without(_role(DEPLOY / "rbac.yaml", "Role", LEADER_ROLE)["rules"], resource, verb)
+            k8s_testbed.grant_leader_election(k8s_namespace, rules)
+            k8s_testbed.wait_rbac(verb, res, k8s_namespace, allowed=False, group="coordination.k8s.io",
+                                  name=LEASE)
+        elif where == "namespace":
             role = _role(PROJECT_TEMPLATE, "Role", "rlark")
             role = yaml.safe_load(yaml.safe_dump(role).replace(PROJECT_TEMPLATE_NS, k8s_namespace))
             role["rules"] = _without(role["rules"], resource, verb)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -47,6 +48,48 @@ def test_second_server_on_the_same_postgres_is_refused(tmp_path, postgres_url):
         ControllerLock(b.engine, {"pid": 2}).acquire()
     lock.release()
     ControllerLock(b.engine, {"pid": 2}).acquire().release()
+
+
+def test_replicas_share_a_store_and_a_single_server_cannot_join_them(db_url):
+    """Replicas that elect a leader take the store lock shared (any number of them); a server
+    without leader election takes it exclusively: neither kind joins the other."""
+    from rlark.store.lock import ControllerLock, StoreBusy
+
+    stores = [Store(db_url) for _ in range(3)]
+    try:
+        a = ControllerLock(stores[0].engine, {"pid": 1}, shared=True).acquire()
+        b = ControllerLock(stores[1].engine, {"pid": 2}, shared=True).acquire()
+        with pytest.raises(StoreBusy, match="another RLark server already uses .*--leader-elect"):
+            ControllerLock(stores[2].engine, {"pid": 3}).acquire()
+        a.release()
+        b.release()
+        single = ControllerLock(stores[2].engine, {"pid": 3}).acquire()
+        with pytest.raises(StoreBusy, match="an RLark server without leader election already uses"):
+            ControllerLock(stores[0].engine, {"pid": 1}, shared=True).acquire()
+        single.release()
+        ControllerLock(stores[0].engine, {"pid": 1}, shared=True).acquire().release()
+    finally:
+        for st in stores:
+            st.dispose()
+
+
+def test_replicas_starting_together_on_a_fresh_postgres_store_both_start(postgres_url):
+    """Two replicas of a Deployment start at once on an empty database (two processes): the
+    migrations run one after the other (an advisory lock), one of them makes the
+    administrator, and both start."""
+    start = (
+        "import sys, time\n"
+        "from rlark.services.auth import AuthService\n"
+        "from rlark.store import Store\n"
+        "while time.time() < float(sys.argv[2]): time.sleep(0.005)\n"  # both at once
+        "st = Store(sys.argv[1])\n"
+        "print(AuthService(st).bootstrap('rlark_' + 'x' * 40))\n")
+    at = str(time.time() + 3)
+    procs = [subprocess.Popen([sys.executable, "-c", start, postgres_url, at], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    assert sorted(out.strip() for out, _ in outs) == ["None", "rlark_" + "x" * 40]
 
 
 JOB = """apiVersion: rlark.io/v1

@@ -512,13 +512,20 @@ def server(
         False, "--stop-runs-on-exit", envvar="RLARK_STOP_RUNS_ON_EXIT",
         help="Stop every active Run when the server shuts down. Default: Runs keep running "
              "through a restart or upgrade, and the next server on the same store adopts them."),
+    leader_elect: Optional[bool] = typer.Option(
+        None, "--leader-elect/--no-leader-elect", envvar="RLARK_LEADER_ELECT",
+        help="kubernetes: run as one of several replicas on one store (PostgreSQL): each serves "
+             "the API and console, only the holder of the Lease rlark-controller in --namespace "
+             "reconciles, and another takes over within 15 s when it dies. Default: on with "
+             "--runtime kubernetes, off with local (one server per store)."),
 ) -> None:
     """Run the RLark server: REST API (OpenAPI at /docs), web console and the controller.
 
     State (database and Worker logs) lives in $RLARK_HOME (default ~/.rlark); one server per
     store. Ctrl-C stops the server; active Runs keep running and the next `rlark server` on the
     same store adopts them (--stop-runs-on-exit stops them instead). With --runtime kubernetes the
-    server uses the in-cluster ServiceAccount or your kubeconfig; docs/kubernetes.md.
+    server uses the in-cluster ServiceAccount or your kubeconfig, and replicas elect a leader
+    (--leader-elect; /healthz says who leads); docs/kubernetes.md.
 
     \b
     Every request is authenticated (docs/security.md). On its first start the server creates
@@ -538,7 +545,7 @@ def server(
         serve(host, port, database_url, runtime=runtime, namespace=namespace, auth=not no_auth,
               allowed_hosts=tuple(allowed_host or ()), cors_origins=tuple(cors_origin or ()),
               tls_cert=str(tls_cert) if tls_cert else None, tls_key=str(tls_key) if tls_key else None,
-              stop_runs_on_exit=stop_runs_on_exit,
+              stop_runs_on_exit=stop_runs_on_exit, leader_elect=leader_elect,
               trusted_proxies=tuple(trusted_proxy or ()))
     except (ValueError, StoreBusy) as exc:
         _fail(str(exc))

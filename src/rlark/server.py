@@ -6,6 +6,7 @@ import ipaddress
 import logging
 import os
 import socket
+from typing import Any, Callable
 
 from fastapi import FastAPI
 
@@ -120,7 +121,7 @@ def _carry_token_to(auth: AuthService, urls: list[str]) -> None:
 def build_app(database_url: str | None = None, server_url: str | None = None,
               runtime: str = "local", namespace: str | None = None,
               policy: SecurityPolicy | None = None, admin_urls: list[str] | None = None,
-              stop_runs_on_exit: bool | None = None) -> FastAPI:
+              stop_runs_on_exit: bool | None = None, leader_elect: bool | None = None) -> FastAPI:
     """The full server app; the controller runs with the app.
 
     ``runtime``: ``local`` (process groups on this machine, the default) or ``kubernetes``
@@ -129,53 +130,119 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     :func:`security_policy`; ``admin_urls``: where the first administrator's token is stored
     for (:func:`bootstrap_admin`). ``stop_runs_on_exit``: the server's shutdown stops every active
     Run (default :func:`rlark.settings.stop_runs_on_exit`; otherwise Runs carry on and the next
-    server adopts them). Kubernetes settings from the environment: ``RLARK_K8S_PENDING_TIMEOUT``,
+    server adopts them). ``leader_elect`` (default: on with ``kubernetes``): replicas of this
+    server share the store, every one serves the API and the console, and only the holder of
+    the Lease ``rlark-controller`` in ``namespace`` reconciles (:mod:`rlark.controller.leader`).
+    Kubernetes settings from the environment: ``RLARK_K8S_PENDING_TIMEOUT``,
     ``RLARK_K8S_IMAGE_PULL_GRACE``, ``RLARK_K8S_MOUNT_GRACE`` (seconds),
     ``RLARK_K8S_RAY_DASHBOARD=1``.
 
     Raises:
         ValueError: a setting is unusable (e.g. ``RLARK_RAY_TMP`` too long, an unknown runtime,
-            no Kubernetes configuration), before anything runs.
-        StoreBusy: another server already runs on this store.
+            no Kubernetes configuration, leader election without Kubernetes, RBAC refusing the
+            watches or the Lease), before anything runs.
+        StoreBusy: another server already runs on this store (a replica with leader election
+            shares it only with other replicas).
     """
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
+    if leader_elect is None:
+        leader_elect = runtime == "kubernetes"
+    if leader_elect and runtime != "kubernetes":
+        raise ValueError("--leader-elect needs --runtime kubernetes (the leader holds a Kubernetes "
+                         "Lease); on the local runtime one server serves a store")
     inventory = None
     pending = None
+    first: Any  # the runtime of the (first) controller
+    make_runtime: Callable[[], Any] = LocalRuntime  # that of a later one (replicas)
+    api_client = None
     if runtime == "kubernetes":
-        from rlark.runtimes.kubernetes.client import KubeError
+        from rlark.runtimes.kubernetes.client import KubeClient, KubeError
+        from rlark.runtimes.kubernetes.namespaces import ProjectNamespaces
         from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
 
-        policy = settings.k8s_status_policy()
-        pending = policy.pending_timeout_seconds
-        from rlark.runtimes.kubernetes.client import KubeClient
-        from rlark.runtimes.kubernetes.namespaces import ProjectNamespaces
-
+        k8s_policy = settings.k8s_status_policy()
+        pending = k8s_policy.pending_timeout_seconds
         dashboard = settings.k8s_ray_dashboard()
         try:
-            home = KubernetesRuntime(namespace, policy=policy, ray_dashboard=dashboard)
+            kube = KubeClient.connect(namespace)
         except KubeError as exc:
             raise ValueError(str(exc)) from None
-        rt = ProjectNamespaces(home, lambda ns: KubernetesRuntime(
-            kube=KubeClient(home.kube.api, ns), policy=policy, ray_dashboard=dashboard))
-        inventory = rt.inventory
+
+        def runtime_for(ns: str) -> KubernetesRuntime:
+            return KubernetesRuntime(kube=KubeClient(kube.api, ns), policy=k8s_policy,
+                                     ray_dashboard=dashboard)
+
+        def namespaces() -> ProjectNamespaces:
+            """Every namespace's runtime (watches started: RBAC refusing them raises)."""
+            return ProjectNamespaces(runtime_for(kube.namespace), runtime_for)
+
+        make_runtime = namespaces
+
+        try:  # every replica starts its watches, so RBAC refusing them shows at start
+            first = make_runtime()
+        except KubeError as exc:
+            raise ValueError(str(exc)) from None
+        inventory = KubernetesRuntime(kube=kube, policy=k8s_policy, start=False).inventory
+        api_client = kube.api.api_client
     else:
         settings.ray_tmp_root()
-        rt = LocalRuntime()
+        first = LocalRuntime()
     store = Store(database_url)
-    lock = ControllerLock(store.engine, owner_info(server_url)).acquire()
-    controller = Controller(store, rt, on_shutdown=lock.release,
-                            stop_runs_on_exit=settings.stop_runs_on_exit() if stop_runs_on_exit is None
-                            else stop_runs_on_exit)
+    lock = ControllerLock(store.engine, owner_info(server_url), shared=leader_elect).acquire()
+    stop_runs = settings.stop_runs_on_exit() if stop_runs_on_exit is None else stop_runs_on_exit
+    controller: Any
+    if leader_elect:
+        controller = _leadership(store, first, make_runtime, api_client, first.namespace, lock,
+                                 stop_runs)
+    else:
+        controller = Controller(store, first, on_shutdown=lock.release, stop_runs_on_exit=stop_runs)
     service = JobService(store, controller.wake, runtime=runtime, inventory=inventory,
                          pending_timeout=pending,
-                         namespace=rt.namespace if runtime == "kubernetes" else None)
+                         namespace=first.namespace if runtime == "kubernetes" else None)
     policy = policy or SecurityPolicy()
     auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),
                        login_rate=os.environ.get("RLARK_LOGIN_RATE") or "10/5 minutes")
     if policy.auth:
         bootstrap_admin(auth, admin_urls or [])
     return create_app(service, controller, policy=policy, auth=auth)
+
+
+def _leadership(store: Store, first, make_runtime: Callable[[], Any], api_client, namespace: str,
+                lock: ControllerLock, stop_runs: bool):
+    """The controller of a replica: a :class:`~rlark.controller.leader.Leadership` whose terms
+    are Controllers on a fresh runtime (``first`` for the first term: its watches already run).
+
+    Raises:
+        ValueError: RBAC forbids reading the Lease (the message names the rule).
+    """
+    from rlark.controller.leader import LeaderElector, LeaseClient, Leadership
+    from rlark.runtimes.kubernetes.client import KubeError
+
+    elector = LeaderElector(LeaseClient(api_client, namespace))
+    try:
+        elector.check_access()
+    except KubeError as exc:
+        if exc.status in (401, 403):
+            first.shutdown()
+            lock.release()
+            store.dispose()
+            raise ValueError(str(exc)) from None
+        log.warning("%s; trying again", exc)  # an API server that does not answer yet
+    spare = [first]
+
+    def make_term() -> Controller:
+        rt = spare.pop() if spare else make_runtime()
+        return Controller(store, rt, stop_runs_on_exit=stop_runs, may_act=elector.is_leader,
+                          adopt_cause=f"RLark server {elector.identity} became the leader")
+
+    def on_shutdown() -> None:
+        for rt in spare:  # never led: its watches stop here
+            rt.shutdown()
+        lock.release()
+
+    log.info("leader election: this server is %s; Lease %s", elector.identity, elector.leases.where)
+    return Leadership(elector, make_term, on_shutdown=on_shutdown)
 
 
 def private_home() -> None:
@@ -195,9 +262,12 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
           runtime: str = "local", namespace: str | None = None, auth: bool = True,
           allowed_hosts: tuple[str, ...] = (), cors_origins: tuple[str, ...] = (),
           tls_cert: str | None = None, tls_key: str | None = None,
-          trusted_proxies: tuple[str, ...] = (), stop_runs_on_exit: bool | None = None) -> None:
+          trusted_proxies: tuple[str, ...] = (), stop_runs_on_exit: bool | None = None,
+          leader_elect: bool | None = None) -> None:
     """Run the server until SIGINT/SIGTERM. Active Runs keep running through a shutdown and the
-    next server on the same store adopts them, unless ``RLARK_STOP_RUNS_ON_EXIT=1``.
+    next server on the same store adopts them, unless ``RLARK_STOP_RUNS_ON_EXIT=1``. With
+    ``leader_elect`` (default on with ``kubernetes``) it is one of several replicas: see
+    :func:`build_app`.
 
     ``trusted_proxies``: addresses whose ``X-Forwarded-For``/``-Proto`` headers are believed
     (a TLS-terminating proxy in front); from anyone else they are ignored, so a client cannot
@@ -216,7 +286,7 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
     scheme = "https" if tls_cert else "http"
     app = build_app(database_url, f"{scheme}://{host}:{port}", runtime=runtime, namespace=namespace,
                     policy=policy, admin_urls=local_urls(host, port, scheme),
-                    stop_runs_on_exit=stop_runs_on_exit)
+                    stop_runs_on_exit=stop_runs_on_exit, leader_elect=leader_elect)
     if not auth:
         for line in ("AUTHENTICATION IS OFF (--no-auth): every request to this server acts as a",
                      "site administrator and can run code as this user. Use it only on a machine",

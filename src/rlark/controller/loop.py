@@ -17,6 +17,7 @@ import time
 import secrets
 import uuid
 from dataclasses import replace
+from typing import Callable
 from datetime import datetime, timezone
 
 from sqlalchemy import or_, select
@@ -177,8 +178,15 @@ class Controller:
     (``reconcile_once``, used by tests)."""
 
     def __init__(self, store: Store, runtime, tick_seconds: float = 0.1, on_shutdown=None,
-                 stop_runs_on_exit: bool = False, idle_resync_seconds: float = IDLE_RESYNC_SECONDS):
+                 stop_runs_on_exit: bool = False, idle_resync_seconds: float = IDLE_RESYNC_SECONDS,
+                 may_act: Callable[[], bool] | None = None,
+                 adopt_cause: str = "the RLark server restarted"):
         self.store = store
+        #: asked before each pass and each Run's turn: False stops this controller from acting
+        #: (a leader whose Lease ran out: :mod:`rlark.controller.leader`); None: always acts
+        self.may_act = may_act
+        #: why this controller adopts the active Runs (said in their ``Adopted`` Event)
+        self.adopt_cause = adopt_cause
         #: shutdown() stops every active Run (else they keep running and the next server adopts
         #: them: a restart or upgrade of the server never ends a training Run)
         self.stop_runs_on_exit = stop_runs_on_exit
@@ -189,6 +197,9 @@ class Controller:
         self._on_shutdown = on_shutdown
         self.runtime = runtime
         self.tick = tick_seconds
+        #: with replicas (leader election) a Job submitted to a follower reaches the leader only
+        #: at its idle resync (:meth:`wake` is in-process): keep it short, or give the replicas
+        #: a way to wake each other first
         self.idle_resync = idle_resync_seconds
         #: (log path, WorkerRef) of every live Worker, for _fingerprint
         self._watched: list[tuple[str | None, WorkerRef]] | None = None
@@ -272,17 +283,32 @@ class Controller:
             log.error("%s (again): %s: %s", what, type(exc).__name__, str(exc)[:200])
         self._logged[key] = now
 
+    def _acting(self) -> bool:
+        return self.may_act is None or self.may_act()
+
+    def stop_loop(self, wait: bool = True) -> None:
+        """Stop the loop (``wait``: and return once its pass in progress ended). Nothing is
+        written and no Worker is touched: a leader that lost its Lease leaves every Run to the
+        new leader, which adopts them."""
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if wait and thread is not None:
+            thread.join(timeout=30)
+            self._thread = None
+        # lanes at work finish their pass first (each asks may_act before it begins)
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+    def status(self) -> dict:
+        """For ``/healthz``: a single server (no leader election) always reconciles."""
+        return {"leaderElection": False, "leading": True, "reconciling": self._thread is not None}
+
     def shutdown(self, grace: float = 10.0) -> None:
         """Stop the loop. By default active Runs carry on: their Workers keep running, each Run
         gets a ``ServerStopped`` Event, and the next server on this store adopts them
         (:meth:`_adopt_after_restart`). With ``stop_runs_on_exit`` every Worker this server
         started is stopped and its Run ends ``Stopped`` with reason ``ServerShutdown``."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
-        self._pool.shutdown(wait=True)  # lanes at work finish their pass first
+        self.stop_loop()
         if not self.stop_runs_on_exit:
             self._detach()
             return
@@ -369,7 +395,10 @@ class Controller:
         """One pass over every Run that needs attention: each Run in its own lane (a thread of
         a pool of :data:`LANES`), so one Run's slow runtime call never delays another's
         transitions. ``wait``: return when every lane of this pass is done (tests step the
-        controller this way); the loop thread does not wait for a lane still at work."""
+        controller this way); the loop thread does not wait for a lane still at work. Nothing
+        at all while :attr:`may_act` says no."""
+        if not self._acting():
+            return
         if not self._adopted_checked:
             self._adopt_after_restart()
             self._adopted_checked = True
@@ -397,6 +426,8 @@ class Controller:
             self._log_failure("admitting Pending Runs failed", exc)
         futures = []
         for run_id in ids:
+            if not self._acting():
+                break
             with self._lanes_lock:
                 if run_id in self._busy:
                     continue  # its lane is still at work (a slow runtime call): not waited for
@@ -405,6 +436,8 @@ class Controller:
         if wait:
             for f in futures:
                 f.result()
+        if not self._acting():
+            return
         try:
             self._finalize_deletes()
         except StaleDataError:
@@ -416,6 +449,8 @@ class Controller:
         when the Run changed phase or freed Workers (that may let another Run move on)."""
         moved = False
         try:
+            if not self._acting():
+                return
             with self._session() as s:
                 run = s.get(RunRow, run_id)
                 if run is not None:
@@ -489,7 +524,7 @@ class Controller:
                         self._adopted[w.id] = (since, now)
                     adopted += 1
                 add_event(s, run.job_id, "Adopted",
-                          f"the RLark server restarted (last heartbeat {iso_time(since)}); it "
+                          f"{self.adopt_cause} (last heartbeat {iso_time(since)}); it "
                           f"watches the Run's {plural(adopted, 'Worker')} again",
                           run_number=run.number)
                 for w in missing:

@@ -24,6 +24,7 @@ from typing import Mapping
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from rlark.services import audit
@@ -190,6 +191,12 @@ class AuthService:
             raise ValueError(
                 "RLARK_ADMIN_TOKEN must be 'rlark_' followed by at least 32 random characters, "
                 "e.g. \"rlark_$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')\"")
+        try:
+            return self._create_admin(admin_token)
+        except IntegrityError:  # another replica, starting at the same time, made it first
+            return None
+
+    def _create_admin(self, admin_token: str | None) -> str | None:
         with self.store.session() as s:
             if s.scalar(select(UserRow.id).limit(1)) is not None:
                 return None

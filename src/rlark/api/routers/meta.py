@@ -57,4 +57,12 @@ def schema() -> dict:
 
 @router.get("/healthz", summary="Liveness", dependencies=[allow_public()])
 def healthz(request: Request) -> dict:
-    return {"ok": True, "version": __version__, "runtime": request.app.state.jobs.runtime}
+    """Every replica answers ``ok`` (each serves the API and the console). ``controller`` says
+    whether this server reconciles: ``leaderElection`` (replicas on Kubernetes), ``leading``
+    (this server holds the Lease, or is the only server), ``leader`` (the Lease's holder, when
+    known), ``identity`` (this server's name in the Lease), ``lease``, ``error`` (the last failed
+    Lease call), ``reconciling`` (its controller's loop runs)."""
+    controller = request.app.state.controller
+    status = getattr(controller, "status", None)
+    return {"ok": True, "version": __version__, "runtime": request.app.state.jobs.runtime,
+            "controller": status() if status is not None else None}

@@ -91,6 +91,23 @@ def release(resp) -> None:
             pass
 
 
+def call(what: str, fn, *args, timeout: tuple[float, float] = (CONNECT_TIMEOUT, REQUEST_TIMEOUT),
+         **kwargs) -> Any:
+    """``fn(*args, **kwargs)``, a method of one of the official client's APIs, with the answer as
+    the API's own JSON and ``timeout`` (connect, read) seconds.
+
+    Raises:
+        KubeError: the call failed; ``what`` (e.g. ``read Pod x``) begins its message.
+    """
+    try:
+        resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+    except ApiException as exc:
+        raise _error(exc, what) from None
+    except Exception as exc:  # urllib3 connection errors and the like
+        raise KubeError(f"{what}: {type(exc).__name__}: {exc}") from None
+    return json.loads(resp.data) if resp.data else {}
+
+
 class WatchStream:
     """One open watch: iterate for ``(type, object)`` (ADDED, MODIFIED, DELETED, BOOKMARK) until
     the server ends it; :meth:`close` (from any thread) ends it early.
@@ -189,14 +206,7 @@ class KubeClient:
         return cls(client.CoreV1Api(client.ApiClient(configuration)), namespace or "default")
 
     def _call(self, what: str, fn, *args, **kwargs) -> Any:
-        try:
-            resp = fn(*args, _preload_content=False,
-                      _request_timeout=(CONNECT_TIMEOUT, REQUEST_TIMEOUT), **kwargs)
-        except ApiException as exc:
-            raise _error(exc, what) from None
-        except Exception as exc:  # urllib3 connection errors and the like
-            raise KubeError(f"{what}: {type(exc).__name__}: {exc}") from None
-        return json.loads(resp.data) if resp.data else {}
+        return call(what, fn, *args, **kwargs)
 
     def create(self, obj: dict) -> dict:
         """Create a namespaced object; returns it as stored (with ``metadata.uid``).

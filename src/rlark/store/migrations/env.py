@@ -25,6 +25,14 @@ def run_migrations_online() -> None:
                 render_as_batch=sqlite,
             )
             with context.begin_transaction():
+                if connection.dialect.name == "postgresql":
+                    # replicas starting together migrate one after the other: the second finds
+                    # the schema at head (the lock is released when the transaction ends)
+                    from sqlalchemy import text
+
+                    from rlark.store.lock import MIGRATION_KEY
+
+                    connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_KEY})
                 context.run_migrations()
                 if sqlite:
                     broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
