@@ -91,7 +91,7 @@ def test_server_shutdown_stops_every_worker(server):
     server.start()
     job = server.job("bye")
     assert (job["phase"], job["reason"]) == ("Stopped", "ServerShutdown")
-    assert all(w["finishedAt"] for w in job["currentRun"]["workers"])
+    assert all(w["finishedAt"] for w in job["currentRun"]["workers"]), job["currentRun"]["workers"]
     # a stopped Run has no ready Workers, and each says RLark stopped it
     assert job["workersReady"] == job["currentRun"]["workersReady"] == 0
     assert [t["ready"] for t in job["currentRun"]["tasks"]] == [0, 0]

@@ -64,6 +64,9 @@ STARTING_RAY = frozenset({None, "Starting", "Prepared", "StartingRay"})
 #: log line or a Worker's end): the precision of deadlines such as the join timeout
 IDLE_RESYNC_SECONDS = 1.0
 
+#: seconds a shutdown waits for killed Workers to be seen gone
+KILL_WAIT_SECONDS = 5.0
+
 #: Runs reconciled at once (threads of the lane pool); a Run is never in two lanes
 LANES = 8
 
@@ -328,7 +331,11 @@ class Controller:
             if not self._teardown_pass(force=False):
                 break
             time.sleep(0.1)
-        self._teardown_pass(force=True)
+        # SIGKILL for what outlived the grace; the killed processes end at once but are seen
+        # gone (reaped) a moment later: record each Worker's end, bounded
+        deadline = time.monotonic() + KILL_WAIT_SECONDS
+        while self._teardown_pass(force=True) and time.monotonic() < deadline:
+            time.sleep(0.1)
         with self._session() as s:
             for run in s.scalars(select(RunRow).where(RunRow.phase == Phase.stopping.value)).all():
                 self._transition(s, run, Transition(Phase.stopped.value, "ServerShutdown",
