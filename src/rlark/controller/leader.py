@@ -32,6 +32,7 @@ once per process, and writes local times as UTC.
 
 from __future__ import annotations
 
+import copy
 import enum
 import logging
 import os
@@ -159,7 +160,11 @@ class LeaseClient:
     def __init__(self, api_client, namespace: str, name: str = LEASE_NAME):
         from kubernetes import client
 
-        self.api = client.CoordinationV1Api(api_client)
+        # the same credentials, one try per call (urllib3 would try a dead connection 3 more
+        # times): each call ends within its timeouts, and the elector's loop is the retry
+        configuration = copy.copy(api_client.configuration)
+        configuration.retries = 0
+        self.api = client.CoordinationV1Api(client.ApiClient(configuration))
         self.namespace = namespace
         self.name = name
 
