@@ -110,6 +110,15 @@ def test_the_timing_keeps_one_reconciler_and_a_takeover_within_15_s():
     assert worst_takeover < 15
 
 
+def test_a_job_submitted_to_a_follower_reaches_the_leader_within_a_short_idle_resync():
+    """A follower cannot wake the leader's controller (``wake`` is in-process): the leader
+    finds new work at its idle resync, which must stay short (measured end to end in
+    tests/test_k8s_leader.py: under 5 s from the follower's answer to the Pods)."""
+    from rlark.controller.loop import IDLE_RESYNC_SECONDS
+
+    assert IDLE_RESYNC_SECONDS <= 1.0
+
+
 def test_a_controller_whose_gate_is_closed_neither_acts_nor_writes(rlark_home):
     """``may_act`` (the elector's ``is_leader``) is asked before a pass: closed, a pass adopts
     nothing, changes no Run and writes no heartbeat; open, the same pass acts."""
