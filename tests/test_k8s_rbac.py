@@ -220,7 +220,6 @@ def elect_a_leader(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
     import os
 
     from rlark.api.security import SecurityPolicy
-    from rlark.controller.leader import Action
     from rlark.server import build_app
 
     before = os.environ.get("KUBECONFIG")
@@ -238,10 +237,18 @@ def elect_a_leader(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
     leadership = app.state.controller
     leadership.start()
     try:
+        def renewed():  # the Lease as stored: renewed since it was acquired
+            try:
+                spec = tb.coordination().read_namespaced_lease(LEASE, ns).spec
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                return False
+            return spec.renew_time > spec.acquire_time
+
         def renewed_or_failed():
             status = leadership.status()
-            return (status["error"] or (status["reconciling"] and leadership.elector.last_action
-                                        is Action.renew)) and status
+            return (status["error"] or (status["reconciling"] and renewed())) and status
         status = wait_for("the Lease to be created and renewed, or a Lease call to fail",
                           renewed_or_failed)
         if status["error"]:  # what /healthz and the log say
