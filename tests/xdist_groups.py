@@ -10,11 +10,13 @@
   least one of its tests** ``@pytest.mark.ray`` (the whole module then joins the group);
 * ``k8s``: every module that uses the Kubernetes test bed (``k8s_testbed``), so the session
   starts one test bed, not one per worker;
+* ``rlinf-corpus``: the modules that plan the RLinf corpus (:func:`tests.rlinf_corpus.plan_corpus`,
+  about 80 s, cached for the process), so it is planned once, not once per worker;
 * the module's own node id: a module with module- or session-scoped fixtures of its own (so they
   are set up once, not once per worker);
 * none: every other test is a unit of its own, spread over the workers as they free up.
 
-The two serial groups come first (the longest first), then the modules' own groups, then the
+The shared groups come first (the longest first), then the modules' own groups, then the
 rest; ``--no-loadscope-reorder`` keeps that order. The order within a module never changes.
 
 pytest-xdist 3.8 passes a test's group from the worker to the scheduler by appending
@@ -34,8 +36,8 @@ from pathlib import Path
 
 import pytest
 
-#: serial groups, in the order they are handed out (first: the longest serial work)
-SERIAL_GROUPS = ("ray", "k8s")
+#: groups shared by several modules, in the order they are handed out (first: the longest)
+SERIAL_GROUPS = ("ray", "k8s", "rlinf-corpus")
 ENV = "RLARK_XDIST_GROUPS"
 
 
@@ -46,6 +48,10 @@ def module_group(items: list[pytest.Item]) -> str | None:
     if any("k8s_testbed" in item.fixturenames for item in items):
         return "k8s"
     module = getattr(items[0], "module", None)
+    from tests import rlinf_corpus
+
+    if module is not None and getattr(module, "plan_corpus", None) is rlinf_corpus.plan_corpus:
+        return "rlinf-corpus"
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         for defs in (info.name2fixturedefs.values() if info else ()):
