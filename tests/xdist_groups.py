@@ -3,18 +3,24 @@
 :func:`group_items` (tests/conftest.py's ``pytest_collection_modifyitems``) gives every test its
 ``xdist_group`` mark:
 
-* ``ray``: every module with a test marked ``@pytest.mark.ray`` (it starts real Workers, i.e.
-  Ray nodes, usually through a real ``rlark server``). One group runs on one worker, so one Ray
-  test at a time on the whole machine, as they were written for: their deadlines assume the
-  machine is not shared with other Ray nodes. **A new module that starts Workers must mark at
-  least one of its tests** ``@pytest.mark.ray`` (the whole module then joins the group);
-* ``k8s``: every module that uses the Kubernetes test bed (``k8s_testbed``), so the session
-  starts one test bed, not one per worker;
+* ``serial``: the load-sensitive modules, one test at a time on one worker:
+
+  - every module with a test marked ``@pytest.mark.ray`` (it starts real Workers, i.e. Ray
+    nodes, usually through a real ``rlark server``): their deadlines assume the machine is not
+    shared with other Ray nodes. **A new module that starts Workers must mark at least one of
+    its tests** ``@pytest.mark.ray`` (the whole module then joins the group);
+  - every module that uses the Kubernetes test bed (``k8s_testbed``): the session starts one
+    test bed, not one per worker, and its watches and restarts never share the machine with
+    Ray nodes starting;
+
+  so the other worker runs the rest alongside them (CLI, API, console, checks...);
+* ``rlinf-corpus``: the modules that plan the RLinf corpus (:func:`tests.rlinf_corpus.plan_corpus`,
+  about 80 s, cached for the process), so it is planned once, not once per worker;
 * the module's own node id: a module with module- or session-scoped fixtures of its own (so they
   are set up once, not once per worker);
 * none: every other test is a unit of its own, spread over the workers as they free up.
 
-The two serial groups come first (the longest first), then the modules' own groups, then the
+The shared groups come first (the longest first), then the modules' own groups, then the
 rest; ``--no-loadscope-reorder`` keeps that order. The order within a module never changes.
 
 pytest-xdist 3.8 passes a test's group from the worker to the scheduler by appending
@@ -34,18 +40,22 @@ from pathlib import Path
 
 import pytest
 
-#: serial groups, in the order they are handed out (first: the longest serial work)
-SERIAL_GROUPS = ("ray", "k8s")
+#: groups shared by several modules, in the order they are handed out (first: the longest)
+SERIAL_GROUPS = ("serial", "rlinf-corpus")
 ENV = "RLARK_XDIST_GROUPS"
 
 
 def module_group(items: list[pytest.Item]) -> str | None:
     """The xdist group of one module's tests (module docstring)."""
     if any(item.get_closest_marker("ray") for item in items):
-        return "ray"
+        return "serial"
     if any("k8s_testbed" in item.fixturenames for item in items):
-        return "k8s"
+        return "serial"
     module = getattr(items[0], "module", None)
+    from tests import rlinf_corpus
+
+    if module is not None and getattr(module, "plan_corpus", None) is rlinf_corpus.plan_corpus:
+        return "rlinf-corpus"
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         for defs in (info.name2fixturedefs.values() if info else ()):
