@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
@@ -18,6 +17,7 @@ import pytest
 
 from rlark.runtimes.local import LocalRuntime
 from rlark.runtimes.local_reservations import Reservations
+from tests.k8s_testbed import wait_for
 from tests.server import RlarkServer, assert_nothing_left, ray_tmp_dir
 from tests.test_local_runtime import job_yaml
 
@@ -47,18 +47,6 @@ def events(server: RlarkServer, name: str) -> list[dict]:
     return r.json()
 
 
-def wait_for(what: str, check, timeout: float = 120):
-    """Poll ``check()`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout} s")
-        time.sleep(0.2)
-
-
 def pids(job: dict) -> list[tuple[int, float]]:
     return [w["pid"] for w in job["currentRun"]["workers"]]
 
@@ -75,7 +63,7 @@ def test_a_run_that_finishes_while_the_server_is_down_gets_its_true_result(serve
     log = Path(job["currentRun"]["workers"][0]["log"])
     gate.touch()
     wait_for("the run script to finish while no server runs",
-             lambda: "done-all" in log.read_text(errors="replace"))
+             lambda: "done-all" in log.read_text(errors="replace"), timeout=120)
     server.start()
     job = server.wait_phase("finish", {"Succeeded"}, timeout=60)
     assert job["currentRun"]["exitCode"] == 0, job
@@ -104,11 +92,11 @@ def test_a_running_run_survives_a_shutdown_and_a_crash_then_stops_cleanly(server
     server.stop()  # graceful: the Runs carry on
     assert all(psutil.pid_exists(pid) for pid in before)
     server.start()
-    wait_for("the Adopted event", lambda: any(e["reason"] == "Adopted" for e in events(server, "carry")))
+    wait_for("the Adopted event", lambda: any(e["reason"] == "Adopted" for e in events(server, "carry")), timeout=120)
     server.crash()
     server.start()
     wait_for("a second Adopted event",
-             lambda: [e["reason"] for e in events(server, "carry")].count("Adopted") == 2)
+             lambda: [e["reason"] for e in events(server, "carry")].count("Adopted") == 2, timeout=120)
     job = server.job("carry")
     assert job["phase"] == "Running" and pids(job) == before, job
     reasons = [e["reason"] for e in events(server, "carry")]
@@ -126,7 +114,7 @@ def test_a_worker_that_dies_while_the_server_is_down_is_reported_lost(server):
     server.crash()
     pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
     os.killpg(pool["pid"], signal.SIGKILL)
-    wait_for("the pool Worker to be gone", lambda: not alive(pool["pid"]))
+    wait_for("the pool Worker to be gone", lambda: not alive(pool["pid"]), timeout=120)
     server.start()
     job = server.wait_phase("lose", {"Failed"}, timeout=60)
     assert job["reason"] == "WorkerLost", job
@@ -153,7 +141,7 @@ def test_a_crash_while_starting_and_while_stopping(server):
            'echo running; sleep 600 & wait')
     server.submit(job_yaml("phases", run=run, head_prepare=prepare, pool_workers=0, grace=60))
     wait_for("the head to be preparing", lambda: (server.job("phases")["currentRun"] or {}).get("workers")
-             and server.job("phases")["currentRun"]["workers"][0]["phase"] == "Preparing")
+             and server.job("phases")["currentRun"]["workers"][0]["phase"] == "Preparing", timeout=120)
     server.crash()
     gate.touch()
     server.start()

@@ -9,7 +9,6 @@ a write transaction while it calls the runtime: another writer commits while the
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from sqlalchemy import select
@@ -18,6 +17,7 @@ from rlark.controller.loop import Controller
 from rlark.runtimes.local import LocalRuntime
 from rlark.services.jobs import JobService
 from rlark.store import EventRow, JobRow, Store
+from tests.k8s_testbed import wait_for
 from tests.test_local_runtime import job_yaml
 
 pytestmark = pytest.mark.ray
@@ -48,14 +48,6 @@ def phase_of(store: Store, name: str) -> tuple[str, str]:
         return job.phase, job.reason
 
 
-def wait_until(what: str, check, timeout: float):
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout} s")
-        time.sleep(0.1)
-
-
 def test_a_slow_launch_of_one_job_does_not_hold_up_another(rlark_home):
     store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
     rt = SlowLaunchRuntime("stuck")
@@ -72,13 +64,13 @@ def test_a_slow_launch_of_one_job_does_not_hold_up_another(rlark_home):
             s.add(EventRow(job_id=job.id, reason="Probe", message="written during a runtime call"))
         # ... and another Job goes all the way to its end
         jobs.create(job_yaml("quick", run="echo quick is done", pool_workers=0))
-        wait_until("Job quick to succeed while stuck's launch blocks",
+        wait_for("Job quick to succeed while stuck's launch blocks",
                    lambda: phase_of(store, "quick")[0] in ("Succeeded", "Failed"), 180)
         assert phase_of(store, "quick") == ("Succeeded", "Completed")
         # the plan was committed before the launch call: stuck is Starting, its call still blocked
         assert not rt.release.is_set() and phase_of(store, "stuck")[0] == "Starting"
         rt.release.set()
-        wait_until("Job stuck to fail after its launch failed",
+        wait_for("Job stuck to fail after its launch failed",
                    lambda: phase_of(store, "stuck")[0] == "Failed", 60)
         assert phase_of(store, "stuck") == ("Failed", "LaunchFailed")
     finally:
