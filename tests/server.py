@@ -156,7 +156,9 @@ class RlarkServer:
         self.proc.wait()
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "rlark.cli", *args], env=self.env,
+        # a wide, fixed width: the environment's COLUMNS (CI sets 80) would wrap Rich's tables
+        return subprocess.run([sys.executable, "-m", "rlark.cli", *args],
+                              env={**self.env, "COLUMNS": "250"},
                               capture_output=True, text=True, timeout=timeout)
 
     def submit(self, yaml_text: str) -> dict:

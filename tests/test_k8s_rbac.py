@@ -126,8 +126,23 @@ def run_a_job(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
         job = r.wait_phase("ppo", "Starting", "Failed")
         if job["phase"] == "Failed":
             return f"{job['reason']}: {job['message']}"
-        wait_for("the head's Pod to run", lambda: (p := tb.admin().read_namespaced_pod(
-            "ppo-head-0", ns)).status.phase == "Running" and p)
+
+        def head_running_or_failed():
+            # the Run is Starting once its plan is committed, before its Pods are created: a
+            # refused create fails it with no Pod to read
+            job = r.job("ppo")
+            if job["phase"] == "Failed":
+                return job
+            try:
+                pod = tb.admin().read_namespaced_pod("ppo-head-0", ns)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                return None
+            return pod.status.phase == "Running" and pod
+        found = wait_for("the head's Pod to run, or the Run to fail", head_running_or_failed)
+        if isinstance(found, dict):
+            return f"{found['reason']}: {found['message']}"
         try:
             token = workers.token()
         except ApiException as exc:
