@@ -3,17 +3,15 @@
 :func:`group_items` (tests/conftest.py's ``pytest_collection_modifyitems``) gives every test its
 ``xdist_group`` mark:
 
-* ``serial``: the load-sensitive modules, one test at a time on one worker:
-
-  - every module with a test marked ``@pytest.mark.ray`` (it starts real Workers, i.e. Ray
-    nodes, usually through a real ``rlark server``): their deadlines assume the machine is not
-    shared with other Ray nodes. **A new module that starts Workers must mark at least one of
-    its tests** ``@pytest.mark.ray`` (the whole module then joins the group);
-  - every module that uses the Kubernetes test bed (``k8s_testbed``): the session starts one
-    test bed, not one per worker, and its watches and restarts never share the machine with
-    Ray nodes starting;
-
-  so the other worker runs the rest alongside them (CLI, API, console, checks...);
+* ``ray``: every module with a test marked ``@pytest.mark.ray`` (it starts real Workers, i.e.
+  Ray nodes, usually through a real ``rlark server``), one test at a time on one worker: their
+  deadlines assume no other test's Ray nodes start beside theirs. **A new module that starts
+  Workers must mark at least one of its tests** ``@pytest.mark.ray`` (the whole module then
+  joins the group);
+* ``k8s``: every module that uses the Kubernetes test bed (``k8s_testbed``), one test at a time
+  on one worker, so the session starts one test bed, not one per worker. It runs beside the
+  ``ray`` group (on the other worker): the two are the longest groups, and kept together on one
+  worker they were the whole suite's critical path (about 25 minutes against 15 for the rest);
 * ``rlinf-corpus``: the modules that plan the RLinf corpus (:func:`tests.rlinf_corpus.plan_corpus`,
   about 80 s, cached for the process), so it is planned once, not once per worker;
 * the module's own node id: a module with module- or session-scoped fixtures of its own (so they
@@ -41,16 +39,16 @@ from pathlib import Path
 import pytest
 
 #: groups shared by several modules, in the order they are handed out (first: the longest)
-SERIAL_GROUPS = ("serial", "rlinf-corpus")
+SERIAL_GROUPS = ("ray", "k8s", "rlinf-corpus")
 ENV = "RLARK_XDIST_GROUPS"
 
 
 def module_group(items: list[pytest.Item]) -> str | None:
     """The xdist group of one module's tests (module docstring)."""
     if any(item.get_closest_marker("ray") for item in items):
-        return "serial"
+        return "ray"
     if any("k8s_testbed" in item.fixturenames for item in items):
-        return "serial"
+        return "k8s"
     module = getattr(items[0], "module", None)
     from tests import rlinf_corpus
 
