@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from rlark import __version__
 from rlark.api.deps import job_service
 from rlark.api.routers.jobs import JOB_BODY, read_document
-from rlark.api.security import allow_project, allow_public, allow_user
+from rlark.api.security import Access, allow_project, allow_public, allow_user
 from rlark.store import ProjectRole
 from rlark.findings import has_errors
 from rlark.services.jobs import JobService
@@ -30,10 +30,10 @@ async def validate(request: Request, jobs: JobService = Depends(job_service)) ->
 
 
 @router.post("/api/v1/check", openapi_extra=JOB_BODY,
-             summary="Every Finding a submission would get, nothing stored",
-             # it composes configs from the server's filesystem: for those who may submit
-             dependencies=[allow_project(ProjectRole.member)])
-def check(jobs: JobService = Depends(job_service),
+             summary="Every Finding a submission would get, nothing stored")
+def check(access: Annotated[Access, allow_project(ProjectRole.member)],  # it composes configs
+          # from the server's filesystem: for those who may submit
+          jobs: JobService = Depends(job_service),
           document: bytes = Depends(read_document),
           rlinf: Annotated[bool, Query(description=(
               "also check the RLinf config spec.rlinf names (false: the caller checks another "
@@ -45,7 +45,7 @@ def check(jobs: JobService = Depends(job_service),
     check`` and the console's review step show). A relative ``workingDir`` or hostPath source
     is an error here: a document sent without its file has nothing to resolve it against
     (the CLI resolves them against the Job file's directory before sending)."""
-    _, findings = jobs.preflight(document, rlinf=rlinf)
+    _, findings = jobs.preflight(document, rlinf=rlinf, project=access.project)
     return {"valid": not has_errors(findings),
             "findings": [f.model_dump(mode="json") for f in findings]}
 
