@@ -173,12 +173,17 @@ def confine_hydra(roots: Sequence[str]) -> None:
     everything else is "not there", so an answer never tells whether another path exists.
     Hydra facts: hydra/_internal/core_plugins/file_config_source.py (hydra-core 1.3) resolves
     each path with ``os.path.realpath(os.path.join(self.path, config_path))``."""
-    from hydra._internal.core_plugins.file_config_source import FileConfigSource
+    from hydra._internal.sources_registry import SourcesRegistry
+    from hydra.core.plugins import Plugins
     from hydra.plugins.config_source import ConfigLoadError
 
+    # the class Hydra uses: its plugin scan loads core_plugins anew, so the registered class is
+    # not the one an import would give
+    Plugins.instance()
+    FileConfigSource = SourcesRegistry.instance().resolve("file")
     allowed = [os.path.realpath(r) for r in roots]
 
-    def inside(source: FileConfigSource, config_path: str) -> bool:
+    def inside(source, config_path: str) -> bool:
         full = os.path.realpath(os.path.join(source.path, config_path))
         return any(full == r or full.startswith(r.rstrip("/") + "/") for r in allowed)
 
@@ -190,14 +195,19 @@ def confine_hydra(roots: Sequence[str]) -> None:
             raise ConfigLoadError(f"Config not found : {config_path}")
         return load(self, config_path)
 
+    def is_group_(self, config_path):
+        return inside(self, config_path) and is_group(self, config_path)
+
+    def is_config_(self, config_path):
+        return inside(self, self._normalize_file_name(config_path)) and is_config(self, config_path)
+
     def list_(self, config_path, results_filter):
         return listing(self, config_path, results_filter) if inside(self, config_path) else []
 
-    FileConfigSource.load_config = load_config  # type: ignore[method-assign]
-    FileConfigSource.is_group = lambda self, p: inside(self, p) and is_group(self, p)  # type: ignore[method-assign]
-    FileConfigSource.is_config = (  # type: ignore[method-assign]
-        lambda self, p: inside(self, self._normalize_file_name(p)) and is_config(self, p))
-    FileConfigSource.list = list_  # type: ignore[method-assign]
+    FileConfigSource.load_config = load_config
+    FileConfigSource.is_group = is_group_
+    FileConfigSource.is_config = is_config_
+    FileConfigSource.list = list_
 
 
 def _main() -> None:
