@@ -305,3 +305,39 @@ def test_a_full_composer_queue_is_429_with_retry_after(clients, tmp_path, monkey
         done.set()
         t.join(10)
     assert clients["member"].post("/api/v1/check", json=quickstart(tmp_path)).status_code == 200
+
+
+# --- the key at a server's start ---------------------------------------------------------------------
+
+
+def test_a_server_refuses_to_start_without_the_key_its_secrets_were_sealed_with(
+        clients, app_store, rlark_home, monkeypatch):
+    from rlark.secretbox import KEY_ENV, SecretKeyError, new_key
+    from rlark.services.secrets import server_box
+
+    _, store = app_store
+    set_secret(clients["member"])
+    assert server_box(store).open  # the key file made with the app opens them
+    key_file = rlark_home / "secret.key"
+    kept = key_file.read_text()
+    key_file.unlink()
+    with pytest.raises(SecretKeyError) as exc:  # a new key would lose the stored secrets
+        server_box(store)
+    assert "does not exist" in str(exc.value) and "sealed with that key" in str(exc.value)
+    assert not key_file.exists()
+    monkeypatch.setenv(KEY_ENV, new_key())
+    with pytest.raises(SecretKeyError) as exc:
+        server_box(store)
+    assert "secret 'wandb' of project 'default'" in str(exc.value)
+    assert VALUE not in str(exc.value)
+    monkeypatch.setenv(KEY_ENV, f"{new_key()},{kept.strip()}")  # rotation: the old one still opens
+    assert server_box(store) is not None
+
+
+def test_a_bad_key_setting_stops_the_server_before_it_serves(rlark_home, monkeypatch):
+    from rlark.secretbox import KEY_ENV
+    from rlark.server import build_app
+
+    monkeypatch.setenv(KEY_ENV, "not-a-key")
+    with pytest.raises(ValueError, match="not a Fernet key"):
+        build_app(f"sqlite:///{rlark_home / 'rlark.db'}")

@@ -46,7 +46,8 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
     ``policy``: how requests are guarded (default: authentication on, loopback ``Host`` names
     only, CORS closed; see :mod:`rlark.api.security`). ``auth``: the authentication service
     (default: one on ``service``'s store). ``secret_box``: seals and opens the project secrets
-    (default: ``service``'s, else :meth:`SecretBox.from_settings`, which makes the key file).
+    (default: ``service``'s, else :meth:`SecretBox.from_settings` on first use, which makes the
+    key file).
 
     Raises:
         RuntimeError: a route declares no access rule.
@@ -76,9 +77,10 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
     app.state.policy = policy
     app.state.auth = auth or AuthService(service.store)
     app.state.accounts = AccountService(app.state.auth, server_namespace=service.namespace)
-    app.state.secrets = SecretService(service.store, secret_box or service.secret_box
-                                      or SecretBox.from_settings(create=True))
-    service.secret_box = app.state.secrets.box  # the reads mask what the service opens
+    app.state.secrets = secrets_service = SecretService(service.store,
+                                                        secret_box or service.secret_box)
+    if service.secret_box is None:  # the reads mask with the box the secrets are set with
+        service.secret_source = lambda: secrets_service.box
 
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):

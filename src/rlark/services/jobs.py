@@ -191,9 +191,10 @@ class JobService:
                  secret_box: "SecretBox | None" = None,
                  kube_secret_keys: Callable[[str | None, str], list[str] | None] | None = None):
         self.store = store
-        #: opens the project's secrets to mask their values in what reads answer (None: the
-        #: store holds no secret this server can open, nothing to mask)
+        #: opens the project's secrets to mask their values in what reads answer (None: ask
+        #: ``secret_source`` when a Job refers to one; neither: nothing is masked)
         self.secret_box = secret_box
+        self.secret_source: Callable[[], "SecretBox"] | None = None
         #: kubernetes: ``(namespace, name)`` -> the keys of that Kubernetes Secret, None when it
         #: does not exist (raises KubeError when RLark may not read it); None: not checked
         self.kube_secret_keys = kube_secret_keys
@@ -544,13 +545,15 @@ class JobService:
         from rlark.services.secrets import masker, open_refs
         from rlark.spec import document_secret_refs
 
-        if self.secret_box is None:
-            return _same
         refs = set(document_secret_refs(job.spec))
         if with_runs:
             for r in job.runs:
                 refs.update(document_secret_refs(r.spec))
         if not refs:
+            return _same
+        if self.secret_box is None and self.secret_source is not None:
+            self.secret_box = self.secret_source()
+        if self.secret_box is None:
             return _same
         try:
             values = open_refs(s, job.project_id, refs, self.secret_box)

@@ -233,9 +233,17 @@ class SecretService:
     """Set, list and delete a project's secrets; every change audited (``secret.set``,
     ``secret.delete``: the secret's name and key names, never a value)."""
 
-    def __init__(self, store: Store, box: SecretBox):
+    def __init__(self, store: Store, box: SecretBox | None = None):
         self.store = store
-        self.box = box
+        self._box = box
+
+    @property
+    def box(self) -> SecretBox:
+        """The box given, else one from the settings (the key file made when missing), made on
+        first use: an app that never touches a secret makes no key file."""
+        if self._box is None:
+            self._box = SecretBox.from_settings(create=True)
+        return self._box
 
     def list(self, principal: Principal, project: str) -> list[dict[str, Any]]:
         """The project's secrets and those its Jobs refer to, by name (viewers and up)."""
