@@ -135,6 +135,8 @@ BODIES: dict[str, dict] = {
     "POST /admin/projects": {"data": {"name": "fresh-project"}},
     "POST /admin/projects/{project}/members": {"data": {"user": "otto", "role": "viewer"}},
     "POST /tokens": {"data": {"name": "made-here"}},
+    "POST /secrets": {"data": {"name": "fresh", "key": "k", "value": "v"}},
+    "POST /secrets/{name}/delete": {"data": {}},
     "PATCH /api/v1/secrets/{name}": {"json": {"data": {"k": "v2"}}},
     "PUT /api/v1/secrets/{name}": {"json": {"data": {"k": "v3"}}},
 }

@@ -341,3 +341,31 @@ def test_a_bad_key_setting_stops_the_server_before_it_serves(rlark_home, monkeyp
     monkeypatch.setenv(KEY_ENV, "not-a-key")
     with pytest.raises(ValueError, match="not a Fernet key"):
         build_app(f"sqlite:///{rlark_home / 'rlark.db'}")
+
+
+# --- the console's Secrets page ----------------------------------------------------------------------
+
+
+def test_the_console_lists_sets_and_deletes_without_ever_showing_a_value(clients, app_store):
+    member, viewer = clients["member"], clients["viewer"]
+    set_secret(member)
+    assert member.post("/api/v1/jobs", json=job_doc([REF])).status_code == 201
+    page = viewer.get("/secrets")
+    assert page.status_code == 200 and VALUE not in page.text
+    assert 'data-secret="wandb" data-key="api_key" data-state="set"' in page.text
+    assert 'href="/jobs/ppo"' in page.text and 'id="secret-form"' not in page.text  # viewers read
+    other = "hf-0123456789-console"
+    r = member.post("/secrets", data={"name": "hf", "key": "token", "value": other},
+                    follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/secrets"
+    assert other not in r.headers.get("set-cookie", "")
+    page = member.get("/secrets")
+    assert 'data-secret="hf" data-key="token" data-state="set"' in page.text
+    assert 'id="secret-form"' in page.text and other not in page.text
+    refused = member.post("/secrets", data={"name": "Bad_Name", "key": "k", "value": other})
+    assert refused.status_code == 422 and other not in refused.text
+    assert "is not valid" in refused.text
+    assert viewer.post("/secrets", data={"name": "x", "key": "k", "value": other}).status_code == 403
+    r = member.post("/secrets/hf/delete", data={"key": "token"}, follow_redirects=False)
+    assert r.status_code == 303
+    assert 'data-secret="hf"' not in member.get("/secrets").text
