@@ -39,8 +39,10 @@ def check(access: Annotated[Access, allow_project(ProjectRole.member)],  # it co
               "also check the RLinf config spec.rlinf names (false: the caller checks another "
               "config itself, as `rlark check --rlinf-config` does)"))] = True) -> dict:
     """The spec's Findings, this server's runtime's, and those of the RLinf config the Job names
-    in ``spec.rlinf`` (composed from this server's filesystem; ``configDir`` is relative to
-    ``spec.workingDir``). ``{"valid": bool, "findings": [...]}``; ``valid`` is what submitting
+    in ``spec.rlinf`` (composed from this server's filesystem, only under the Job's
+    ``spec.workingDir`` on the local runtime or a ``--config-root``; ``configDir`` is relative to
+    ``spec.workingDir``), and whether the secrets its ``env[].valueFrom`` names exist in the
+    project. 429 with ``Retry-After`` while the server composes as many configs as it may. ``{"valid": bool, "findings": [...]}``; ``valid`` is what submitting
     would decide: the very Findings ``POST /api/v1/jobs`` gets (and ``rlark validate``, ``rlark
     check`` and the console's review step show). A relative ``workingDir`` or hostPath source
     is an error here: a document sent without its file has nothing to resolve it against
