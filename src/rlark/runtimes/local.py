@@ -59,7 +59,8 @@ WORKER_ENV_PREFIXES = ("LC_",)
 
 
 def worker_environment(server_env: Mapping[str, str], launch_env: Mapping[str, str],
-                       secrets: Mapping[str, str] = {}, allow: Iterable[str] = ()) -> dict[str, str]:
+                       secrets: Mapping[str, str] | None = None,
+                       allow: Iterable[str] = ()) -> dict[str, str]:
     """The whole environment of a local Worker (pure).
 
     ``server_env``: the server's environment, of which only :data:`WORKER_ENV_NAMES`,
@@ -74,7 +75,7 @@ def worker_environment(server_env: Mapping[str, str], launch_env: Mapping[str, s
            if (k in allowed or k.startswith(WORKER_ENV_PREFIXES))
            and k not in RESERVED_ENV and not k.startswith(RESERVED_ENV_PREFIX)}
     env.update(launch_env)
-    env.update(secrets)  # secret_env leaves out the names RLark sets
+    env.update(secrets or {})  # secret_env leaves out the names RLark sets
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
