@@ -660,6 +660,7 @@ class RlarkOnK8s:
         from rlark.runtimes.kubernetes.client import KubeClient
         from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
         from rlark.runtimes.kubernetes.status import StatusPolicy
+        from rlark.secretbox import SecretBox
         from rlark.services.jobs import JobService
         from rlark.store import Store
 
@@ -670,11 +671,26 @@ class RlarkOnK8s:
         self.kube = kube or KubeClient(tb.core_v1(), namespace)
         self.rt = KubernetesRuntime(kube=self.kube, policy=self.policy)  # KubeError: RBAC refuses
         self.store = Store(f"sqlite:///{home / 'rlark.db'}")
-        self.ctl = Controller(self.store, self.rt, stop_runs_on_exit=stop_runs_on_exit)
+        self.box = SecretBox.from_settings(create=True)  # $RLARK_HOME/secret.key, as a server's
+        self.ctl = Controller(self.store, self.rt, stop_runs_on_exit=stop_runs_on_exit,
+                              secret_box=self.box)
+
+        def kube_secret_keys(ns, name):  # as server.build_app reads a Kubernetes Secret's keys
+            found = KubeClient(self.kube.api, ns or namespace).get("Secret", name)
+            return None if found is None else sorted(found.get("data") or {})
+
         self.jobs = JobService(self.store, self.ctl.wake, runtime="kubernetes", namespace=namespace,
                                inventory=self.rt.inventory if preflight else None,
-                               pending_timeout=self.policy.pending_timeout_seconds)
+                               pending_timeout=self.policy.pending_timeout_seconds,
+                               secret_box=self.box, kube_secret_keys=kube_secret_keys)
         self.ctl.start()
+
+    def set_secret(self, name: str, data: dict[str, str], project: str = "default") -> dict:
+        """``rlark secret set NAME KEY=VALUE...`` in ``project``, as a site administrator."""
+        from rlark.services.auth import OPEN_PRINCIPAL
+        from rlark.services.secrets import SecretService
+
+        return SecretService(self.store, self.box).set(OPEN_PRINCIPAL, None, project, name, data)
 
     def close(self) -> None:
         """The server's shutdown: Runs still active are stopped, their Pods deleted (unless
@@ -727,7 +743,7 @@ class RlarkOnK8s:
         return self.jobs.events(name)
 
     def objects(self, selector: str = "") -> dict[str, list]:
-        """Pods, Services, ConfigMaps and PVCs of the namespace (as the admin), by kind."""
+        """Pods, Services, ConfigMaps, PVCs and Secrets of the namespace (as the admin), by kind."""
         core = self.tb.admin()
         ns = self.namespace
         return {
@@ -736,6 +752,7 @@ class RlarkOnK8s:
             "ConfigMap": [c for c in core.list_namespaced_config_map(ns, label_selector=selector).items
                           if c.metadata.name != "kube-root-ca.crt"],
             "PersistentVolumeClaim": core.list_namespaced_persistent_volume_claim(ns, label_selector=selector).items,
+            "Secret": core.list_namespaced_secret(ns, label_selector=selector).items,
         }
 
 

@@ -88,6 +88,17 @@ class PostgresServer:
     # --- start ---------------------------------------------------------------------------------
 
     @classmethod
+    def start_with_password_or_skip(cls, password: str) -> "PostgresServer":
+        """A new local cluster whose TCP connections need a password (SCRAM): ``postgres``'s is
+        ``password``. For tests of what a wrong password makes RLark print; ``pytest.skip``
+        as :meth:`start_or_skip` when no local cluster can be made."""
+        bindir = find_bindir()
+        if bindir is None:
+            pytest.skip(INSTALL_HINT)
+        run_as = "postgres" if os.geteuid() == 0 else None
+        return cls._start_local(bindir, run_as, password=password)
+
+    @classmethod
     def start_or_skip(cls) -> "PostgresServer":
         """The external server of ``RLARK_TEST_POSTGRES_URL``, else a new local cluster;
         ``pytest.skip`` when neither is possible (no binaries, no ``postgres`` user as root)."""
@@ -117,7 +128,8 @@ class PostgresServer:
         return cls._start_local(bindir, run_as)
 
     @classmethod
-    def _start_local(cls, bindir: Path, run_as: str | None) -> "PostgresServer":
+    def _start_local(cls, bindir: Path, run_as: str | None,
+                     password: str | None = None) -> "PostgresServer":
         base = Path(tempfile.mkdtemp(prefix="rlark-pg-", dir="/tmp"))  # short: socket paths
         data, sock, log = base / "data", base / "sock", base / "server.log"
         sock.mkdir()
@@ -126,7 +138,13 @@ class PostgresServer:
             shutil.chown(sock, run_as, run_as)
         server = cls("postgresql://placeholder", base, bindir, run_as)
         try:
-            server._pg("initdb", "-D", str(data), "-A", "trust", "-U", "postgres",
+            auth = ["-A", "trust"]
+            if password is not None:
+                (base / "pw").write_text(password + "\n")
+                if run_as:
+                    shutil.chown(base / "pw", run_as, run_as)
+                auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={base / 'pw'}"]
+            server._pg("initdb", "-D", str(data), *auth, "-U", "postgres",
                        "-E", "UTF8", "--locale=C", "--no-sync")
             ports = list(PORTS)
             random.shuffle(ports)  # parallel pytest processes rarely try the same port first
@@ -140,7 +158,8 @@ class PostgresServer:
                 proc = server._pg("pg_ctl", "-D", str(data), "-l", str(log), "-w", "-t", "60",
                                   "-o", opts, "start", check=False)
                 if proc.returncode == 0:
-                    server.admin_url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+                    who = f"postgres:{password}" if password is not None else "postgres"
+                    server.admin_url = f"postgresql://{who}@127.0.0.1:{port}/postgres"
                     server.port = port
                     atexit.register(server.stop)
                     return server

@@ -40,6 +40,8 @@ from fastapi import APIRouter, FastAPI
 from sqlalchemy import text, update
 
 from rlark.api.app import create_app
+from rlark.secretbox import SecretBox, new_key
+from rlark.services.secrets import SecretService
 from rlark.api.security import (
     SESSION_COOKIE,
     Rule,
@@ -74,6 +76,7 @@ USER_OF = {"viewer": "vera", "other project": "otto", "member": "mia", "project 
 
 # One app for the module; each case puts a Store (and the services on it) behind it.
 APP = create_app(JobService(None))  # type: ignore[arg-type]
+BOX = SecretBox([new_key().encode()])
 
 
 def is_console(path: str) -> bool:
@@ -132,6 +135,10 @@ BODIES: dict[str, dict] = {
     "POST /admin/projects": {"data": {"name": "fresh-project"}},
     "POST /admin/projects/{project}/members": {"data": {"user": "otto", "role": "viewer"}},
     "POST /tokens": {"data": {"name": "made-here"}},
+    "POST /secrets": {"data": {"name": "fresh", "key": "k", "value": "v"}},
+    "POST /secrets/{name}/delete": {"data": {}},
+    "PATCH /api/v1/secrets/{name}": {"json": {"data": {"k": "v2"}}},
+    "PUT /api/v1/secrets/{name}": {"json": {"data": {"k": "v3"}}},
 }
 
 
@@ -198,6 +205,7 @@ def _services(store: Store) -> None:
     APP.state.jobs = service
     APP.state.auth = AuthService(store)
     APP.state.accounts = AccountService(APP.state.auth)
+    APP.state.secrets = SecretService(store, BOX)
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +246,7 @@ def env(tmp_path_factory) -> Env:
         # finished, Workers gone: start, stop, restart, replace and delete all succeed on it
         set_run_state(store, "demo", "Succeeded", released=True)
         jobs.create(job_yaml("secret"), project="other")
+        SecretService(store, BOX).set(OPEN_PRINCIPAL, None, "default", "demo", {"k": "v"})
         with store.engine.connect() as conn:  # everything into the main file, to copy it
             conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
         store.dispose()

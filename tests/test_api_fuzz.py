@@ -28,6 +28,7 @@ from rlark.api.app import create_app
 from rlark.services.accounts import AccountService
 from rlark.services.auth import OPEN_PRINCIPAL, AuthService
 from rlark.services.jobs import JobService
+from rlark.services.secrets import SecretService
 from rlark.store import Store
 from tests.access import BASE_URL, admin_token, api_client, bearer, make_user
 from tests.test_api import job_dict, job_yaml, set_run_state, set_worker_logs, snapshot
@@ -60,6 +61,7 @@ def _swap_services(service: JobService) -> None:
     APP.state.jobs = service
     APP.state.auth = AuthService(service.store)
     APP.state.accounts = AccountService(APP.state.auth)
+    APP.state.secrets = SecretService(service.store)  # its key made in the test's RLARK_HOME
 
 
 @pytest.fixture(autouse=True)

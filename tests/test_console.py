@@ -239,7 +239,8 @@ spec:
       workers: 2
       image: docker.io/rlinf/rlinf@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
       resources: {cpu: "500m", memory: 8Gi, gpu: 0, devices: {rdma/hca: 1}}
-      env: [{name: A, value: "1"}, {name: B, value: "x y"}]
+      env: [{name: A, value: "1"}, {name: B, value: "x y"},
+            {name: C, valueFrom: {secretKeyRef: {name: wandb, key: api_key}}}]
       mounts:
         - {name: data, type: pvc, source: datasets, mountPath: /data, readOnly: true}
         - {name: ckpt, type: objectStorage, source: "s3://bucket/ckpt", mountPath: /ckpt,
@@ -856,3 +857,17 @@ def test_large_or_broken_forms_are_refused(client):
     r = client.post("/create", content=b"step=9&role-99999999-name=x&head=zz&tab=-3",
                     headers={"Content-Type": "application/x-www-form-urlencoded"})
     assert r.status_code == 200  # nonsense fields are ignored, never a 500
+
+
+def test_wizard_env_rows_take_a_secret_reference_never_a_value():
+    pairs = [("name", "x"), ("head", "0"), ("role-0-name", "h"), ("role-0-workers", "1"),
+             ("role-0-image", "i:1"), ("runScript", "true"),
+             ("role-0-env-0-name", "WANDB_API_KEY"), ("role-0-env-0-secret", "wandb/api_key"),
+             ("role-0-env-1-name", "PLAIN"), ("role-0-env-1-value", "1")]
+    out, bad = WizardState.from_form(pairs).to_document()
+    assert bad == []
+    assert out["spec"]["roles"][0]["env"] == [
+        {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api_key"}}},
+        {"name": "PLAIN", "value": "1"}]
+    st = WizardState.from_spec(out)
+    assert (st.roles[0].env[0].secret, st.roles[0].env[0].value) == ("wandb/api_key", "")

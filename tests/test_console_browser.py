@@ -482,7 +482,7 @@ def test_every_page_labels_its_inputs_and_fits_a_narrow_window(ui):
     ui.shot("nodes", full=False)
     pages = ["/jobs", "/create", "/jobs/narrow", "/jobs/narrow?tab=events",
              "/jobs/narrow?tab=logs", "/jobs/narrow?tab=record", "/jobs/narrow?tab=spec", "/nodes",
-             "/tokens", "/admin/users", "/admin/projects", "/admin/audit"]
+             "/secrets", "/tokens", "/admin/users", "/admin/projects", "/admin/audit"]
     for width, height in ((1280, 800), (390, 844)):
         ui.page.set_viewport_size({"width": width, "height": height})
         for path in pages:

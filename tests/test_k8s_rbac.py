@@ -54,7 +54,10 @@ spec:
   terminationGracePeriodSeconds: 5
   runScript: python train.py
   roles:
-    - {name: head, workers: 1, image: "docker.io/rlinf/rlinf:0.3.0"}
+    - name: head
+      workers: 1
+      image: docker.io/rlinf/rlinf:0.3.0
+      env: [{name: WANDB_API_KEY, valueFrom: {secretKeyRef: {name: wandb, key: api_key}}}]
     - name: pool
       workers: 1
       image: docker.io/rlinf/rlinf:0.3.0
@@ -115,13 +118,14 @@ def _split(resource: str) -> tuple[str, str]:
 
 def run_a_job(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
     """The server's whole path for one Run: start the watches, preflight, launch (ConfigMap,
-    Service, PVC, Pods), follow the head's log, stop, end (delete by label)."""
+    the Run's Secret, Service, PVC, Pods), follow the head's log, stop, end (delete by label)."""
     try:
         r = RlarkOnK8s(tb, ns, home, policy=POLICY)
     except KubeError as exc:  # the watches were refused: the server does not start
         return f"start: {exc}"
     try:
         workers = KwokWorkers(tb, ns, load_job(JOB)[0], tmp_path)
+        r.set_secret("wandb", {"api_key": "wb-value"})  # the Run's Secret holds it
         r.submit(JOB)
         job = r.wait_phase("ppo", "Starting", "Failed")
         if job["phase"] == "Failed":
@@ -184,7 +188,8 @@ def launch_again(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
     job = load_job(JOB)[0]
     pool = plan_workers(job)[1]
     spec = LaunchSpec(job=job, run_uid="r1", worker=pool, env={"RLINF_NODE_RANK": "1"},
-                      log_path=str(tmp_path / "pool.log"), place=WorkerPlace())
+                      log_path=str(tmp_path / "pool.log"), place=WorkerPlace(),
+                      secrets={("wandb", "api_key"): "wb-value"})
     for attempt in ("first", "again"):
         rt = KubernetesRuntime(kube=KubeClient(tb.core_v1(), ns), policy=POLICY)
         try:
@@ -308,6 +313,10 @@ NEEDS = {
         'cannot get resource "persistentvolumeclaims"']),
     ("namespace", "persistentvolumeclaims", "deletecollection"): ("run_a_job", [
         "CleanupFailed", 'cannot deletecollection resource "persistentvolumeclaims"']),
+    ("namespace", "secrets", "create"): ("run_a_job", ["LaunchFailed", 'cannot create resource "secrets"']),
+    ("namespace", "secrets", "get"): ("launch_again", ['cannot get resource "secrets"']),
+    ("namespace", "secrets", "deletecollection"): ("run_a_job", [
+        "CleanupFailed", 'cannot deletecollection resource "secrets"']),
     ("namespace", "events", "list"): ("run_a_job", ["start: RLark cannot watch the Pods and Events",
                                                     'cannot list resource "events"']),
     ("namespace", "events", "watch"): ("run_a_job", ["start: RLark cannot watch the Pods and Events",

@@ -41,6 +41,20 @@ def rendered_objects():
         for owner in (None, OWNER):
             yield from render.render_run(j, "r1", render.RenderOptions(namespace="rl", owner=owner,
                                                                       ray_dashboard=True))
+    # env from secrets: the Run's Secret, and Pods that refer to it and to a Kubernetes Secret
+    from rlark.ranks import plan_workers
+    from rlark.spec import EnvVar
+
+    j = job(3).model_copy(deep=True)
+    j.spec.roles[0].env = [EnvVar.model_validate(e) for e in (
+        {"name": "A", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api_key"}}},
+        {"name": "B", "valueFrom": {"secretKeyRef": {"name": "hf.v1", "key": "token"}}})]
+    opts = render.RenderOptions(namespace="rl", owner=OWNER)
+    values = {("wandb", "api_key"): "v"}
+    yield render.render_secret(j, "r1", opts, values)
+    for w in plan_workers(j):
+        yield render.render_pod(j, w, render.worker_env(j, w, "r1", opts), "r1", opts,
+                                managed=values.keys())
 
 
 def distinct(objs):
@@ -65,11 +79,12 @@ def deploy_objects():
 
 def test_the_shapes_cover_every_kind_and_mount_kind():
     kinds = {o["kind"] for o in SHAPES}
-    assert kinds == {"ConfigMap", "Service", "PersistentVolumeClaim", "Pod"}
+    assert kinds == {"ConfigMap", "Service", "PersistentVolumeClaim", "Pod", "Secret"}
     volumes = {k for o in SHAPES if o["kind"] == "Pod" for v in o["spec"]["volumes"] for k in v}
     assert {"hostPath", "persistentVolumeClaim", "csi", "configMap", "emptyDir"} <= volumes
     assert any("ownerReferences" in o["metadata"] for o in SHAPES)
     assert any("nvidia.com/gpu" in json.dumps(o) for o in SHAPES)
+    assert any("secretKeyRef" in json.dumps(o) for o in SHAPES)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

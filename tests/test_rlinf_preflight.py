@@ -110,8 +110,17 @@ def test_warnings_are_kept_on_the_job_and_as_events(svc, project):
 
 
 def test_config_the_server_cannot_find_is_a_warning(svc, project):
-    created = svc.create(job_yaml("elsewhere", config_dir="/opt/only-in-image/config"))
+    created = svc.create(job_yaml("elsewhere", config_dir="image-only/config",
+                                  working_dir=str(project)))
     assert codes(created["findings"]) == ["RLinfConfigNotFound"]
+    assert created["findings"][0]["severity"] == "warning"
+    assert "only inside the image" in created["findings"][0]["message"]
+
+
+def test_a_config_outside_the_working_dir_is_not_read(svc, project):
+    """Outside spec.workingDir and the server's config roots nothing is read: one warning."""
+    created = svc.create(job_yaml("elsewhere", config_dir="/opt/only-in-image/config"))
+    assert codes(created["findings"]) == ["RLinfConfigNotChecked"]
     assert created["findings"][0]["severity"] == "warning"
     assert "only inside the image" in created["findings"][0]["message"]
 

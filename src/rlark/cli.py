@@ -518,6 +518,20 @@ def server(
              "the API and console, only the holder of the Lease rlark-controller in --namespace "
              "reconciles, and another takes over within 15 s when it dies. Default: on with "
              "--runtime kubernetes, off with local (one server per store)."),
+    worker_env: Optional[list[str]] = typer.Option(
+        None, "--worker-env", metavar="NAME",
+        help="local: also give Workers the server's variable NAME (repeatable; also "
+             "$RLARK_WORKER_ENV, comma-separated). By default Workers get only PATH, HOME, "
+             "locale, TZ, proxy settings and what their role's env sets (docs/security.md)."),
+    secret_key_file: Optional[Path] = typer.Option(
+        None, "--secret-key-file", envvar="RLARK_SECRET_KEY_FILE",
+        help="The key the project secrets are sealed with (default $RLARK_HOME/secret.key, made "
+             "on the first start; or give the key itself in $RLARK_SECRET_KEY)."),
+    config_root: Optional[list[str]] = typer.Option(
+        None, "--config-root", metavar="DIR",
+        help="Also let Jobs name RLinf configs (spec.rlinf.configDir) under DIR (repeatable; "
+             "also $RLARK_CONFIG_ROOTS, comma-separated). By default only under the Job's own "
+             "spec.workingDir."),
 ) -> None:
     """Run the RLark server: REST API (OpenAPI at /docs), web console and the controller.
 
@@ -541,6 +555,12 @@ def server(
 
     if runtime not in ("local", "kubernetes"):
         _fail(f"--runtime {runtime!r} is not supported; use local or kubernetes")
+    # these settings are read where they are used, from the environment, as their envvars are
+    for var, given in (("RLARK_WORKER_ENV", worker_env), ("RLARK_CONFIG_ROOTS", config_root)):
+        if given:
+            os.environ[var] = ",".join(settings.csv_env(var) + list(given))
+    if secret_key_file is not None:
+        os.environ["RLARK_SECRET_KEY_FILE"] = str(secret_key_file)
     try:
         serve(host, port, database_url, runtime=runtime, namespace=namespace, auth=not no_auth,
               allowed_hosts=tuple(allowed_host or ()), cors_origins=tuple(cors_origin or ()),
@@ -1217,9 +1237,10 @@ def record(
         sys.stdout.write(text)
 
 
-from rlark import cli_access  # noqa: E402  (its commands use the helpers above)
+from rlark import cli_access, cli_secrets  # noqa: E402  (their commands use the helpers above)
 
 cli_access.register(app, sys.modules[__name__])
+cli_secrets.register(app, sys.modules[__name__])
 
 
 def main() -> None:

@@ -116,6 +116,9 @@ class Client:
         elif not isinstance(detail, dict):  # a framework's list of validation errors
             detail = {"message": str(detail)[:500]}
         message = said = detail.get("message") or f"HTTP {resp.status_code}"
+        retry = resp.headers.get("retry-after")
+        if resp.status_code == 429 and retry and retry.isdigit():
+            message = message.rstrip(".") + f"; try again in {retry} s"
         if resp.status_code == 401:
             message = message.rstrip(".") + (
                 f". Log in with `rlark login --server {self.base}` (or set RLARK_TOKEN)"
@@ -153,8 +156,9 @@ class Client:
     def put(self, path: str, content: bytes, content_type: str = "application/yaml") -> Any:
         return self._request("PUT", path, content=content, headers={"Content-Type": content_type}).json()
 
-    def delete(self, path: str) -> Any:
-        return self._request("DELETE", path).json()
+    def delete(self, path: str, **params) -> Any:
+        params = {k: v for k, v in params.items() if v is not None}
+        return self._request("DELETE", path, params=params).json()
 
     def send_json(self, method: str, path: str, body: Any) -> Any:
         """``method`` ``path`` with ``body`` as JSON; the answer's JSON."""

@@ -461,6 +461,64 @@ def _check_env(role, base: str) -> Iterator[Finding]:
                 "keep one entry per variable",
             )
         seen.add(env.name)
+        yield from _check_env_value(env, f"{base}.env[{j}]")
+
+
+#: the secret names Kubernetes takes (DNS-1123 subdomain); RLark's own are DNS-1123 labels
+_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+#: keys of a Secret's data (Kubernetes: IsConfigMapKey)
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+#: words of a variable name (split at '_') that say its value is a credential
+_CREDENTIAL_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL",
+                               "CREDENTIALS", "APIKEY"})
+#: ... and word pairs (``WANDB_API_KEY``, ``AWS_ACCESS_KEY_ID``)
+_CREDENTIAL_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY")})
+
+
+def looks_like_credential(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential: a word (split at
+    '_') such as TOKEN, SECRET, PASSWORD, or API_KEY / ACCESS_KEY / PRIVATE_KEY
+    (``HF_TOKEN``, ``WANDB_API_KEY``, ``AWS_SECRET_ACCESS_KEY``; not ``TOKENIZERS_PARALLELISM``)."""
+    words = name.upper().split("_")
+    return bool(_CREDENTIAL_WORDS.intersection(words)) or any(
+        pair in _CREDENTIAL_PAIRS for pair in zip(words, words[1:]))
+
+
+def _check_env_value(env, path: str) -> Iterator[Finding]:
+    """``value`` xor ``valueFrom.secretKeyRef`` with usable names; a credential-like variable
+    with a plain value gets a warning. No message ever holds the value."""
+    ref = env.secret_ref
+    if ref is None:
+        if env.value and looks_like_credential(env.name):
+            yield _warn(
+                "PlainSecretEnv", f"{path}.value",
+                f"{path}.value: {env.name!r} looks like a credential and its value is written in "
+                "clear in the Job, so everyone who can read the Job (its spec, record and "
+                "console page) reads it",
+                "keep it in a secret: `rlark secret set NAME KEY` (reads the value from stdin), "
+                f"then `valueFrom: {{secretKeyRef: {{name: NAME, key: KEY}}}}` instead of value",
+            )
+        return
+    if env.value is not None:
+        yield _err(
+            "EnvValueAndValueFrom", path,
+            f"{path} ({env.name!r}) has both value and valueFrom",
+            "keep one: value for a plain value, valueFrom.secretKeyRef for a secret",
+        )
+    rp = f"{path}.valueFrom.secretKeyRef"
+    if len(ref.name) > 253 or not _SECRET_NAME.match(ref.name):
+        yield _err(
+            "InvalidSecretRef", f"{rp}.name",
+            f"{rp}.name = {ref.name[:80]!r} is not a secret name",
+            "use lower-case letters, digits and '-' (RLark's secrets; Kubernetes Secrets may "
+            "also have '.'), as `rlark secret list` shows them",
+        )
+    if len(ref.key) > 253 or not SECRET_KEY.match(ref.key):
+        yield _err(
+            "InvalidSecretRef", f"{rp}.key",
+            f"{rp}.key = {ref.key[:80]!r} is not a secret key",
+            "use letters, digits, '-', '_' and '.', as `rlark secret list` shows the keys",
+        )
 
 
 def _check_mounts(role, base: str) -> Iterator[Finding]:

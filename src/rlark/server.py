@@ -16,7 +16,9 @@ from rlark.api.security import LOOPBACK_HOSTS, SecurityPolicy
 from rlark.services.auth import AuthService
 from rlark.controller.loop import Controller
 from rlark.runtimes.local import LocalRuntime
+from rlark.secretbox import SecretBox, SecretKeyError
 from rlark.services.jobs import JobService
+from rlark.services.secrets import server_box
 from rlark.store import Store
 from rlark.store.lock import ControllerLock, owner_info
 
@@ -146,12 +148,18 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     """
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
+    from rlark.rlinf_config.isolated import composer_slots
+
+    settings.config_roots()  # unusable settings stop the start, not a later request
+    settings.worker_env()
+    composer_slots()
     if leader_elect is None:
         leader_elect = runtime == "kubernetes"
     if leader_elect and runtime != "kubernetes":
         raise ValueError("--leader-elect needs --runtime kubernetes (the leader holds a Kubernetes "
                          "Lease); on the local runtime one server serves a store")
     inventory = None
+    kube_secret_keys = None
     pending = None
     first: Any  # the runtime of the (first) controller
     make_runtime: Callable[[], Any] = LocalRuntime  # that of a later one (replicas)
@@ -185,31 +193,46 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
             raise ValueError(str(exc)) from None
         inventory = KubernetesRuntime(kube=kube, policy=k8s_policy, start=False).inventory
         api_client = kube.api.api_client
+
+        def kube_secret_keys(ns: str | None, name: str) -> list[str] | None:
+            """The keys of Kubernetes Secret ``name`` in ``ns`` (None: it does not exist); its
+            values are read by the API call and dropped here."""
+            found = KubeClient(kube.api, ns or kube.namespace).get("Secret", name)
+            return None if found is None else sorted((found.get("data") or {}))
     else:
         settings.ray_tmp_root()
         first = LocalRuntime()
     store = Store(database_url)
+    try:
+        box = server_box(store)  # before the controller: a Run must never launch without it
+    except SecretKeyError:
+        if runtime == "kubernetes":
+            first.shutdown()
+        store.dispose()
+        raise
     lock = ControllerLock(store.engine, owner_info(server_url), shared=leader_elect).acquire()
     stop_runs = settings.stop_runs_on_exit() if stop_runs_on_exit is None else stop_runs_on_exit
     controller: Any
     if leader_elect:
         controller = _leadership(store, first, make_runtime, api_client, first.namespace, lock,
-                                 stop_runs)
+                                 stop_runs, box)
     else:
-        controller = Controller(store, first, on_shutdown=lock.release, stop_runs_on_exit=stop_runs)
+        controller = Controller(store, first, on_shutdown=lock.release, stop_runs_on_exit=stop_runs,
+                                secret_box=box)
     service = JobService(store, controller.wake, runtime=runtime, inventory=inventory,
                          pending_timeout=pending,
-                         namespace=first.namespace if runtime == "kubernetes" else None)
+                         namespace=first.namespace if runtime == "kubernetes" else None,
+                         secret_box=box, kube_secret_keys=kube_secret_keys)
     policy = policy or SecurityPolicy()
     auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),
                        login_rate=os.environ.get("RLARK_LOGIN_RATE") or "10/5 minutes")
     if policy.auth:
         bootstrap_admin(auth, admin_urls or [])
-    return create_app(service, controller, policy=policy, auth=auth)
+    return create_app(service, controller, policy=policy, auth=auth, secret_box=box)
 
 
 def _leadership(store: Store, first, make_runtime: Callable[[], Any], api_client, namespace: str,
-                lock: ControllerLock, stop_runs: bool):
+                lock: ControllerLock, stop_runs: bool, box: SecretBox | None = None):
     """The controller of a replica: a :class:`~rlark.controller.leader.Leadership` whose terms
     are Controllers on a fresh runtime (``first`` for the first term: its watches already run).
 
@@ -234,7 +257,8 @@ def _leadership(store: Store, first, make_runtime: Callable[[], Any], api_client
     def make_term() -> Controller:
         rt = spare.pop() if spare else make_runtime()
         return Controller(store, rt, stop_runs_on_exit=stop_runs, may_act=elector.is_leader,
-                          adopt_cause=f"RLark server {elector.identity} became the leader")
+                          adopt_cause=f"RLark server {elector.identity} became the leader",
+                          secret_box=box)
 
     def on_shutdown() -> None:
         for rt in spare:  # never led: its watches stop here

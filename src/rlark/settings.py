@@ -180,6 +180,42 @@ def stop_runs_on_exit() -> bool:
     raise ValueError(f"RLARK_STOP_RUNS_ON_EXIT={raw!r} is not a boolean; use 1 or 0")
 
 
+def worker_env() -> list[str]:
+    """Local runtime: names of the server's environment variables every Worker also gets, beyond
+    the fixed allow-list (:data:`rlark.runtimes.local.WORKER_ENV_NAMES`):
+    ``$RLARK_WORKER_ENV``, comma-separated (``rlark server --worker-env NAME`` adds to it).
+
+    Raises:
+        ValueError: a name is not an environment variable name, or is one RLark sets itself.
+    """
+    import re
+
+    names = csv_env("RLARK_WORKER_ENV")
+    for name in names:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"RLARK_WORKER_ENV / --worker-env: {name!r} is not an environment "
+                             "variable name")
+        if name.startswith("RLARK_") or name in ("RAY_ADDRESS", "RLINF_NODE_RANK"):
+            raise ValueError(f"RLARK_WORKER_ENV / --worker-env: {name} is set by RLark on every "
+                             "Worker; it cannot come from the server's environment")
+    return names
+
+
+def config_roots() -> list[str]:
+    """Directories the server may read RLinf configs from beyond a local Job's own
+    ``spec.workingDir``: ``$RLARK_CONFIG_ROOTS``, comma-separated absolute paths (``rlark server
+    --config-root DIR`` adds to it).
+
+    Raises:
+        ValueError: a path is not absolute.
+    """
+    roots = csv_env("RLARK_CONFIG_ROOTS")
+    for root in roots:
+        if not os.path.isabs(root):
+            raise ValueError(f"RLARK_CONFIG_ROOTS / --config-root: {root!r} is not an absolute path")
+    return roots
+
+
 def csv_env(name: str) -> list[str]:
     """A comma-separated environment variable as a list (blank items dropped)."""
     return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]

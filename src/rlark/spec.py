@@ -51,9 +51,64 @@ class Metadata(_Model):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class SecretKeyRef(_Model):
+    """One key of a Secret (core/v1 SecretKeySelector's ``name`` and ``key``): an RLark-managed
+    secret of the Job's project (``rlark secret set``), or on the Kubernetes runtime a Kubernetes
+    Secret of the Run's namespace that RLark does not manage."""
+
+    name: str = Field(description="The secret's name (`rlark secret list` shows the project's).")
+    key: str = Field(description="The key inside the secret.")
+
+
+class EnvVarSource(_Model):
+    """Where an environment variable's value comes from (core/v1 EnvVarSource, secrets only)."""
+
+    secret_key_ref: SecretKeyRef = Field(description="A key of a secret; its value is never shown.")
+
+
 class EnvVar(_Model):
+    """``{name, value}`` or ``{name, valueFrom: {secretKeyRef: {name, key}}}`` (exactly one of
+    ``value`` and ``valueFrom``; neither: the empty string)."""
+
     name: str
-    value: str = ""
+    value: str | None = Field(default=None, description="The value, in clear (shown to every "
+                              "reader of the Job: use valueFrom for credentials).")
+    value_from: EnvVarSource | None = Field(
+        default=None, description="Take the value from a secret; it is never stored in the Job, "
+                                  "shown, or written into a Pod spec.")
+
+    @property
+    def secret_ref(self) -> SecretKeyRef | None:
+        """The secret key this variable's value comes from, or None for a plain value."""
+        return self.value_from.secret_key_ref if self.value_from is not None else None
+
+
+def secret_refs(job: "Job") -> list[tuple[str, str]]:
+    """Every ``(secret name, key)`` the Job's roles take values from, in spec order, once each."""
+    out: list[tuple[str, str]] = []
+    for role in job.spec.roles:
+        for env in role.env:
+            ref = env.secret_ref
+            if ref is not None and (ref.name, ref.key) not in out:
+                out.append((ref.name, ref.key))
+    return out
+
+
+def document_secret_refs(doc: Any) -> list[tuple[str, str]]:
+    """:func:`secret_refs` of a stored Job mapping (camelCase), whatever else it holds: stored
+    specs of other RLark versions and invalid ones are read as far as they have the shape."""
+    out: list[tuple[str, str]] = []
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    roles = spec.get("roles") if isinstance(spec, dict) else None
+    for role in roles if isinstance(roles, list) else ():
+        env = role.get("env") if isinstance(role, dict) else None
+        for item in env if isinstance(env, list) else ():
+            src = item.get("valueFrom") if isinstance(item, dict) else None
+            ref = src.get("secretKeyRef") if isinstance(src, dict) else None
+            if isinstance(ref, dict) and isinstance(ref.get("name"), str) \
+                    and isinstance(ref.get("key"), str) and (ref["name"], ref["key"]) not in out:
+                out.append((ref["name"], ref["key"]))
+    return out
 
 
 class MountType(str, Enum):

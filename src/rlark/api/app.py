@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlark import __version__
 from rlark.api.docs import mount_docs
-from rlark.api.routers import access, jobs, logs, meta, nodes
+from rlark.api.routers import access, jobs, logs, meta, nodes, secrets
 from rlark.api.security import (
     RequestGuard,
     SecurityPolicy,
@@ -24,7 +24,9 @@ from rlark.findings import format_path
 from rlark.services.accounts import AccountService
 from rlark.services.auth import AuthService
 from rlark.services.errors import ServiceError, TooManyRequests, Unauthenticated
+from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
+from rlark.services.secrets import SecretService
 
 
 class SafeJSONResponse(JSONResponse):
@@ -37,13 +39,15 @@ class SafeJSONResponse(JSONResponse):
 
 
 def create_app(service: JobService, controller=None, *, policy: SecurityPolicy | None = None,
-               auth: AuthService | None = None) -> FastAPI:
+               auth: AuthService | None = None, secret_box: SecretBox | None = None) -> FastAPI:
     """The app for ``service``; when a ``controller`` is given it runs while the app runs and
     shuts down (stopping its Workers) with it.
 
     ``policy``: how requests are guarded (default: authentication on, loopback ``Host`` names
     only, CORS closed; see :mod:`rlark.api.security`). ``auth``: the authentication service
-    (default: one on ``service``'s store).
+    (default: one on ``service``'s store). ``secret_box``: seals and opens the project secrets
+    (default: ``service``'s, else :meth:`SecretBox.from_settings` on first use, which makes the
+    key file).
 
     Raises:
         RuntimeError: a route declares no access rule.
@@ -73,6 +77,10 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
     app.state.policy = policy
     app.state.auth = auth or AuthService(service.store)
     app.state.accounts = AccountService(app.state.auth, server_namespace=service.namespace)
+    app.state.secrets = secrets_service = SecretService(service.store,
+                                                        secret_box or service.secret_box)
+    if service.secret_box is None:  # the reads mask with the box the secrets are set with
+        service.secret_source = lambda: secrets_service.box
 
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):
@@ -121,6 +129,7 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
     app.include_router(meta.router)
     app.include_router(nodes.router)
     app.include_router(access.router)
+    app.include_router(secrets.router)
     mount_console(app)  # the web console at / (its pages are not part of the OpenAPI schema)
     check_every_route_has_a_rule(app)
     _document_bearer_auth(app)

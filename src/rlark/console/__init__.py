@@ -32,11 +32,13 @@ def mount_console(app: FastAPI) -> None:
     from rlark.console.auth_pages import router as auth_router
     from rlark.console.routes import error_page
     from rlark.console.routes import router
+    from rlark.console.secrets_page import router as secrets_router
     from rlark.services.errors import ServiceError
 
     app.include_router(auth_router)
     app.include_router(router)
     app.include_router(admin_router)
+    app.include_router(secrets_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     as_json = app.exception_handlers.get(ServiceError)

@@ -87,19 +87,19 @@ def is_error(text: str) -> bool:
 def worker_lines(worker: dict, n: int | None, lifecycle: bool = False) -> list[LogLine]:
     """The last ``n`` lines (all when None) of one Worker (an item of
     :meth:`JobService.worker_logs`), ANSI colours removed, each with its time. Lifecycle lines
-    only with ``lifecycle`` (``n`` counts the lines shown), without the Run's event token."""
+    only with ``lifecycle`` (``n`` counts the lines shown), without the Run's event token; the
+    values of the Job's secrets masked (the item's ``mask``)."""
     lines, _ = tail_lines(worker["log"], n, None if lifecycle else is_user_line, drop=False)
     name, role = worker["name"], worker["role"]
+    mask = worker.get("mask")
     out = []
     last: str | None = None
     for raw in lines:
         text = ANSI.sub("", raw) if "\x1b" in raw else raw
         last = stamp_of(text) or last
-        if is_lifecycle(text):
-            if not lifecycle:
-                continue
-            text = redact(text)
-        out.append(LogLine(name, role, last, text))
+        if is_lifecycle(text) and not lifecycle:
+            continue
+        out.append(LogLine(name, role, last, redact(text, mask)))
     return out
 
 

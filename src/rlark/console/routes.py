@@ -591,7 +591,7 @@ def _step_findings(service: JobService, st: WizardState, step: int,
     would run) and the parsed Job (step 4 only)."""
     doc, bad = st.to_document()
     if step == 4:
-        job, found = service.preflight(doc)
+        job, found = service.preflight(doc, project=project)
     else:
         job, found = service.validate(doc)
     findings = bad + found

@@ -69,9 +69,30 @@ def _unpack(text: str) -> dict[str, dict]:
 class KV:
     key: str = ""
     value: str = ""
+    #: env rows only: ``secret/key`` of a ``valueFrom.secretKeyRef`` (never the secret's value)
+    secret: str = ""
 
     def blank(self) -> bool:
-        return not self.key.strip() and not self.value.strip()
+        return not self.key.strip() and not self.value.strip() and not self.secret.strip()
+
+    def env_entry(self) -> dict[str, Any]:
+        """The ``env`` item of this row: a value, or ``valueFrom.secretKeyRef`` from ``secret``
+        (``name/key``); both when both are filled in, for preflight to refuse."""
+        entry: dict[str, Any] = {"name": self.key}
+        if self.secret.strip():
+            name, _, key = self.secret.strip().partition("/")
+            entry["valueFrom"] = {"secretKeyRef": {"name": name.strip(), "key": key.strip()}}
+            if self.value:
+                entry["value"] = self.value
+        else:
+            entry["value"] = self.value
+        return entry
+
+
+def _env_row(e: dict) -> KV:
+    ref = ((e.get("valueFrom") or {}).get("secretKeyRef") or {}) if isinstance(e, dict) else {}
+    secret = f"{ref.get('name', '')}/{ref.get('key', '')}" if ref else ""
+    return KV(e.get("name", ""), e.get("value") or "", secret)
 
 
 @dataclass
@@ -215,7 +236,8 @@ class WizardState:
             )
             for j in _indices(form, re.escape(p) + r"env-(\d+)-", MAX_ROWS):
                 role.env.append(KV(form.get(f"{p}env-{j}-name", "").strip(),
-                                   form.get(f"{p}env-{j}-value", "")))
+                                   form.get(f"{p}env-{j}-value", ""),
+                                   form.get(f"{p}env-{j}-secret", "").strip()))
             for j in _indices(form, re.escape(p) + r"mount-(\d+)-", MAX_ROWS):
                 q = f"{p}mount-{j}-"
                 kind = form.get(q + "type", "hostPath")
@@ -279,7 +301,7 @@ class WizardState:
                 gpu=_fmt(res.get("gpu", 0)),
                 prepare=r.get("prepareScript", "") or "",
                 python=(r.get("local") or {}).get("python") or "",
-                env=[KV(e.get("name", ""), e.get("value", "")) for e in r.get("env") or []],
+                env=[_env_row(e) for e in r.get("env") or []],
                 mounts=[_mount_row(m) for m in r.get("mounts") or []],
                 selector=[KV(str(k), str(v)) for k, v in (r.get("nodeSelector") or {}).items()],
                 devices=[KV(str(k), _fmt(v)) for k, v in (res.get("devices") or {}).items()],
@@ -385,7 +407,7 @@ class WizardState:
                 role["resources"] = res
             if r.prepare.strip():
                 role["prepareScript"] = r.prepare
-            env = [{"name": kv.key, "value": kv.value} for kv in r.env if not kv.blank()]
+            env = [kv.env_entry() for kv in r.env if not kv.blank()]
             if env:
                 role["env"] = env
             mounts = [

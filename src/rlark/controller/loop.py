@@ -17,7 +17,7 @@ import time
 import secrets
 import uuid
 from dataclasses import replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from datetime import datetime, timezone
 
 from sqlalchemy import or_, select
@@ -45,9 +45,12 @@ from rlark.ranks import plan_workers, rank_ranges
 from rlark.runtimes.base import (AdoptSpec, LaunchSpec, Taken, WorkerRef, bootstrap_env,
                                  ray_resources, taken_port_ranges)
 from rlark.services.logs import job_log_dirs, remove_dirs
-from rlark.spec import Job
+from rlark.spec import Job, secret_refs
 from rlark.store import ControllerStateRow, EventRow, JobRow, RunRow, Store, TaskRow, WorkerRow
 from rlark.words import plural
+
+if TYPE_CHECKING:
+    from rlark.secretbox import SecretBox
 
 log = logging.getLogger("rlark.controller")
 
@@ -183,8 +186,12 @@ class Controller:
     def __init__(self, store: Store, runtime, tick_seconds: float = 0.1, on_shutdown=None,
                  stop_runs_on_exit: bool = False, idle_resync_seconds: float = IDLE_RESYNC_SECONDS,
                  may_act: Callable[[], bool] | None = None,
-                 adopt_cause: str = "the RLark server restarted"):
+                 adopt_cause: str = "the RLark server restarted",
+                 secret_box: "SecretBox | None" = None):
         self.store = store
+        #: opens the RLark-managed secrets a Run's env refers to when it launches (None: a Run
+        #: that refers to one fails with SecretMissing)
+        self.secret_box = secret_box
         #: asked before each pass and each Run's turn: False stops this controller from acting
         #: (a leader whose Lease ran out: :mod:`rlark.controller.leader`); None: always acts
         self.may_act = may_act
@@ -698,8 +705,42 @@ class Controller:
             log.exception("launching run %s failed", run.id)
             self._transition(s, run, Transition(Phase.failed.value, "LaunchFailed", str(exc)))
 
+    def _run_secrets(self, s: Session, run: RunRow, job: Job) -> dict[tuple[str, str], str] | None:
+        """The values of the RLark-managed secrets ``job``'s env refers to, ``(secret, key)`` ->
+        value. A reference the project cannot give a value for (deleted since the submit, or, on
+        the local runtime, never an RLark secret) fails the Run: ``SecretMissing``, or
+        ``SecretUnreadable`` when the server's key does not open it; then None. On Kubernetes a
+        name RLark does not manage is a Kubernetes Secret's: left to the Pod."""
+        from rlark.services.secrets import managed_names, open_refs
+
+        refs = secret_refs(job)
+        if not refs:
+            return {}
+        project_id = run.job.project_id
+        managed = managed_names(s, project_id, (n for n, _ in refs))
+        wanted = [r for r in refs if r[0] in managed or self.runtime.name != "kubernetes"]
+        try:
+            values = open_refs(s, project_id, wanted, self.secret_box) if (
+                wanted and self.secret_box is not None) else {}
+        except ValueError as exc:  # SecretKeyError
+            self._transition(s, run, Transition(Phase.failed.value, "SecretUnreadable", str(exc)))
+            return None
+        lost = [r for r in wanted if r not in values]
+        if lost:
+            names = ", ".join(f"key {k!r} of secret {n!r}" for n, k in lost)
+            self._transition(s, run, Transition(
+                Phase.failed.value, "SecretMissing",
+                f"the Job's env takes values from {names}, which project "
+                f"{run.job.project.name!r} does not have (`rlark secret list`); set it and start "
+                "the Job again"))
+            return None
+        return values
+
     def _launch_workers(self, s: Session, run: RunRow) -> None:
         job = Job.model_validate(run.spec)
+        secrets = self._run_secrets(s, run, job)
+        if secrets is None:
+            return
         planned = {w.node_rank: w for w in plan_workers(job)}
         # Placement is serialised by this single controller thread; the store tells which
         # addresses and port blocks live Workers hold (also those of other Runs).
@@ -742,7 +783,8 @@ class Controller:
             try:
                 launched = self.runtime.launch(
                     LaunchSpec(job=job, run_uid=run.uid, worker=planned[w.node_rank], env=env,
-                               log_path=w.log_path, place=place, namespace=run.namespace)
+                               log_path=w.log_path, place=place, namespace=run.namespace,
+                               secrets=secrets)
                 )
             except Exception as exc:  # e.g. the role's interpreter does not exist
                 w.phase, w.reason, w.message = "Failed", "LaunchFailed", str(exc)

@@ -25,6 +25,16 @@ from rlark.spec import Job
 __all__ = ["config_location", "plan_config", "preflight_job"]
 
 
+def _inside(path: str, roots: Sequence[str]) -> bool:
+    """``path``, symlinks resolved, is one of ``roots`` (resolved too) or below one."""
+    full = os.path.realpath(path)
+    for root in roots:
+        real = os.path.realpath(root)
+        if full == real or full.startswith(real.rstrip("/") + "/"):
+            return True
+    return False
+
+
 def config_location(job: Job) -> tuple[str, str] | None:
     """``(config_dir, config_name)`` of the config ``job.spec.rlinf`` names, with a relative
     ``configDir`` joined to ``spec.workingDir``; None when the Job names no config
@@ -91,6 +101,7 @@ def preflight_job(
     overrides: Sequence[str] | None = None,
     missing_is_error: bool = False,
     isolated: bool = False,
+    roots: Sequence[str] | None = None,
 ) -> list[Finding]:
     """Compose the RLinf config of ``job`` and check the Job against it.
 
@@ -103,6 +114,11 @@ def preflight_job(
             the image. When True (an explicit ``--rlinf-config``) they are errors.
         isolated: compose in a child process with time and memory limits (the server does;
             see :mod:`.isolated`).
+        roots: directories the config may be read from (the server: the Job's ``workingDir``
+            and its ``--config-root`` directories; symlinks resolved). A config elsewhere is not
+            read at all: one ``RLinfConfigNotChecked`` warning, the same whether it exists or
+            not; files it pulls in from elsewhere read as missing. None: anywhere (the CLI on
+            the caller's own machine).
 
     Returns:
         Findings: the compose problems, then :func:`.check.check_config`'s. Empty when the Job
@@ -122,17 +138,30 @@ def preflight_job(
                     "set, so RLark cannot find the config to check it",
             hint="set spec.workingDir (`rlark submit FILE` resolves a relative one against FILE's "
                  "directory) or make configDir absolute")]
+    if roots is not None and not _inside(
+            os.path.join(config_dir, f"{config_name.removesuffix('.yaml')}.yaml"), roots):
+        return [Finding(
+            code="RLinfConfigNotChecked", severity=Severity.warning, path="spec.rlinf.configDir",
+            message=f"spec.rlinf.configDir = {config_dir!r} (configName {config_name!r}) is not "
+                    "under spec.workingDir or a config root of this server, so RLark did not "
+                    "read it to check the Job against it (it may exist only inside the image)",
+            hint="keep the config under spec.workingDir, or ask the server's operator for a "
+                 "`rlark server --config-root DIR`; `rlark check FILE --rlinf-config PATH` checks "
+                 "it on your own machine")]
     if overrides is None:
         overrides = job.spec.rlinf.overrides if job.spec.rlinf else []
     head = job.role(job.spec.head_role)
-    env = {e.name: e.value for e in (head.env if head else [])
-           if e.name in RLINF_PATH_VARS and os.path.isabs(e.value) and os.path.isdir(e.value)}
+    # plain values only: a value from a secret never reaches the composer (nor a Finding)
+    plain = {e.name: e.value or "" for e in (head.env if head else []) if e.secret_ref is None}
+    env = {name: value for name, value in plain.items()
+           if name in RLINF_PATH_VARS and os.path.isabs(value)
+           and (roots is None or _inside(value, roots)) and os.path.isdir(value)}
     if isolated:
         from rlark.rlinf_config.isolated import compose_isolated
 
         # the child sees the head role's env and nothing of this process's environment
         composed = compose_isolated(config_dir, config_name, overrides, env=env, path="spec.rlinf",
-                                    child_env={e.name: e.value for e in (head.env if head else [])})
+                                    child_env=plain, roots=roots)
     else:
         composed = compose(config_dir, config_name, overrides, env=env, path="spec.rlinf")
     findings: list[Finding] = []

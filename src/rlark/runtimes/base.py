@@ -211,9 +211,11 @@ def bootstrap_env(
     assert role is not None, worker.role
     res = ray_resources(role)
     env: dict[str, str] = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+    # values from secrets are the runtime's to add (secret_env; a Pod refers to its Secret)
     env.update({
-        e.name: e.value for e in role.env
-        if e.name not in RESERVED_ENV and not e.name.startswith(RESERVED_ENV_PREFIX)
+        e.name: e.value or "" for e in role.env
+        if e.secret_ref is None and e.name not in RESERVED_ENV
+        and not e.name.startswith(RESERVED_ENV_PREFIX)
     })
     env.update(extra or {})
     env.update(
@@ -260,6 +262,34 @@ def bootstrap_env(
     if ray_temp_dir:
         env["RLARK_RAY_TEMP_DIR"] = ray_temp_dir
     return env
+
+
+class SecretMissing(RuntimeError):
+    """A variable's ``valueFrom.secretKeyRef`` names a secret or key RLark has no value for.
+    The message names the role, the variable, the secret and the key, never a value."""
+
+    reason = "SecretMissing"
+
+
+def secret_env(role: Role, secrets: dict[tuple[str, str], str]) -> dict[str, str]:
+    """The variables of ``role`` whose values come from secrets (``valueFrom.secretKeyRef``), with
+    their values from ``secrets`` (``(secret name, key)`` -> value), in spec order; names RLark
+    reserves are left out (preflight refuses them).
+
+    Raises:
+        SecretMissing: a reference ``secrets`` has no value for.
+    """
+    out: dict[str, str] = {}
+    for e in role.env:
+        ref = e.secret_ref
+        if ref is None or e.name in RESERVED_ENV or e.name.startswith(RESERVED_ENV_PREFIX):
+            continue
+        if (ref.name, ref.key) not in secrets:
+            raise SecretMissing(
+                f"role {role.name!r}: {e.name} takes its value from key {ref.key!r} of secret "
+                f"{ref.name!r}, which the project does not have (`rlark secret list`)")
+        out[e.name] = secrets[(ref.name, ref.key)]
+    return out
 
 
 @dataclass(frozen=True)
@@ -316,6 +346,9 @@ class LaunchSpec:
     python: str | None = None
     #: kubernetes: the namespace of the Run's objects (its project's); None: the server's
     namespace: str | None = None
+    #: the values of the RLark-managed secrets the Job refers to, ``(secret name, key)`` ->
+    #: value (see :func:`secret_env`); never in a repr, a log line or an error message
+    secrets: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
 
 
 @dataclass

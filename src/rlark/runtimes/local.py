@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterable, Mapping
 
 import psutil
 
@@ -33,17 +34,50 @@ from rlark.runtimes.base import (
     Taken,
     WorkerPlace,
     WorkerRef,
+    secret_env,
 )
 from rlark.runtimes.local_reservations import Reservations
 from rlark.runtimes.local_ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
-from rlark.spec import Job
+from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job
 
 log = logging.getLogger("rlark.runtime.local")
 
 BOOTSTRAP_FILE = Path(__file__).resolve().parent.parent / "bootstrap" / "worker.py"
 
-#: variables of the server's own environment that must not leak into a Worker
-_SCRUB = ("RAY_ADDRESS", "RLINF_NODE_RANK")
+#: what a Worker takes from the server's environment, and nothing else (the server's own
+#: secrets, its database URL, cloud credentials stay with it): where programs and the user's
+#: files are, language and time zone, the proxy, the GPUs this machine gives RLark; plus the
+#: names ``rlark server --worker-env`` / ``RLARK_WORKER_ENV`` add
+WORKER_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
+    "VIRTUAL_ENV", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
+    "http_proxy", "https_proxy", "no_proxy", "all_proxy", "ftp_proxy",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "FTP_PROXY",
+})
+#: ... and every variable of these families (locale categories)
+WORKER_ENV_PREFIXES = ("LC_",)
+
+
+def worker_environment(server_env: Mapping[str, str], launch_env: Mapping[str, str],
+                       secrets: Mapping[str, str] | None = None,
+                       allow: Iterable[str] = ()) -> dict[str, str]:
+    """The whole environment of a local Worker (pure).
+
+    ``server_env``: the server's environment, of which only :data:`WORKER_ENV_NAMES`,
+    :data:`WORKER_ENV_PREFIXES` and the names in ``allow`` pass (never ``RLARK_*``,
+    ``RAY_ADDRESS`` or ``RLINF_NODE_RANK``: those are RLark's to set); ``launch_env``: the
+    bootstrap environment (the role's plain ``env`` and RLark's variables,
+    :func:`rlark.runtimes.base.bootstrap_env`); ``secrets``: the role's variables whose values
+    come from secrets (:func:`rlark.runtimes.base.secret_env`). ``PYTHONUNBUFFERED=1`` last.
+    """
+    allowed = WORKER_ENV_NAMES | set(allow)
+    env = {k: v for k, v in server_env.items()
+           if (k in allowed or k.startswith(WORKER_ENV_PREFIXES))
+           and k not in RESERVED_ENV and not k.startswith(RESERVED_ENV_PREFIX)}
+    env.update(launch_env)
+    env.update(secrets or {})  # secret_env leaves out the names RLark sets
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
 
 
 def use_pid_namespace() -> bool:
@@ -83,8 +117,12 @@ class LocalRuntime:
 
     name = "local"
 
-    def __init__(self, reservations: Reservations | None = None) -> None:
+    def __init__(self, reservations: Reservations | None = None,
+                 worker_env: Iterable[str] | None = None) -> None:
         self.namespace = use_pid_namespace()
+        #: names of the server's variables Workers get beyond :data:`WORKER_ENV_NAMES`
+        #: (``rlark server --worker-env``; default :func:`rlark.settings.worker_env`)
+        self.worker_env = tuple(settings.worker_env() if worker_env is None else worker_env)
         self._procs: dict[int, subprocess.Popen] = {}
         self.reservations = reservations or Reservations()
         self._run_places: dict[str, list[tuple[str, int]]] = {}
@@ -181,9 +219,9 @@ class LocalRuntime:
                 f"the Python interpreter {python!r} for role {spec.worker.role!r} does not exist "
                 "or is not executable; fix spec.roles[].local.python"
             )
-        env = {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith("RLARK_")}
-        env.update(spec.env)
-        env["PYTHONUNBUFFERED"] = "1"
+        env = worker_environment(os.environ, spec.env,
+                                 secret_env(role, spec.secrets) if role is not None else {},
+                                 allow=self.worker_env)
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log_path, "ab", buffering=0) as log:
             proc = subprocess.Popen(

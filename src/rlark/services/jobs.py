@@ -7,8 +7,10 @@ shows the same fields.
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -26,17 +28,22 @@ from rlark.preflight import (
 from rlark.record import build_record, public_record
 from rlark.rlinf_config import preflight_job
 from rlark.record import iso as _iso
-from rlark.spec import DNS1123_LABEL, Job, job_to_dict
+from rlark.spec import DNS1123_LABEL, Job, job_to_dict, secret_refs
 from rlark.services import audit
 from rlark.services.accounts import project_namespace
 from rlark.services.audit import SYSTEM, Actor
 from rlark.services.auth import DEFAULT_PROJECT
-from rlark.services.errors import Conflict, Invalid, NotFound
+from rlark.services.errors import Conflict, Invalid, NotFound, TooManyRequests
 from rlark.services.logs import job_log_dirs, remove_dirs
 from rlark import settings
 from rlark.words import plural
 from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store, WorkerRow
 from rlark.store.db import retry_on_conflict
+
+if TYPE_CHECKING:
+    from rlark.secretbox import SecretBox
+
+log = logging.getLogger("rlark.jobs")
 
 
 # --- views ----------------------------------------------------------------------------------------
@@ -180,8 +187,17 @@ class JobService:
 
     def __init__(self, store: Store, wake: Callable[[], None] = lambda: None, runtime: str = "local",
                  host: dict[str, float] | None = None, inventory: Callable[[], tuple] | None = None,
-                 pending_timeout: float | None = None, namespace: str | None = None):
+                 pending_timeout: float | None = None, namespace: str | None = None,
+                 secret_box: "SecretBox | None" = None,
+                 kube_secret_keys: Callable[[str | None, str], list[str] | None] | None = None):
         self.store = store
+        #: opens the project's secrets to mask their values in what reads answer (None: ask
+        #: ``secret_source`` when a Job refers to one; neither: nothing is masked)
+        self.secret_box = secret_box
+        self.secret_source: Callable[[], "SecretBox"] | None = None
+        #: kubernetes: ``(namespace, name)`` -> the keys of that Kubernetes Secret, None when it
+        #: does not exist (raises KubeError when RLark may not read it); None: not checked
+        self.kube_secret_keys = kube_secret_keys
         #: kubernetes: the server's namespace (projects map to namespaces: accounts.project_namespace)
         self.namespace = namespace
         self.wake = wake
@@ -207,14 +223,17 @@ class JobService:
 
     # create -----------------------------------------------------------------------------------
 
-    def preflight(self, document: str | bytes | dict, *,
-                  rlinf: bool = True) -> tuple[Job | None, list[Finding]]:
-        """Every Finding a submission gets: the spec's, this server's runtime's, and those of the
-        RLinf config the Job names in ``spec.rlinf`` when this server can read it
-        (:func:`rlark.rlinf_config.preflight_job`; a config it cannot find is a warning).
+    def preflight(self, document: str | bytes | dict, *, rlinf: bool = True,
+                  project: str = DEFAULT_PROJECT) -> tuple[Job | None, list[Finding]]:
+        """Every Finding a submission gets: the spec's, this server's runtime's, whether the
+        secrets its ``env[].valueFrom`` names exist in ``project`` (:meth:`secret_findings`),
+        and those of the RLinf config the Job names in ``spec.rlinf`` when this server can read
+        it (:func:`rlark.rlinf_config.preflight_job`; a config it cannot find is a warning).
         ``rlinf=False`` leaves the RLinf config out (``rlark check --rlinf-config`` checks
         another config on the caller's machine)."""
         job, findings = self.validate(document)
+        if job is not None:
+            findings = findings + self.secret_findings(job, project)
         if job is not None and self.runtime == "local":
             findings = findings + check_for_local_runtime(job, self.host)
         if job is not None and self.runtime == "kubernetes" and not has_errors(findings):
@@ -225,16 +244,109 @@ class JobService:
                                                        pending_timeout=self.pending_timeout,
                                                        inventory_error=error)
         if job is not None and rlinf:
-            findings = findings + preflight_job(job, isolated=True)
+            from rlark.rlinf_config.isolated import ComposerBusy
+
+            try:
+                findings = findings + preflight_job(job, isolated=True,
+                                                    roots=self.config_roots(job))
+            except ComposerBusy as exc:
+                raise TooManyRequests(f"{exc}; try again in {exc.retry_after} s",
+                                      exc.retry_after) from None
         return job, findings
 
-    def _checked(self, document: str | bytes | dict) -> tuple[Job, list[Finding]]:
+    def config_roots(self, job: Job) -> list[str]:
+        """Where this server may read the RLinf config ``job`` names: the server's config roots
+        (``rlark server --config-root``, :func:`rlark.settings.config_roots`) and, on the local
+        runtime, the Job's own absolute ``spec.workingDir`` (its Workers run on this machine's
+        filesystem). On Kubernetes ``workingDir`` is a path inside the image, not here."""
+        roots = list(settings.config_roots())
+        wd = job.spec.working_dir
+        if self.runtime == "local" and wd and os.path.isabs(wd):
+            roots.append(wd)
+        return roots
+
+    def secret_findings(self, job: Job, project: str) -> list[Finding]:
+        """``SecretNotFound`` errors for the ``valueFrom.secretKeyRef`` references ``project``
+        has no value for: on the local runtime every reference must name an RLark-managed
+        secret and key (``rlark secret set``); on Kubernetes a name RLark does not manage is a
+        Kubernetes Secret of the Run's namespace, checked where RLark may read it (else an info
+        Finding says it was not). Never opens a secret; never names a value."""
+        from rlark.services.secrets import managed_names, missing_refs
+
+        refs = secret_refs(job)
+        if not refs:
+            return []
+        with self.store.session() as s:
+            prow = s.scalar(select(ProjectRow).where(ProjectRow.name == project)) \
+                if DNS1123_LABEL.match(project or "") else None
+            if prow is None:
+                return []  # the request's project is checked (404) where it is used
+            managed = managed_names(s, prow.id, (n for n, _ in refs))
+            missing = set(missing_refs(s, prow.id, [r for r in refs if r[0] in managed]))
+            namespace = (project_namespace(prow, prow.namespace, self.namespace)
+                         if self.runtime == "kubernetes" else None)
+        out: list[Finding] = []
+        kube_keys: dict[str, list[str] | None | Exception] = {}
+        for i, role in enumerate(job.spec.roles):
+            for j, env in enumerate(role.env):
+                ref = env.secret_ref
+                if ref is None:
+                    continue
+                path = f"spec.roles[{i}].env[{j}].valueFrom.secretKeyRef"
+                if ref.name in managed or self.runtime != "kubernetes":
+                    if ref.name not in managed:
+                        out.append(Finding(
+                            code="SecretNotFound", severity=Severity.error, path=f"{path}.name",
+                            message=f"{path}.name = {ref.name!r}: project {project!r} has no "
+                                    f"secret of that name ({env.name} would have no value)",
+                            hint=f"create it: `rlark secret set {ref.name} {ref.key} -p "
+                                 f"{project}` (reads the value from stdin)"))
+                    elif (ref.name, ref.key) in missing:
+                        out.append(Finding(
+                            code="SecretNotFound", severity=Severity.error, path=f"{path}.key",
+                            message=f"{path}.key = {ref.key!r}: secret {ref.name!r} has no such "
+                                    f"key ({env.name} would have no value)",
+                            hint=f"add it: `rlark secret set {ref.name} {ref.key} -p {project}`, "
+                                 "or use one of the keys `rlark secret list` shows"))
+                    continue
+                if self.kube_secret_keys is None:
+                    continue
+                if ref.name not in kube_keys:
+                    try:
+                        kube_keys[ref.name] = self.kube_secret_keys(namespace, ref.name)
+                    except Exception as exc:  # noqa: BLE001 - RBAC, an API server away: not checked
+                        kube_keys[ref.name] = exc
+                found = kube_keys[ref.name]
+                if isinstance(found, Exception):
+                    out.append(Finding(
+                        code="SecretNotChecked", severity=Severity.info, path=f"{path}.name",
+                        message=f"{path}.name = {ref.name!r} is not an RLark secret of project "
+                                f"{project!r}, so it names a Kubernetes Secret of namespace "
+                                f"{namespace}; RLark could not check it: {found}",
+                        hint="make sure it exists there, or set it in RLark: `rlark secret set`"))
+                elif found is None:
+                    out.append(Finding(
+                        code="SecretNotFound", severity=Severity.error, path=f"{path}.name",
+                        message=f"{path}.name = {ref.name!r}: neither project {project!r} nor "
+                                f"namespace {namespace} has a secret of that name",
+                        hint=f"create it in RLark: `rlark secret set {ref.name} {ref.key} -p "
+                             f"{project}`, or as a Kubernetes Secret in {namespace}"))
+                elif ref.key not in found:
+                    out.append(Finding(
+                        code="SecretNotFound", severity=Severity.error, path=f"{path}.key",
+                        message=f"{path}.key = {ref.key!r}: the Kubernetes Secret {ref.name!r} "
+                                f"of namespace {namespace} has no such key",
+                        hint="use one of its keys: " + ", ".join(found[:20])))
+        return out
+
+    def _checked(self, document: str | bytes | dict,
+                 project: str = DEFAULT_PROJECT) -> tuple[Job, list[Finding]]:
         """Parse and check a Job for this server's runtime (see :meth:`preflight`).
 
         Raises:
             Invalid: the spec has error Findings (all Findings are attached).
         """
-        job, findings = self.preflight(document)
+        job, findings = self.preflight(document, project=project)
         if job is None or has_errors(findings):
             n = sum(1 for f in findings if f.severity == Severity.error)
             raise Invalid(f"the Job spec has {n} error{'s' if n != 1 else ''}", findings)
@@ -249,7 +361,7 @@ class JobService:
             NotFound: no such project.
             Conflict: a Job of that name exists in the project.
         """
-        job, findings = self._checked(document)
+        job, findings = self._checked(document, project)
         with self.store.session() as s:
             prow = self._project(s, project)
             if s.scalar(select(JobRow.id).where(JobRow.project_id == prow.id,
@@ -419,51 +531,98 @@ class JobService:
             runs = {r.id: r for r in s.scalars(
                 select(RunRow).where(RunRow.id.in_(run_ids))
                 .options(selectinload(RunRow.workers), selectinload(RunRow.tasks)))} if run_ids else {}
-            items = [job_summary(j, runs.get(j.current_run_id)) for j in jobs]
+            from rlark.services.secrets import mask_data
+
+            items = [mask_data(job_summary(j, runs.get(j.current_run_id)),
+                               self._mask(s, j, with_runs=False)) for j in jobs]
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
+    def _mask(self, s: Session, job: JobRow, with_runs: bool = True) -> Callable[[str], str]:
+        """A function that masks (``***``) the values of the RLark-managed secrets ``job``'s
+        spec (and, ``with_runs``, its Runs' spec snapshots) refers to, in any text: a script may
+        print its own secrets, and log tails reach messages and Events. The identity when
+        nothing is referred to."""
+        from rlark.services.secrets import masker, open_refs
+        from rlark.spec import document_secret_refs
+
+        refs = set(document_secret_refs(job.spec))
+        if with_runs:
+            for r in job.runs:
+                refs.update(document_secret_refs(r.spec))
+        if not refs:
+            return _same
+        if self.secret_box is None and self.secret_source is not None:
+            self.secret_box = self.secret_source()
+        if self.secret_box is None:
+            return _same
+        try:
+            values = open_refs(s, job.project_id, refs, self.secret_box)
+        except ValueError as exc:  # SecretKeyError: the server checked its key at start
+            log.warning("cannot mask the secrets of Job %s: %s", job.name, exc)
+            return _same
+        return masker(values.values())
+
     def get(self, name: str, project: str = DEFAULT_PROJECT) -> dict[str, Any]:
+        from rlark.services.secrets import mask_data
+
         with self.store.session() as s:
-            return self._detail(s, self._job(s, name, project))
+            job = self._job(s, name, project)
+            return mask_data(self._detail(s, job), self._mask(s, job))
 
     def runs(self, name: str, project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
+        from rlark.services.secrets import mask_data
+
         with self.store.session() as s:
-            return [run_view(r) for r in self._job(s, name, project).runs]
+            job = self._job(s, name, project)
+            return mask_data([run_view(r) for r in job.runs], self._mask(s, job))
 
     def workers(self, name: str, run: int | None = None,
                 project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
+        from rlark.services.secrets import mask_data
+
         with self.store.session() as s:
-            return [worker_view(w) for w in self._run(s, self._job(s, name, project), run).workers]
+            job = self._job(s, name, project)
+            return mask_data([worker_view(w) for w in self._run(s, job, run).workers],
+                             self._mask(s, job))
 
     def events(self, name: str, run: int | None = None,
                project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
+        from rlark.services.secrets import mask_data
+
         with self.store.session() as s:
             job = self._job(s, name, project)
             stmt = select(EventRow).where(EventRow.job_id == job.id)
             if run is not None:
                 stmt = stmt.where(EventRow.run_number == run)
-            return [event_view(e) for e in s.scalars(stmt.order_by(EventRow.id))]
+            return mask_data([event_view(e) for e in s.scalars(stmt.order_by(EventRow.id))],
+                             self._mask(s, job))
 
     def record(self, name: str, run: int | None = None,
                project: str = DEFAULT_PROJECT) -> dict[str, Any]:
         """The stored run record of a finished Run, or a live one for an active Run; never
         with the Run's event token (record.public_record)."""
+        from rlark.services.secrets import mask_data
+
         with self.store.session() as s:
             job = self._job(s, name, project)
             r = self._run(s, job, run)
-            if r.record is not None:
-                return public_record(r.record)
-            return build_record(job, r, r.workers, settings.logs_dir())
+            rec = public_record(r.record) if r.record is not None else build_record(
+                job, r, r.workers, settings.logs_dir())
+            return mask_data(rec, self._mask(s, job))
 
     def worker_logs(self, name: str, run: int | None, worker: str | None, role: str | None,
                     rank: int | None, project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
-        """The Workers (name, role, rank, log path) whose logs match the filters, rank order.
+        """The Workers (name, role, rank, log path) whose logs match the filters, rank order;
+        ``mask``: what every line shown must go through (:func:`rlark.services.logs.redact`
+        with it masks the values of the Job's secrets).
 
         Raises:
             NotFound: no Worker matches.
         """
         with self.store.session() as s:
-            r = self._run(s, self._job(s, name, project), run)
+            job = self._job(s, name, project)
+            r = self._run(s, job, run)
+            mask = self._mask(s, job)
             chosen = [
                 w for w in r.workers
                 if (worker is None or w.name == worker)
@@ -475,7 +634,7 @@ class JobService:
                 raise NotFound(f"no Worker of {name!r} run {r.number} matches; Workers: {names}")
             return [
                 {"name": w.name, "role": w.role, "nodeRank": w.node_rank, "log": w.log_path,
-                 "active": r.phase in ACTIVE or not w.released, "run": r.number}
+                 "active": r.phase in ACTIVE or not w.released, "run": r.number, "mask": mask}
                 for w in chosen
             ]
 
@@ -562,7 +721,7 @@ class JobService:
         """
         with self.store.session() as s:  # a Job the caller cannot see is 404 before any check
             self._job(s, name, project)
-        job, findings = self._checked(document)
+        job, findings = self._checked(document, project)
         if job.name != name:
             raise Invalid(
                 f"metadata.name = {job.name!r} does not match the Job {name!r} being replaced",
@@ -615,6 +774,10 @@ class JobService:
             return {"name": name, "project": project, "deleted": True}
         self.wake()
         return {"name": name, "project": project, "deleted": False, "deleting": True}
+
+
+def _same(text: str) -> str:
+    return text
 
 
 def _by(actor: Actor) -> str:

@@ -42,10 +42,13 @@ def is_user_line(line: str) -> bool:
     return not line.startswith(EVENT_PREFIX)
 
 
-def redact(line: str) -> str:
+def redact(line: str, mask: Callable[[str], str] | None = None) -> str:
     """``line`` as users may read it: a lifecycle line without the Run's event token (the
-    secret that marks genuine lifecycle lines; controller/lifecycle.py); other lines as they
-    are."""
+    secret that marks genuine lifecycle lines; controller/lifecycle.py); with ``mask`` (a
+    Worker's from :meth:`~rlark.services.jobs.JobService.worker_logs`) the values of the Job's
+    secrets replaced by ``***``, as CI systems do, since a script may print them."""
+    if mask is not None:
+        line = mask(line)
     if not line.startswith(EVENT_PREFIX) or "tok" not in line:
         return line
     try:

@@ -14,8 +14,9 @@ from rlark.store.accounts import (
     UserRow,
 )
 from rlark.store.db import Store
+from rlark.store.secrets import SecretRow
 from rlark.store.models import (Base, ControllerStateRow, EventRow, JobRow, RunRow, TaskRow,
                                 WorkerRow)
 
 __all__ = ["Store", "Base", "ControllerStateRow", "JobRow", "RunRow", "TaskRow", "WorkerRow", "EventRow", "UserRow",
-           "ProjectRow", "MembershipRow", "ProjectRole", "TokenRow", "SessionRow", "AuditRow"]
+           "ProjectRow", "MembershipRow", "ProjectRole", "TokenRow", "SessionRow", "AuditRow", "SecretRow"]

@@ -80,7 +80,7 @@ class ControllerLock:
             conn.commit()
             if not got:
                 conn.close()
-                raise self._busy(f"the database {self.engine.url.render_as_string()}")
+                raise self._busy(f"the database {self.engine.url.render_as_string(hide_password=True)}")
             self._conn = conn
         return self
 

@@ -60,7 +60,7 @@ def get_logs(
         for w in chosen:
             lines, size = tail_lines(w["log"], tail, keep)
             out.append({"name": w["name"], "role": w["role"], "nodeRank": w["nodeRank"],
-                        "run": w["run"], "lines": [redact(line) for line in lines],
+                        "run": w["run"], "lines": [redact(line, w["mask"]) for line in lines],
                         "truncated": tail is None and size > MAX_WHOLE_BYTES})
         return {"workers": out}
     allowed = access_check(request, access.project, ProjectRole.viewer)
@@ -85,10 +85,10 @@ def _follow(jobs: JobService, name: str, project: str, run: int | None, chosen: 
     def pump(w: dict) -> None:
         lines, offset = tail_lines(w["log"], 10 if tail is None else tail, keep)
         for line in lines:
-            q.put((w["name"], redact(line)))
+            q.put((w["name"], redact(line, w["mask"])))
         for line in follow_lines(w["log"], offset, lambda: active(w["name"])):
             if keep is None or keep(line):
-                q.put((w["name"], redact(line)))
+                q.put((w["name"], redact(line, w["mask"])))
         q.put((w["name"], None))
 
     yield f"event: workers\ndata: {json.dumps([w['name'] for w in chosen])}\n\n"

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from rlark import __version__
 from rlark.api.deps import job_service
 from rlark.api.routers.jobs import JOB_BODY, read_document
-from rlark.api.security import allow_project, allow_public, allow_user
+from rlark.api.security import Access, allow_project, allow_public, allow_user
 from rlark.store import ProjectRole
 from rlark.findings import has_errors
 from rlark.services.jobs import JobService
@@ -30,22 +30,24 @@ async def validate(request: Request, jobs: JobService = Depends(job_service)) ->
 
 
 @router.post("/api/v1/check", openapi_extra=JOB_BODY,
-             summary="Every Finding a submission would get, nothing stored",
-             # it composes configs from the server's filesystem: for those who may submit
-             dependencies=[allow_project(ProjectRole.member)])
-def check(jobs: JobService = Depends(job_service),
+             summary="Every Finding a submission would get, nothing stored")
+def check(access: Annotated[Access, allow_project(ProjectRole.member)],  # it composes configs
+          # from the server's filesystem: for those who may submit
+          jobs: JobService = Depends(job_service),
           document: bytes = Depends(read_document),
           rlinf: Annotated[bool, Query(description=(
               "also check the RLinf config spec.rlinf names (false: the caller checks another "
               "config itself, as `rlark check --rlinf-config` does)"))] = True) -> dict:
     """The spec's Findings, this server's runtime's, and those of the RLinf config the Job names
-    in ``spec.rlinf`` (composed from this server's filesystem; ``configDir`` is relative to
-    ``spec.workingDir``). ``{"valid": bool, "findings": [...]}``; ``valid`` is what submitting
+    in ``spec.rlinf`` (composed from this server's filesystem, only under the Job's
+    ``spec.workingDir`` on the local runtime or a ``--config-root``; ``configDir`` is relative to
+    ``spec.workingDir``), and whether the secrets its ``env[].valueFrom`` names exist in the
+    project. 429 with ``Retry-After`` while the server composes as many configs as it may. ``{"valid": bool, "findings": [...]}``; ``valid`` is what submitting
     would decide: the very Findings ``POST /api/v1/jobs`` gets (and ``rlark validate``, ``rlark
     check`` and the console's review step show). A relative ``workingDir`` or hostPath source
     is an error here: a document sent without its file has nothing to resolve it against
     (the CLI resolves them against the Job file's directory before sending)."""
-    _, findings = jobs.preflight(document, rlinf=rlinf)
+    _, findings = jobs.preflight(document, rlinf=rlinf, project=access.project)
     return {"valid": not has_errors(findings),
             "findings": [f.model_dump(mode="json") for f in findings]}
 

@@ -44,6 +44,7 @@ _KINDS = {
     "ConfigMap": "config_map",
     "PersistentVolumeClaim": "persistent_volume_claim",
     "Event": "event",
+    "Secret": "secret",
 }
 
 #: where a 403 sends a person: the RBAC rules RLark's ServiceAccount is given

@@ -182,6 +182,63 @@ def render_config_map(job: Job, run_id: str, opts: RenderOptions) -> dict[str, A
     }
 
 
+def secret_name(job: Job, run_id: str) -> str:
+    """Name of the Run's Secret holding the values of the RLark-managed secrets its env refers
+    to (:func:`render_secret`)."""
+    return f"{owner_name(job, run_id)}-env"
+
+
+def secret_data_key(name: str, key: str) -> str:
+    """The key in the Run's Secret of key ``key`` of RLark secret ``name``: ``<name>.<key>``
+    (an RLark secret's name is a DNS-1123 label, without '.', so this is one to one)."""
+    return f"{name}.{key}"
+
+
+def render_secret(job: Job, run_id: str, opts: RenderOptions,
+                  values: dict[tuple[str, str], str]) -> dict[str, Any] | None:
+    """The Run's Secret: the values of the RLark-managed secrets the Job refers to
+    (``(secret, key)`` -> value), each under :func:`secret_data_key`, owned by the Run's
+    ConfigMap and labelled like the Run's other objects, so it goes with the Run. None when the
+    Job refers to none. The Pods refer to it with ``valueFrom.secretKeyRef``
+    (:func:`env_from_secrets`); no value is ever written into a Pod."""
+    import base64
+
+    if not values:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _meta(secret_name(job, run_id), opts.namespace, run_labels(job, run_id),
+                          opts.owner),
+        "data": {secret_data_key(n, k): base64.b64encode(v.encode("utf-8")).decode("ascii")
+                 for (n, k), v in sorted(values.items())},
+    }
+
+
+def env_from_secrets(job: Job, role: Role, run_id: str,
+                     managed: Iterable[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+    """The container ``env`` entries of ``role``'s variables whose values come from secrets
+    (``valueFrom.secretKeyRef``), in spec order: a reference in ``managed`` (an RLark-managed
+    secret's key) points at the Run's Secret (:func:`render_secret`); any other names a
+    Kubernetes Secret of the namespace as written. Names RLark reserves are left out
+    (preflight refuses them)."""
+    from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX
+
+    managed = set(managed)
+    out = []
+    for e in role.env:
+        ref = e.secret_ref
+        if ref is None or e.name in RESERVED_ENV or e.name.startswith(RESERVED_ENV_PREFIX):
+            continue
+        if (ref.name, ref.key) in managed:
+            selector = {"name": secret_name(job, run_id), "key": secret_data_key(ref.name, ref.key)}
+        else:
+            selector = {"name": ref.name, "key": ref.key}
+        out.append({"name": e.name, "valueFrom": {"secretKeyRef": selector}})
+    return out
+
+
 def render_service(job: Job, run_id: str, opts: RenderOptions) -> dict[str, Any]:
     """The headless Service ``<job>-head`` selecting this Run's rank-0 Pod (Ray GCS, dashboard,
     client ports)."""
@@ -306,12 +363,15 @@ def _role_parts(job: Job, role: Role, run_id: str, cm_name: str) -> _RoleParts:
 
 
 def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str,
-               opts: RenderOptions, parts: _RoleParts | None = None) -> dict[str, Any]:
+               opts: RenderOptions, parts: _RoleParts | None = None,
+               managed: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
     """The Pod of one Worker, named ``<job>-<role>-<index>``.
 
     Args:
         env: the Worker's bootstrap environment (:func:`rlark.runtimes.base.bootstrap_env`),
-            rendered as explicit ``env`` entries in its order; ``PYTHONUNBUFFERED=1`` is added.
+            rendered as explicit ``env`` entries in its order; then the role's variables from
+            secrets as ``valueFrom.secretKeyRef`` (:func:`env_from_secrets`, ``managed``: the
+            references the Run's Secret holds); ``PYTHONUNBUFFERED=1`` is added.
         parts: the role's shared parts (internal; computed when not given).
     Raises:
         ValueError: an objectStorage mount has neither storageClass nor csiDriver.
@@ -327,6 +387,7 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", f"{BOOTSTRAP_DIR}/{BOOTSTRAP_KEY}"],
         "env": [{"name": k, "value": v} for k, v in env.items()]
+        + env_from_secrets(job, role, run_id, managed)
         + [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "volumeMounts": [dict(m) for m in parts.volume_mounts],
         "securityContext": {"privileged": False, "allowPrivilegeEscalation": False},

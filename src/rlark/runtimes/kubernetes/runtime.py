@@ -5,7 +5,8 @@
   starts, the names it needs must be free: Pods and the Service an earlier Run of the same Job
   left are deleted, and while such an object is still there (a finalizer of another controller
   holds it) :class:`NamesBusy` keeps the Run Pending (the controller tries again).
-* ``launch``: on a Run's first Worker, create its ConfigMap (the owner), then the Service and
+* ``launch``: on a Run's first Worker, create its ConfigMap (the owner), then the Secret with the
+  values of the RLark-managed secrets its env refers to (when it refers to any), the Service and
   PVCs (owned by it); then the Worker's Pod (owned by it), and a thread that follows the Pod's
   log into ``LaunchSpec.log_path`` (the controller reads lifecycle lines there; the file
   outlives the Pod). A name held by another Job's object or by something RLark did not create
@@ -15,7 +16,8 @@
   watches resume from the last resourceVersion (BOOKMARK events keep it current), list again on
   ``410 Gone``, and reconnect after the API server went away.
 * ``signal_stop`` / ``kill``: delete the Pod (grace period of the Pod / 0).
-* ``end_run``: delete the Run's Pods, Service, PVCs and ConfigMap by the ``rlark.io/run`` label.
+* ``end_run``: delete the Run's Pods, Service, PVCs, Secret and ConfigMap by the ``rlark.io/run``
+  label.
 
 What RLark's ServiceAccount may not do is a named failure, never a traceback: a refused watch
 stops the runtime from starting (:meth:`KubernetesRuntime.start`), a refused create fails the
@@ -593,7 +595,8 @@ class KubernetesRuntime:
             return existing
         raise KubeError(self._taken(kind, name, existing, job), 409)
 
-    def _ensure_run(self, job: Job, run_uid: str) -> render.RenderOptions:
+    def _ensure_run(self, job: Job, run_uid: str,
+                    secrets: dict[tuple[str, str], str] | None = None) -> render.RenderOptions:
         with self._lock:
             opts = self._runs.get(run_uid)
         if opts is not None:
@@ -606,6 +609,9 @@ class KubernetesRuntime:
             raise KubeError(f"ConfigMap {cm['metadata']['name']} has no uid")
         opts = replace(base, owner={"apiVersion": "v1", "kind": "ConfigMap",
                                     "name": cm["metadata"]["name"], "uid": uid})
+        secret = render.render_secret(job, run_uid, opts, secrets or {})
+        if secret is not None:  # before any Pod that refers to it
+            self._create(secret, job.name, run_uid)
         self._create(render.render_service(job, run_uid, opts), job.name, run_uid)
         for claim in render.render_claims(job, run_uid, opts):
             self._create(claim, job.name, run_uid)
@@ -615,11 +621,12 @@ class KubernetesRuntime:
 
     def launch(self, spec: LaunchSpec) -> Launched:
         """Create the Run's shared objects once, then this Worker's Pod; follow its log."""
-        opts = self._ensure_run(spec.job, spec.run_uid)
+        opts = self._ensure_run(spec.job, spec.run_uid, spec.secrets)
         env = dict(spec.env)
         if self.ray_dashboard and spec.worker.is_head:
             env["RLARK_RAY_DASHBOARD"] = "1"
-        pod = render.render_pod(spec.job, spec.worker, env, spec.run_uid, opts)
+        pod = render.render_pod(spec.job, spec.worker, env, spec.run_uid, opts,
+                                managed=spec.secrets.keys())
         name = pod["metadata"]["name"]
         self.track_pod(name, head=spec.worker.is_head,
                        join_timeout=spec.job.spec.failure_policy.join_timeout_seconds)
@@ -821,7 +828,7 @@ class KubernetesRuntime:
         selector = f"{render.LABEL_RUN}={run_uid}"
         errors = []
         for kind, grace in (("Pod", 0), ("Service", None), ("PersistentVolumeClaim", None),
-                            ("ConfigMap", None)):
+                            ("Secret", None), ("ConfigMap", None)):
             try:
                 self.kube.delete_collection(kind, selector, grace_seconds=grace)
             except KubeError as exc:
@@ -831,7 +838,7 @@ class KubernetesRuntime:
         if errors:
             raise KubeError(
                 f"objects of run {run_uid} were left in namespace {self.namespace}: "
-                + "; ".join(errors) + "; remove them with: kubectl delete pods,services,configmaps,pvc "
+                + "; ".join(errors) + "; remove them with: kubectl delete pods,services,secrets,configmaps,pvc "
                 f"-n {self.namespace} -l {selector}")
 
     # --- inventory --------------------------------------------------------------------------------
