@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from rlark.status import text_of
+
 RECORD_VERSION = 1
 
 
@@ -106,8 +108,8 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
                 "ip": w.ip or w.node_ip,
                 "rayNodeId": w.ray_node_id,
                 "joined": bool((w.lifecycle or {}).get("joined")),
-                "phase": w.phase,
-                "reason": w.reason or None,
+                "phase": text_of(w.phase),
+                "reason": text_of(w.reason) or None,
                 "exitCode": w.exit_code,
                 "startedAt": iso(w.started_at),
                 "finishedAt": iso(w.finished_at),
@@ -132,11 +134,11 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
         "job": job.name,
         "run": run.number,
         "runUid": run.uid,
-        "cause": run.cause,
+        "cause": text_of(run.cause),
         "runtime": run.runtime,
         "result": {
-            "phase": run.phase,
-            "reason": run.reason,
+            "phase": text_of(run.phase),
+            "reason": text_of(run.reason),
             "message": run.message,
             "exitCode": run.exit_code,
         },

@@ -44,7 +44,7 @@ from rlark.console.wizard import (
     role_of,
     step_of,
 )
-from rlark.controller.phases import ACTIVE, Phase
+from rlark.status import ACTIVE, Phase
 from rlark.exitcodes import exit_text
 from rlark.findings import Finding, Severity
 from rlark.ranks import plan_workers
@@ -129,7 +129,7 @@ env = jinja2.Environment(
 )
 env.filters["dt"] = _dt
 env.filters["exit"] = exit_text
-env.globals.update(PHASES=PHASES, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_TYPES, STEPS=STEPS,
+env.globals.update(PHASES=PHASES, Phase=Phase, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_TYPES, STEPS=STEPS,
                    TABS=TABS, seconds=_seconds, version=__version__, htmx_version=HTMX_VERSION,
                    quote=quote, amount=_amount, NODE_COLUMNS=NODE_COLUMNS)
 
@@ -366,9 +366,9 @@ def _current(request: Request) -> str:
     return request.cookies.get(PROJECT_COOKIE) or DEFAULT_PROJECT
 
 
-def _list_context(service: JobService, project: str, current: str, phase: str | None,
+def _list_context(service: JobService, project: str, current: str, phase_text: str | None,
                   q: str | None, page: int | None) -> dict:
-    phase = phase if phase in PHASES else None
+    phase = Phase(phase_text) if phase_text in PHASES else None  # anything else: no filter
     q = _text(q, 63) or None
     page = page or 1
     data = service.list(phase=phase, q=q, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE,

@@ -25,6 +25,7 @@ from rlark.runtimes.local_ports import (
     worker_ports_of,
 )
 from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job, Role
+from rlark.status import Reason
 
 MiB = 1024 * 1024
 #: object store per Ray node unless the role sets ``resources.objectStoreMemory``: 30 % of the
@@ -370,7 +371,7 @@ class Observed:
 
     alive: bool
     exit_code: int | None = None  # None while alive, or when the runtime cannot know
-    failure: tuple[str, str] | None = None
+    failure: tuple[Reason, str] | None = None
     #: what the runtime knows of the Worker for the run record (a Pod's image digest, node...)
     facts: dict | None = None
 

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from rlark.api.deps import job_service
 from rlark.api.security import Access, allow_project, allow_user
-from rlark.controller.phases import Phase
+from rlark.status import Phase
 from rlark.services.auth import authorize
 from rlark.services.errors import Invalid, TooLarge
 from rlark.services.jobs import JobService
@@ -80,7 +80,7 @@ def list_jobs(
         projects: list[str] | None = [project]
     else:
         projects = access.principal.readable_projects()
-    return jobs.list(phase=phase.value if phase else None, q=q, limit=limit, offset=offset,
+    return jobs.list(phase=phase, q=q, limit=limit, offset=offset,
                      projects=projects)
 
 

@@ -27,6 +27,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from rlark.findings import Finding, Severity
 from rlark.preflight import parse_cpu, parse_memory_bytes
+from rlark.runtimes.kubernetes.status import PodPhase
 from rlark.spec import Job, Role, Toleration
 
 GPU = "nvidia.com/gpu"
@@ -111,7 +112,7 @@ def parse_nodes(nodes: Iterable[dict], pods: Iterable[dict] | None = None) -> li
         )
     for pod in pods or []:
         node = out.get((pod.get("spec") or {}).get("nodeName") or "")
-        if node is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if node is None or (pod.get("status") or {}).get("phase") in (PodPhase.Succeeded, PodPhase.Failed):
             continue
         for k, v in pod_requests(pod).items():
             node.requested[k] = node.requested.get(k, Decimal(0)) + v

@@ -53,8 +53,9 @@ from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.capacity import NodeInfo, parse_nodes
 from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream, abort, release
 from rlark.runtimes.kubernetes.logcursor import LogCursor, restore
-from rlark.runtimes.kubernetes.status import PodStatus, StatusPolicy, interpret, parse_time
+from rlark.runtimes.kubernetes.status import PodPhase, PodStatus, StatusPolicy, interpret, parse_time
 from rlark.spec import Job, head_service_name
+from rlark.status import Reason
 
 log = logging.getLogger("rlark.kubernetes")
 
@@ -93,7 +94,7 @@ class NamesBusy(KubeError):
     after :attr:`retry_after` seconds (``controller/loop.py``: a launch error that carries
     ``retry_after``)."""
 
-    reason = "WaitingForNames"
+    reason = Reason.WaitingForNames
 
     def __init__(self, message: str, retry_after: float = NAMES_RETRY_SECONDS):
         super().__init__(message, 409)
@@ -475,7 +476,7 @@ class KubernetesRuntime:
                     return "running"
                 if "terminated" in state:
                     return "terminated"
-        if status.get("phase") in ("Succeeded", "Failed"):
+        if status.get("phase") in (PodPhase.Succeeded, PodPhase.Failed):
             return "terminated"
         return "waiting"
 
@@ -760,10 +761,10 @@ class KubernetesRuntime:
             denied_log = self._log_errors.get(name)
             denied_delete = self._delete_errors.get(name)
         if failure is None and denied_log:
-            failure = ("Forbidden", f"RLark may not read the log of Pod {name}, so it cannot follow "
+            failure = (Reason.Forbidden, f"RLark may not read the log of Pod {name}, so it cannot follow "
                                     f"its Worker: {denied_log}")
         if alive and failure is None and denied_delete:
-            failure = ("StopFailed", f"RLark could not delete Pod {name} to stop its Worker: "
+            failure = (Reason.StopFailed, f"RLark could not delete Pod {name} to stop its Worker: "
                                      f"{denied_delete}")
         if not alive:
             follower = self._followers.get(name)
