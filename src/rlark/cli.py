@@ -10,7 +10,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -95,7 +95,7 @@ PHASE_STYLE: dict[str, str] = {
     Phase.Pending: "yellow", Phase.Stopping: "magenta", Phase.Stopped: "magenta"}
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     # one line whatever its length: scripts and tests read the `error: ` line
     err.print(Text("error: ", style="bold red") + Text(message), soft_wrap=True)
     raise typer.Exit(code)
@@ -914,7 +914,7 @@ def get_jobs(
         _check_name(name)
         client = _job_client(server, project)
         job = _call(client.get, f"/api/v1/jobs/{name}")
-        data = {"items": [job], "total": 1, "limit": 1, "offset": 0}
+        data: dict[str, Any] = {"items": [job], "total": 1, "limit": 1, "offset": 0}
         all_projects = False
     else:
         client = _client(server) if all_projects else _job_client(server, project)
@@ -936,7 +936,7 @@ def get_jobs(
 
 
 # the help lists the table's columns from JOB_COLUMNS, so the two cannot disagree
-get_jobs.__doc__ = get_jobs.__doc__.replace("{columns}", "\n    ".join(
+get_jobs.__doc__ = (get_jobs.__doc__ or "").replace("{columns}", "\n    ".join(
     f"{col:9} {what}" for col, what in JOB_COLUMNS))
 get_app.command("jobs")(get_jobs)
 get_app.command("job", hidden=True)(get_jobs)

@@ -362,8 +362,9 @@ class Condition:
                    str(d.get("message") or ""), str(d.get("lastTransitionTime") or ""))
 
 
-def conditions_of(stored: Sequence[Mapping[str, Any]] | None) -> list[Condition]:
-    """The conditions in a stored ``runs.conditions`` list (unknown types left out)."""
+def conditions_of(stored: Sequence[object] | None) -> list[Condition]:
+    """The conditions in a stored ``runs.conditions`` list (entries that are not a condition of
+    a type this version knows are left out)."""
     out = []
     for d in stored or ():
         c = Condition.from_dict(d) if isinstance(d, Mapping) else None
@@ -372,7 +373,7 @@ def conditions_of(stored: Sequence[Mapping[str, Any]] | None) -> list[Condition]
     return out
 
 
-def set_condition(stored: Sequence[Mapping[str, Any]] | None, kind: ConditionType, status: bool,
+def set_condition(stored: Sequence[object] | None, kind: ConditionType, status: bool,
                   reason: Reason, message: str, now: str) -> list[dict[str, str]] | None:
     """``stored`` with condition ``kind`` set (pure; Kubernetes' ``meta.SetStatusCondition``
     rules): its time changes only when its status does. Returns the new list, or None when

@@ -29,6 +29,7 @@ from rlark import __version__
 from rlark.api.security import (
     PROJECT_COOKIE,
     Access,
+    ProjectAccess,
     allow_project,
     allow_public,
     allow_user,
@@ -67,8 +68,8 @@ from rlark.store import ProjectRole
 router = APIRouter(include_in_schema=False)
 #: who may see a page / act: roles in the console's current project (``?project=``, else the
 #: project switcher's cookie, else ``default``)
-Reader = Annotated[Access, allow_project(ProjectRole.viewer, console=True)]
-Writer = Annotated[Access, allow_project(ProjectRole.member, console=True)]
+Reader = Annotated[ProjectAccess, allow_project(ProjectRole.viewer, console=True)]
+Writer = Annotated[ProjectAccess, allow_project(ProjectRole.member, console=True)]
 User = Annotated[Access, allow_user()]
 
 TEMPLATES = Path(__file__).parent / "templates"

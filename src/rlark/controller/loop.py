@@ -42,8 +42,8 @@ from rlark.controller.phases import (
 )
 from rlark.record import build_record
 from rlark.ranks import plan_workers
-from rlark.runtimes.base import (AdoptSpec, LaunchSpec, Taken, WorkerRef, bootstrap_env,
-                                 ray_resources, taken_port_ranges)
+from rlark.runtimes.base import (AdoptSpec, HasCapacity, LaunchSpec, Observed, Runtime, Taken,
+                                 WorkerRef, bootstrap_env, ray_resources, taken_port_ranges)
 from rlark.services.logs import job_log_dirs, remove_dirs
 from rlark.spec import Job, secret_refs
 from rlark.status import (Cause, ConditionType, Desired, EventType, Phase, Reason, WorkerPhase,
@@ -107,7 +107,7 @@ def role_demands(spec: dict) -> dict[str, admission.Amounts]:
 def ref(w: WorkerRow) -> WorkerRef:
     """The runtime's handle on a Worker row."""
     return WorkerRef(name=w.name, pid=w.pid, pid_started=w.pid_started, handle=w.handle,
-                     run_uid=w.run.uid if w.run is not None else None,
+                     run_uid=w.run.uid,
                      node_ip=w.node_ip, port_base=w.port_base)
 
 
@@ -144,7 +144,8 @@ class Controller:
     """Runs the reconcile loop in a background thread (``start``/``shutdown``) or step by step
     (``reconcile_once``, used by tests)."""
 
-    def __init__(self, store: Store, runtime, tick_seconds: float = 0.1, on_shutdown=None,
+    def __init__(self, store: Store, runtime: Runtime, tick_seconds: float = 0.1,
+                 on_shutdown: Callable[[], None] | None = None,
                  stop_runs_on_exit: bool = False, idle_resync_seconds: float = IDLE_RESYNC_SECONDS,
                  may_act: Callable[[], bool] | None = None,
                  adopt_cause: str = "the RLark server restarted",
@@ -580,7 +581,7 @@ class Controller:
 
     @property
     def _admits(self) -> bool:
-        return callable(getattr(self.runtime, "capacity", None))
+        return isinstance(self.runtime, HasCapacity)
 
     def _demand(self, run_id: int, spec: dict | None = None):
         if run_id not in self._demands and spec is not None:
@@ -596,7 +597,8 @@ class Controller:
         """Decide this pass which Pending Runs may launch (:func:`admission.admit`): the queue is
         every Pending Run not being stopped and not waiting for an earlier Run of its Job, oldest
         first; what is held is every launched Worker not yet released, by its role's request."""
-        if not self._admits:
+        runtime = self.runtime
+        if not isinstance(runtime, HasCapacity):
             return {}
         with self._session() as s:
             pending = s.execute(
@@ -637,7 +639,7 @@ class Controller:
             _, total, nodes = self._demand(run_id) or ({}, admission.Amounts(), 0)
             queue.append(admission.Candidate(run_id, total, nodes))
         usage = admission.Usage(held=held, starting_nodes=starting, busy=bool(held_rows))
-        return admission.admit(queue, usage, self.runtime.capacity())
+        return admission.admit(queue, usage, runtime.capacity())
 
     def _launch_later(self, s: Session, run: RunRow, exc: Exception, retry: float) -> None:
         """The runtime cannot start the Run yet but will be able to (its error carries
@@ -741,10 +743,11 @@ class Controller:
         self._transition(s, run, Transition(Phase.Starting, Reason.Launching,
                                             f"starting {plural(len(rows), 'Worker')}"))
         run.started_at = utcnow()
+        log_paths: dict[int, str] = {}
         for w in rows:
             place = placement.workers[w.node_rank]
             w.node_ip, w.port_base, w.ray_temp_dir = place.node_ip, place.port_base, place.ray_temp_dir
-            w.log_path = str(log_dir / f"{w.name}.log")
+            w.log_path = log_paths[w.node_rank] = str(log_dir / f"{w.name}.log")
         # the plan is durable before anything starts, and each handle as soon as its Worker
         # exists: a server that dies in between leaves Workers the next one finds (find())
         s.commit()
@@ -765,8 +768,8 @@ class Controller:
             try:
                 launched = self.runtime.launch(
                     LaunchSpec(job=job, run_uid=run.uid, worker=planned[w.node_rank], env=env,
-                               log_path=w.log_path, place=place, namespace=run.namespace,
-                               secrets=secrets)
+                               log_path=log_paths[w.node_rank], place=place,
+                               namespace=run.namespace, secrets=secrets)
                 )
             except Exception as exc:  # e.g. the role's interpreter does not exist
                 w.phase, w.reason, w.message = WorkerPhase.Failed, Reason.LaunchFailed, str(exc)
@@ -875,9 +878,9 @@ class Controller:
         }
 
     @staticmethod
-    def _merge_runtime_facts(w: WorkerRow, seen) -> None:
+    def _merge_runtime_facts(w: WorkerRow, seen: Observed) -> None:
         """Facts the runtime saw (a Pod's image digest, node) join the Worker's own facts."""
-        facts = getattr(seen, "facts", None)
+        facts = seen.facts
         if facts and any((w.facts or {}).get(k) != v for k, v in facts.items()):
             w.facts = {**(w.facts or {}), **facts}
 
@@ -952,12 +955,11 @@ class Controller:
         before = run.phase
         if t.to not in ALLOWED.get(before, ()):
             log.error("refused the transition %s -> %s (%s) of run %s of job %s: not allowed",
-                      before, t.to, t.reason, run.number, run.job.name if run.job else "?")
+                      before, t.to, t.reason, run.number, run.job.name)
             return
         if t.to not in t.reason.run_phases:
             log.error("refused the transition %s -> %s of run %s of job %s: %s is not a reason of "
-                      "phase %s", before, t.to, run.number, run.job.name if run.job else "?",
-                      t.reason, t.to)
+                      "phase %s", before, t.to, run.number, run.job.name, t.reason, t.to)
             return
         if t.to == Phase.Failed and t.worker:
             # the failing Worker's own last lines say why (pip's error, a traceback, Ray's message)
@@ -1061,8 +1063,7 @@ class Controller:
         life = dict(w.lifecycle or {})
         if w.log_path:
             events, w.log_offset = read_new_events(
-                w.log_path, w.log_offset, w.run.event_token if w.run is not None else None,
-                to_end=True)
+                w.log_path, w.log_offset, w.run.event_token, to_end=True)
             for ev in events:
                 if ev.get("event") == "exit":
                     life["exit"] = ev.get("code")
@@ -1087,12 +1088,12 @@ class Controller:
         return True
 
     @staticmethod
-    def _note_stop_failure(w: WorkerRow, seen) -> None:
+    def _note_stop_failure(w: WorkerRow, seen: Observed) -> None:
         """The runtime could not stop a Worker it was asked to stop (failure reason
         ``StopFailed``, e.g. RBAC refuses deleting its Pod): a Warning Event naming it, once per
         message (the controller asks again every pass)."""
-        failure = getattr(seen, "failure", None)
-        if not failure or failure[0] != Reason.StopFailed or w.run is None:
+        failure = seen.failure
+        if not failure or failure[0] != Reason.StopFailed:
             return
         life = dict(w.lifecycle or {})
         if life.get("stop_failure") == failure[1]:

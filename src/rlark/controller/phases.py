@@ -27,7 +27,6 @@ from rlark.status import (
     has_joined,
     is_ready,
     reported_reason,
-    worker_phase_of,
 )
 
 __all__ = ["ACTIVE", "ALLOWED", "TERMINAL", "Phase", "Reason", "WorkerPhase", "RunView",

@@ -7,6 +7,7 @@ shows the same fields.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import threading
@@ -73,7 +74,7 @@ def worker_view(w: WorkerRow) -> dict[str, Any]:
 
 
 def run_view(r: RunRow, with_workers: bool = False) -> dict[str, Any]:
-    out = {
+    out: dict[str, Any] = {
         "number": r.number,
         "uid": r.uid,
         "cause": text_of(r.cause),
@@ -507,7 +508,7 @@ class JobService:
         q: str | None = None,
         limit: int = 100,
         offset: int = 0,
-        projects: list[str] | None = None,
+        projects: builtins.list[str] | None = None,
     ) -> dict[str, Any]:
         """Jobs newest first, optionally filtered by phase and a name substring. ``projects``:
         only Jobs of these projects (None: every project)."""
@@ -536,7 +537,8 @@ class JobService:
                 .options(selectinload(RunRow.workers), selectinload(RunRow.tasks)))} if run_ids else {}
             from rlark.services.secrets import mask_data
 
-            items = [mask_data(job_summary(j, runs.get(j.current_run_id)),
+            items = [mask_data(job_summary(j, runs.get(j.current_run_id)
+                                           if j.current_run_id else None),
                                self._mask(s, j, with_runs=False)) for j in jobs]
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
@@ -572,7 +574,7 @@ class JobService:
             job = self._job(s, name, project)
             return mask_data(self._detail(s, job), self._mask(s, job))
 
-    def runs(self, name: str, project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
+    def runs(self, name: str, project: str = DEFAULT_PROJECT) -> builtins.list[dict[str, Any]]:
         from rlark.services.secrets import mask_data
 
         with self.store.session() as s:
@@ -580,7 +582,7 @@ class JobService:
             return mask_data([run_view(r) for r in job.runs], self._mask(s, job))
 
     def workers(self, name: str, run: int | None = None,
-                project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
+                project: str = DEFAULT_PROJECT) -> builtins.list[dict[str, Any]]:
         from rlark.services.secrets import mask_data
 
         with self.store.session() as s:
@@ -589,7 +591,7 @@ class JobService:
                              self._mask(s, job))
 
     def events(self, name: str, run: int | None = None,
-               project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
+               project: str = DEFAULT_PROJECT) -> builtins.list[dict[str, Any]]:
         from rlark.services.secrets import mask_data
 
         with self.store.session() as s:
@@ -614,7 +616,8 @@ class JobService:
             return mask_data(rec, self._mask(s, job))
 
     def worker_logs(self, name: str, run: int | None, worker: str | None, role: str | None,
-                    rank: int | None, project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
+                    rank: int | None, project: str = DEFAULT_PROJECT
+                    ) -> builtins.list[dict[str, Any]]:
         """The Workers (name, role, rank, log path) whose logs match the filters, rank order;
         ``mask``: what every line shown must go through (:func:`rlark.services.logs.redact`
         with it masks the values of the Job's secrets).
@@ -706,8 +709,8 @@ class JobService:
         job.current_run_id = run.id
         # a new Run's cause is the Job's reason until the Run moves (every Cause is a Reason)
         job.phase, job.reason, job.message = run.phase, Reason(cause.value), ""
-        add_event(s, job.id, Reason(cause.value), f"run {run.number} created" + _by(actor), run_number=run.number,
-                  actor=actor.name)
+        add_event(s, job.id, Reason(cause.value), f"run {run.number} created" + _by(actor),
+                  run_number=run.number, actor=actor.name)
         return self._detail(s, job)
 
     @retry_on_conflict

@@ -374,7 +374,8 @@ def interpret(
         if st and st.get("reason") == "OOMKilled":
             limit = (_container_spec(pod, container).get("resources") or {}).get("limits", {}).get("memory")
             alive = terminated is None and phase not in (PodPhase.Succeeded, PodPhase.Failed)
-            return PodStatus(_state(phase) if alive else PodState.Failed, alive, exit_code, (Reason.OOMKilled, _clip(
+            return PodStatus(_state(phase) if alive else PodState.Failed, alive, exit_code, (
+                Reason.OOMKilled, _clip(
                 f"container {cs.get('name', container)} of Pod {name} was killed by the kernel's "
                 f"OOM killer (exit code {st.get('exitCode')})"
                 + (f"; its memory limit is {limit}" if limit else "")
@@ -384,11 +385,11 @@ def interpret(
             f"container {cs.get('name', container)} of Pod {name} could not start: "
             f"{terminated.get('reason')}: {terminated.get('message', '')}")), facts)
     if waiting.get("reason") == "CrashLoopBackOff":
-        last = (cs.get("lastState") or {}).get("terminated") or {}
+        previous = (cs.get("lastState") or {}).get("terminated") or {}
         return PodStatus(_state(phase), True, None, (Reason.CrashLoop, _clip(
             f"container {cs.get('name', container)} of Pod {name} keeps failing "
-            f"({cs.get('restartCount', 0)} restarts; last exit code {last.get('exitCode')} "
-            f"{last.get('reason', '')}): {waiting.get('message', '')}")), facts)
+            f"({cs.get('restartCount', 0)} restarts; last exit code {previous.get('exitCode')} "
+            f"{previous.get('reason', '')}): {waiting.get('message', '')}")), facts)
 
     if terminated is not None or phase in (PodPhase.Succeeded, PodPhase.Failed):
         if meta.get("deletionTimestamp") and not deleted_by_rlark and _ended_by_deletion(meta, terminated):
@@ -422,12 +423,14 @@ def interpret(
 
     wreason = waiting.get("reason", "")
     if wreason in IMAGE_PULL_FATAL:
-        return PodStatus(PodState.Scheduled, True, None, _pull_failure(pod, events, waiting, image), facts)
+        return PodStatus(PodState.Scheduled, True, None, _pull_failure(pod, events, waiting, image),
+                         facts)
     if wreason in IMAGE_PULL_WAITING:
         pulls = [t for t in (_event_time(e) for e in _events(events, PULL_RETRY_EVENTS)) if t]
         since = min(pulls) if pulls else (parse_time(status.get("startTime")) or now)
         if now - since >= policy.image_pull_grace_seconds:
-            return PodStatus(PodState.Scheduled, True, None, _pull_failure(pod, events, waiting, image), facts)
+            return PodStatus(PodState.Scheduled, True, None,
+                             _pull_failure(pod, events, waiting, image), facts)
         return PodStatus(PodState.Scheduled, True, None, None, facts)
     if wreason in CREATE_WAITING:
         since = parse_time(status.get("startTime")) or now
