@@ -105,6 +105,49 @@ def test_a_password_change_ends_the_password_sessions(app_store):
         auth.from_session(cookie)
 
 
+def _after_next_commit(store: Store, do) -> None:
+    """Run ``do`` (in a connection of its own) right after the next commit of one of ``store``'s
+    sessions: what another request does between two steps of this one."""
+    from sqlalchemy import event
+
+    def hook(_session) -> None:
+        with store.engine.begin() as conn:
+            do(conn)
+
+    event.listen(store._sessions, "after_commit", hook, once=True)
+
+
+def test_a_token_or_user_deleted_during_a_login_answers_401_not_a_500(app_store):
+    """A login checks its credentials in one transaction and opens the session (or makes the
+    token) in the next; a token or user deleted in between (another request) used to fail with
+    AttributeError (a 500). Found by the static type checker: ``Session.get`` may give None."""
+    from sqlalchemy import delete
+
+    from rlark.store import TokenRow, UserRow
+
+    app, store = app_store
+    auth: AuthService = app.state.auth
+    admin_token(store)
+    token = make_user(store, "mia", "default", "member", password=PASSWORD)
+    _after_next_commit(store, lambda conn: conn.execute(delete(TokenRow)))
+    with pytest.raises(Unauthenticated, match="revoked or deleted meanwhile"):
+        auth.login("10.0.0.1", token=token)
+
+    make_user(store, "otto", "default", "member", password=PASSWORD)
+    _after_next_commit(store, lambda conn: conn.execute(delete(UserRow).where(UserRow.name == "otto")))
+    with pytest.raises(Unauthenticated, match="deleted or disabled meanwhile"):
+        auth.login("10.0.0.1", name="otto", password=PASSWORD)
+
+    # the API's password login (check the password, then make a token) answers 401 too
+    make_user(store, "ida", "default", "member", password=PASSWORD)
+    client = api_client(app, None)
+    _after_next_commit(store, lambda conn: conn.execute(delete(UserRow).where(UserRow.name == "ida")))
+    r = client.post("/api/v1/login", json={"user": "ida", "password": PASSWORD})
+    assert r.status_code == 401, r.text
+    assert r.json()["detail"]["code"] == "Unauthenticated"
+    assert "deleted or disabled meanwhile" in r.json()["detail"]["message"]
+
+
 @pytest.mark.parametrize("host", ["evil.com@localhost", "localhost/evil", "localhost#.x",
                                   "localhost?.x", "localhost:99999", "localhost.", "", "[::1"])
 def test_host_headers_that_are_not_plain_host_port_are_refused(host):

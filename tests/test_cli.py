@@ -412,12 +412,32 @@ def test_describe_job_text_and_json(server, files):
     assert "143 (SIGTERM)" in pool0
     head0 = next(line for line in out.splitlines() if "demo-head-0" in line)
     assert "SIG" not in head0 and " 0 " in head0 + " "
+    assert "Conditions" not in out  # a Run the controller has not looked at yet has none
+
+    # the Run's conditions, as the controller writes them (rlark.status.set_condition)
+    from rlark.status import ConditionType, Reason, set_condition
+
+    with server.store.session() as s:
+        run = s.scalar(select(RunRow))
+        conditions = set_condition([], ConditionType.AllJoined, False, Reason.WaitingForWorkers,
+                                   "1/3 Ray nodes joined", "2026-12-01T04:12:03Z")
+        run.conditions = set_condition(conditions, ConditionType.HeadReady, True,
+                                       Reason.RayHeadStarted, "the Ray head on demo-head-0 is up",
+                                       "2026-12-01T04:12:05Z")
+    out = server.cli("describe", "job", "demo").stdout
+    start = out.index("Conditions")
+    rows = [line.strip().split(None, 4) for line in out[start:out.index("\nWorkers", start)].splitlines()[2:]]
+    assert rows == [["AllJoined", "False", "WaitingForWorkers", "2026-12-01T04:12:03", "1/3 Ray nodes joined"],
+                    ["HeadReady", "True", "RayHeadStarted", "2026-12-01T04:12:05",
+                     "the Ray head on demo-head-0 is up"]]
 
     data = json.loads(server.cli("describe", "job", "demo", "--format", "json").stdout)
     assert data["name"] == "demo" and data["phase"] == "Pending"
     assert [(w["name"], w["nodeRank"]) for w in data["currentRun"]["workers"]] == [
         ("demo-head-0", 0), ("demo-pool-0", 1), ("demo-pool-1", 2)]
     assert [e["reason"] for e in data["events"]] == ["Submitted"]
+    assert [(c["type"], c["status"], c["reason"]) for c in data["currentRun"]["conditions"]] == [
+        ("AllJoined", "False", "WaitingForWorkers"), ("HeadReady", "True", "RayHeadStarted")]
 
     missing = server.cli("describe", "job", "nosuch")
     assert missing.returncode == 1 and "no Job named 'nosuch'" in error_line(missing)

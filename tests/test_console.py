@@ -22,7 +22,7 @@ from rlark.console import HTMX_VERSION, STATIC_DIR
 from rlark.console.i18n import CATALOG_DIR, LOCALES, Translator, catalog, negotiate
 from rlark.console.logview import stamp_of
 from rlark.console.wizard import WizardState, field_of, step_of
-from rlark.controller.phases import Phase, WorkerPhase
+from rlark.status import Cause, ConditionType, Phase, WorkerPhase
 from rlark.findings import Finding
 from rlark.spec import job_to_dict, load_job
 from rlark.store import WorkerRow
@@ -79,6 +79,22 @@ def finish(service, name: str, phase: str = "Failed", reason: str = "RunFailed",
         for row in (job, run):
             row.phase, row.reason, row.message = phase, reason, message
         run.exit_code = 3 if phase == "Failed" else 0
+
+
+def observe(service, name: str) -> None:
+    """Conditions on the Job's current Run, as the controller's pass writes them."""
+    from rlark.status import ConditionType, Reason, set_condition
+    from rlark.store import JobRow, RunRow
+
+    with service.store.session() as s:
+        job = s.query(JobRow).filter_by(name=name).one()
+        run = s.get(RunRow, job.current_run_id)
+        c = set_condition([], ConditionType.AllJoined, False, Reason.WaitingForWorkers,
+                          "1/3 Ray nodes joined; waiting for rank 2", "2026-12-01T04:12:03Z")
+        c = set_condition(c, ConditionType.HeadReady, True, Reason.RayHeadStarted,
+                          f"the Ray head on {name}-head-0 is up", "2026-12-01T04:12:05Z")
+        run.conditions = set_condition(c, ConditionType.ReconcileError, True, Reason.ReconcileFailed,
+                                       "OSError: the API server went away", "2026-12-01T04:12:07Z")
 
 
 def wizard_form(**over) -> dict[str, str]:
@@ -138,7 +154,8 @@ def test_every_key_the_console_uses_is_in_the_catalogs():
         used |= set(re.findall(r'"((?:flash|error)\.[A-Za-z]+)"(?!\.html)', text))
     used |= {f"flash.{a}" for a in ("stop", "start", "restart")}
     used |= {f"phase.{p.value}" for p in Phase} | {f"phase.{p.value}" for p in WorkerPhase}
-    used |= {f"cause.{c}" for c in ("Submitted", "Started", "Restarted", "Updated", "Retry")}
+    used |= {f"cause.{c.value}" for c in Cause}
+    used |= {f"cond.{c.value}" for c in ConditionType} | {"condStatus.True", "condStatus.False"}
     used |= {f"tab.{t}" for t in ("overview", "events", "logs", "record", "spec")}
     used |= {f"sev.{s}" for s in ("error", "warning", "info")}
     used |= {f"mount.{m}" for m in ("hostPath", "pvc", "objectStorage")}
@@ -571,6 +588,14 @@ def test_detail_tabs_render(client, service):
     live = client.get("/jobs/det/_live?tab=events")
     assert live.text.lstrip().startswith('<div id="job-live"') and 'data-reason="Submitted"' in live.text
     assert client.get("/jobs/det?tab=bogus&run=999").status_code == 200
+    assert 'id="conditions"' not in client.get("/jobs/det").text  # none observed yet
+    observe(service, "det")
+    page = client.get("/jobs/det").text
+    assert re.findall(r'<tr data-condition="(\w+)" data-status="(\w+)"', page) == [
+        ("AllJoined", "False"), ("HeadReady", "True"), ("ReconcileError", "True")]
+    row = re.search(r'<tr data-condition="ReconcileError".*?</tr>', page, re.S).group(0)
+    assert ('data-reason="ReconcileFailed"' in row and "2026-12-01 04:12:07" in row
+            and "OSError: the API server went away" in row)
     r = client.get("/jobs/no-such-job")
     assert r.status_code == 404 and "There is no Job named “no-such-job”" in r.text
     assert client.get("/jobs/BAD%00").status_code == 404
@@ -671,6 +696,7 @@ def _visible_text(html: str) -> list[str]:
 
 def test_chinese_locale_shows_no_english_label(client, service):
     service.create(job_doc("zh"))
+    observe(service, "zh")  # the Conditions card too
     en, zh = catalog("en"), catalog("zh-CN")
     english = {v for k, v in en.items() if v != zh[k] and "{" not in v}
     client.cookies.set("rlark_lang", "zh-CN")

@@ -335,7 +335,7 @@ def _w(rank: int = 1, **changes) -> WorkerView:
     (_w(0, reported_phase="Preparing"), "Failed", "JoinTimeout", ("ppo-head-0",),
      ("Failed", "JoinTimeout", "its Ray node did not join the cluster in time; stopped by RLark", None)),
     # ended on its own before the Run did, not what ended it
-    (_w(1, alive=False, exit_code=0), "Succeeded", "Completed", (), ("Exited", "", "exited with code 0", 0)),
+    (_w(1, alive=False, exit_code=0), "Succeeded", "Completed", (), ("Exited", None, "exited with code 0", 0)),
     # never launched
     (_w(2, launched=False, alive=False), "Stopped", "StopRequested", (),
      ("Stopped", "NotLaunched", "never started: its Run was stopped first", None)),

@@ -1,6 +1,7 @@
 """The Store on SQLite and PostgreSQL: Alembic schema, JSON columns, constraints, cascades,
-timestamps, SQLite pragmas, how ``RLARK_DATABASE_URL`` picks the database, and the 0004
-migration of a store made before projects existed."""
+timestamps, SQLite pragmas, how ``RLARK_DATABASE_URL`` picks the database, the 0004
+migration of a store made before projects existed and the 0009 one of a store made before
+status types (enum columns, nullable reasons, Run conditions)."""
 
 from __future__ import annotations
 
@@ -223,6 +224,162 @@ def test_0004_moves_existing_jobs_to_default_and_scopes_names_by_project(db_url)
         assert service.list()["total"] == 3
     finally:
         store.dispose()
+
+
+# --- the 0009 migration: status types on a store made before them --------------------------------
+
+#: what revision 0006 held: every phase of each kind, reasons '' (none), known and unknown
+LEGACY_REASON = "ControllerRestarted"  # written by an earlier RLark version, gone since
+
+
+def _store_at_0006_with_every_phase(url: str, worker_phase: str = "Joining") -> None:
+    """A database at revision 0006 holding a Job with one Run per Run phase (every cause), a
+    Task per Run phase, a Worker per Worker phase and a transition Event per allowed
+    transition, written as that revision's schema had them (plain strings)."""
+    from rlark.controller.phases import ALLOWED
+    from rlark.status import Cause, Phase, WorkerPhase
+
+    engine = make_engine(url)
+    try:
+        command.upgrade(alembic_config(engine), "0006")
+        now = datetime.now(timezone.utc)
+        with engine.begin() as conn:
+            meta = MetaData()
+            jobs, runs, tasks, workers, events = (
+                Table(t, meta, autoload_with=conn) for t in ("jobs", "runs", "tasks", "workers", "events"))
+            assert "conditions" not in runs.c  # really the old schema
+            conn.execute(jobs.insert().values(
+                project_id=DEFAULT_PROJECT_ID, name="old", spec=small("old"), labels={},
+                desired="Stopped", phase="Failed", reason="", message="", findings=[],
+                delete_requested=False, created_at=now, updated_at=now))
+            job_id = conn.execute(select(jobs.c.id)).scalar_one()
+            causes = list(Cause)
+            for n, phase in enumerate(Phase, 1):
+                conn.execute(runs.insert().values(
+                    job_id=job_id, number=n, uid=f"old-{n}", cause=causes[n % len(causes)].value,
+                    runtime="local", spec=small("old"), phase=phase.value,
+                    reason=LEGACY_REASON if n == 1 else ("" if n == 2 else "HeadLost"),
+                    message=f"run {n}", stop_requested=False, created_at=now))
+            run_ids = conn.execute(select(runs.c.id).order_by(runs.c.number)).scalars().all()
+            for phase in Phase:
+                conn.execute(tasks.insert().values(run_id=run_ids[0], role=f"r-{phase.value.lower()}",
+                                                   phase=phase.value, ready=0, total=1,
+                                                   first_rank=0, last_rank=0))
+            for rank, phase in enumerate([*WorkerPhase, worker_phase]):
+                conn.execute(workers.insert().values(
+                    run_id=run_ids[0], name=f"old-w-{rank}", role="r", index=rank, node_rank=rank,
+                    is_head=rank == 0, phase=str(phase), reason="" if rank else "RunFailed",
+                    message="", log_offset=0, released=True, facts={}, lifecycle={}))
+            for before, targets in ALLOWED.items():
+                for to in targets:
+                    conn.execute(events.insert().values(
+                        job_id=job_id, run_number=1, time=now, type="Warning" if to == "Failed" else "Normal",
+                        reason="Submitted", message=f"{before} -> {to}", from_phase=before.value,
+                        to_phase=to.value))
+    finally:
+        engine.dispose()
+
+
+def test_0009_converts_rows_holding_every_phase_in_place(db_url):
+    from rlark.controller.phases import ALLOWED
+    from rlark.status import Cause, Desired, EventType, Phase, Reason, WorkerPhase
+
+    _store_at_0006_with_every_phase(db_url)
+    store = Store(db_url)  # upgrades to head, as a server start does
+    try:
+        with store.session() as s:
+            job = s.scalar(select(JobRow))
+            assert (job.desired, job.phase, job.reason) == (Desired.Stopped, Phase.Failed, None)
+            runs = s.scalars(select(RunRow).order_by(RunRow.number)).all()
+            assert [r.phase for r in runs] == list(Phase)  # every row, each phase an enum member
+            assert all(isinstance(r.cause, Cause) and r.conditions == [] for r in runs)
+            assert runs[0].reason == LEGACY_REASON and not runs[0].reason.known  # kept, still reads
+            assert (runs[1].reason, runs[2].reason) == (None, Reason.HeadLost)  # '' -> no reason
+            tasks = s.scalars(select(TaskRow).order_by(TaskRow.id)).all()
+            assert [t.phase for t in tasks] == list(Phase)
+            workers = s.scalars(select(WorkerRow).order_by(WorkerRow.node_rank)).all()
+            assert [w.phase for w in workers] == [*WorkerPhase, WorkerPhase.Joining]
+            assert workers[0].reason is Reason.RunFailed and workers[1].reason is None
+            events = s.scalars(select(EventRow).order_by(EventRow.id)).all()
+            assert {(e.from_phase, e.to_phase) for e in events} == {
+                (b, t) for b, ts in ALLOWED.items() for t in ts}
+            assert {e.type for e in events} == set(EventType)
+            # an unchanged legacy reason survives a write of the row
+            runs[0].message = "touched"
+        with store.session() as s:
+            assert s.scalar(select(RunRow).where(RunRow.number == 1)).reason == LEGACY_REASON
+        service = JobService(store, host=ROOMY_HOST)
+        views = {r["number"]: r for r in service.runs("old")}
+        assert (views[1]["reason"], views[2]["reason"], views[3]["reason"]) == (LEGACY_REASON, "", "HeadLost")
+        assert service.get("old")["reason"] == ""
+    finally:
+        store.dispose()
+
+
+def test_0009_downgrade_gives_back_what_0008_held(db_url):
+    _store_at_0006_with_every_phase(db_url)
+    engine = make_engine(db_url)
+    try:
+        command.upgrade(alembic_config(engine), "0009")
+        command.downgrade(alembic_config(engine), "0008")
+        with engine.connect() as conn:
+            assert "conditions" not in {c["name"] for c in inspect(conn).get_columns("runs")}
+            assert not inspect(conn).get_check_constraints("runs")
+            reasons = conn.execute(text("SELECT reason FROM runs ORDER BY number")).scalars().all()
+            assert reasons[:3] == [LEGACY_REASON, "", "HeadLost"]
+            assert conn.execute(text("SELECT count(*) FROM workers")).scalar() == 17
+        command.upgrade(alembic_config(engine), "head")  # and up again
+    finally:
+        engine.dispose()
+
+
+def test_0009_stops_before_changing_anything_on_a_value_it_cannot_constrain(db_url):
+    _store_at_0006_with_every_phase(db_url, worker_phase="Exploding")
+    engine = make_engine(db_url)
+    try:
+        command.upgrade(alembic_config(engine), "0008")  # the revision before it
+        with pytest.raises(RuntimeError, match=r"workers.phase holds \['Exploding'\]"):
+            command.upgrade(alembic_config(engine), "head")
+        with engine.connect() as conn:  # still at 0008, every row as it was
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0008"
+            assert conn.execute(text("SELECT count(*) FROM runs WHERE reason = ''")).scalar() == 1
+            assert conn.execute(text("SELECT count(*) FROM workers")).scalar() == 17
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("table, column, bad", [
+    ("jobs", "phase", "Exploded"), ("jobs", "desired", "Maybe"), ("runs", "phase", "running"),
+    ("runs", "cause", "Whim"), ("tasks", "phase", "Joined"), ("workers", "phase", "Gone"),
+    ("events", "type", "Error"), ("events", "to_phase", "Done"),
+])
+def test_the_database_refuses_a_status_outside_its_enum(store, table, column, bad):
+    """CHECK constraints on SQLite and PostgreSQL alike, also for writers that bypass the ORM."""
+    with store.session() as s:
+        _job_with_children(s)
+    with pytest.raises(IntegrityError):
+        with store.engine.begin() as conn:
+            conn.execute(text(f"UPDATE {table} SET {column} = :v"), {"v": bad})
+
+
+def test_the_orm_refuses_a_status_or_reason_outside_its_enum(store):
+    from sqlalchemy.exc import StatementError
+
+    from rlark.status import Phase, Reason
+
+    with store.session() as s:
+        job_id = _job_with_children(s)
+    for column, bad in (("phase", "Exploded"), ("reason", "NoSuchReason")):
+        with pytest.raises(StatementError, match="NoSuchReason|Exploded"):
+            with store.session() as s:
+                setattr(s.scalar(select(RunRow).where(RunRow.job_id == job_id)), column, bad)
+    with store.session() as s:  # values are taken as the members they spell
+        run = s.scalar(select(RunRow).where(RunRow.job_id == job_id))
+        run.phase, run.reason = "Running", "AllJoined"
+    with store.session() as s:
+        run = s.scalar(select(RunRow).where(RunRow.job_id == job_id))
+        assert (run.phase, run.reason) == (Phase.Running, Reason.AllJoined)
+        assert run.phase is Phase.Running and run.reason is Reason.AllJoined
 
 
 # --- columns ----------------------------------------------------------------------------------------
@@ -500,8 +657,8 @@ def test_a_stale_writer_fails_instead_of_overwriting_and_retry_reads_again(store
                     other.get(RunRow, run_id).message = "changed meanwhile"
             row.reason = reason
 
-    set_reason("Retried")
+    set_reason("Retry")
     with store.session() as s:
         run = s.get(RunRow, run_id)
-        assert (run.reason, run.message, run.version) == ("Retried", "changed meanwhile", 4)
+        assert (run.reason, run.message, run.version) == ("Retry", "changed meanwhile", 4)
     assert tries == [2, 3]

@@ -10,7 +10,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -24,6 +24,7 @@ from rlark import settings
 from rlark.client import Client, ClientError, resolve_project, resolve_server
 from rlark.exitcodes import exit_text
 from rlark.names import DNS1123_LABEL
+from rlark.status import TERMINAL, Phase, WorkerPhase
 from rlark.words import plural
 
 # The Job model (pydantic), its checks and PyYAML are imported where a command needs them, not
@@ -88,12 +89,13 @@ ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER",
 ProjectOpt = typer.Option(None, "--project", "-p", envvar="RLARK_PROJECT",
                           help="Project of the Job (default: the one `rlark project use` chose "
                                "for this server, else default).")
-TERMINAL = {"Succeeded", "Failed", "Stopped"}
-PHASE_STYLE = {"Succeeded": "green", "Completed": "green", "Failed": "red", "Terminated": "dim", "Running": "cyan", "Starting": "yellow",
-               "Pending": "yellow", "Stopping": "magenta", "Stopped": "magenta"}
+PHASE_STYLE: dict[str, str] = {
+    Phase.Succeeded: "green", WorkerPhase.Completed: "green", Phase.Failed: "red",
+    WorkerPhase.Terminated: "dim", Phase.Running: "cyan", Phase.Starting: "yellow",
+    Phase.Pending: "yellow", Phase.Stopping: "magenta", Phase.Stopped: "magenta"}
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     # one line whatever its length: scripts and tests read the `error: ` line
     err.print(Text("error: ", style="bold red") + Text(message), soft_wrap=True)
     raise typer.Exit(code)
@@ -832,8 +834,8 @@ def _wait(client: Client, name: str) -> int:
                   f"`rlark stop {name}{_project_flag(client)}`.")
         return 130
     phase = job["phase"]
-    if phase == "Succeeded":
-        out.print(f"[green]Succeeded[/green]: {job['message']}")
+    if phase == Phase.Succeeded:
+        out.print(f"[green]{phase}[/green]: {job['message']}")
         return 0
     out.print(Text(f"{phase} ", style="red") + Text(f"({job['reason']}): {job['message']}"))
     _print_failure_context(client, job)
@@ -845,7 +847,7 @@ def _print_failure_context(client: Client, job: dict) -> None:
     already ends with that Worker's last log lines (the controller adds them)."""
     run = job.get("currentRun") or {}
     workers = run.get("workers", [])
-    culprit = next((w for w in workers if w["phase"] == "Failed"), None) or next(
+    culprit = next((w for w in workers if w["phase"] == WorkerPhase.Failed), None) or next(
         (w for w in workers if w["isHead"]), None)
     if culprit is None:
         return
@@ -912,7 +914,7 @@ def get_jobs(
         _check_name(name)
         client = _job_client(server, project)
         job = _call(client.get, f"/api/v1/jobs/{name}")
-        data = {"items": [job], "total": 1, "limit": 1, "offset": 0}
+        data: dict[str, Any] = {"items": [job], "total": 1, "limit": 1, "offset": 0}
         all_projects = False
     else:
         client = _client(server) if all_projects else _job_client(server, project)
@@ -934,7 +936,7 @@ def get_jobs(
 
 
 # the help lists the table's columns from JOB_COLUMNS, so the two cannot disagree
-get_jobs.__doc__ = get_jobs.__doc__.replace("{columns}", "\n    ".join(
+get_jobs.__doc__ = (get_jobs.__doc__ or "").replace("{columns}", "\n    ".join(
     f"{col:9} {what}" for col, what in JOB_COLUMNS))
 get_app.command("jobs")(get_jobs)
 get_app.command("job", hidden=True)(get_jobs)
@@ -947,7 +949,8 @@ def describe_job(
     project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
-    """Phase and reason, the Job's Findings, Tasks (one per role: ready k/N, node ranks),
+    """Phase and reason, the Job's Findings, Tasks (one per role: ready k/N, node ranks), the
+    current Run's Conditions (AllJoined, HeadReady, ReconcileError: status, reason, since when),
     Workers with node ranks, hosts, IPs, Ray node ids and exit codes (143 (SIGTERM): stopped
     by RLark), Runs, Events (with the USER who asked for each change). Also `rlark describe
     jobs` (without NAME: every Job of the project, newest first).
@@ -1011,6 +1014,14 @@ def _describe_text(client: Client, job: dict) -> None:
                       (t.get("rayNode") or {}).get("summary", ""))
     if run.get("tasks"):
         out.print(tasks)
+    conditions = Table(title="Conditions", box=None, header_style="bold", title_justify="left")
+    for col in ("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"):
+        conditions.add_column(col)
+    for c in run.get("conditions") or []:
+        conditions.add_row(c["type"], Text(c["status"], style="green" if c["status"] == "True" else ""),
+                           c["reason"], (c.get("lastTransitionTime") or "")[:19], c["message"])
+    if run.get("conditions"):
+        out.print(conditions)
     table = Table(title="Workers", box=None, header_style="bold", title_justify="left")
     for col in ("RANK", "NAME", "ROLE", "PHASE", "HOST", "IP", "RAY NODE", "EXIT", "REASON"):
         table.add_column(col)

@@ -15,7 +15,7 @@ import socket
 import sys
 from enum import Enum
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import typer
 from rich.table import Table
@@ -25,7 +25,7 @@ from rlark import credentials, settings
 from rlark.client import Client, ClientError, resolve_project, resolve_server, token_source
 
 #: the ``rlark.cli`` module (its consoles and error helpers), set by :func:`register`
-_base: ModuleType | None = None
+_base: ModuleType
 
 #: as the server stores it (``rlark.services.auth.SHOWN_PREFIX``): enough to tell tokens apart
 SHOWN_PREFIX = 12
@@ -71,8 +71,9 @@ def register(app: typer.Typer, base: ModuleType) -> None:
 # --- helpers ----------------------------------------------------------------------------------------
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     _base._fail(message)
+    raise AssertionError("unreachable: _fail exits")
 
 
 def _call(fn: Callable, *args, **kw) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import typer
 from rich.text import Text
@@ -27,7 +27,7 @@ ProjectOpt = typer.Option(None, "--project", "-p", envvar="RLARK_PROJECT",
 ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER", help="RLark server URL.")
 
 #: the ``rlark.cli`` module (its consoles and helpers), set by :func:`register`
-_base: ModuleType | None = None
+_base: ModuleType
 
 
 def register(app: typer.Typer, base: ModuleType) -> None:
@@ -43,8 +43,9 @@ def _access() -> ModuleType:
     return cli_access
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     _base._fail(message)
+    raise AssertionError("unreachable: _fail exits")
 
 
 def parse_values(pairs: list[str], files: list[str], stdin_text: Any = None) -> dict[str, str]:

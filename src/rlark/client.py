@@ -95,8 +95,8 @@ class Client:
         ClientError: the credentials file cannot be used.
     """
 
-    def __init__(self, server: str | None = None, timeout: float = 30.0, token: str | None = None,
-                 *, anonymous: bool = False, project: str | None = None):
+    def __init__(self, server: str | None = None, timeout: float | httpx.Timeout = 30.0,
+                 token: str | None = None, *, anonymous: bool = False, project: str | None = None):
         self.base = resolve_server(server)
         self.token = None if anonymous else resolve_token(self.base, token)
         self.project = project
@@ -173,7 +173,8 @@ class Client:
                 if resp.status_code >= 400:
                     resp.read()
                     raise self._error(resp)
-                event, data = "message", []
+                event = "message"
+                data: list[str] = []
                 for line in resp.iter_lines():
                     if line.startswith(":"):
                         continue

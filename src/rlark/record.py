@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from rlark.status import text_of
+
 RECORD_VERSION = 1
 
 
@@ -60,7 +62,7 @@ def public_record(rec: dict[str, Any]) -> dict[str, Any]:
     """A stored run record as users may read it: each Worker's facts without
     :data:`PRIVATE_FACTS` (records stored before they were left out still hold them). Returns a
     copy when anything was removed, else ``rec`` itself."""
-    items = ((rec.get("workers") or {}).get("items")) if isinstance(rec, dict) else None
+    items = (rec.get("workers") or {}).get("items")
     if not isinstance(items, list) or not any(
             isinstance(w, dict) and PRIVATE_FACTS & set(w.get("facts") or {}) for w in items):
         return rec
@@ -106,8 +108,8 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
                 "ip": w.ip or w.node_ip,
                 "rayNodeId": w.ray_node_id,
                 "joined": bool((w.lifecycle or {}).get("joined")),
-                "phase": w.phase,
-                "reason": w.reason or None,
+                "phase": text_of(w.phase),
+                "reason": text_of(w.reason) or None,
                 "exitCode": w.exit_code,
                 "startedAt": iso(w.started_at),
                 "finishedAt": iso(w.finished_at),
@@ -118,7 +120,7 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
                 "facts": facts,
             }
         )
-    facts = [w.facts or {} for w in workers]
+    every_facts = [w.facts or {} for w in workers]
     digests, mixed = image_digests(workers)
     notes = (["local runtime: images are recorded, not pulled; each Worker ran with the Python "
               "environment named in its facts (python_executable)"]
@@ -132,11 +134,11 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
         "job": job.name,
         "run": run.number,
         "runUid": run.uid,
-        "cause": run.cause,
+        "cause": text_of(run.cause),
         "runtime": run.runtime,
         "result": {
-            "phase": run.phase,
-            "reason": run.reason,
+            "phase": text_of(run.phase),
+            "reason": text_of(run.reason),
             "message": run.message,
             "exitCode": run.exit_code,
         },
@@ -163,10 +165,10 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
             "items": worker_entries,
         },
         "versions": {
-            "python": _distinct(f.get("python") for f in facts),
-            "ray": _distinct(f.get("ray") for f in facts),
-            "rlinf": _distinct(f.get("rlinf") for f in facts),
-            "torch": _distinct(f.get("torch") for f in facts),
+            "python": _distinct(f.get("python") for f in every_facts),
+            "ray": _distinct(f.get("ray") for f in every_facts),
+            "rlinf": _distinct(f.get("rlinf") for f in every_facts),
+            "torch": _distinct(f.get("torch") for f in every_facts),
         },
         "logs": {
             "root": str(logs_root) if logs_root else None,

@@ -6,7 +6,7 @@ import ipaddress
 import logging
 import os
 import socket
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from fastapi import FastAPI
 
@@ -21,6 +21,11 @@ from rlark.services.jobs import JobService
 from rlark.services.secrets import server_box
 from rlark.store import Store
 from rlark.store.lock import ControllerLock, owner_info
+
+if TYPE_CHECKING:  # imported where used: the local runtime never loads the Kubernetes client
+    from rlark.controller.leader import Leadership
+    from rlark.runtimes.base import Runtime
+    from rlark.runtimes.kubernetes.namespaces import ProjectNamespaces
 
 RUNTIMES = ("local", "kubernetes")
 log = logging.getLogger("rlark.server")
@@ -161,8 +166,8 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     inventory = None
     kube_secret_keys = None
     pending = None
-    first: Any  # the runtime of the (first) controller
-    make_runtime: Callable[[], Any] = LocalRuntime  # that of a later one (replicas)
+    first: Runtime  # the runtime of the (first) controller
+    k8s_first: ProjectNamespaces | None = None  # the same, on Kubernetes
     api_client = None
     if runtime == "kubernetes":
         from rlark.runtimes.kubernetes.client import KubeClient, KubeError
@@ -185,10 +190,8 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
             """Every namespace's runtime (watches started: RBAC refusing them raises)."""
             return ProjectNamespaces(runtime_for(kube.namespace), runtime_for)
 
-        make_runtime = namespaces
-
         try:  # every replica starts its watches, so RBAC refusing them shows at start
-            first = make_runtime()
+            first = k8s_first = namespaces()
         except KubeError as exc:
             raise ValueError(str(exc)) from None
         inventory = KubernetesRuntime(kube=kube, policy=k8s_policy, start=False).inventory
@@ -206,22 +209,22 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     try:
         box = server_box(store)  # before the controller: a Run must never launch without it
     except SecretKeyError:
-        if runtime == "kubernetes":
-            first.shutdown()
+        if k8s_first is not None:
+            k8s_first.shutdown()
         store.dispose()
         raise
     lock = ControllerLock(store.engine, owner_info(server_url), shared=leader_elect).acquire()
     stop_runs = settings.stop_runs_on_exit() if stop_runs_on_exit is None else stop_runs_on_exit
     controller: Any
-    if leader_elect:
-        controller = _leadership(store, first, make_runtime, api_client, first.namespace, lock,
-                                 stop_runs, box)
+    if leader_elect and k8s_first is not None:
+        controller = _leadership(store, k8s_first, namespaces, api_client, k8s_first.namespace,
+                                 lock, stop_runs, box)
     else:
         controller = Controller(store, first, on_shutdown=lock.release, stop_runs_on_exit=stop_runs,
                                 secret_box=box)
     service = JobService(store, controller.wake, runtime=runtime, inventory=inventory,
                          pending_timeout=pending,
-                         namespace=first.namespace if runtime == "kubernetes" else None,
+                         namespace=k8s_first.namespace if k8s_first is not None else None,
                          secret_box=box, kube_secret_keys=kube_secret_keys)
     policy = policy or SecurityPolicy()
     auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),
@@ -231,8 +234,9 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     return create_app(service, controller, policy=policy, auth=auth, secret_box=box)
 
 
-def _leadership(store: Store, first, make_runtime: Callable[[], Any], api_client, namespace: str,
-                lock: ControllerLock, stop_runs: bool, box: SecretBox | None = None):
+def _leadership(store: Store, first: ProjectNamespaces, make_runtime: Callable[[], ProjectNamespaces],
+                api_client: Any, namespace: str, lock: ControllerLock, stop_runs: bool,
+                box: SecretBox | None = None) -> Leadership:
     """The controller of a replica: a :class:`~rlark.controller.leader.Leadership` whose terms
     are Controllers on a fresh runtime (``first`` for the first term: its watches already run).
 

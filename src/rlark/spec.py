@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
@@ -486,7 +486,7 @@ _UNION_FIELDS = {"cpu", "memory", "objectStoreMemory"}
 _UNION_TAGS = {"float", "str", "int", "bool"}
 
 
-def _pydantic_finding(err: dict[str, Any]) -> Finding:
+def _pydantic_finding(err: Mapping[str, Any]) -> Finding:
     loc = list(err.get("loc", ()))
     # For the union-typed fields pydantic appends the member type tried ("float", "str");
     # drop it, and only there (a map key may be called "str" too).
@@ -676,7 +676,8 @@ def resolve_document_paths(data: Any, base_dir: str) -> Any:
         return out
     if "workingDir" in spec:
         spec["workingDir"] = absolute(spec["workingDir"])
-    for role in spec.get("roles") if isinstance(spec.get("roles"), list) else ():
+    roles = spec.get("roles")
+    for role in roles if isinstance(roles, list) else ():
         mounts = role.get("mounts") if isinstance(role, dict) else None
         for mount in mounts if isinstance(mounts, list) else ():
             if isinstance(mount, dict) and mount.get("type") == MountType.host_path.value \

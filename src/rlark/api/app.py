@@ -151,7 +151,7 @@ def _document_bearer_auth(app: FastAPI) -> None:
     from rlark.api.security import Rule, api_routes, route_rule
 
     public = {(m.lower(), path) for path, r in api_routes(app) if route_rule(r) == Rule.public
-              for m in r.methods}
+              for m in r.methods or ()}
 
     def openapi() -> dict:
         if app.openapi_schema is None:
@@ -168,4 +168,4 @@ def _document_bearer_auth(app: FastAPI) -> None:
             app.openapi_schema = schema
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend it

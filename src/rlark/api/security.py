@@ -327,6 +327,15 @@ class Access:
         return self.principal.actor(self.client)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProjectAccess(Access):
+    """What a route behind :func:`allow_project` gets: :class:`Access` whose project and role
+    are always set."""
+
+    project: str
+    role: ProjectRole
+
+
 def _client(request: Request) -> str | None:
     return request.client.host if request.client else None
 
@@ -387,28 +396,30 @@ def _project_checker(needed: ProjectRole, rule: Rule, source: str):
     parameter (default ``default``), the path parameter, or (console) the query parameter, else
     the console's project cookie."""
 
-    def check(request: Request, project: str) -> Access:
+    def check(request: Request, project: str) -> ProjectAccess:
         principal = principal_of(request)
         try:
             role = authorize(principal, project, needed)
         except (NotFound, Forbidden) as exc:
             _denied(request, principal, project, exc)
             raise
-        return Access(principal, _client(request), project, role)
+        return ProjectAccess(principal, _client(request), project=project, role=role)
 
-    if source == "path":
-        def dependency(request: Request, project: Annotated[str, Path(max_length=63)]) -> Access:
-            return check(request, project)
-    elif source == "console":
-        def dependency(request: Request,
-                       project: Annotated[str | None, Query(max_length=63)] = None) -> Access:
-            return check(request, project or request.cookies.get(PROJECT_COOKIE) or DEFAULT_PROJECT)
-    else:
-        def dependency(request: Request,
-                       project: Annotated[str, Query(max_length=63, description=(
-                           "the project the Job belongs to"))] = DEFAULT_PROJECT) -> Access:
-            return check(request, project)
-    dependency.rule = rule  # type: ignore[attr-defined]
+    # three signatures, one per place the project is named: FastAPI reads the parameters
+    def in_path(request: Request, project: Annotated[str, Path(max_length=63)]) -> ProjectAccess:
+        return check(request, project)
+
+    def in_console(request: Request,
+                   project: Annotated[str | None, Query(max_length=63)] = None) -> ProjectAccess:
+        return check(request, project or request.cookies.get(PROJECT_COOKIE) or DEFAULT_PROJECT)
+
+    def in_query(request: Request,
+                 project: Annotated[str, Query(max_length=63, description=(
+                     "the project the Job belongs to"))] = DEFAULT_PROJECT) -> ProjectAccess:
+        return check(request, project)
+
+    dependency = {"path": in_path, "console": in_console}.get(source, in_query)
+    dependency.rule = rule  # type: ignore[attr-defined]  # read by the route-rule checks
     return dependency
 
 
@@ -475,7 +486,8 @@ def check_every_route_has_a_rule(app: FastAPI) -> None:
     Raises:
         RuntimeError: naming the routes without a rule.
     """
-    missing = [f"{sorted(r.methods)} {path}" for path, r in api_routes(app) if route_rule(r) is None]
+    missing = [f"{sorted(r.methods or ())} {path}" for path, r in api_routes(app)
+               if route_rule(r) is None]
     if missing:
         raise RuntimeError("routes without an access rule (rlark.api.security.allow_*): "
                            + ", ".join(missing))

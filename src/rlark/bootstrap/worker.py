@@ -26,6 +26,7 @@ Fail closed: on any failure the bootstrap reports a reason and exits non-zero; i
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
@@ -38,6 +39,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import IO
 
 EVENT_PREFIX = "RLARK_EVENT "
 LABEL_RANK = "rlark.io/node-rank"
@@ -152,7 +154,7 @@ class BootstrapConfig:
             return value
 
         def as_int(name: str, value: str | None) -> int | None:
-            if value in (None, ""):
+            if value is None or value == "":
                 return None
             try:
                 return int(value)
@@ -191,8 +193,13 @@ class BootstrapConfig:
                 )
             return value
 
-        rank = as_int("RLINF_NODE_RANK", need("RLINF_NODE_RANK"))
-        num_nodes = as_int("RLARK_NUM_NODES", need("RLARK_NUM_NODES"))
+        def required_int(name: str) -> int:
+            value = as_int(name, need(name))
+            assert value is not None  # need() refused an empty value
+            return value
+
+        rank = required_int("RLINF_NODE_RANK")
+        num_nodes = required_int("RLARK_NUM_NODES")
         head_address = need("RLARK_HEAD_ADDRESS")
         host, _, port = head_address.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -267,6 +274,7 @@ def build_ray_start_command(cfg: BootstrapConfig, ray: str = "ray") -> list[str]
     ``--resources`` (JSON), ``--labels`` (k=v,...), ``--temp-dir``, ``--disable-usage-stats``.
     """
     cmd = [ray, "start", "--block", "--disable-usage-stats"]
+    port_flags: tuple[str, ...]
     if cfg.is_head:
         cmd += ["--head", f"--port={cfg.head_port}"]
         cmd.append(f"--include-dashboard={'true' if cfg.include_dashboard else 'false'}")
@@ -314,7 +322,7 @@ def check_ranks(nodes: list[dict], run_id: str, num_nodes: int) -> tuple[dict[in
             continue
         raw = labels.get(LABEL_RANK)
         try:
-            rank = int(raw)
+            rank = int(raw if raw is not None else "")  # no label: ValueError, as a bad one
         except (TypeError, ValueError):
             problems.append(f"node {node.get('NodeID', '?')[:12]} has rank label {raw!r}")
             continue
@@ -460,7 +468,8 @@ class GcsNodes:
     method = "gcs"
 
     def __init__(self, address: str, timeout: float = 5.0):
-        from ray._raylet import GcsClient
+        # a Cython class: Ray's type information does not declare it
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
         self.timeout = timeout
         self.client = GcsClient(address=address)
@@ -521,20 +530,21 @@ class DriverNodes:
         self._said = ""  # the driver's last line that was not a table
         self._lock = threading.Lock()
 
-    def _spawn(self) -> None:
+    def _spawn(self) -> subprocess.Popen:
         # on the first read, i.e. once this node's raylet runs: a driver connects through it
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(
+        self.proc = proc = subprocess.Popen(
             [sys.executable, "-c", _DRIVER_PROGRAM, self.address, str(self.period)],
             env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,
         )
         if self.on_spawn is not None:
-            self.on_spawn(self.proc)
-        threading.Thread(target=self._read, daemon=True).start()
+            self.on_spawn(proc)
+        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+        return proc
 
-    def _read(self) -> None:
-        for line in self.proc.stdout:
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout or ():
             try:
                 table = json.loads(line) if line.startswith("[") else None
             except ValueError:
@@ -552,13 +562,12 @@ class DriverNodes:
             RuntimeError: the driver exited, did not connect within ``connect_timeout``, or
             printed nothing new for ``stale`` seconds (the GCS is gone).
         """
-        if self.proc is None:
-            self._spawn()
+        proc = self.proc if self.proc is not None else self._spawn()
         with self._lock:
             latest, at = self._latest, self._at
         now = time.monotonic()
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"the ray.nodes() driver exited with code {self.proc.returncode}"
+        if proc.poll() is not None:
+            raise RuntimeError(f"the ray.nodes() driver exited with code {proc.returncode}"
                                + (f": {self._said}" if self._said else ""))
         if latest is None:
             if now - self.started > self.connect_timeout:
@@ -566,8 +575,9 @@ class DriverNodes:
             return []
         if now - at > self.stale:
             raise RuntimeError(f"no node table from the ray.nodes() driver for {self.stale:g} s")
-        return [node_dict(n.get("NodeID") or "", n.get("Alive"), n.get("NodeManagerAddress"),
-                          n.get("NodeManagerHostname"), n.get("Labels")) for n in latest]
+        return [node_dict(n.get("NodeID") or "", bool(n.get("Alive")),
+                          n.get("NodeManagerAddress") or "", n.get("NodeManagerHostname") or "",
+                          n.get("Labels") or {}) for n in latest]
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -668,6 +678,7 @@ def _node_ip_guess(cfg: BootstrapConfig) -> str:
 def collect_facts(cfg: BootstrapConfig) -> dict:
     """Facts about this Worker for the run record: host, IP, rank, role, versions, CPUs, GPUs,
     memory (bytes). Cheap: versions come from package metadata, nothing heavy is imported."""
+    cpus: int | None
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -725,9 +736,16 @@ class Bootstrap:
         #: this Worker's Ray node is up (its raylet runs): only then does ``ray start`` hold
         #: anything that SIGTERM must let it stop cleanly
         self.node_up = False
-        self._start_lock_file = None  # see _take_start_lock
+        self._start_lock_file: IO[str] | None = None  # see _take_start_lock
         self._port_watch_started = False
         self.gcs: GcsNodes | DriverNodes | None = None
+
+    @property
+    def ray(self) -> subprocess.Popen:
+        """This Worker's ``ray start`` process (RuntimeError before :meth:`start_ray` ran it)."""
+        if self.ray_proc is None:
+            raise RuntimeError("`ray start` has not been run yet")
+        return self.ray_proc
 
     # signals
     def on_stop_signal(self, signum, _frame) -> None:
@@ -894,7 +912,7 @@ class Bootstrap:
         threading.Thread(target=watch, daemon=True).start()
 
     def _ray_exited(self, what: str) -> BootstrapError:
-        code = self.ray_proc.poll() if self.ray_proc else None
+        code = self.ray.poll() if self.ray_proc else None
         self._check_stopped()
         return BootstrapError(
             "RayStartFailed" if what == "start" else "NodeLost",
@@ -946,7 +964,7 @@ class Bootstrap:
 
     def _wait_node_up(self, deadline: float) -> str | None:
         while time.monotonic() < deadline:
-            if self.ray_proc.poll() is not None:
+            if self.ray.poll() is not None:
                 return None
             self._check_stopped()
             args = self.own_raylet_args()
@@ -964,7 +982,7 @@ class Bootstrap:
         cfg = self.cfg
         start_deadline = time.monotonic() + max(RAY_START_TIMEOUT, cfg.join_timeout)
         while not _port_open(cfg.head_host, cfg.head_port):
-            if self.ray_proc.poll() is not None:
+            if self.ray.poll() is not None:
                 raise self._ray_exited("start")
             self._check_stopped()
             if time.monotonic() > start_deadline:
@@ -984,7 +1002,7 @@ class Bootstrap:
             ) from None
         node_id = self.wait_node_up(start_deadline)
         if node_id is None:
-            if self.ray_proc.poll() is not None:
+            if self.ray.poll() is not None:
                 raise self._ray_exited("start")
             self._check_stopped()
             raise BootstrapError("RayStartFailed", "the head's raylet never started",
@@ -995,7 +1013,7 @@ class Bootstrap:
         last: tuple | None = None
         registered = False  # the head's own node is in the GCS's table: its `ray start` is done
         while True:
-            if self.ray_proc.poll() is not None:
+            if self.ray.poll() is not None:
                 raise self._ray_exited("alive" if registered else "start")
             self._check_stopped()
             try:
@@ -1049,12 +1067,14 @@ class Bootstrap:
     def _ray_exits_within(self, seconds: float) -> bool:
         """Whether this Worker's ``ray start`` exits within ``seconds``."""
         try:
-            self.ray_proc.wait(timeout=seconds)
+            self.ray.wait(timeout=seconds)
             return True
         except subprocess.TimeoutExpired:
             return False
 
     def _nodes(self) -> list[dict]:
+        if self.gcs is None:
+            raise RuntimeError("the node table is not open yet (start_ray opens it)")
         try:
             return self.gcs.nodes()
         except Exception as exc:
@@ -1087,7 +1107,7 @@ class Bootstrap:
                 if self.stopping.is_set():
                     continue
                 failure = None
-                if self.ray_proc.poll() is not None:
+                if self.ray.poll() is not None:
                     failure = self._ray_exited("alive")
                 elif time.monotonic() >= next_check:
                     next_check = time.monotonic() + NODE_CHECK_SECONDS
@@ -1272,7 +1292,8 @@ def _run_as_init(main) -> int:
 
 def main() -> int:
     """Entry point: ``python worker.py`` with the ``RLARK_*`` environment."""
-    sys.stdout.reconfigure(line_buffering=True)
+    if isinstance(sys.stdout, io.TextIOWrapper):  # lifecycle lines reach the log at once
+        sys.stdout.reconfigure(line_buffering=True)
 
     def work() -> int:
         global _token

@@ -10,9 +10,10 @@ the catalogs in ``catalogs/`` (English and Simplified Chinese).
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.staticfiles import StaticFiles
 
 HTMX_VERSION = "2.0.11"
@@ -43,11 +44,12 @@ def mount_console(app: FastAPI) -> None:
 
     as_json = app.exception_handlers.get(ServiceError)
 
-    async def service_error(request: Request, exc: Exception):
-        if not _is_console(request.url.path):
+    async def service_error(request: Request, exc: Exception) -> Response:
+        if not _is_console(request.url.path) or not isinstance(exc, ServiceError):
             if as_json is None:
                 raise exc
-            return await as_json(request, exc)
-        return error_page(request, exc)  # type: ignore[arg-type]
+            answer = as_json(request, exc)  # a handler may be a plain function or a coroutine
+            return await answer if inspect.isawaitable(answer) else answer
+        return error_page(request, exc)
 
     app.add_exception_handler(ServiceError, service_error)

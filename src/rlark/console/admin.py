@@ -10,14 +10,14 @@ that made it (never in a notice cookie, never again).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from rlark.api.security import Access, allow_admin, allow_project, allow_user
+from rlark.api.security import Access, ProjectAccess, allow_admin, allow_project, allow_user
 from rlark.console.i18n import Translator
 from rlark.console.routes import (
     _accepted_form,
@@ -36,7 +36,7 @@ from rlark.store import ProjectRole
 router = APIRouter(include_in_schema=False)
 Admin = Annotated[Access, allow_admin()]
 User = Annotated[Access, allow_user()]
-ProjectAdmin = Annotated[Access, allow_project(ProjectRole.admin, in_path=True)]
+ProjectAdmin = Annotated[ProjectAccess, allow_project(ProjectRole.admin, in_path=True)]
 
 ROLES = [r.value for r in ProjectRole]
 AUDIT_PAGE = 100
@@ -44,7 +44,14 @@ AUDIT_PAGE = 100
 AUDIT_ACTIONS = ("job.", "user.", "token.", "project.", "member.", "login.", "logout",
                  "request.denied")
 #: what each user button asks of :meth:`AccountService.update_user`, and the notice it leaves
-USER_UPDATES = {
+class _UserChange(TypedDict, total=False):
+    """What one action of the Users page changes (keywords of AccountService.update_user)."""
+
+    disabled: bool
+    admin: bool
+
+
+USER_UPDATES: dict[str, tuple[_UserChange, str]] = {
     "disable": ({"disabled": True}, "flash.userDisabled"),
     "enable": ({"disabled": False}, "flash.userEnabled"),
     "admin": ({"admin": True}, "flash.userAdmin"),

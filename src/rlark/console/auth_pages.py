@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from rlark.api.security import (
     PROJECT_COOKIE,
     SESSION_COOKIE,
-    Access,
+    ProjectAccess,
     allow_project,
     allow_public,
     allow_user,
@@ -145,7 +145,8 @@ async def logout(request: Request) -> Response:
 
 @router.get("/project")
 def switch_project(request: Request,
-                   access: Annotated[Access, allow_project(ProjectRole.viewer, console=True)]) -> Response:
+                   access: Annotated[ProjectAccess,
+                                     allow_project(ProjectRole.viewer, console=True)]) -> Response:
     """The project switcher: remember ``?project=`` (one the caller has a role in; else the
     not-found page) and show its Jobs."""
     resp = RedirectResponse("/jobs", status_code=303)

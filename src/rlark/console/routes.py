@@ -29,6 +29,7 @@ from rlark import __version__
 from rlark.api.security import (
     PROJECT_COOKIE,
     Access,
+    ProjectAccess,
     allow_project,
     allow_public,
     allow_user,
@@ -44,7 +45,7 @@ from rlark.console.wizard import (
     role_of,
     step_of,
 )
-from rlark.controller.phases import ACTIVE, Phase
+from rlark.status import ACTIVE, Phase
 from rlark.exitcodes import exit_text
 from rlark.findings import Finding, Severity
 from rlark.ranks import plan_workers
@@ -67,8 +68,8 @@ from rlark.store import ProjectRole
 router = APIRouter(include_in_schema=False)
 #: who may see a page / act: roles in the console's current project (``?project=``, else the
 #: project switcher's cookie, else ``default``)
-Reader = Annotated[Access, allow_project(ProjectRole.viewer, console=True)]
-Writer = Annotated[Access, allow_project(ProjectRole.member, console=True)]
+Reader = Annotated[ProjectAccess, allow_project(ProjectRole.viewer, console=True)]
+Writer = Annotated[ProjectAccess, allow_project(ProjectRole.member, console=True)]
 User = Annotated[Access, allow_user()]
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -129,7 +130,7 @@ env = jinja2.Environment(
 )
 env.filters["dt"] = _dt
 env.filters["exit"] = exit_text
-env.globals.update(PHASES=PHASES, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_TYPES, STEPS=STEPS,
+env.globals.update(PHASES=PHASES, Phase=Phase, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_TYPES, STEPS=STEPS,
                    TABS=TABS, seconds=_seconds, version=__version__, htmx_version=HTMX_VERSION,
                    quote=quote, amount=_amount, NODE_COLUMNS=NODE_COLUMNS)
 
@@ -366,9 +367,9 @@ def _current(request: Request) -> str:
     return request.cookies.get(PROJECT_COOKIE) or DEFAULT_PROJECT
 
 
-def _list_context(service: JobService, project: str, current: str, phase: str | None,
+def _list_context(service: JobService, project: str, current: str, phase_text: str | None,
                   q: str | None, page: int | None) -> dict:
-    phase = phase if phase in PHASES else None
+    phase = Phase(phase_text) if phase_text in PHASES else None  # anything else: no filter
     q = _text(q, 63) or None
     page = page or 1
     data = service.list(phase=phase, q=q, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE,

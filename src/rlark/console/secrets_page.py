@@ -14,24 +14,24 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from rlark.api.security import Access, allow_project
+from rlark.api.security import ProjectAccess, allow_project
 from rlark.console.routes import _accepted_form, _flash, _redirect, _render, _text
 from rlark.services.errors import ServiceError
 from rlark.services.secrets import SecretService
 from rlark.store import ProjectRole
 
 router = APIRouter(include_in_schema=False)
-Reader = Annotated[Access, allow_project(ProjectRole.viewer, console=True)]
-Writer = Annotated[Access, allow_project(ProjectRole.member, console=True)]
+Reader = Annotated[ProjectAccess, allow_project(ProjectRole.viewer, console=True)]
+Writer = Annotated[ProjectAccess, allow_project(ProjectRole.member, console=True)]
 
 
 def _secrets(request: Request) -> SecretService:
     return request.app.state.secrets
 
 
-def _page(request: Request, access: Access, status: int = 200, **ctx) -> Response:
+def _page(request: Request, access: ProjectAccess, status: int = 200, **ctx) -> Response:
     items = _secrets(request).list(access.principal, access.project)
-    can_edit = access.role is not None and access.role.allows(ProjectRole.member)
+    can_edit = access.role.allows(ProjectRole.member)
     return _render(request, "secrets.html", status, secrets=items, can_edit=can_edit,
                    form=ctx.pop("form", {}), error=ctx.pop("error", None), project=access.project)
 

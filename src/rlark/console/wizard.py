@@ -89,8 +89,10 @@ class KV:
         return entry
 
 
-def _env_row(e: dict) -> KV:
-    ref = ((e.get("valueFrom") or {}).get("secretKeyRef") or {}) if isinstance(e, dict) else {}
+def _env_row(e: object) -> KV:
+    if not isinstance(e, dict):  # not an env entry (the spec's checks name it)
+        return KV("", "", "")
+    ref = (e.get("valueFrom") or {}).get("secretKeyRef") or {}
     secret = f"{ref.get('name', '')}/{ref.get('key', '')}" if ref else ""
     return KV(e.get("name", ""), e.get("value") or "", secret)
 
@@ -123,7 +125,8 @@ class MountRow:
 
 
 def _mount_row(m: dict) -> MountRow:
-    k8s = m.get("kubernetes") if isinstance(m.get("kubernetes"), dict) else {}
+    given = m.get("kubernetes")
+    k8s = given if isinstance(given, dict) else {}
     return MountRow(m.get("name", ""), m.get("type", "hostPath"), m.get("source", ""),
                     m.get("mountPath", ""), bool(m.get("readOnly", False)),
                     storage_class=_fmt(k8s.get("storageClass")), csi_driver=_fmt(k8s.get("csiDriver")),
@@ -259,9 +262,9 @@ class WizardState:
                 role.devices.append(KV(form.get(f"{p}dev-{j}-key", "").strip(),
                                        form.get(f"{p}dev-{j}-value", "").strip()))
             st.roles.append(role)
-        for k in _indices(form, r"label-(\d+)-", MAX_ROWS):
-            st.labels.append(KV(form.get(f"label-{k}-key", "").strip(),
-                                form.get(f"label-{k}-value", "").strip()))
+        for n in _indices(form, r"label-(\d+)-", MAX_ROWS):
+            st.labels.append(KV(form.get(f"label-{n}-key", "").strip(),
+                                form.get(f"label-{n}-value", "").strip()))
         if not 0 <= st.head < len(st.roles):
             st.head = -1
         st.tab = min(st.tab, max(len(st.roles) - 1, 0))
@@ -309,7 +312,8 @@ class WizardState:
                              "local": _rest(r.get("local"), "local")}),
             ))
         names = [r.name for r in st.roles]
-        st.head = names.index(spec.get("headRole")) if spec.get("headRole") in names else -1
+        head = spec.get("headRole")
+        st.head = names.index(head) if isinstance(head, str) and head in names else -1
         return st
 
     # --- actions (the wizard's buttons other than back/next/submit) -------------------------------

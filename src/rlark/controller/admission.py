@@ -17,7 +17,9 @@ launch now and which wait, and where each waiting one stands in the queue:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping
+from typing import Generic, Hashable, Mapping, TypeVar
+
+from rlark.status import Reason
 
 GiB = 1024**3
 
@@ -90,12 +92,15 @@ class Usage:
     busy: bool = False
 
 
+K = TypeVar("K", bound=Hashable)
+
+
 @dataclass(frozen=True)
-class Candidate:
+class Candidate(Generic[K]):
     """A Pending Run: its ``key`` (the caller's id), what all its Workers ask for, and how many
     Ray nodes (Workers) it starts."""
 
-    key: Hashable
+    key: K
     demand: Amounts
     nodes: int
 
@@ -111,7 +116,7 @@ class Decision:
     oversized: tuple[str, ...] = ()
 
 
-REASON = "WaitingForCapacity"
+REASON = Reason.WaitingForCapacity
 
 
 def _ordinal(n: int) -> str:
@@ -119,10 +124,10 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def admit(queue: list[Candidate], usage: Usage, capacity: Capacity) -> dict[Hashable, Decision]:
+def admit(queue: list[Candidate[K]], usage: Usage, capacity: Capacity) -> dict[K, Decision]:
     """Decide every Pending Run in ``queue`` (oldest first) at once: which launch now (their
     requests counted as held for those behind them) and which wait, with their place."""
-    out: dict[Hashable, Decision] = {}
+    out: dict[K, Decision] = {}
     held, starting, busy = usage.held, usage.starting_nodes, usage.busy
     position = 0
     for c in queue:

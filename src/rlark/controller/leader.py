@@ -42,7 +42,10 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from rlark.controller.loop import Controller
 
 log = logging.getLogger("rlark.leader")
 
@@ -412,12 +415,12 @@ class Leadership:
     as a single server would (the Controller's own shutdown) and then releases the Lease.
     """
 
-    def __init__(self, elector: LeaderElector, make_term: Callable[[], Any],
+    def __init__(self, elector: LeaderElector, make_term: Callable[[], Controller],
                  on_shutdown: Callable[[], None] | None = None):
         self.elector = elector
         self.make_term = make_term
         self._on_shutdown = on_shutdown
-        self.term = None
+        self.term: Controller | None = None
         #: how many terms this server has led (for status and tests)
         self.terms = 0
         self._stop = threading.Event()

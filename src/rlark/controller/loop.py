@@ -14,8 +14,6 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 import threading
 import time
-import secrets
-import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 from datetime import datetime, timezone
@@ -31,22 +29,27 @@ from rlark.controller.phases import (
     ACTIVE,
     ALLOWED,
     TERMINAL,
-    Phase,
+    ConditionUpdate,
     RunView,
     Transition,
     WorkerView,
     decide,
+    failure_conditions,
     is_ready,
+    observed_conditions,
     settle,
     worker_phase,
 )
 from rlark.record import build_record
-from rlark.ranks import plan_workers, rank_ranges
-from rlark.runtimes.base import (AdoptSpec, LaunchSpec, Taken, WorkerRef, bootstrap_env,
-                                 ray_resources, taken_port_ranges)
+from rlark.ranks import plan_workers
+from rlark.runtimes.base import (AdoptSpec, HasCapacity, LaunchSpec, Observed, Runtime, Taken,
+                                 WorkerRef, bootstrap_env, ray_resources, taken_port_ranges)
 from rlark.services.logs import job_log_dirs, remove_dirs
 from rlark.spec import Job, secret_refs
-from rlark.store import ControllerStateRow, EventRow, JobRow, RunRow, Store, TaskRow, WorkerRow
+from rlark.status import (Cause, ConditionType, Desired, EventType, Phase, Reason, WorkerPhase,
+                          conditions_of, reported_reason, set_condition, worker_phase_of)
+from rlark.store import ControllerStateRow, JobRow, RunRow, Store, WorkerRow
+from rlark.store.runs import add_event, new_run
 from rlark.words import plural
 
 if TYPE_CHECKING:
@@ -61,7 +64,7 @@ PLANNED = or_(LAUNCHED, WorkerRow.log_path.is_not(None))
 
 #: a Worker's last reported phase while its ``ray start`` is (or is about to be) at work: counted
 #: against the bound on Ray nodes starting at once (None: nothing reported yet)
-STARTING_RAY = frozenset({None, "Starting", "Prepared", "StartingRay"})
+STARTING_RAY = frozenset({None, WorkerPhase.Starting, WorkerPhase.Prepared, WorkerPhase.StartingRay})
 
 #: seconds between two passes when nothing happens (a pass also comes at once on a wake, a
 #: log line or a Worker's end): the precision of deadlines such as the join timeout
@@ -104,7 +107,7 @@ def role_demands(spec: dict) -> dict[str, admission.Amounts]:
 def ref(w: WorkerRow) -> WorkerRef:
     """The runtime's handle on a Worker row."""
     return WorkerRef(name=w.name, pid=w.pid, pid_started=w.pid_started, handle=w.handle,
-                     run_uid=w.run.uid if w.run is not None else None,
+                     run_uid=w.run.uid,
                      node_ip=w.node_ip, port_base=w.port_base)
 
 
@@ -112,31 +115,18 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def new_run(job: JobRow, cause: str, runtime: str = "local") -> RunRow:
-    """A Pending Run of ``job`` with the Job's current spec snapshot, a fresh uid, its Tasks and
-    its Workers (names and node ranks fixed by the spec). The caller adds it to a session."""
-    number = max((r.number for r in job.runs), default=0) + 1
-    run = RunRow(
-        job=job,
-        number=number,
-        uid=uuid.uuid4().hex[:12],
-        event_token=secrets.token_hex(16),
-        cause=cause,
-        runtime=runtime,
-        spec=job.spec,
-        phase=Phase.pending.value,
-    )
-    spec = Job.model_validate(job.spec)
-    planned = plan_workers(spec)
-    for role, (lo, hi) in rank_ranges(planned).items():
-        run.tasks.append(TaskRow(role=role, total=hi - lo + 1, first_rank=lo, last_rank=hi))
-    for w in planned:
-        run.workers.append(
-            WorkerRow(
-                name=w.name, role=w.role, index=w.index, node_rank=w.node_rank, is_head=w.is_head
-            )
-        )
-    return run
+def set_conditions(run: RunRow, updates: list[ConditionUpdate], now: float | None = None) -> None:
+    """Apply ``updates`` to ``run.conditions`` (:func:`rlark.status.set_condition`: a condition's
+    time changes only with its status); the column is assigned only when something changed, so
+    an unchanged pass writes nothing. ``now``: seconds since the epoch (default: now)."""
+    when = iso_time(time.time() if now is None else now)
+    current = run.conditions
+    for u in updates:
+        changed = set_condition(current, u.type, u.status, u.reason, u.message, when)
+        if changed is not None:
+            current = changed
+    if current is not run.conditions:
+        run.conditions = current
 
 
 def consecutive_retries(runs: list[RunRow], run: RunRow) -> int:
@@ -144,46 +134,18 @@ def consecutive_retries(runs: list[RunRow], run: RunRow) -> int:
     started: maxRestarts is a budget per start, not per Job lifetime."""
     count = 0
     for r in sorted((r for r in runs if r.number <= run.number), key=lambda r: r.number, reverse=True):
-        if r.cause != "Retry":
+        if r.cause != Cause.Retry:
             break
         count += 1
     return count
-
-
-def add_event(
-    s: Session,
-    job_id: int,
-    reason: str,
-    message: str,
-    *,
-    run_number: int | None = None,
-    worker: str | None = None,
-    type: str = "Normal",
-    from_phase: str | None = None,
-    to_phase: str | None = None,
-    actor: str | None = None,
-) -> None:
-    """Add an Event to ``s``; ``actor``: the user whose request caused it (None: RLark)."""
-    s.add(
-        EventRow(
-            actor=actor,
-            job_id=job_id,
-            run_number=run_number,
-            worker=worker,
-            type=type,
-            reason=reason,
-            message=message,
-            from_phase=from_phase,
-            to_phase=to_phase,
-        )
-    )
 
 
 class Controller:
     """Runs the reconcile loop in a background thread (``start``/``shutdown``) or step by step
     (``reconcile_once``, used by tests)."""
 
-    def __init__(self, store: Store, runtime, tick_seconds: float = 0.1, on_shutdown=None,
+    def __init__(self, store: Store, runtime: Runtime, tick_seconds: float = 0.1,
+                 on_shutdown: Callable[[], None] | None = None,
                  stop_runs_on_exit: bool = False, idle_resync_seconds: float = IDLE_RESYNC_SECONDS,
                  may_act: Callable[[], bool] | None = None,
                  adopt_cause: str = "the RLark server restarted",
@@ -325,9 +287,9 @@ class Controller:
         with self._session() as s:
             runs = s.scalars(select(RunRow).where(RunRow.phase.in_(ACTIVE))).all()
             for run in runs:
-                if run.phase != Phase.stopping.value:
+                if run.phase != Phase.Stopping:
                     self._transition(
-                        s, run, Transition(Phase.stopping.value, "ServerShutdown",
+                        s, run, Transition(Phase.Stopping, Reason.ServerShutdown,
                                            "the RLark server is shutting down")
                     )
                 for w in run.workers:
@@ -344,8 +306,8 @@ class Controller:
         while self._teardown_pass(force=True) and time.monotonic() < deadline:
             time.sleep(0.1)
         with self._session() as s:
-            for run in s.scalars(select(RunRow).where(RunRow.phase == Phase.stopping.value)).all():
-                self._transition(s, run, Transition(Phase.stopped.value, "ServerShutdown",
+            for run in s.scalars(select(RunRow).where(RunRow.phase == Phase.Stopping)).all():
+                self._transition(s, run, Transition(Phase.Stopped, Reason.ServerShutdown,
                                                     "stopped because the RLark server shut down"))
                 self._finish(s, run)
         if self._on_shutdown is not None:
@@ -356,9 +318,9 @@ class Controller:
         Event per Run, and a log line saying how many carry on."""
         self._beat(force=True)
         with self._session() as s:
-            runs = s.scalars(select(RunRow).where(RunRow.phase.in_(ACTIVE - {Phase.pending.value}))).all()
+            runs = s.scalars(select(RunRow).where(RunRow.phase.in_(ACTIVE - {Phase.Pending}))).all()
             for run in runs:
-                add_event(s, run.job_id, "ServerStopped",
+                add_event(s, run.job_id, Reason.ServerStopped,
                           "the RLark server stopped; the Run's Workers keep running and the next "
                           "server on this store adopts them", run_number=run.number)
             names = sorted({run.job.name for run in runs})
@@ -471,6 +433,11 @@ class Controller:
                     before = (run.phase, sum(w.released for w in run.workers))
                     self._reconcile_run(s, run, decisions)
                     moved = before != (run.phase, sum(w.released for w in run.workers))
+                    if any(c.type == ConditionType.ReconcileError and c.status
+                           for c in conditions_of(run.conditions)):
+                        set_conditions(run, [ConditionUpdate(
+                            ConditionType.ReconcileError, False, Reason.Reconciled,
+                            "the controller's last pass over the Run succeeded")])
         except StaleDataError:
             # a request changed the Run or its Job during this pass (a stop, a restart): nothing
             # of the pass was written; the next pass decides again on fresh rows
@@ -478,12 +445,27 @@ class Controller:
             moved = True
         except Exception as exc:
             self._log_failure(f"reconciling run {run_id} failed", exc)
+            self._note_reconcile_error(run_id, exc)
         finally:
             with self._lanes_lock:
                 self._busy.discard(run_id)
                 self._launching.discard(run_id)
             if moved:
                 self._wake.set()
+
+    def _note_reconcile_error(self, run_id: int, exc: Exception) -> None:
+        """The Run's pass failed (a runtime call raised, its log could not be read...): its
+        ``ReconcileError`` condition says so, in a session of its own (the pass's was rolled
+        back); the next pass that succeeds clears it. Written only when it changes."""
+        try:
+            with self._session() as s:
+                run = s.get(RunRow, run_id)
+                if run is not None:
+                    set_conditions(run, [ConditionUpdate(
+                        ConditionType.ReconcileError, True, Reason.ReconcileFailed,
+                        f"{type(exc).__name__}: {str(exc)[:500]}")])
+        except Exception as again:  # noqa: BLE001 - e.g. the database itself is what failed
+            self._log_failure(f"recording the failed pass of run {run_id} failed", again)
 
     def _adopt_after_restart(self) -> None:
         """Take over every Run an earlier server process left Starting, Running or Stopping: each
@@ -500,13 +482,13 @@ class Controller:
             # active Runs, and ended ones whose Workers were still being stopped
             runs = s.scalars(
                 select(RunRow).where(or_(
-                    RunRow.phase.in_(ACTIVE - {Phase.pending.value}),
+                    RunRow.phase.in_(ACTIVE - {Phase.Pending}),
                     RunRow.id.in_(select(WorkerRow.run_id).where(WorkerRow.released.is_(False),
                                                                  LAUNCHED))))
                 .order_by(RunRow.id)
             ).all()
             for run in runs:
-                ending = run.phase == Phase.stopping.value or run.phase in TERMINAL
+                ending = run.phase == Phase.Stopping or run.phase in TERMINAL
                 try:
                     job = Job.model_validate(run.spec)
                 except ValueError:  # a spec this version cannot read: watch nothing, stop it
@@ -520,7 +502,7 @@ class Controller:
                         found = self.runtime.find(run.uid, w.name, run.namespace)
                         if found is not None:
                             w.pid, w.pid_started, w.handle = found.pid, found.pid_started, found.handle
-                            w.phase, w.started_at = "Starting", w.started_at or utcnow()
+                            w.phase, w.started_at = WorkerPhase.Starting, w.started_at or utcnow()
                     if not w.launched:
                         missing.append(w)
                         continue
@@ -537,7 +519,7 @@ class Controller:
                     else:
                         self._adopted[w.id] = (since, now)
                     adopted += 1
-                add_event(s, run.job_id, "Adopted",
+                add_event(s, run.job_id, Reason.Adopted,
                           f"{self.adopt_cause} (last heartbeat {iso_time(since)}); it "
                           f"watches the Run's {plural(adopted, 'Worker')} again",
                           run_number=run.number)
@@ -546,20 +528,20 @@ class Controller:
                     self.runtime.forget(ref(w))
                 if job is None and not ending:
                     self._transition(s, run, Transition(
-                        Phase.failed.value, "SpecUnreadable",
+                        Phase.Failed, Reason.SpecUnreadable,
                         "this RLark version cannot read the Run's stored spec; its Workers were "
                         "stopped"))
-                elif missing and run.phase == Phase.starting.value:
+                elif missing and run.phase == Phase.Starting:
                     ranks = ", ".join(f"rank {w.node_rank} ({w.name})" for w in missing)
                     self._transition(s, run, Transition(
-                        Phase.failed.value, "LaunchInterrupted",
+                        Phase.Failed, Reason.LaunchInterrupted,
                         f"the RLark server stopped while launching the Run; {ranks} never "
                         "started", blamed=tuple(w.name for w in missing)))
 
     def _reconcile_run(self, s: Session, run: RunRow,
                        decisions: dict[int, admission.Decision] | None = None) -> None:
         job = run.job
-        if run.phase == Phase.pending.value and not run.stop_requested:
+        if run.phase == Phase.Pending and not run.stop_requested:
             if self._previous_runs_busy(s, run):
                 return
             if self._launch_after.get(run.id, 0.0) > time.monotonic():
@@ -571,10 +553,10 @@ class Controller:
                 self._wait_for_capacity(s, run, decision)
                 return
             if decision is not None and decision.oversized:
-                add_event(s, run.job_id, "ExceedsHostCapacity",
+                add_event(s, run.job_id, Reason.ExceedsHostCapacity,
                           "this Run asks for more than this machine has ("
                           + "; ".join(decision.oversized) + "); it starts now because no other "
-                          "Run's Workers are running", run_number=run.number, type="Warning")
+                          "Run's Workers are running", run_number=run.number, type=EventType.Warning)
             with self._lanes_lock:
                 self._launching.add(run.id)
             self._launch(s, run)
@@ -586,7 +568,8 @@ class Controller:
             view = self._view(run)
             for t in decide(view):
                 self._transition(s, run, t)
-        if run.phase in TERMINAL or run.phase == Phase.stopping.value:
+            set_conditions(run, observed_conditions(replace(view, phase=run.phase)))
+        if run.phase in TERMINAL or run.phase == Phase.Stopping:
             self._teardown(s, run)
         if run.phase in TERMINAL and all(w.released or not w.launched for w in run.workers):
             self._finish(s, run)
@@ -598,7 +581,7 @@ class Controller:
 
     @property
     def _admits(self) -> bool:
-        return callable(getattr(self.runtime, "capacity", None))
+        return isinstance(self.runtime, HasCapacity)
 
     def _demand(self, run_id: int, spec: dict | None = None):
         if run_id not in self._demands and spec is not None:
@@ -614,12 +597,13 @@ class Controller:
         """Decide this pass which Pending Runs may launch (:func:`admission.admit`): the queue is
         every Pending Run not being stopped and not waiting for an earlier Run of its Job, oldest
         first; what is held is every launched Worker not yet released, by its role's request."""
-        if not self._admits:
+        runtime = self.runtime
+        if not isinstance(runtime, HasCapacity):
             return {}
         with self._session() as s:
             pending = s.execute(
                 select(RunRow.id, RunRow.job_id)
-                .where(RunRow.phase == Phase.pending.value, RunRow.stop_requested.is_(False))
+                .where(RunRow.phase == Phase.Pending, RunRow.stop_requested.is_(False))
                 .order_by(RunRow.id)
             ).all()
             if not pending:
@@ -631,7 +615,7 @@ class Controller:
                 .where(WorkerRow.released.is_(False), PLANNED)
             ).all()
             busy_jobs = {job_id for *_, job_id in held_rows} | set(s.scalars(
-                select(RunRow.job_id).where(RunRow.phase.in_(ACTIVE - {Phase.pending.value}))))
+                select(RunRow.job_id).where(RunRow.phase.in_(ACTIVE - {Phase.Pending}))))
             wanted = {run_id for run_id, *_ in held_rows} | {run_id for run_id, _ in pending}
             missing = wanted - self._demands.keys()
             for run_id, spec in (s.execute(select(RunRow.id, RunRow.spec).where(RunRow.id.in_(missing)))
@@ -645,7 +629,7 @@ class Controller:
             if per_role and role in per_role[0]:
                 held = held + per_role[0][role]
             life = life or {}
-            if (run_phase == Phase.starting.value and not life.get("joined") and not life.get("gone")
+            if (run_phase == Phase.Starting and not life.get("joined") and not life.get("gone")
                     and life.get("phase") in STARTING_RAY):
                 starting += 1
         queue = []
@@ -655,14 +639,14 @@ class Controller:
             _, total, nodes = self._demand(run_id) or ({}, admission.Amounts(), 0)
             queue.append(admission.Candidate(run_id, total, nodes))
         usage = admission.Usage(held=held, starting_nodes=starting, busy=bool(held_rows))
-        return admission.admit(queue, usage, self.runtime.capacity())
+        return admission.admit(queue, usage, runtime.capacity())
 
     def _launch_later(self, s: Session, run: RunRow, exc: Exception, retry: float) -> None:
         """The runtime cannot start the Run yet but will be able to (its error carries
         ``retry_after`` seconds and a ``reason``, e.g. Kubernetes' ``WaitingForNames``): keep it
         Pending with that reason and message, an Event when the reason first appears, and try
         again after ``retry`` seconds. A stop still ends it at once."""
-        reason = str(getattr(exc, "reason", "") or "WaitingToLaunch")
+        reason = Reason.of(getattr(exc, "reason", None)) or Reason.WaitingToLaunch
         if run.reason != reason:
             add_event(s, run.job_id, reason, str(exc), run_number=run.number)
         run.reason, run.message = reason, str(exc)
@@ -686,7 +670,7 @@ class Controller:
             if other.id == run.id:
                 continue
             if other.phase in ACTIVE or any(not w.released and w.launched for w in other.workers):
-                if other.phase in ACTIVE and other.phase != Phase.stopping.value:
+                if other.phase in ACTIVE and other.phase != Phase.Stopping:
                     other.stop_requested = True  # a restart replaces the active Run
                 return True
         return False
@@ -699,11 +683,11 @@ class Controller:
             self._launch_after.pop(run.id, None)
         except Exception as exc:  # allocation or settings: fail the Run, never stay Pending
             retry = getattr(exc, "retry_after", None)
-            if isinstance(retry, (int, float)) and run.phase == Phase.pending.value:
+            if isinstance(retry, (int, float)) and run.phase == Phase.Pending:
                 self._launch_later(s, run, exc, float(retry))
                 return
             log.exception("launching run %s failed", run.id)
-            self._transition(s, run, Transition(Phase.failed.value, "LaunchFailed", str(exc)))
+            self._transition(s, run, Transition(Phase.Failed, Reason.LaunchFailed, str(exc)))
 
     def _run_secrets(self, s: Session, run: RunRow, job: Job) -> dict[tuple[str, str], str] | None:
         """The values of the RLark-managed secrets ``job``'s env refers to, ``(secret, key)`` ->
@@ -723,13 +707,13 @@ class Controller:
             values = open_refs(s, project_id, wanted, self.secret_box) if (
                 wanted and self.secret_box is not None) else {}
         except ValueError as exc:  # SecretKeyError
-            self._transition(s, run, Transition(Phase.failed.value, "SecretUnreadable", str(exc)))
+            self._transition(s, run, Transition(Phase.Failed, Reason.SecretUnreadable, str(exc)))
             return None
         lost = [r for r in wanted if r not in values]
         if lost:
             names = ", ".join(f"key {k!r} of secret {n!r}" for n, k in lost)
             self._transition(s, run, Transition(
-                Phase.failed.value, "SecretMissing",
+                Phase.Failed, Reason.SecretMissing,
                 f"the Job's env takes values from {names}, which project "
                 f"{run.job.project.name!r} does not have (`rlark secret list`); set it and start "
                 "the Job again"))
@@ -756,13 +740,14 @@ class Controller:
                                        namespace=run.namespace)
         rows = sorted(run.workers, key=lambda w: w.node_rank)
         log_dir = settings.job_logs_dir(run.job.project.name, run.job.name) / str(run.number)
-        self._transition(s, run, Transition(Phase.starting.value, "Launching",
+        self._transition(s, run, Transition(Phase.Starting, Reason.Launching,
                                             f"starting {plural(len(rows), 'Worker')}"))
         run.started_at = utcnow()
+        log_paths: dict[int, str] = {}
         for w in rows:
             place = placement.workers[w.node_rank]
             w.node_ip, w.port_base, w.ray_temp_dir = place.node_ip, place.port_base, place.ray_temp_dir
-            w.log_path = str(log_dir / f"{w.name}.log")
+            w.log_path = log_paths[w.node_rank] = str(log_dir / f"{w.name}.log")
         # the plan is durable before anything starts, and each handle as soon as its Worker
         # exists: a server that dies in between leaves Workers the next one finds (find())
         s.commit()
@@ -783,26 +768,26 @@ class Controller:
             try:
                 launched = self.runtime.launch(
                     LaunchSpec(job=job, run_uid=run.uid, worker=planned[w.node_rank], env=env,
-                               log_path=w.log_path, place=place, namespace=run.namespace,
-                               secrets=secrets)
+                               log_path=log_paths[w.node_rank], place=place,
+                               namespace=run.namespace, secrets=secrets)
                 )
             except Exception as exc:  # e.g. the role's interpreter does not exist
-                w.phase, w.reason, w.message = "Failed", "LaunchFailed", str(exc)
+                w.phase, w.reason, w.message = WorkerPhase.Failed, Reason.LaunchFailed, str(exc)
                 w.lifecycle = {**(w.lifecycle or {}), "failed": {
-                    "reason": "LaunchFailed", "message": str(exc), "ts": time.time()}}
+                    "reason": Reason.LaunchFailed, "message": str(exc), "ts": time.time()}}
                 w.released = True
                 for other in rows:
                     if not other.launched:
                         other.released = True  # never started: holds nothing
                         self.runtime.forget(ref(other))
-                self._transition(s, run, Transition(Phase.failed.value, "LaunchFailed",
+                self._transition(s, run, Transition(Phase.Failed, Reason.LaunchFailed,
                                                     f"Worker {w.name}: {exc}"))
                 return
             w.pid, w.pid_started, w.handle = launched.pid, launched.pid_started, launched.handle
-            w.phase = "Starting"
+            w.phase = WorkerPhase.Starting
             w.started_at = utcnow()
             s.commit()
-        add_event(s, run.job_id, "Launched",
+        add_event(s, run.job_id, Reason.Launched,
                   f"{plural(len(rows), 'Worker')} started; head {rows[0].name} at {placement.head_address}",
                   run_number=run.number)
 
@@ -840,9 +825,9 @@ class Controller:
                 elif kind == "warning":
                     # trouble that does not end the Run, e.g. the bootstrap saw Ray's worker
                     # ports run out ("No available ports"): a Warning Event naming the Worker
-                    add_event(s, run.job_id, str(ev.get("reason") or "WorkerWarning")[:64],
+                    add_event(s, run.job_id, str(ev.get("reason") or Reason.WorkerWarning)[:64],
                               str(ev.get("message") or ""), run_number=run.number,
-                              worker=w.name, type="Warning")
+                              worker=w.name, type=EventType.Warning)
             if events:
                 # _apply_joined may have marked this Worker joined meanwhile: merge, keep both
                 w.lifecycle = {**(w.lifecycle or {}), **life}
@@ -853,7 +838,7 @@ class Controller:
                 if seen.failure and not life.get("failed"):
                     # the runtime knows why the Worker cannot run (a Pod's ImagePull...)
                     reason, message = seen.failure
-                    if window is not None and reason in ("WorkerLost", "HeadLost"):
+                    if window is not None and reason in (Reason.WorkerLost, Reason.HeadLost):
                         message = (f"{message}; it ended while the RLark server was down, between "
                                    f"{iso_time(window[0])} and {iso_time(window[1])}")
                     life["failed"] = {"reason": reason, "message": message, "ts": time.time(),
@@ -871,7 +856,7 @@ class Controller:
                         elif ev.get("event") == "exit":
                             life["exit"] = ev.get("code")
                     code = seen.exit_code if seen.exit_code is not None else life.get("exit")
-                    if window is not None and run.phase in (Phase.starting.value, Phase.running.value):
+                    if window is not None and run.phase in (Phase.Starting, Phase.Running):
                         self._lost_while_down(w, life, window)
                     life["gone"] = True
                     w.exit_code = code
@@ -887,23 +872,23 @@ class Controller:
             return
         since, found = window
         life["failed"] = {
-            "reason": "WorkerLost", "ts": found,
+            "reason": Reason.WorkerLost, "ts": found,
             "message": (f"ended while the RLark server was down, between {iso_time(since)} and "
                         f"{iso_time(found)}, without a word in its log"),
         }
 
     @staticmethod
-    def _merge_runtime_facts(w: WorkerRow, seen) -> None:
+    def _merge_runtime_facts(w: WorkerRow, seen: Observed) -> None:
         """Facts the runtime saw (a Pod's image digest, node) join the Worker's own facts."""
-        facts = getattr(seen, "facts", None)
+        facts = seen.facts
         if facts and any((w.facts or {}).get(k) != v for k, v in facts.items()):
             w.facts = {**(w.facts or {}), **facts}
 
     def _apply_joined(self, s: Session, run: RunRow, by_rank: dict[int, WorkerRow], ev: dict) -> None:
         missing = ev.get("missing") or []
-        if run.phase == Phase.starting.value:
+        if run.phase == Phase.Starting:
             joined = len(by_rank) - len(missing)
-            run.reason = "WaitingForWorkers" if missing else "AllJoined"
+            run.reason = Reason.WaitingForWorkers if missing else Reason.AllJoined
             run.message = (f"{joined}/{len(by_rank)} Ray nodes joined"
                            + (f"; waiting for rank{'s' if len(missing) > 1 else ''} "
                               f"{', '.join(map(str, missing))}" if missing else ""))
@@ -916,7 +901,7 @@ class Controller:
             w.ip = node.get("ip") or w.ip
             w.lifecycle = {**(w.lifecycle or {}), "joined": True}
             if first_time:
-                add_event(s, run.job_id, "NodeJoined",
+                add_event(s, run.job_id, Reason.NodeJoined,
                           f"rank {w.node_rank} ({w.name}) joined as Ray node "
                           f"{(w.ray_node_id or '?')[:12]} at {w.ip}",
                           run_number=run.number, worker=w.name)
@@ -937,7 +922,7 @@ class Controller:
             run_finished=life.get("run_finished"),
             stopped=bool(life.get("stopped")),
             joined=bool(life.get("joined")),
-            reported_phase=life.get("phase"),
+            reported_phase=worker_phase_of(life.get("phase")),
         )
 
     def _view(self, run: RunRow, now: float | None = None) -> RunView:
@@ -948,10 +933,11 @@ class Controller:
             workers.append(wv)
             life = w.lifecycle or {}
             if not w.released and not life.get("settled"):
-                w.phase = worker_phase(wv, life.get("phase"), bool(life.get("joined")))
+                w.phase = worker_phase(wv, wv.reported_phase, bool(life.get("joined")))
                 if wv.failed:
-                    w.reason = wv.failed.get("reason", "")
-                    w.message = wv.failed.get("message", "")
+                    w.reason, w.message = reported_reason(wv.failed.get("reason"),
+                                                          str(wv.failed.get("message") or ""),
+                                                          worker=True)
         fp = (run.spec or {}).get("spec", {}).get("failurePolicy", {})
         return RunView(phase=run.phase, stop_requested=run.stop_requested, workers=workers,
                        now=time.time() if now is None else now,
@@ -963,13 +949,19 @@ class Controller:
     def _transition(self, s: Session, run: RunRow, t: Transition) -> None:
         """Write ``t`` on the Run (phase, reason, message, times, an Event) and act on it (stop
         signals, Worker settlement, a retry). A transition the state machine does not allow
-        (:data:`ALLOWED`) is refused and logged as an error: it is a bug, never a Run's fate."""
+        (:data:`ALLOWED`), or with a reason that does not belong to its phase
+        (:attr:`Reason.run_phases`), is refused and logged as an error: it is a bug, never a Run's
+        fate."""
         before = run.phase
         if t.to not in ALLOWED.get(before, ()):
             log.error("refused the transition %s -> %s (%s) of run %s of job %s: not allowed",
-                      before, t.to, t.reason, run.number, run.job.name if run.job else "?")
+                      before, t.to, t.reason, run.number, run.job.name)
             return
-        if t.to == Phase.failed.value and t.worker:
+        if t.to not in t.reason.run_phases:
+            log.error("refused the transition %s -> %s of run %s of job %s: %s is not a reason of "
+                      "phase %s", before, t.to, run.number, run.job.name, t.reason, t.to)
+            return
+        if t.to == Phase.Failed and t.worker:
             # the failing Worker's own last lines say why (pip's error, a traceback, Ray's message)
             blamed = next((w for w in run.workers if w.name == t.worker), None)
             if blamed is not None:
@@ -977,27 +969,29 @@ class Controller:
         if t.to in TERMINAL:
             self._settle_workers(run, t)
         run.phase, run.reason, run.message = t.to, t.reason, t.message
+        set_conditions(run, failure_conditions(t))
         if t.to in TERMINAL:
             self._sync_tasks(run)  # ready counts and phases final with the Run, on every path
         if t.exit_code is not None:
             run.exit_code = t.exit_code
         now = utcnow()
-        if t.to == Phase.running.value:
+        if t.to == Phase.Running:
             run.running_at = now
         if t.to in TERMINAL:
             run.finished_at = now
-        failed = t.to == Phase.failed.value
+        failed = t.to == Phase.Failed
         add_event(s, run.job_id, t.reason, t.message, run_number=run.number,
-                  type="Warning" if failed else "Normal", from_phase=before, to_phase=t.to)
+                  type=EventType.Warning if failed else EventType.Normal, from_phase=before,
+                  to_phase=t.to)
         job = run.job
         if job.current_run_id in (None, run.id):
             job.current_run_id = run.id
             job.phase, job.reason, job.message = run.phase, run.reason, run.message
-        if t.to in TERMINAL or t.to == Phase.stopping.value:
+        if t.to in TERMINAL or t.to == Phase.Stopping:
             for w in run.workers:
                 # a head whose run script finished is already on its way out: let it exit with
                 # its own code (it is still killed if it outlives the grace period)
-                finishing = (w.lifecycle or {}).get("run_finished") and t.to != Phase.stopping.value
+                finishing = (w.lifecycle or {}).get("run_finished") and t.to != Phase.Stopping
                 if w.launched and not w.released and not finishing:
                     self.runtime.signal_stop(ref(w))
             run.stop_deadline = time.time() + self._grace(run)
@@ -1020,20 +1014,22 @@ class Controller:
 
     def _maybe_retry(self, s: Session, run: RunRow) -> None:
         job = run.job
-        if job.desired != "Running" or job.delete_requested or run.reason == "SpecUnreadable":
+        if job.desired != Desired.Running or job.delete_requested:
             return
+        if run.reason is None or not run.reason.retryable:
+            return  # a new Run of the same spec would fail the same way (Reason.retryable)
         policy = Job.model_validate(run.spec).spec.failure_policy
         retries = consecutive_retries(job.runs, run)
         if retries >= policy.max_restarts or job.current_run_id != run.id:
             return
-        nxt = new_run(job, "Retry", run.runtime)
+        nxt = new_run(job, Cause.Retry, run.runtime)
         s.add(nxt)
         s.commit()  # nxt.id; and the write transaction ends before any runtime call that follows
         job.current_run_id = nxt.id
         # the Job follows its new Run at once, so nobody watching sees "Failed" in between
         job.phase, job.reason, job.message = (
-            Phase.pending.value, "Retry", f"run {run.number} failed ({run.reason}); retrying")
-        add_event(s, job.id, "Retry",
+            Phase.Pending, Reason.Retry, f"run {run.number} failed ({run.reason}); retrying")
+        add_event(s, job.id, Reason.Retry,
                   f"run {run.number} failed ({run.reason}); starting run {nxt.number} "
                   f"(restart {retries + 1} of {policy.max_restarts})",
                   run_number=nxt.number)
@@ -1067,8 +1063,7 @@ class Controller:
         life = dict(w.lifecycle or {})
         if w.log_path:
             events, w.log_offset = read_new_events(
-                w.log_path, w.log_offset, w.run.event_token if w.run is not None else None,
-                to_end=True)
+                w.log_path, w.log_offset, w.run.event_token, to_end=True)
             for ev in events:
                 if ev.get("event") == "exit":
                     life["exit"] = ev.get("code")
@@ -1082,8 +1077,9 @@ class Controller:
         else:
             if w.exit_code is None:
                 w.exit_code = code
-            if w.phase not in ("Failed", "Succeeded"):
-                w.phase = "Stopped" if life.get("stopped") or w.exit_code in (143, 137) else "Exited"
+            if w.phase not in (WorkerPhase.Failed, WorkerPhase.Succeeded):
+                w.phase = (WorkerPhase.Stopped if life.get("stopped") or w.exit_code in (143, 137)
+                           else WorkerPhase.Exited)
         w.lifecycle = life
         w.released = True
         self.runtime.forget(ref(w))
@@ -1092,12 +1088,12 @@ class Controller:
         return True
 
     @staticmethod
-    def _note_stop_failure(w: WorkerRow, seen) -> None:
+    def _note_stop_failure(w: WorkerRow, seen: Observed) -> None:
         """The runtime could not stop a Worker it was asked to stop (failure reason
         ``StopFailed``, e.g. RBAC refuses deleting its Pod): a Warning Event naming it, once per
         message (the controller asks again every pass)."""
-        failure = getattr(seen, "failure", None)
-        if not failure or failure[0] != "StopFailed" or w.run is None:
+        failure = seen.failure
+        if not failure or failure[0] != Reason.StopFailed:
             return
         life = dict(w.lifecycle or {})
         if life.get("stop_failure") == failure[1]:
@@ -1107,7 +1103,7 @@ class Controller:
         s = object_session(w)
         if s is not None:
             add_event(s, w.run.job_id, failure[0], failure[1], run_number=w.run.number,
-                      worker=w.name, type="Warning")
+                      worker=w.name, type=EventType.Warning)
 
     def _finish(self, s: Session, run: RunRow) -> None:
         if run.record is None:
@@ -1116,8 +1112,8 @@ class Controller:
                 self.runtime.end_run(run.uid, run.namespace)
             except Exception as exc:  # e.g. RBAC refuses a delete: say what was left, once
                 log.warning("cleaning up run %s: %s", run.uid, exc)
-                add_event(s, run.job_id, "CleanupFailed", str(exc), run_number=run.number,
-                          type="Warning")
+                add_event(s, run.job_id, Reason.CleanupFailed, str(exc), run_number=run.number,
+                          type=EventType.Warning)
             run.record = build_record(run.job, run, run.workers, settings.logs_dir())
 
     def _sync_tasks(self, run: RunRow) -> None:
@@ -1125,8 +1121,8 @@ class Controller:
             members = [w for w in run.workers if w.role == task.role]
             task.ready = sum(1 for w in members if is_ready(run.phase, w.phase, w.lifecycle))
             task.total = len(members)
-            if run.phase == Phase.failed.value and any(w.phase == "Failed" for w in members):
-                task.phase = "Failed"
+            if run.phase == Phase.Failed and any(w.phase == WorkerPhase.Failed for w in members):
+                task.phase = Phase.Failed
             else:
                 task.phase = run.phase
 

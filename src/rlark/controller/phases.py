@@ -15,70 +15,32 @@ changes after its Run is terminal).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from typing import Any
 
-
-class Phase(str, Enum):
-    pending = "Pending"
-    starting = "Starting"
-    running = "Running"
-    succeeded = "Succeeded"
-    failed = "Failed"
-    stopping = "Stopping"
-    stopped = "Stopped"
-
-
-TERMINAL = frozenset({Phase.succeeded.value, Phase.failed.value, Phase.stopped.value})
-ACTIVE = frozenset(
-    {Phase.pending.value, Phase.starting.value, Phase.running.value, Phase.stopping.value}
+from rlark.status import (
+    ACTIVE,
+    TERMINAL,
+    ConditionType,
+    Phase,
+    Reason,
+    WorkerPhase,
+    has_joined,
+    is_ready,
+    reported_reason,
 )
 
+__all__ = ["ACTIVE", "ALLOWED", "TERMINAL", "Phase", "Reason", "WorkerPhase", "RunView",
+           "WorkerView", "Transition", "Settled", "decide", "failure_of", "join_deadline",
+           "join_timeout_of", "settle", "worker_phase", "has_joined", "is_ready", "ConditionUpdate",
+           "observed_conditions", "failure_conditions"]
+
 #: transitions the state machine allows (from -> to); everything else is a bug
-ALLOWED = {
-    Phase.pending.value: {Phase.starting.value, Phase.failed.value, Phase.stopping.value, Phase.stopped.value},
-    Phase.starting.value: {Phase.running.value, Phase.failed.value, Phase.stopping.value},
-    Phase.running.value: {Phase.succeeded.value, Phase.failed.value, Phase.stopping.value},
-    Phase.stopping.value: {Phase.stopped.value},
+ALLOWED: dict[Phase, frozenset[Phase]] = {
+    Phase.Pending: frozenset({Phase.Starting, Phase.Failed, Phase.Stopping, Phase.Stopped}),
+    Phase.Starting: frozenset({Phase.Running, Phase.Failed, Phase.Stopping}),
+    Phase.Running: frozenset({Phase.Succeeded, Phase.Failed, Phase.Stopping}),
+    Phase.Stopping: frozenset({Phase.Stopped}),
 }
-
-
-class WorkerPhase(str, Enum):
-    pending = "Pending"  # not started yet
-    starting = "Starting"  # process launched, nothing reported yet
-    preparing = "Preparing"  # prepare script running
-    waiting = "WaitingForHead"
-    ray_starting = "StartingRay"
-    ray_started = "RayStarted"  # its Ray node is up
-    joined = "Joined"  # the head saw its node in the cluster
-    running = "Running"  # head only: the run script is running
-    succeeded = "Succeeded"
-    failed = "Failed"
-    stopped = "Stopped"  # stopped by a user's stop/restart/delete or a server shutdown
-    exited = "Exited"  # its process ended
-    completed = "Completed"  # stopped by RLark after its Run succeeded
-    terminated = "Terminated"  # stopped by RLark after its Run failed
-
-
-#: the reason of a Worker RLark itself ended because its Run was over (not a failure of its own)
-STOPPED_BY_RLARK = "StoppedByRLark"
-
-
-def has_joined(phase: str | None, lifecycle: dict | None) -> bool:
-    """Whether a Worker's Ray node joined its Run's cluster, now or before it ended: a joined
-    phase, or a ``joined`` lifecycle event from its bootstrap."""
-    return phase in ("Joined", "Running", "Succeeded") or bool((lifecycle or {}).get("joined"))
-
-
-def is_ready(run_phase: str | None, phase: str | None, lifecycle: dict | None) -> bool:
-    """Whether a Worker counts as ready in "Workers ready k/N" and a Task's ready count.
-
-    While its Run is active: its Ray node joined (:func:`has_joined`). Once the Run is over:
-    only a Worker that did its part to the end (``Succeeded``, or ``Completed``: stopped by RLark
-    after its Run succeeded); a stopped or failed Run shows no ready Workers.
-    """
-    if run_phase in TERMINAL:
-        return phase in (WorkerPhase.succeeded.value, WorkerPhase.completed.value)
-    return has_joined(phase, lifecycle)
 
 
 @dataclass
@@ -92,12 +54,12 @@ class WorkerView:
     launched: bool = False
     alive: bool = False
     exit_code: int | None = None
-    failed: dict | None = None  # the bootstrap's ``failed`` line
+    failed: dict[str, Any] | None = None  # the bootstrap's (or the runtime's) ``failed`` line
     running: bool = False  # head: ``running`` line seen
-    run_finished: dict | None = None  # head: ``run_finished`` line
+    run_finished: dict[str, Any] | None = None  # head: ``run_finished`` line
     stopped: bool = False  # the bootstrap's ``stopped`` line
     joined: bool = False  # the head saw its Ray node in the cluster
-    reported_phase: str | None = None  # the last ``phase`` line (Preparing, StartingRay, ...)
+    reported_phase: WorkerPhase | None = None  # the last ``phase`` line (Preparing, StartingRay, ...)
 
     @property
     def gone(self) -> bool:
@@ -109,7 +71,7 @@ class WorkerView:
 
 @dataclass
 class RunView:
-    phase: str
+    phase: Phase
     stop_requested: bool
     workers: list[WorkerView] = field(default_factory=list)
     #: seconds since the epoch: now, and when the Run's Workers were launched (None: not yet)
@@ -125,13 +87,20 @@ class RunView:
 
 @dataclass(frozen=True)
 class Transition:
-    to: str
-    reason: str
+    """A change of a Run's phase, with its reason (strings are taken as the enums' values and
+    refused with ValueError when they are not one)."""
+
+    to: Phase
+    reason: Reason
     message: str
     exit_code: int | None = None
     #: the Workers this failure is about (a missing rank, the one that reported); the first one's
     #: last log lines explain it
     blamed: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "to", Phase(self.to))
+        object.__setattr__(self, "reason", Reason(self.reason))
 
     @property
     def worker(self) -> str | None:
@@ -164,33 +133,33 @@ def failure_of(run: RunView) -> Transition | None:
         if w.failed and (finished_at is None or w.failed.get("ts", 0.0) <= finished_at)
     ]
     if reported:
-        first = min(reported, key=lambda w: w.failed.get("ts", 0.0))
-        f = first.failed
-        reason = f.get("reason", "WorkerFailed")
-        message = f"{first.label()}: {f.get('message', reason)}"
-        blame = (first.name,)
-        if reason == "NodeLost" and not f.get("missing_ranks") and not first.joined:
+        first = min(reported, key=lambda w: (w.failed or {}).get("ts", 0.0))
+        f = first.failed or {}
+        reason, said = reported_reason(f.get("reason"), str(f.get("message") or ""))
+        message = f"{first.label()}: {said or reason}"
+        blame: tuple[str, ...] = (first.name,)
+        if reason == Reason.NodeLost and not f.get("missing_ranks") and not first.joined:
             # its own `ray start` ended before its node ever joined (e.g. Ray's "The current
             # node timed out during startup"): a failed start, not a lost node
-            reason = "RayStartFailed"
+            reason = Reason.RayStartFailed
             message = (f"{first.label()}: `ray start` exited with code {f.get('exit_code')} "
                        "before its node joined the Ray cluster")
-        if reason in ("JoinTimeout", "NodeLost") and f.get("missing_ranks"):
+        if reason in (Reason.JoinTimeout, Reason.NodeLost) and f.get("missing_ranks"):
             names = {w.node_rank: w.name for w in run.workers}
             missing = ", ".join(f"rank {r} ({names.get(r, '?')})" for r in f["missing_ranks"])
-            what = ("did not join the Ray cluster in time" if reason == "JoinTimeout"
+            what = ("did not join the Ray cluster in time" if reason == Reason.JoinTimeout
                     else "left the Ray cluster (Ray's health checks fail)")
             message = f"{missing} {what}; {f.get('message', '')}"
             blame = tuple(names[r] for r in f["missing_ranks"] if r in names) or blame
         code = f.get("exit_code")
-        return Transition(Phase.failed.value, reason, message,
+        return Transition(Phase.Failed, reason, message,
                           code if isinstance(code, int) else None, blamed=blame)
     if head and head.run_finished is not None:
         code = head.run_finished.get("exit_code")
         if code != 0:
             return Transition(
-                Phase.failed.value,
-                "RunFailed",
+                Phase.Failed,
+                Reason.RunFailed,
                 f"the run script on {head.name} {_exit_text(code)}",
                 code,
                 blamed=(head.name,),
@@ -198,8 +167,8 @@ def failure_of(run: RunView) -> Transition | None:
         return None
     if head and head.gone and not head.stopped:
         return Transition(
-            Phase.failed.value,
-            "HeadLost",
+            Phase.Failed,
+            Reason.HeadLost,
             f"{head.label()} {_exit_text(head.exit_code)} before the run script finished",
             head.exit_code,
             blamed=(head.name,),
@@ -207,8 +176,8 @@ def failure_of(run: RunView) -> Transition | None:
     for w in run.workers:
         if not w.is_head and w.gone and not w.stopped:
             return Transition(
-                Phase.failed.value,
-                "WorkerLost",
+                Phase.Failed,
+                Reason.WorkerLost,
                 f"{w.label()} {_exit_text(w.exit_code)}; its Ray node left the cluster",
                 w.exit_code,
                 blamed=(w.name,),
@@ -229,7 +198,7 @@ def join_timeout_of(run: RunView) -> Transition | None:
     prepare script included). Names every missing rank with what it last reported; the Worker
     to blame is the first missing rank."""
     deadline = join_deadline(run)
-    if run.phase != Phase.starting.value or deadline is None or run.now is None or run.now < deadline:
+    if run.phase != Phase.Starting or deadline is None or run.now is None or run.now < deadline:
         return None
     head = run.head
     if head is not None and head.running:
@@ -242,7 +211,7 @@ def join_timeout_of(run: RunView) -> Transition | None:
         f"{w.name}: {w.reported_phase or ('not started' if not w.launched else 'starting')}"
         for w in missing)
     return Transition(
-        Phase.failed.value, "JoinTimeout",
+        Phase.Failed, Reason.JoinTimeout,
         f"{ranks} did not join the Ray cluster within {run.join_timeout:g} s of the launch "
         f"(spec.failurePolicy.joinTimeoutSeconds); last reported: {doing}",
         blamed=tuple(w.name for w in missing),
@@ -262,58 +231,59 @@ def decide(run: RunView) -> list[Transition]:
 
     if phase in TERMINAL:
         return out
-    if phase == Phase.stopping.value:
+    if phase == Phase.Stopping:
         if all(not w.launched or w.gone for w in run.workers):
-            go(Transition(Phase.stopped.value, "Stopped", "all Workers have stopped"))
+            go(Transition(Phase.Stopped, Reason.Stopped, "all Workers have stopped"))
         return out
     if run.stop_requested:
-        if phase == Phase.pending.value:
-            go(Transition(Phase.stopped.value, "StopRequested", "stopped before any Worker started"))
+        if phase == Phase.Pending:
+            go(Transition(Phase.Stopped, Reason.StopRequested, "stopped before any Worker started"))
         else:
-            go(Transition(Phase.stopping.value, "StopRequested", "stop requested; stopping Workers"))
+            go(Transition(Phase.Stopping, Reason.StopRequested, "stop requested; stopping Workers"))
         return out
-    if phase == Phase.pending.value:
+    if phase == Phase.Pending:
         return out  # the controller launches Workers, then records Starting
     head = run.head
-    if phase == Phase.starting.value and head and head.running and not (head.gone and head.run_finished is None):
-        go(Transition(Phase.running.value, "AllJoined",
+    if phase == Phase.Starting and head and head.running and not (head.gone and head.run_finished is None):
+        go(Transition(Phase.Running, Reason.AllJoined,
                       f"all {len(run.workers)} Ray node{'s' if len(run.workers) != 1 else ''} joined; "
                       f"the run script started on {head.name}"))
     failure = failure_of(run) or join_timeout_of(run)
     if failure is not None:
         go(failure)
         return out
-    if phase == Phase.running.value and head and head.run_finished is not None:
-        go(Transition(Phase.succeeded.value, "Completed",
+    if phase == Phase.Running and head and head.run_finished is not None:
+        go(Transition(Phase.Succeeded, Reason.Completed,
                       f"the run script on {head.name} exited with code 0", 0))
     return out
 
 
-def worker_phase(w: WorkerView, last_reported: str | None, joined: bool) -> str:
+def worker_phase(w: WorkerView, last_reported: WorkerPhase | None, joined: bool) -> WorkerPhase:
     """A Worker's phase from its lifecycle lines and liveness (for display)."""
     if w.failed:
-        return WorkerPhase.failed.value
+        return WorkerPhase.Failed
     if w.run_finished is not None:
-        return (WorkerPhase.succeeded if w.run_finished.get("exit_code") == 0 else WorkerPhase.failed).value
+        return WorkerPhase.Succeeded if w.run_finished.get("exit_code") == 0 else WorkerPhase.Failed
     if w.stopped:
-        return WorkerPhase.stopped.value
+        return WorkerPhase.Stopped
     if w.gone:
-        return WorkerPhase.exited.value if w.exit_code in (0, 143, 137) else WorkerPhase.failed.value
+        return WorkerPhase.Exited if w.exit_code in (0, 143, 137) else WorkerPhase.Failed
     if not w.launched:
-        return WorkerPhase.pending.value
+        return WorkerPhase.Pending
     if w.running:
-        return WorkerPhase.running.value
+        return WorkerPhase.Running
     if joined:
-        return WorkerPhase.joined.value
-    return last_reported or WorkerPhase.starting.value
+        return WorkerPhase.Joined
+    return last_reported or WorkerPhase.Starting
 
 
 @dataclass(frozen=True)
 class Settled:
-    """A Worker's final status once its Run is over."""
+    """A Worker's final status once its Run is over (``reason`` None: nothing to say, e.g. a
+    Worker that exited on its own after its run script finished)."""
 
-    phase: str
-    reason: str
+    phase: WorkerPhase
+    reason: Reason | None
     message: str
     exit_code: int | None
 
@@ -321,20 +291,20 @@ class Settled:
 #: what a Worker's own ``failed`` line or run script may have ended it with; everything else
 #: about a Worker whose Run ended while it was still alive is RLark's doing
 _RLARK_ENDED = {
-    Phase.succeeded.value: (WorkerPhase.completed.value, "its Run succeeded"),
-    Phase.failed.value: (WorkerPhase.terminated.value, "its Run failed"),
-    Phase.stopped.value: (WorkerPhase.stopped.value, "its Run was stopped"),
+    Phase.Succeeded: (WorkerPhase.Completed, "its Run succeeded"),
+    Phase.Failed: (WorkerPhase.Terminated, "its Run failed"),
+    Phase.Stopped: (WorkerPhase.Stopped, "its Run was stopped"),
 }
 
 
 #: why a Worker the Run's failure names, still alive when the Run failed, is to blame
 _BLAMED_ALIVE = {
-    "JoinTimeout": "its Ray node did not join the cluster in time",
-    "NodeLost": "Ray saw its node leave the cluster",
+    Reason.JoinTimeout: "its Ray node did not join the cluster in time",
+    Reason.NodeLost: "Ray saw its node leave the cluster",
 }
 
 
-def settle(w: WorkerView, run_phase: str, run_reason: str = "",
+def settle(w: WorkerView, run_phase: Phase, run_reason: Reason | None = None,
            blamed: tuple[str, ...] | frozenset[str] = ()) -> Settled:
     """The final phase, reason, message and exit code of a Worker whose Run just reached the
     terminal ``run_phase`` (pure; applied once, nothing about the Worker changes afterwards).
@@ -350,31 +320,115 @@ def settle(w: WorkerView, run_phase: str, run_reason: str = "",
       code: the 143 or 137 it may exit with is RLark's signal, not the Worker's result.
     * A Worker never launched is ``Terminated``/``Stopped`` with reason ``NotLaunched``.
     """
-    phase_if_ended, why = _RLARK_ENDED.get(run_phase, (WorkerPhase.stopped.value, "its Run ended"))
+    phase_if_ended, why = _RLARK_ENDED.get(run_phase, (WorkerPhase.Stopped, "its Run ended"))
 
     def code(line_code: int | None) -> int | None:
         return w.exit_code if w.gone and w.exit_code is not None else line_code
 
     if w.failed:
         status = w.failed.get("status")
-        return Settled(WorkerPhase.failed.value, w.failed.get("reason", "WorkerFailed"),
-                       w.failed.get("message", ""), code(status if isinstance(status, int) else None))
+        reason, message = reported_reason(w.failed.get("reason"), str(w.failed.get("message") or ""),
+                                          worker=True)
+        return Settled(WorkerPhase.Failed, reason, message,
+                       code(status if isinstance(status, int) else None))
     if w.run_finished is not None:
         ran = w.run_finished.get("exit_code")
         ok = ran == 0
-        return Settled(WorkerPhase.succeeded.value if ok else WorkerPhase.failed.value,
-                       "Completed" if ok else "RunFailed", f"the run script {_exit_text(ran)}",
+        return Settled(WorkerPhase.Succeeded if ok else WorkerPhase.Failed,
+                       Reason.Completed if ok else Reason.RunFailed,
+                       f"the run script {_exit_text(ran)}",
                        code(ran if isinstance(ran, int) else None))
     if not w.launched:
-        return Settled(phase_if_ended, "NotLaunched", f"never started: {why} first", None)
+        return Settled(phase_if_ended, Reason.NotLaunched, f"never started: {why} first", None)
     if w.name in blamed:
         if w.gone:
-            return Settled(WorkerPhase.failed.value, run_reason or "WorkerLost",
+            return Settled(WorkerPhase.Failed, run_reason or Reason.WorkerLost,
                            f"{_exit_text(w.exit_code)} before its Run ended", w.exit_code)
-        what = _BLAMED_ALIVE.get(run_reason, f"{run_reason or 'its Run failed'} (named by the Run)")
-        return Settled(WorkerPhase.failed.value, run_reason or "WorkerFailed",
+        what = (_BLAMED_ALIVE.get(run_reason) if run_reason else None) or (
+            f"{run_reason or 'its Run failed'} (named by the Run)")
+        return Settled(WorkerPhase.Failed, run_reason or Reason.WorkerFailed,
                        f"{what}; stopped by RLark", None)
-    if w.gone and not w.stopped and run_phase != Phase.stopped.value:
+    if w.gone and not w.stopped and run_phase != Phase.Stopped:
         # ended without a word, but not what ended the Run (e.g. after the run script finished)
-        return Settled(WorkerPhase.exited.value, "", _exit_text(w.exit_code), w.exit_code)
-    return Settled(phase_if_ended, STOPPED_BY_RLARK, f"stopped by RLark: {why}", None)
+        return Settled(WorkerPhase.Exited, None, _exit_text(w.exit_code), w.exit_code)
+    return Settled(phase_if_ended, Reason.StoppedByRLark, f"stopped by RLark: {why}", None)
+
+
+# --- conditions -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConditionUpdate:
+    """A condition to set on a Run (:func:`rlark.status.set_condition` keeps its time)."""
+
+    type: ConditionType
+    status: bool
+    reason: Reason
+    message: str
+
+
+def observed_conditions(run: RunView) -> list[ConditionUpdate]:
+    """``AllJoined`` and ``HeadReady`` as the Workers show them now (pure), for a Run that is
+    ``Starting`` or ``Running``; nothing in any other phase (before the launch there is nothing
+    to say; once the Run stops or ends, its conditions stay as last observed, but for what its
+    failure names: :func:`failure_conditions`).
+
+    * AllJoined: True when every Worker's Ray node joined and none is gone; else False with
+      ``WaitingForWorkers`` (the ranks still missing) or the loss (``HeadLost``/``WorkerLost``).
+    * HeadReady: True once the head's Ray node is up (``RayStarted``/``Joining`` reported, its node
+      joined, or the run script started) while it is alive; else False with ``HeadStarting``
+      (what it last reported) or ``HeadLost``.
+    """
+    if run.phase not in (Phase.Starting, Phase.Running):
+        return []
+    out = []
+    total = len(run.workers)
+    gone = [w for w in run.workers if w.gone]
+    missing = sorted((w for w in run.workers if not (w.joined or (w.is_head and w.running))),
+                     key=lambda w: w.node_rank)
+    if gone:
+        first = min(gone, key=lambda w: w.node_rank)
+        out.append(ConditionUpdate(
+            ConditionType.AllJoined, False, Reason.HeadLost if first.is_head else Reason.WorkerLost,
+            f"{first.label()} {_exit_text(first.exit_code)}"))
+    elif missing:
+        ranks = ", ".join(f"rank {w.node_rank} ({w.name})" for w in missing)
+        out.append(ConditionUpdate(
+            ConditionType.AllJoined, False, Reason.WaitingForWorkers,
+            f"{total - len(missing)}/{total} Ray nodes joined; waiting for {ranks}"))
+    else:
+        out.append(ConditionUpdate(ConditionType.AllJoined, True, Reason.AllJoined,
+                                   f"{total}/{total} Ray nodes joined"))
+    head = run.head
+    if head is not None and head.launched:
+        if head.gone:
+            out.append(ConditionUpdate(ConditionType.HeadReady, False, Reason.HeadLost,
+                                       f"{head.label()} {_exit_text(head.exit_code)}"))
+        elif (head.running or head.joined
+              or head.reported_phase in (WorkerPhase.RayStarted, WorkerPhase.Joining)):
+            out.append(ConditionUpdate(ConditionType.HeadReady, True, Reason.RayHeadStarted,
+                                       f"the Ray head on {head.name} is up"))
+        else:
+            doing = head.reported_phase or WorkerPhase.Starting
+            out.append(ConditionUpdate(ConditionType.HeadReady, False, Reason.HeadStarting,
+                                       f"{head.name}: {doing}"))
+    return out
+
+
+#: the condition a Run failure with this reason is about
+_FAILURE_CONDITION = {
+    Reason.HeadLost: ConditionType.HeadReady,
+    Reason.WorkerLost: ConditionType.AllJoined,
+    Reason.NodeLost: ConditionType.AllJoined,
+    Reason.JoinTimeout: ConditionType.AllJoined,
+    Reason.LaunchInterrupted: ConditionType.AllJoined,
+}
+
+
+def failure_conditions(t: Transition) -> list[ConditionUpdate]:
+    """What a Run's failure says about its conditions: a lost head, HeadReady False; a lost
+    node or one that never joined, AllJoined False (with the failure's reason and first line)."""
+    kind = _FAILURE_CONDITION.get(t.reason) if t.to == Phase.Failed else None
+    if kind is None:
+        return []
+    return [ConditionUpdate(kind, False, t.reason, t.message.split("\n", 1)[0])]

@@ -171,7 +171,7 @@ def env_findings(unresolved: Mapping[str, str], job: Job | None) -> list[Finding
 
 def check_config(
     job: Job,
-    data: Mapping[str, Any] | None,
+    data: object,  # the composed config: any value YAML or Hydra gave, or None
     *,
     source: str = "the RLinf config",
     unresolved: Mapping[str, str] | None = None,
@@ -251,8 +251,9 @@ def _job_vs_cluster(job: Job, spec: ClusterSpec, source: str) -> list[Finding]:
     except ValueError:
         return out  # spec.headRole names no role: the Job's own preflight reports it
     role_index = {r.name: i for i, r in enumerate(job.spec.roles)}
+    gpus_of = {r.name: r.resources.gpu for r in job.spec.roles}
     role_at = {w.node_rank: w.role for w in workers}
-    gpus = [job.role(role_at[r]).resources.gpu if r in role_at else 0 for r in range(n)]
+    gpus = [gpus_of.get(role_at[r], 0) if r in role_at else 0 for r in range(n)]
     conditions = rank_conditions(spec, gpus)
 
     # roles vs run conditions

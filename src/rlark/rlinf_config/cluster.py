@@ -37,7 +37,7 @@ import re
 import bisect
 import ipaddress
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from rlark.findings import Finding, Severity
@@ -100,6 +100,8 @@ class EnvConfig:
     node_ranks: tuple[int, ...]
     env_vars: tuple[tuple[str, str], ...] = ()
     python_interpreter_path: str | None = None
+    #: node_ranks as a set (filled in by __post_init__)
+    rank_set: frozenset[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rank_set", frozenset(self.node_ranks))
@@ -125,6 +127,8 @@ class NodeGroup:
     hardware: tuple[HardwareEntry, ...] = ()
     ignore_hardware: bool = False
     env_configs: tuple[EnvConfig, ...] = ()
+    #: node_ranks as a set (filled in by __post_init__)
+    rank_set: frozenset[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rank_set", frozenset(self.node_ranks))
@@ -189,6 +193,8 @@ class ResolvedGroup:
     hardware_type: str | None
     counts: tuple[int, ...]
     ignore_hardware: bool = False
+    #: running totals of counts: the first local resource rank past each node
+    _ends: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     @property
     def resource_count(self) -> int:
@@ -230,6 +236,9 @@ class ComponentLayout:
     processes: int
     process_nodes: tuple[int, ...]  # node rank of each process, in process-rank order
     resource_ranks: tuple[int, ...]  # resource ranks used, counted inside the node group(s)
+    #: process_nodes as a set, and sorted (filled in by __post_init__)
+    node_set: frozenset[int] = field(init=False, repr=False, compare=False)
+    _node_ranks: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_set", frozenset(self.process_nodes))
@@ -322,8 +331,10 @@ def parse_cluster(section: Any, path: str = "cluster") -> tuple[ClusterSpec | No
         findings.extend(_check_profiling(section["profiling"], f"{path}.profiling"))
 
     num_nodes = section.get("num_nodes")
-    num_ok = type(num_nodes) is int and num_nodes > 0
-    if num_ok and num_nodes > MAX_NODES:
+    #: the node count when it is a positive integer (True is an int too: refused)
+    count: int | None = num_nodes if type(num_nodes) is int and num_nodes > 0 else None
+    num_ok = count is not None
+    if count is not None and count > MAX_NODES:
         findings.append(_err(
             "NumNodesInvalid", f"{path}.num_nodes",
             f"{path}.num_nodes = {num_nodes}: RLark plans and checks at most {MAX_NODES} nodes",
@@ -339,7 +350,7 @@ def parse_cluster(section: Any, path: str = "cluster") -> tuple[ClusterSpec | No
             "NumNodesInvalid", f"{path}.num_nodes",
             f"{path}.num_nodes = {_show(num_nodes)} is not a positive integer ({_REJECTS})",
             "set it to the number of nodes (RLark Workers) the run uses, e.g. 2"))
-    if not num_ok:
+    if count is None:
         return None, findings
     placement = section.get("component_placement")
     entries: list[PlacementEntry] = []
@@ -348,7 +359,7 @@ def parse_cluster(section: Any, path: str = "cluster") -> tuple[ClusterSpec | No
             entries.append(PlacementEntry(
                 key=str(key), components=tuple(c.strip() for c in str(key).split(",")),
                 value=value, path=f"{path}.component_placement.{key}"))
-    spec = ClusterSpec(num_nodes=num_nodes, node_groups=tuple(groups), placements=tuple(entries),
+    spec = ClusterSpec(num_nodes=count, node_groups=tuple(groups), placements=tuple(entries),
                        placement_is_mapping=isinstance(placement, Mapping))
     return spec, findings
 
@@ -781,6 +792,15 @@ def _find_group(groups: list[ResolvedGroup], label: str) -> ResolvedGroup | None
     return next((g for g in groups if g.label == label), None)
 
 
+def _cluster_group(groups: list[ResolvedGroup]) -> ResolvedGroup:
+    """The group of every node (:data:`DEFAULT_GROUP`), which :func:`resolve_groups` always
+    builds last."""
+    group = _find_group(groups, DEFAULT_GROUP)
+    if group is None:
+        raise ValueError(f"no {DEFAULT_GROUP!r} node group among {[g.label for g in groups]}")
+    return group
+
+
 def _resolve_entry(entry: PlacementEntry, groups: list[ResolvedGroup], spec: ClusterSpec,
                    capacity_hint: str) -> dict | _Problem:
     names = list(entry.components)
@@ -807,13 +827,13 @@ def _resolve_entry(entry: PlacementEntry, groups: list[ResolvedGroup], spec: Clu
                                     "of this cluster", hint)
                 chosen.append(group)
         else:
-            chosen = [_find_group(groups, DEFAULT_GROUP)]
+            chosen = [_cluster_group(groups)]
         if "placement" not in value:
             return _Problem("PlacementInvalid", f"components {names}: the entry has no 'placement'",
                             "add placement: \"<resource ranks>[:<process ranks>]\"")
         rank_map_str = value["placement"]
     else:
-        chosen = [_find_group(groups, DEFAULT_GROUP)]
+        chosen = [_cluster_group(groups)]
         rank_map_str = value
     return _resolve_rank_map(str(rank_map_str), chosen, labels, names, capacity_hint)
 
@@ -823,7 +843,9 @@ def _resolve_rank_map(text: str, groups: list[ResolvedGroup], labels: list[str] 
     """``ComponentPlacement._parse_rank_map`` + ``_rank_map_to_process_resources_map`` + the
     Node/Flexible placement strategies."""
     total = sum(g.resource_count for g in groups)
-    types = None if any(g.hardware_type is None for g in groups) else [g.hardware_type for g in groups]
+    typed = [g.hardware_type for g in groups if g.hardware_type is not None]
+    # a node group without hardware: every resource is a node (RLinf's NodePlacementStrategy)
+    types: list[str] | None = typed if len(typed) == len(groups) else None
     what = "node" if types is None else ", ".join(dict.fromkeys(types))
     group_text = ",".join(g.label for g in groups)
     where = f"node group {group_text!r}" if len(groups) == 1 else f"node groups {group_text!r}"
@@ -951,7 +973,7 @@ def _resolve_rank_map(text: str, groups: list[ResolvedGroup], labels: list[str] 
                            "use fewer resources per process, or more per node")
             kinds = {groups[gi].hardware_type for gi, _ in where_hw}
             if len(kinds) > 1:
-                return bad(f"process {p} would mix hardware types {sorted(kinds)}")
+                return bad(f"process {p} would mix hardware types {sorted(map(str, kinds))}")
             placed.append((hw, where_hw[0][1]))
         placed.sort(key=lambda x: x[0][0])
         process_nodes = tuple(n for _, n in placed)

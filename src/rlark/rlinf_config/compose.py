@@ -304,6 +304,7 @@ def _oversized_yaml(file: str) -> str | None:
         return None
     key = (file, st.st_mtime, st.st_size)
     if key not in _scanned:
+        problem: str | None
         if st.st_size > MAX_CONFIG_FILE_BYTES:
             problem = f"{file} is larger than {MAX_CONFIG_FILE_BYTES // (1024 * 1024)} MiB"
         else:
@@ -323,7 +324,7 @@ def _plain(node: Any, path: str, unresolved: dict[str, str]) -> Any:
     from omegaconf import DictConfig
 
     if isinstance(node, DictConfig):
-        return {key: _child(node, key, f"{path}.{key}" if path else str(key), unresolved)
+        return {key: _child(node, key, f"{path}.{str(key)}" if path else str(key), unresolved)
                 for key in node.keys()}
     return [_child(node, i, f"{path}[{i}]", unresolved) for i in range(len(node))]
 

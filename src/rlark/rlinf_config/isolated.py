@@ -204,10 +204,11 @@ def confine_hydra(roots: Sequence[str]) -> None:
     def list_(self, config_path, results_filter):
         return listing(self, config_path, results_filter) if inside(self, config_path) else []
 
-    FileConfigSource.load_config = load_config
-    FileConfigSource.is_group = is_group_
-    FileConfigSource.is_config = is_config_
-    FileConfigSource.list = list_
+    # Hydra's own class, patched in place (only in the composer child, which exits after one
+    # composition): setattr, since assigning to a method is what this means to do
+    for attr, fn in (("load_config", load_config), ("is_group", is_group_),
+                     ("is_config", is_config_), ("list", list_)):
+        setattr(FileConfigSource, attr, fn)
 
 
 def _main() -> None:

@@ -101,7 +101,7 @@ class Plan:
     roles: list[SuggestedRole] = field(default_factory=list)
     job: dict[str, Any] | None = None
     findings: list[Finding] = field(default_factory=list)
-    config: Mapping[str, Any] | None = field(default=None, repr=False)  # the composed config
+    config: object = field(default=None, repr=False)  # the composed config
 
     @property
     def ok(self) -> bool:
@@ -110,23 +110,28 @@ class Plan:
     @property
     def usable(self) -> bool:
         """The cluster section parsed and ``num_nodes`` is small enough to expand rank lists."""
+        return self._usable_spec() is not None
+
+    def _usable_spec(self) -> ClusterSpec | None:
         spec = self.spec
-        return spec is not None and isinstance(spec.num_nodes, int) and 0 <= spec.num_nodes <= MAX_NODES
+        return spec if spec is not None and 0 <= spec.num_nodes <= MAX_NODES else None
 
     def node_groups(self) -> dict[str, list[int]]:
         """label -> node ranks, as RLinf expands them (first group wins on a repeated label)."""
         out: dict[str, list[int]] = {}
-        for g in self.spec.node_groups if self.usable else ():
+        spec = self._usable_spec()
+        for g in spec.node_groups if spec is not None else ():
             out.setdefault(g.label, list(g.node_ranks))
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """``{"num_nodes", "node_groups", "components", "roles", "job", "findings", ...}``."""
         spec = self.spec
+        usable = self._usable_spec()
         details: dict[str, Any] = {}
-        resolved = {g.label: g for g in resolve_groups(spec, [self.gpus_per_node or 0] * spec.num_nodes)} \
-            if self.usable else {}
-        for g in spec.node_groups if self.usable else ():
+        resolved = {g.label: g for g in resolve_groups(
+            usable, [self.gpus_per_node or 0] * usable.num_nodes)} if usable is not None else {}
+        for g in usable.node_groups if usable is not None else ():
             r = resolved.get(g.label)
             details.setdefault(g.label, {
                 "node_ranks": list(g.node_ranks),
@@ -178,7 +183,7 @@ def rank_conditions(spec: ClusterSpec, gpus: Sequence[int]) -> list[RankConditio
     out = []
     for r in range(spec.num_nodes):
         groups = spec.groups_of(r)
-        hw_types = sorted({g.hardware_type for g in groups if g.hardware})
+        hw_types = sorted({g.hardware_type for g in groups if g.hardware and g.hardware_type})
         out.append(RankConditions(
             node_groups=tuple(g.label for g in groups),
             hardware=tuple((t, n) for t in hw_types if (n := robot_count(spec, r, t))),
@@ -312,7 +317,7 @@ def _layout_key(layouts: Mapping[str, ComponentLayout]) -> dict[str, tuple]:
 
 
 def plan(
-    data: Mapping[str, Any] | None,
+    data: object,  # the composed config: any value YAML or Hydra gave, or None
     *,
     source: str = "config",
     gpus_per_node: int | None = None,

@@ -15,7 +15,7 @@ RLark can read configs without RLinf installed. The behaviour is kept exactly, q
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 
 #: Longest range RLark expands (RLinf has no limit and would exhaust memory first).
@@ -26,14 +26,15 @@ class RankError(ValueError):
     """A rank expression RLinf would refuse. The message says why, in RLinf's terms."""
 
 
-def format_ranks(ranks: Sequence[int]) -> str:
+def format_ranks(ranks: Iterable[int]) -> str:
     """Compact text for ranks: ``[0, 1, 2, 5]`` -> ``"0-2,5"``; ``[]`` -> ``"none"``."""
-    ranks = sorted(set(ranks))
-    if not ranks:
+    ordered = sorted(set(ranks))
+    if not ordered:
         return "none"
     parts: list[str] = []
-    start = prev = ranks[0]
-    for r in ranks[1:] + [None]:  # type: ignore[list-item]
+    start = prev = ordered[0]
+    then: list[int | None] = [*ordered[1:], None]  # None: the end
+    for r in then:
         if r is not None and r == prev + 1:
             prev = r
             continue
@@ -62,6 +63,7 @@ def parse_ranks(value: Any, available: Sequence[int] | None = None, what: str = 
             there; IndexError there when ``available`` is empty).
     """
     text = str(value)
+    avail: Sequence[int] | None
     if isinstance(available, range) and available.step == 1:
         avail = available  # already sorted; not expanded unless "all" asks for every rank
     else:

@@ -12,7 +12,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import TYPE_CHECKING, Iterable, Protocol, runtime_checkable
 
 from rlark.preflight import parse_cpu, parse_memory_bytes
 from rlark.ranks import PlannedWorker
@@ -25,6 +25,10 @@ from rlark.runtimes.local_ports import (
     worker_ports_of,
 )
 from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job, Role
+from rlark.status import Reason
+
+if TYPE_CHECKING:
+    from rlark.controller.admission import Capacity
 
 MiB = 1024 * 1024
 #: object store per Ray node unless the role sets ``resources.objectStoreMemory``: 30 % of the
@@ -370,7 +374,7 @@ class Observed:
 
     alive: bool
     exit_code: int | None = None  # None while alive, or when the runtime cannot know
-    failure: tuple[str, str] | None = None
+    failure: tuple[Reason, str] | None = None
     #: what the runtime knows of the Worker for the run record (a Pod's image digest, node...)
     facts: dict | None = None
 
@@ -436,3 +440,14 @@ class Runtime(Protocol):
         back what the runtime holds for it (address and port reservations, a Pod's watch entry
         and log follower resuming where the log file ends). Never raises for a Worker that is
         gone: :meth:`observe` then reports it dead."""
+
+
+@runtime_checkable
+class HasCapacity(Protocol):
+    """A runtime whose Pending Runs the controller admits by free capacity
+    (:mod:`rlark.controller.admission`): the local runtime. Others (Kubernetes) leave waiting
+    for room to their own scheduler."""
+
+    def capacity(self) -> Capacity:
+        """What the machine carries: CPU cores, memory bytes, GPUs and named devices."""
+        ...

@@ -9,6 +9,7 @@ Never ``ray stop``: it is host-wide.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -162,6 +163,7 @@ class LocalRuntime:
         tmp_root = Path(settings.ray_tmp_root())
         places: dict[int, WorkerPlace] = {}
         held: list[tuple[str, int]] = []
+        head_address: str | None = None
         res = self.reservations
 
         def free_block(b: int, ip: str, size: int) -> bool:
@@ -187,13 +189,16 @@ class LocalRuntime:
                     ip = pick_loopback(ips | _held_ips(res))
                 held.append((ip, -1))
                 role = job.role(w.role)
+                if role is None:
+                    raise RuntimeError(f"Worker {w.name}: role {w.role!r} is not in the Job's spec")
                 size = local_block_size(role, host_cpus)
-                base = pick_port_block(ranges, size,
-                                       lambda b, ip=ip, size=size: free_block(b, ip, size))
+                base = pick_port_block(ranges, size, functools.partial(free_block, ip=ip, size=size))
                 self._block_sizes[base] = size
                 held[-1] = (ip, base)
                 ips.add(ip)
                 ranges.add((base, base + size))
+                if w.is_head:
+                    head_address = f"{ip}:{port_layout(base)['gcs']}"
                 places[w.node_rank] = WorkerPlace(
                     node_ip=ip,
                     port_base=base,
@@ -207,9 +212,9 @@ class LocalRuntime:
                 self._release_block(base if base >= 0 else None)
             raise
         self._run_places[run_uid] = held
-        head = places[0]
-        return Placement(head_address=f"{head.node_ip}:{port_layout(head.port_base)['gcs']}",
-                         workers=places)
+        if head_address is None:
+            raise RuntimeError("the Run has no head Worker")
+        return Placement(head_address=head_address, workers=places)
 
     def launch(self, spec: LaunchSpec) -> Launched:
         role = spec.job.role(spec.worker.role)
@@ -288,8 +293,9 @@ class LocalRuntime:
         self.reservations.release("ip", ref.node_ip)
         self._release_block(ref.port_base)
         places = self._run_places.get(ref.run_uid or "")
-        if places and (ref.node_ip, ref.port_base) in places:
-            places.remove((ref.node_ip, ref.port_base))
+        held = (ref.node_ip, ref.port_base)
+        if places and held[0] is not None and held[1] is not None and (held[0], held[1]) in places:
+            places.remove((held[0], held[1]))
 
     def find(self, run_uid: str, worker: str, namespace: str | None = None) -> Launched | None:
         """The Worker's process group although its PID never reached the store: the outermost

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
+from typing import TextIO
 
 from rlark import settings
 
@@ -29,7 +30,7 @@ class Reservations:
             os.chmod(self.dir, 0o1777)  # shared by every user's servers, like /tmp itself
         except PermissionError:
             pass
-        self._held: dict[str, object] = {}
+        self._held: dict[str, TextIO] = {}  # name -> its open lock file (flock held)
 
     def try_reserve(self, kind: str, key: str | int) -> bool:
         """Take the reservation; False when another process (or this one) holds it."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -81,12 +81,18 @@ def token_view(t: TokenRow) -> dict[str, Any]:
             "revokedAt": iso(t.revoked_at), "lastUsedAt": iso(t.last_used_at)}
 
 
-def _check_name(kind: str, name: str, pattern: re.Pattern[str]) -> None:
+def _check_name(kind: str, name: object, pattern: re.Pattern[str]) -> None:
+    """Raises Invalid unless ``name`` (from a request body: any JSON value) is a valid name."""
     if not isinstance(name, str) or len(name) > 63 or not pattern.match(name):
         chars = "lower-case letters, digits, '-', '.' and '_'" if pattern is USER_NAME else \
             "lower-case letters, digits and '-'"
         raise Invalid(f"{kind} name {name!r} is not valid: use 1-63 {chars}, starting and ending "
                       "with a letter or digit")
+
+
+class _NewToken(NamedTuple):
+    raw: str  # the token itself, shown once
+    row: TokenRow
 
 
 class AccountService:
@@ -181,12 +187,12 @@ class AccountService:
             s.add(user)
             s.flush()
             detail = "site administrator" if admin else "user"
-            if project is not None:
+            if project is not None and role is not None:  # both or neither (checked above)
                 prow = self.project_row(s, project)
                 s.add(MembershipRow(user_id=user.id, project_id=prow.id, role=role))
                 detail += f", {role.value} of {project}"
             if token_name is not None:
-                raw = self._add_token(s, user, token_name, None)
+                raw = self._add_token(s, user, token_name, None).raw
             audit.record(s, principal.actor(client), "user.create", target=name, detail=detail,
                          project=project)
             s.flush()
@@ -262,7 +268,12 @@ class AccountService:
     # --- tokens ---------------------------------------------------------------------------------------
 
     @staticmethod
-    def _add_token(s: Session, user: UserRow, name: str, expires_in_days: int | None) -> str:
+    def _add_token(s: Session, user: UserRow, name: str, expires_in_days: int | None) -> _NewToken:
+        """A new token row of ``user`` added to ``s`` with the raw token (shown once).
+
+        Raises:
+            Invalid: a bad name or lifetime.
+        """
         name = (name or "").strip()
         # control and format characters (e.g. U+202E, which reverses how a list shows the name)
         if not name or len(name) > 63 or any(unicodedata.category(c) in ("Cc", "Cf") for c in name):
@@ -272,9 +283,10 @@ class AccountService:
                           "or leave it out for a token that does not expire")
         raw = new_token()
         expires = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
-        s.add(TokenRow(user_id=user.id, name=name, prefix=raw[:SHOWN_PREFIX], digest=digest(raw),
-                       expires_at=expires))
-        return raw
+        row = TokenRow(user_id=user.id, name=name, prefix=raw[:SHOWN_PREFIX], digest=digest(raw),
+                       expires_at=expires)
+        s.add(row)
+        return _NewToken(raw, row)
 
     def create_token(self, principal: Principal, client: str | None, name: str, *,
                      expires_in_days: int | None = None, user: str | None = None) -> dict[str, Any]:
@@ -291,9 +303,8 @@ class AccountService:
             raise Invalid("this server runs without authentication; it has no users to make tokens for")
         with self.store.session() as s:
             row = self._user(s, owner)
-            raw = self._add_token(s, row, name, expires_in_days)
-            s.flush()
-            tok = s.scalar(select(TokenRow).where(TokenRow.digest == digest(raw)))
+            raw, tok = self._add_token(s, row, name, expires_in_days)
+            s.flush()  # tok.id
             audit.record(s, principal.actor(client), "token.create", target=f"{owner}/{tok.name}",
                          detail=f"token {tok.prefix}... (id {tok.id})"
                          + (f", expires in {expires_in_days} days" if expires_in_days else ""))
@@ -334,9 +345,10 @@ class AccountService:
 
     def _project_view(self, s: Session, p: ProjectRow, role: str | None,
                       members: bool = False) -> dict[str, Any]:
-        out = {"name": p.name, "namespace": self.namespace_of(p), "role": role,
-               "createdAt": iso(p.created_at), "createdBy": p.created_by,
-               "jobs": s.scalar(select(func.count()).select_from(JobRow).where(JobRow.project_id == p.id))}
+        out: dict[str, Any] = {"name": p.name, "namespace": self.namespace_of(p), "role": role,
+                              "createdAt": iso(p.created_at), "createdBy": p.created_by,
+                              "jobs": s.scalar(select(func.count()).select_from(JobRow)
+                                               .where(JobRow.project_id == p.id))}
         if members:
             out["members"] = [{"user": m.user.name, "role": m.role.value}
                               for m in sorted(p.memberships, key=lambda m: m.user.name)]
@@ -346,8 +358,9 @@ class AccountService:
         """The projects the caller has a role in (every project for a site administrator)."""
         with self.store.session() as s:
             rows = s.scalars(select(ProjectRow).order_by(ProjectRow.name)).all()
-            return [self._project_view(s, p, principal.role_in(p.name).value)
-                    for p in rows if principal.role_in(p.name) is not None]
+            roles = {p.name: principal.role_in(p.name) for p in rows}
+            return [self._project_view(s, p, role.value)
+                    for p in rows if (role := roles[p.name]) is not None]
 
     def get_project(self, principal: Principal, name: str) -> dict[str, Any]:
         """A project with its members (any role in it may read this).
@@ -416,7 +429,7 @@ class AccountService:
         Raises:
             NotFound, Forbidden.
         """
-        authorize(principal, project, ProjectRole.admin)
+        own = authorize(principal, project, ProjectRole.admin)
         with self.store.session() as s:
             prow = self.project_row(s, project)
             urow = self._user(s, user)
@@ -432,7 +445,7 @@ class AccountService:
                              detail=f"{before or 'no role'} -> {role.value}")
             s.flush()
             s.refresh(prow)
-            return self._project_view(s, prow, principal.role_in(project).value, members=True)
+            return self._project_view(s, prow, own.value, members=True)
 
     def remove_member(self, principal: Principal, client: str | None, project: str,
                       user: str) -> dict[str, Any]:
@@ -441,7 +454,7 @@ class AccountService:
         Raises:
             NotFound: no such project or user, or the user has no role there. Forbidden.
         """
-        authorize(principal, project, ProjectRole.admin)
+        own = authorize(principal, project, ProjectRole.admin)
         with self.store.session() as s:
             prow = self.project_row(s, project)
             urow = self._user(s, user)
@@ -454,7 +467,7 @@ class AccountService:
             s.delete(m)
             s.flush()
             s.refresh(prow)
-            return self._project_view(s, prow, principal.role_in(project).value, members=True)
+            return self._project_view(s, prow, own.value, members=True)
 
     # --- audit --------------------------------------------------------------------------------------------
 

@@ -19,13 +19,16 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
+
+if TYPE_CHECKING:
+    from limits import RateLimitItem
 
 from rlark.services import audit
 from rlark.services.audit import Actor
@@ -134,7 +137,7 @@ class LoginLimiter:
             self.item.amount * USER_LIMIT_FACTOR, self.item.multiples)
         self.limiter = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
 
-    def _keys(self, client: str | None, user: str | None) -> list[tuple[str, object, str]]:
+    def _keys(self, client: str | None, user: str | None) -> list[tuple[str, RateLimitItem, str]]:
         keys = [(f"client:{client or '-'}", self.item, "from this address")]
         if user:
             keys.append((f"user:{user}", self.user_item, "for this user name"))
@@ -254,9 +257,24 @@ class AuthService:
             return self._principal(s, tok.user, "token", token_id=tok.id)
 
     def principal_for(self, user_id: int, via: str = "password") -> Principal:
-        """The principal of a user already authenticated another way (a checked password)."""
+        """The principal of a user already authenticated another way (a checked password).
+
+        Raises:
+            Unauthenticated: the user was deleted or disabled since (another request).
+        """
         with self.store.session() as s:
-            return self._principal(s, s.get(UserRow, user_id), via)
+            return self._principal(s, self._still_there(s, user_id), via)
+
+    @staticmethod
+    def _still_there(s: Session, user_id: int) -> UserRow:
+        """The user of an authentication checked in an earlier session of this request.
+
+        Raises:
+            Unauthenticated: deleted or disabled meanwhile (by another request)."""
+        user = s.get(UserRow, user_id)
+        if user is None or user.disabled:
+            raise Unauthenticated("your user was deleted or disabled meanwhile; log in again")
+        return user
 
     def from_session(self, cookie: str) -> Principal:
         """The user a console session cookie belongs to.
@@ -288,19 +306,18 @@ class AuthService:
             user = s.scalar(select(UserRow).where(UserRow.name == name))
             stored = user.password_hash if user is not None and user.password_hash else self._dummy_hash
             try:
-                ok = self.hasher.verify(stored, password) and user is not None and bool(user.password_hash)
+                self.hasher.verify(stored, password)  # a mismatch raises
+                matches = True
             except (VerificationError, InvalidHashError):
-                ok = False
-            if ok and user.disabled:
-                ok = False
-            if not ok:  # the name only when it is a user's (it may be a password typed there)
-                audit.record(s, Actor(user.name if user is not None else ANONYMOUS, client),
-                             "login.failed", outcome="failed",
-                             detail="wrong password" if user is not None else "unknown user name")
-        if not ok:
-            self.limiter.failed(client, name)
-            raise Unauthenticated("wrong user name or password")
-        return user
+                matches = False
+            if matches and user is not None and user.password_hash and not user.disabled:
+                return user
+            # the name only when it is a user's (it may be a password typed there)
+            audit.record(s, Actor(user.name if user is not None else ANONYMOUS, client),
+                         "login.failed", outcome="failed",
+                         detail="wrong password" if user is not None else "unknown user name")
+        self.limiter.failed(client, name)
+        raise Unauthenticated("wrong user name or password")
 
     def login(self, client: str | None, *, name: str = "", password: str = "",
               token: str = "") -> tuple[str, Principal]:
@@ -310,7 +327,8 @@ class AuthService:
         Raises:
             TooManyRequests, Unauthenticated: as :meth:`check_password` / :meth:`from_token`.
         """
-        token_id = None
+        token_id: int | None = None
+        user_id: int | None
         if token:
             self.limiter.check(client, None)
             try:
@@ -327,11 +345,17 @@ class AuthService:
         cookie = secrets.token_urlsafe(32)
         with self.store.session() as s:
             s.execute(delete(SessionRow).where(SessionRow.expires_at <= utcnow()))
-            user = s.get(UserRow, user_id)
+            # checked in an earlier session: another request may have deleted them since
+            user = self._still_there(s, user_id) if user_id is not None else None
+            if user is None:  # a token principal always has a user; never proceed without one
+                raise Unauthenticated("this login has no user; log in again")
             expires = utcnow() + self.session_lifetime
             if token_id is not None:  # a session never outlives the token it was opened with
-                tok_expiry = s.get(TokenRow, token_id).expires_at
-                expires = min(expires, tok_expiry) if tok_expiry is not None else expires
+                tok = s.get(TokenRow, token_id)
+                if tok is None or tok.revoked_at is not None:
+                    raise Unauthenticated("the API token was revoked or deleted meanwhile; log in "
+                                          "with a valid one")
+                expires = min(expires, tok.expires_at) if tok.expires_at is not None else expires
             row = SessionRow(user_id=user_id, digest=digest(cookie), csrf=secrets.token_urlsafe(32),
                              expires_at=expires, token_id=token_id)
             s.add(row)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlark.findings import Finding
 
 
@@ -15,7 +17,7 @@ class ServiceError(Exception):
         self.findings = findings or []
 
     def to_dict(self) -> dict:
-        body = {"code": self.code, "message": self.message}
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.findings:
             body["findings"] = [f.model_dump(mode="json") for f in self.findings]
         return body

@@ -7,6 +7,7 @@ shows the same fields.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import threading
@@ -16,8 +17,6 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from rlark.controller.loop import add_event, new_run
-from rlark.controller.phases import ACTIVE, Phase, is_ready
 from rlark.findings import Finding, Severity, has_errors
 from rlark.preflight import (
     check_document,
@@ -37,8 +36,11 @@ from rlark.services.errors import Conflict, Invalid, NotFound, TooManyRequests
 from rlark.services.logs import job_log_dirs, remove_dirs
 from rlark import settings
 from rlark.words import plural
+from rlark.status import (ACTIVE, Cause, Desired, EventType, Phase, Reason, conditions_of, is_ready,
+                          text_of)
 from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store, WorkerRow
 from rlark.store.db import retry_on_conflict
+from rlark.store.runs import add_event, new_run
 
 if TYPE_CHECKING:
     from rlark.secretbox import SecretBox
@@ -56,8 +58,8 @@ def worker_view(w: WorkerRow) -> dict[str, Any]:
         "index": w.index,
         "nodeRank": w.node_rank,
         "isHead": w.is_head,
-        "phase": w.phase,
-        "reason": w.reason,
+        "phase": text_of(w.phase),
+        "reason": text_of(w.reason),
         "message": w.message,
         "exitCode": w.exit_code,
         "host": w.host,
@@ -72,14 +74,16 @@ def worker_view(w: WorkerRow) -> dict[str, Any]:
 
 
 def run_view(r: RunRow, with_workers: bool = False) -> dict[str, Any]:
-    out = {
+    out: dict[str, Any] = {
         "number": r.number,
         "uid": r.uid,
-        "cause": r.cause,
+        "cause": text_of(r.cause),
         "runtime": r.runtime,
-        "phase": r.phase,
-        "reason": r.reason,
+        "phase": text_of(r.phase),
+        "reason": text_of(r.reason),
         "message": r.message,
+        # beside the phase: AllJoined, HeadReady, ReconcileError (rlark.status.Condition)
+        "conditions": [c.to_dict() for c in conditions_of(r.conditions)],
         "exitCode": r.exit_code,
         "createdAt": _iso(r.created_at),
         "startedAt": _iso(r.started_at),
@@ -89,7 +93,7 @@ def run_view(r: RunRow, with_workers: bool = False) -> dict[str, Any]:
         "workersReady": sum(1 for w in r.workers if is_ready(r.phase, w.phase, w.lifecycle)),
         "workersTotal": len(r.workers),
         "tasks": [
-            {"role": t.role, "phase": t.phase, "ready": t.ready, "total": t.total,
+            {"role": t.role, "phase": text_of(t.phase), "ready": t.ready, "total": t.total,
              "nodeRanks": [t.first_rank, t.last_rank]}
             for t in r.tasks
         ],
@@ -120,13 +124,13 @@ def ray_nodes_of(spec: dict, runtime: str | None) -> dict[str, dict[str, Any]]:
 def event_view(e: EventRow) -> dict[str, Any]:
     return {
         "time": _iso(e.time),
-        "type": e.type,
+        "type": text_of(e.type),
         "reason": e.reason,
         "message": e.message,
         "run": e.run_number,
         "worker": e.worker,
-        "from": e.from_phase,
-        "to": e.to_phase,
+        "from": text_of(e.from_phase) or None,
+        "to": text_of(e.to_phase) or None,
         "actor": e.actor,
     }
 
@@ -137,10 +141,10 @@ def job_summary(job: JobRow, run: RunRow | None) -> dict[str, Any]:
     return {
         "name": job.name,
         "project": job.project.name,
-        "phase": job.phase,
-        "reason": job.reason,
+        "phase": text_of(job.phase),
+        "reason": text_of(job.reason),
         "message": job.message,
-        "desired": job.desired,
+        "desired": text_of(job.desired),
         "labels": job.labels,
         "headRole": spec.get("headRole"),
         "roles": [{"name": r.get("name"), "workers": r.get("workers", 1)} for r in roles],
@@ -377,31 +381,31 @@ class JobService:
                 spec=job_to_dict(job),
                 labels=dict(job.metadata.labels),
                 findings=[f.model_dump(mode="json") for f in findings],
-                phase=Phase.pending.value,
-                reason="Submitted",
+                phase=Phase.Pending,
+                reason=Reason.Submitted,
             )
             s.add(row)
             try:
                 s.flush()
             except IntegrityError:
                 raise Conflict(f"a Job named {job.name!r} already exists in project {project!r}") from None
-            run = self._make_run(row, "Submitted")
+            run = self._make_run(row, Cause.Submitted)
             s.add(run)
             s.flush()
             row.current_run_id = run.id
-            add_event(s, row.id, "Submitted",
+            add_event(s, row.id, Reason.Submitted,
                       f"Job accepted: {plural(job.total_workers, 'Worker')} in "
                       f"{plural(len(job.spec.roles), 'role')}"
                       + _by(actor), run_number=run.number, actor=actor.name)
             for f in findings:  # messages name their field path already
-                add_event(s, row.id, f.code, f.message, type="Warning")
+                add_event(s, row.id, f.code, f.message, type=EventType.Warning)
             audit.record(s, actor, "job.create", project=project, target=job.name,
                          detail=f"run {run.number}")
             out = self._detail(s, row)
         self.wake()
         return out
 
-    def _make_run(self, job: JobRow, cause: str) -> RunRow:
+    def _make_run(self, job: JobRow, cause: Cause) -> RunRow:
         run = new_run(job, cause, self.runtime)
         if self.runtime == "kubernetes":
             run.namespace = project_namespace(job.project, job.project.namespace, self.namespace)
@@ -500,11 +504,11 @@ class JobService:
 
     def list(
         self,
-        phase: str | None = None,
+        phase: Phase | None = None,
         q: str | None = None,
         limit: int = 100,
         offset: int = 0,
-        projects: list[str] | None = None,
+        projects: builtins.list[str] | None = None,
     ) -> dict[str, Any]:
         """Jobs newest first, optionally filtered by phase and a name substring. ``projects``:
         only Jobs of these projects (None: every project)."""
@@ -533,7 +537,8 @@ class JobService:
                 .options(selectinload(RunRow.workers), selectinload(RunRow.tasks)))} if run_ids else {}
             from rlark.services.secrets import mask_data
 
-            items = [mask_data(job_summary(j, runs.get(j.current_run_id)),
+            items = [mask_data(job_summary(j, runs.get(j.current_run_id)
+                                           if j.current_run_id else None),
                                self._mask(s, j, with_runs=False)) for j in jobs]
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
@@ -569,7 +574,7 @@ class JobService:
             job = self._job(s, name, project)
             return mask_data(self._detail(s, job), self._mask(s, job))
 
-    def runs(self, name: str, project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
+    def runs(self, name: str, project: str = DEFAULT_PROJECT) -> builtins.list[dict[str, Any]]:
         from rlark.services.secrets import mask_data
 
         with self.store.session() as s:
@@ -577,7 +582,7 @@ class JobService:
             return mask_data([run_view(r) for r in job.runs], self._mask(s, job))
 
     def workers(self, name: str, run: int | None = None,
-                project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
+                project: str = DEFAULT_PROJECT) -> builtins.list[dict[str, Any]]:
         from rlark.services.secrets import mask_data
 
         with self.store.session() as s:
@@ -586,7 +591,7 @@ class JobService:
                              self._mask(s, job))
 
     def events(self, name: str, run: int | None = None,
-               project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
+               project: str = DEFAULT_PROJECT) -> builtins.list[dict[str, Any]]:
         from rlark.services.secrets import mask_data
 
         with self.store.session() as s:
@@ -611,7 +616,8 @@ class JobService:
             return mask_data(rec, self._mask(s, job))
 
     def worker_logs(self, name: str, run: int | None, worker: str | None, role: str | None,
-                    rank: int | None, project: str = DEFAULT_PROJECT) -> list[dict[str, Any]]:
+                    rank: int | None, project: str = DEFAULT_PROJECT
+                    ) -> builtins.list[dict[str, Any]]:
         """The Workers (name, role, rank, log path) whose logs match the filters, rank order;
         ``mask``: what every line shown must go through (:func:`rlark.services.logs.redact`
         with it masks the values of the Job's secrets).
@@ -645,7 +651,7 @@ class JobService:
         """Stop the current Run (SIGTERM, then SIGKILL after the grace period). Idempotent."""
         with self.store.session() as s:
             job = self._job(s, name, project)
-            job.desired = "Stopped"
+            job.desired = Desired.Stopped
             self._request_stop(s, job, "stop requested" + _by(actor), actor)
             audit.record(s, actor, "job.stop", project=project, target=name)
             out = self._detail(s, job)
@@ -668,7 +674,7 @@ class JobService:
                 raise Conflict(
                     f"Job {name!r} is {run.phase} (run {run.number}); stop it first or use restart"
                 )
-            out = self._new_run(s, job, "Started", actor)
+            out = self._new_run(s, job, Cause.Started, actor)
             audit.record(s, actor, "job.start", project=project, target=name,
                          detail=f"run {out['currentRun']['number']}")
         self.wake()
@@ -682,7 +688,7 @@ class JobService:
             if job.delete_requested:
                 raise Conflict(f"Job {name!r} is being deleted")
             self._request_stop(s, job, "restart requested" + _by(actor), actor)
-            out = self._new_run(s, job, "Restarted", actor)
+            out = self._new_run(s, job, Cause.Restarted, actor)
             audit.record(s, actor, "job.restart", project=project, target=name,
                          detail=f"run {out['currentRun']['number']}")
         self.wake()
@@ -693,17 +699,18 @@ class JobService:
         run = self._current(s, job)
         if run is not None and run.phase in ACTIVE and not run.stop_requested:
             run.stop_requested = True
-            add_event(s, job.id, "StopRequested", why, run_number=run.number, actor=actor.name)
+            add_event(s, job.id, Reason.StopRequested, why, run_number=run.number, actor=actor.name)
 
-    def _new_run(self, s: Session, job: JobRow, cause: str, actor: Actor = SYSTEM) -> dict[str, Any]:
-        job.desired = "Running"
+    def _new_run(self, s: Session, job: JobRow, cause: Cause, actor: Actor = SYSTEM) -> dict[str, Any]:
+        job.desired = Desired.Running
         run = self._make_run(job, cause)
         s.add(run)
         s.flush()
         job.current_run_id = run.id
-        job.phase, job.reason, job.message = run.phase, cause, ""
-        add_event(s, job.id, cause, f"run {run.number} created" + _by(actor), run_number=run.number,
-                  actor=actor.name)
+        # a new Run's cause is the Job's reason until the Run moves (every Cause is a Reason)
+        job.phase, job.reason, job.message = run.phase, Reason(cause.value), ""
+        add_event(s, job.id, Reason(cause.value), f"run {run.number} created" + _by(actor),
+                  run_number=run.number, actor=actor.name)
         return self._detail(s, job)
 
     @retry_on_conflict
@@ -738,10 +745,10 @@ class JobService:
             row.spec = job_to_dict(job)
             row.labels = dict(job.metadata.labels)
             row.findings = [f.model_dump(mode="json") for f in findings]
-            add_event(s, row.id, "SpecUpdated", "the Job spec was replaced" + _by(actor),
+            add_event(s, row.id, Reason.SpecUpdated, "the Job spec was replaced" + _by(actor),
                       actor=actor.name)
             self._request_stop(s, row, "stopped to run the new spec", actor)
-            out = self._new_run(s, row, "Updated", actor)
+            out = self._new_run(s, row, Cause.Updated, actor)
             audit.record(s, actor, "job.replace", project=project, target=name,
                          detail=f"run {out['currentRun']['number']}")
         self.wake()
@@ -763,11 +770,11 @@ class JobService:
                 s.delete(job)
             else:
                 job.delete_requested = True
-                job.desired = "Stopped"
+                job.desired = Desired.Stopped
                 for r in job.runs:
                     if r.phase in ACTIVE:
                         r.stop_requested = True
-                add_event(s, job.id, "DeleteRequested", "delete requested" + _by(actor)
+                add_event(s, job.id, Reason.DeleteRequested, "delete requested" + _by(actor)
                           + "; stopping Workers first", actor=actor.name)
         if not busy:  # only once the delete is committed
             remove_dirs(logs)

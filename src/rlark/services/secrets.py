@@ -178,7 +178,7 @@ def masker(values: Iterable[str]) -> Callable[[str], str]:
     if not chosen:
         return lambda text: text
     pattern = re.compile("|".join(re.escape(v) for v in chosen))
-    return lambda text: pattern.sub(MASK, text) if isinstance(text, str) else text
+    return lambda text: pattern.sub(MASK, text)
 
 
 def mask_data(data: Any, mask: Callable[[str], str]) -> Any:

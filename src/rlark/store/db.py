@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, TypeVar, cast
 
 from alembic import command
 from alembic.config import Config
@@ -76,7 +76,7 @@ def retry_on_conflict(fn: F) -> F:
             except StaleDataError:
                 if attempt == CONFLICT_ATTEMPTS - 1:
                     raise
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # functools.wraps keeps fn's signature
 
 
 def upgrade(engine: Engine) -> None:

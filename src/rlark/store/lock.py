@@ -16,9 +16,10 @@ import fcntl
 import json
 import os
 from pathlib import Path
+from typing import IO
 
 from sqlalchemy import text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 #: advisory lock key on PostgreSQL (any constant 64-bit number works; this one spells "RLARK")
 ADVISORY_KEY = 0x524C41524B
@@ -39,8 +40,8 @@ class ControllerLock:
         self.owner = owner
         #: held by replicas that elect a leader (see the module docstring)
         self.shared = shared
-        self._file = None
-        self._conn = None
+        self._file: IO[str] | None = None
+        self._conn: Connection | None = None
 
     def _busy(self, where: str, holder: str = "") -> StoreBusy:
         held = f" ({holder})" if holder else ""

@@ -2,18 +2,26 @@
 
 A Job has many Runs (one per start/restart/retry); a Run has one Task per role and one Worker per
 replica; Events belong to a Job and optionally to a Run and a Worker. Deleting a Job deletes all.
+
+Phases, causes, the desired state and Event types are enum columns (:mod:`rlark.status`): strings
+in the database with a CHECK constraint listing the values (PostgreSQL and SQLite alike,
+migration 0009), enum members in Python. Reasons are :class:`ReasonType` columns: checked when
+written, not by the database (the vocabulary grows with runtimes), and a stored reason this
+version does not know still reads (:meth:`rlark.status.Reason.unrecognised`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
     DateTime,
+    Enum,
     Float,
     ForeignKey,
     Index,
@@ -22,8 +30,11 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
+
+from rlark.status import Cause, Desired, EventType, Phase, Reason, WorkerPhase
 
 if TYPE_CHECKING:
     from rlark.store.accounts import ProjectRow
@@ -33,24 +44,60 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class UTCDateTime(TypeDecorator):
+class UTCDateTime(TypeDecorator[datetime]):
     """A timestamp that is always timezone-aware UTC in Python, whatever the database keeps
     (SQLite stores no zone and hands back naive values)."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value, dialect):
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is not None:
             if value.tzinfo is None:
                 value = value.replace(tzinfo=timezone.utc)
             value = value.astimezone(timezone.utc)
         return value
 
-    def process_result_value(self, value, dialect):
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is not None and value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
         return value
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def enum_type(enum: type[E], constraint: str, length: int = 16) -> Enum:
+    """A column type for ``enum``: its values as VARCHAR(``length``) with a CHECK constraint
+    named ``constraint`` listing them (SQLite and PostgreSQL alike: no native ENUM type, whose
+    values PostgreSQL cannot drop later); reads give members, writes take members or their
+    values and refuse anything else (``validate_strings``)."""
+    return Enum(enum, native_enum=False, create_constraint=True, validate_strings=True,
+                length=length, name=constraint, values_callable=lambda e: [m.value for m in e])
+
+
+class ReasonType(TypeDecorator[Reason]):
+    """A :class:`Reason` stored as its text (VARCHAR(64), NULL: no reason). Writes take a Reason
+    (or its value) and refuse any other string with ValueError; reads give the member, or for
+    a reason this version does not know (written by another RLark version) an unrecognised
+    stand-in with the stored text (:meth:`Reason.unrecognised`), so old rows still read and
+    nothing stored is lost."""
+
+    impl = String(64)
+    cache_ok = True
+
+    def process_bind_param(self, value: Reason | str | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, Reason):
+            return value.value
+        member = Reason.of(value)
+        if member is None:
+            raise ValueError(f"{value!r} is not a reason RLark knows (rlark.status.Reason)")
+        return member.value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> Reason | None:
+        return None if value is None else Reason.unrecognised(value)
 
 
 class Base(DeclarativeBase):
@@ -68,10 +115,12 @@ class JobRow(Base):
     spec: Mapped[dict[str, Any]]
     labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
     #: what the user asked for: Running (start/restart) or Stopped (stop)
-    desired: Mapped[str] = mapped_column(String(16), default="Running")
+    desired: Mapped[Desired] = mapped_column(enum_type(Desired, "ck_jobs_desired"),
+                                             default=Desired.Running)
     #: the current Run's phase and reason, kept here so lists need no join
-    phase: Mapped[str] = mapped_column(String(16), default="Pending", index=True)
-    reason: Mapped[str] = mapped_column(String(64), default="")
+    phase: Mapped[Phase] = mapped_column(enum_type(Phase, "ck_jobs_phase"), default=Phase.Pending,
+                                         index=True)
+    reason: Mapped[Reason | None] = mapped_column(ReasonType(), nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
     findings: Mapped[list[Any]] = mapped_column(default=list)
     current_run_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -105,15 +154,19 @@ class RunRow(Base):
     uid: Mapped[str] = mapped_column(String(32), unique=True)
     #: secret every lifecycle line of this Run carries (bootstrap/worker.py, RLARK_EVENT_TOKEN)
     event_token: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    #: why this Run exists: Submitted, Started, Restarted, Retry
-    cause: Mapped[str] = mapped_column(String(16), default="Submitted")
+    #: why this Run exists: Submitted, Started, Restarted, Updated, Retry
+    cause: Mapped[Cause] = mapped_column(enum_type(Cause, "ck_runs_cause"), default=Cause.Submitted)
     runtime: Mapped[str] = mapped_column(String(16), default="local")
     #: kubernetes: the namespace of the Run's objects (its project's namespace when it was made)
     namespace: Mapped[str | None] = mapped_column(String(63), nullable=True)
     spec: Mapped[dict[str, Any]]
-    phase: Mapped[str] = mapped_column(String(16), default="Pending", index=True)
-    reason: Mapped[str] = mapped_column(String(64), default="")
+    phase: Mapped[Phase] = mapped_column(enum_type(Phase, "ck_runs_phase"), default=Phase.Pending,
+                                         index=True)
+    reason: Mapped[Reason | None] = mapped_column(ReasonType(), nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
+    #: observations beside the phase (rlark.status.Condition): a list of {type, status, reason,
+    #: message, lastTransitionTime}
+    conditions: Mapped[list[Any]] = mapped_column(default=list)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     stop_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -144,7 +197,8 @@ class TaskRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     role: Mapped[str] = mapped_column(String(63))
-    phase: Mapped[str] = mapped_column(String(16), default="Pending")
+    #: its Run's phase; Failed when one of its Workers failed
+    phase: Mapped[Phase] = mapped_column(enum_type(Phase, "ck_tasks_phase"), default=Phase.Pending)
     ready: Mapped[int] = mapped_column(Integer, default=0)
     total: Mapped[int] = mapped_column(Integer)
     first_rank: Mapped[int] = mapped_column(Integer)
@@ -164,8 +218,9 @@ class WorkerRow(Base):
     index: Mapped[int] = mapped_column(Integer)
     node_rank: Mapped[int] = mapped_column(Integer)
     is_head: Mapped[bool] = mapped_column(Boolean, default=False)
-    phase: Mapped[str] = mapped_column(String(16), default="Pending")
-    reason: Mapped[str] = mapped_column(String(64), default="")
+    phase: Mapped[WorkerPhase] = mapped_column(enum_type(WorkerPhase, "ck_workers_phase"),
+                                               default=WorkerPhase.Pending)
+    reason: Mapped[Reason | None] = mapped_column(ReasonType(), nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # where the runtime put it
@@ -207,11 +262,17 @@ class EventRow(Base):
     worker: Mapped[str | None] = mapped_column(String(63), nullable=True)
     time: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     #: Normal or Warning, as Kubernetes Events
-    type: Mapped[str] = mapped_column(String(16), default="Normal")
+    type: Mapped[EventType] = mapped_column(enum_type(EventType, "ck_events_type"),
+                                            default=EventType.Normal)
+    #: a :class:`Reason`, or the code of a Finding recorded as a Warning when its Job was
+    #: submitted (Finding codes are their own open vocabulary, so this column is plain text)
     reason: Mapped[str] = mapped_column(String(64))
     message: Mapped[str] = mapped_column(Text, default="")
-    from_phase: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    to_phase: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    #: a transition's phases (None: the Event is not about a transition)
+    from_phase: Mapped[Phase | None] = mapped_column(enum_type(Phase, "ck_events_from_phase"),
+                                                     nullable=True)
+    to_phase: Mapped[Phase | None] = mapped_column(enum_type(Phase, "ck_events_to_phase"),
+                                                   nullable=True)
     #: the user whose request caused the event; None: RLark itself (the controller)
     actor: Mapped[str | None] = mapped_column(String(63), nullable=True)
 

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.concurrency import run_in_threadpool
 
-from rlark.api.security import Access, allow_admin, allow_project, allow_public, allow_user
+from rlark.api.security import (Access, ProjectAccess, allow_admin, allow_project, allow_public,
+                                allow_user)
 from rlark.services.accounts import MAX_TOKEN_DAYS, AccountService
 from rlark.services.auth import AuthService
 from rlark.store import ProjectRole
@@ -28,6 +29,9 @@ def auth_service(request: Request) -> AuthService:
 Accounts = Annotated[AccountService, Depends(accounts)]
 User = Annotated[Access, allow_user()]
 Admin = Annotated[Access, allow_admin()]
+#: a role in the ``{project}`` of the path
+ProjectViewer = Annotated[ProjectAccess, allow_project(ProjectRole.viewer, in_path=True)]
+ProjectAdmin = Annotated[ProjectAccess, allow_project(ProjectRole.admin, in_path=True)]
 Name = Annotated[str, Field(min_length=1, max_length=63)]
 
 
@@ -162,8 +166,7 @@ def create_project(body: ProjectBody, svc: Accounts, access: Admin) -> dict:
 
 
 @router.get("/projects/{project}", summary="A project and its members")
-def get_project(project: str, svc: Accounts,
-                access: Annotated[Access, allow_project(ProjectRole.viewer, in_path=True)]) -> dict:
+def get_project(project: str, svc: Accounts, access: ProjectViewer) -> dict:
     return svc.get_project(access.principal, project)
 
 
@@ -173,14 +176,12 @@ def delete_project(project: str, svc: Accounts, access: Admin) -> dict:
 
 
 @router.put("/projects/{project}/members/{user}", summary="Give a user a role in the project")
-def set_member(project: str, user: str, body: MemberBody, svc: Accounts,
-               access: Annotated[Access, allow_project(ProjectRole.admin, in_path=True)]) -> dict:
+def set_member(project: str, user: str, body: MemberBody, svc: Accounts, access: ProjectAdmin) -> dict:
     return svc.set_member(access.principal, access.client, project, user, body.role)
 
 
 @router.delete("/projects/{project}/members/{user}", summary="Take a user's role in the project away")
-def remove_member(project: str, user: str, svc: Accounts,
-                  access: Annotated[Access, allow_project(ProjectRole.admin, in_path=True)]) -> dict:
+def remove_member(project: str, user: str, svc: Accounts, access: ProjectAdmin) -> dict:
     return svc.remove_member(access.principal, access.client, project, user)
 
 

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from rlark.api.deps import job_service
-from rlark.api.security import Access, allow_project, allow_user
-from rlark.controller.phases import Phase
+from rlark.api.security import Access, ProjectAccess, allow_project, allow_user
+from rlark.status import Phase
 from rlark.services.auth import authorize
 from rlark.services.errors import Invalid, TooLarge
 from rlark.services.jobs import JobService
@@ -19,8 +19,8 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 Service = Annotated[JobService, Depends(job_service)]
 #: who may call: read (viewer), change (member) in the Job's project (``?project=``, default
 #: ``default``)
-Reader = Annotated[Access, allow_project(ProjectRole.viewer)]
-Writer = Annotated[Access, allow_project(ProjectRole.member)]
+Reader = Annotated[ProjectAccess, allow_project(ProjectRole.viewer)]
+Writer = Annotated[ProjectAccess, allow_project(ProjectRole.member)]
 
 JOB_BODY = {
     "requestBody": {
@@ -80,7 +80,7 @@ def list_jobs(
         projects: list[str] | None = [project]
     else:
         projects = access.principal.readable_projects()
-    return jobs.list(phase=phase.value if phase else None, q=q, limit=limit, offset=offset,
+    return jobs.list(phase=phase, q=q, limit=limit, offset=offset,
                      projects=projects)
 
 

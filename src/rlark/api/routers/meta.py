@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from rlark import __version__
 from rlark.api.deps import job_service
 from rlark.api.routers.jobs import JOB_BODY, read_document
-from rlark.api.security import Access, allow_project, allow_public, allow_user
+from rlark.api.security import Access, ProjectAccess, allow_project, allow_public, allow_user
 from rlark.store import ProjectRole
 from rlark.findings import has_errors
 from rlark.services.jobs import JobService
@@ -31,7 +31,7 @@ async def validate(request: Request, jobs: JobService = Depends(job_service)) ->
 
 @router.post("/api/v1/check", openapi_extra=JOB_BODY,
              summary="Every Finding a submission would get, nothing stored")
-def check(access: Annotated[Access, allow_project(ProjectRole.member)],  # it composes configs
+def check(access: Annotated[ProjectAccess, allow_project(ProjectRole.member)],  # it composes configs
           # from the server's filesystem: for those who may submit
           jobs: JobService = Depends(job_service),
           document: bytes = Depends(read_document),

@@ -8,14 +8,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from rlark.api.security import Access, allow_project
+from rlark.api.security import ProjectAccess, allow_project
 from rlark.services.errors import Invalid, TooLarge
 from rlark.services.secrets import MAX_SECRET_BYTES, SecretService
 from rlark.store import ProjectRole
 
 router = APIRouter(prefix="/api/v1/secrets", tags=["secrets"])
-Reader = Annotated[Access, allow_project(ProjectRole.viewer)]
-Writer = Annotated[Access, allow_project(ProjectRole.member)]
+Reader = Annotated[ProjectAccess, allow_project(ProjectRole.viewer)]
+Writer = Annotated[ProjectAccess, allow_project(ProjectRole.member)]
 
 SECRET_BODY = {
     "requestBody": {

@@ -27,6 +27,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from rlark.findings import Finding, Severity
 from rlark.preflight import parse_cpu, parse_memory_bytes
+from rlark.runtimes.kubernetes.status import PodPhase
 from rlark.spec import Job, Role, Toleration
 
 GPU = "nvidia.com/gpu"
@@ -110,11 +111,12 @@ def parse_nodes(nodes: Iterable[dict], pods: Iterable[dict] | None = None) -> li
             ready=ready,
         )
     for pod in pods or []:
-        node = out.get((pod.get("spec") or {}).get("nodeName") or "")
-        if node is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        info = out.get((pod.get("spec") or {}).get("nodeName") or "")
+        ended = (pod.get("status") or {}).get("phase") in (PodPhase.Succeeded, PodPhase.Failed)
+        if info is None or ended:
             continue
         for k, v in pod_requests(pod).items():
-            node.requested[k] = node.requested.get(k, Decimal(0)) + v
+            info.requested[k] = info.requested.get(k, Decimal(0)) + v
     return sorted(out.values(), key=lambda n: n.name)
 
 
@@ -226,6 +228,8 @@ def check_capacity(job: Job, nodes: list[NodeInfo], *, free_basis: str = "cluste
         if not ok:
             counts: dict[str, int] = {}
             for r in reasons.values():
+                if r is None:
+                    continue  # (none: no node is eligible)
                 key = "taints it does not tolerate" if r and r.startswith("taint") else (
                     "other labels than its nodeSelector" if r == "nodeSelector" else r)
                 counts[key] = counts.get(key, 0) + 1

@@ -10,6 +10,8 @@ kwok Nodes: ``scripts/k8s-testbed``, ``tests/test_k8s_client.py``).
 
 from __future__ import annotations
 
+import builtins
+
 import json
 import os
 import socket
@@ -254,7 +256,7 @@ class KubeClient:
         self._call(f"delete {kind}s {label_selector}", fn, self.namespace, **kwargs)
 
     def list(self, kind: str, label_selector: str | None = None,
-             field_selector: str | None = None) -> tuple[list[dict], str]:
+             field_selector: str | None = None) -> tuple[builtins.list[dict], str]:
         """``(items, resourceVersion)`` of a namespaced list."""
         fn = getattr(self.api, f"list_namespaced_{_KINDS[kind]}")
         kwargs = {k: v for k, v in (("label_selector", label_selector),
@@ -309,11 +311,11 @@ class KubeClient:
         except Exception as exc:
             raise KubeError(f"logs of Pod {pod}: {type(exc).__name__}: {exc}") from None
 
-    def list_nodes(self) -> list[dict]:
+    def list_nodes(self) -> builtins.list[dict]:
         """Every Node object."""
         return self._call("list nodes", self.api.list_node).get("items") or []
 
-    def list_pods_everywhere(self) -> tuple[list[dict], str]:
+    def list_pods_everywhere(self) -> tuple[builtins.list[dict], str]:
         """Pods of every namespace that are not finished (for free capacity) and ``"cluster"``;
         when RBAC allows only this namespace (403), its Pods and ``"namespace"``."""
         try:

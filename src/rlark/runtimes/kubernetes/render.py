@@ -340,7 +340,7 @@ def _role_parts(job: Job, role: Role, run_id: str, cm_name: str) -> _RoleParts:
         {"name": "rlark-bootstrap", "configMap": {"name": cm_name, "defaultMode": 0o444}},
         {"name": "dshm", "emptyDir": shm},
     ]
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": "rlark-bootstrap", "mountPath": BOOTSTRAP_DIR, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
@@ -454,6 +454,7 @@ def render_run(job: Job, run_id: str, opts: RenderOptions | None = None) -> list
     return objs
 
 
+# the base is chosen at import time (libyaml may be missing), which a type checker cannot follow
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     """libyaml's dumper when present (about 10x faster); never emits anchors/aliases."""
 

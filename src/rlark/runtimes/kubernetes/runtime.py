@@ -53,8 +53,10 @@ from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.capacity import NodeInfo, parse_nodes
 from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream, abort, release
 from rlark.runtimes.kubernetes.logcursor import LogCursor, restore
-from rlark.runtimes.kubernetes.status import PodStatus, StatusPolicy, interpret, parse_time
+from rlark.runtimes.kubernetes.status import (PodPhase, PodState, PodStatus, StatusPolicy, interpret,
+                                             parse_time)
 from rlark.spec import Job, head_service_name
+from rlark.status import Reason
 
 log = logging.getLogger("rlark.kubernetes")
 
@@ -93,7 +95,7 @@ class NamesBusy(KubeError):
     after :attr:`retry_after` seconds (``controller/loop.py``: a launch error that carries
     ``retry_after``)."""
 
-    reason = "WaitingForNames"
+    reason = Reason.WaitingForNames
 
     def __init__(self, message: str, retry_after: float = NAMES_RETRY_SECONDS):
         super().__init__(message, 409)
@@ -144,7 +146,7 @@ class _Follower(threading.Thread):
         self.done = threading.Event()
         #: time.monotonic() of the last bytes read (or of the start)
         self.last_data = time.monotonic()
-        self._resp = None
+        self._resp: Any = None  # the open log stream (urllib3's response; the client is untyped)
 
     def stop(self, abandon: bool = False) -> None:
         """Stop following (from any thread): the open log stream is aborted. ``abandon``: the
@@ -422,6 +424,8 @@ class KubernetesRuntime:
         with self._changed:
             if kind == "Pod":
                 name = (obj.get("metadata") or {}).get("name")
+                if not isinstance(name, str):
+                    return  # not an object this runtime can track (no name)
                 if typ == "DELETED":
                     self._pods.pop(name, None)
                     if name in self._created or name in self._followers:
@@ -435,9 +439,11 @@ class KubernetesRuntime:
 
     def _apply_event(self, typ: str, obj: dict) -> None:
         pod = (obj.get("involvedObject") or {}).get("name")
-        if pod not in self._created and pod not in self._pods:
+        if not isinstance(pod, str) or (pod not in self._created and pod not in self._pods):
             return
         uid = (obj.get("metadata") or {}).get("uid") or (obj.get("metadata") or {}).get("name")
+        if not isinstance(uid, str):
+            return  # an Event without uid or name cannot be told from the next one
         bucket = self._events.setdefault(pod, {})
         if typ == "DELETED":
             bucket.pop(uid, None)
@@ -475,7 +481,7 @@ class KubernetesRuntime:
                     return "running"
                 if "terminated" in state:
                     return "terminated"
-        if status.get("phase") in ("Succeeded", "Failed"):
+        if status.get("phase") in (PodPhase.Succeeded, PodPhase.Failed):
             return "terminated"
         return "waiting"
 
@@ -732,7 +738,7 @@ class KubernetesRuntime:
             gone = pod is None
             last = self._gone.get(name)
             if gone and self._not_seen_yet(name, now):
-                return PodStatus("Unscheduled", True)
+                return PodStatus(PodState.Unscheduled, True)
             events = list(self._events.get(name, {}).values())
             obj = pod if pod is not None else last
             labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
@@ -740,9 +746,10 @@ class KubernetesRuntime:
             adopted = self._adopted.get(name)
             if gone and obj is None and adopted is not None and name not in self._deleting:
                 # never seen by this process: nothing tells how or when it went
-                return PodStatus("Gone", False, None, ("HeadLost" if head else "WorkerLost", (
+                return PodStatus(PodState.Gone, False, None, (
+                    Reason.HeadLost if head else Reason.WorkerLost,
                     f"Pod {name} was deleted while no RLark server watched it (this server, "
-                    f"which adopted its Worker at {_utc(adopted)}, never saw it)")))
+                    f"which adopted its Worker at {_utc(adopted)}, never saw it)"))
             return interpret(obj, events, now=now, policy=self._policies.get(name, self.policy),
                              container=render.CONTAINER, head=head, gone=gone,
                              deleted_by_rlark=name in self._deleting)
@@ -760,11 +767,11 @@ class KubernetesRuntime:
             denied_log = self._log_errors.get(name)
             denied_delete = self._delete_errors.get(name)
         if failure is None and denied_log:
-            failure = ("Forbidden", f"RLark may not read the log of Pod {name}, so it cannot follow "
-                                    f"its Worker: {denied_log}")
+            failure = (Reason.Forbidden, f"RLark may not read the log of Pod {name}, so it cannot "
+                                         f"follow its Worker: {denied_log}")
         if alive and failure is None and denied_delete:
-            failure = ("StopFailed", f"RLark could not delete Pod {name} to stop its Worker: "
-                                     f"{denied_delete}")
+            failure = (Reason.StopFailed, f"RLark could not delete Pod {name} to stop its Worker: "
+                                          f"{denied_delete}")
         if not alive:
             follower = self._followers.get(name)
             if follower is not None and not follower.done.is_set():
@@ -857,7 +864,8 @@ class KubernetesRuntime:
                 pods, basis = self.kube.list_pods_everywhere()
             except KubeError:
                 pods, basis = [], "none"
-            result = (parse_nodes(nodes, pods), basis, None)
+            result: tuple[list[NodeInfo] | None, str, str | None] = (parse_nodes(nodes, pods),
+                                                                     basis, None)
         except KubeError as exc:
             result = (None, "none", str(exc))
         with self._lock:

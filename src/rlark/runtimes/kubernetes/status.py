@@ -46,7 +46,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Sequence
+
+from rlark.status import Reason
 
 IMAGE_PULL_WAITING = ("ErrImagePull", "ImagePullBackOff")
 IMAGE_PULL_FATAL = ("InvalidImageName", "ErrImageNeverPull")
@@ -54,7 +57,34 @@ CREATE_WAITING = ("CreateContainerConfigError", "CreateContainerError", "RunCont
 START_TERMINATED = ("StartError", "ContainerCannotRun")
 LOST_POD_REASONS = ("NodeLost", "Shutdown", "Terminated", "NodeShutdown")
 MOUNT_EVENTS = ("FailedMount", "FailedAttachVolume")
+#: the kubelet's Event reasons for a failed image pull, and for its back-off before the next try
+PULL_FAILED_EVENTS = ("Failed",)
+PULL_RETRY_EVENTS = ("Failed", "BackOff")
 MAX_TEXT = 600
+
+
+class PodPhase(StrEnum):
+    """A Pod's ``status.phase`` (core/v1 ``PodPhase``, Kubernetes' "Pod phase"): Kubernetes'
+    words, not RLark's phases, though some are spelled alike."""
+
+    Pending = "Pending"
+    Running = "Running"
+    Succeeded = "Succeeded"
+    Failed = "Failed"
+    Unknown = "Unknown"
+
+
+class PodState(StrEnum):
+    """What RLark makes of a Worker's Pod (:attr:`PodStatus.phase`)."""
+
+    Unscheduled = "Unscheduled"  # not bound to a node yet
+    Scheduled = "Scheduled"  # bound, its container not running yet (image pull, mounts)
+    Pending = "Pending"  # its PodPhase, while the container is not running for another reason
+    Running = "Running"
+    Succeeded = "Succeeded"
+    Failed = "Failed"
+    Unknown = "Unknown"  # the node stopped reporting (PodPhase Unknown)
+    Gone = "Gone"  # the Pod object no longer exists
 
 
 @dataclass(frozen=True)
@@ -78,11 +108,20 @@ class PodStatus:
     imageDigest, node, podIP, hostIP, qosClass (those present).
     """
 
-    phase: str
+    phase: PodState
     alive: bool
     exit_code: int | None = None
-    failure: tuple[str, str] | None = None
+    failure: tuple[Reason, str] | None = None
     facts: dict[str, Any] = field(default_factory=dict)
+
+
+def _state(phase: object) -> PodState:
+    """A live Pod's :class:`PodState` from its ``status.phase`` (``Unknown`` for a value
+    Kubernetes does not define)."""
+    try:
+        return PodState(phase) if isinstance(phase, str) else PodState.Unknown
+    except ValueError:
+        return PodState.Unknown
 
 
 def parse_time(value: Any) -> float | None:
@@ -224,8 +263,8 @@ def classify_pull_error(text: str) -> str:
     return "unknown"
 
 
-def _pull_failure(pod: dict, events: Sequence[dict], waiting: dict, image: str) -> tuple[str, str]:
-    pulls = [e for e in _events(events, ("Failed",))
+def _pull_failure(pod: dict, events: Sequence[dict], waiting: dict, image: str) -> tuple[Reason, str]:
+    pulls = [e for e in _events(events, PULL_FAILED_EVENTS)
              if "pull" in (e.get("message") or "").lower() and not
              (e.get("message") or "").startswith("Error: ")]
     detail = pulls[-1]["message"] if pulls else (waiting.get("message") or waiting.get("reason", ""))
@@ -236,7 +275,7 @@ def _pull_failure(pod: dict, events: Sequence[dict], waiting: dict, image: str) 
         if kind == "unknown" and waiting.get("message"):
             kind = classify_pull_error(waiting["message"])
     name = (pod.get("metadata") or {}).get("name", "?")
-    return ("ImagePull", _clip(f"Pod {name} cannot pull image {image!r} ({waiting.get('reason')}): "
+    return (Reason.ImagePull, _clip(f"Pod {name} cannot pull image {image!r} ({waiting.get('reason')}): "
                                f"{PULL_KINDS[kind]}. Kubelet: {detail}"))
 
 
@@ -282,7 +321,7 @@ def interpret(
     Returns:
         A :class:`PodStatus`. Never raises for odd objects: missing fields read as absent.
     """
-    lost = "HeadLost" if head else "WorkerLost"
+    lost = Reason.HeadLost if head else Reason.WorkerLost
     pod = pod or {}
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -294,39 +333,39 @@ def interpret(
     terminated = state.get("terminated")
     waiting = state.get("waiting") or {}
     exit_code = terminated.get("exitCode") if terminated else None
-    phase = status.get("phase", "Pending")
+    phase = status.get("phase", PodPhase.Pending)
     image = _container_spec(pod, container).get("image") or cs.get("image") or "?"
 
     if gone:
         if deleted_by_rlark:
-            return PodStatus("Gone", False, exit_code, None, facts)
+            return PodStatus(PodState.Gone, False, exit_code, None, facts)
         if pod:  # its last state may say why it went (evicted, OOM-killed, node lost...)
             last = interpret(pod, events, now=now, policy=policy, container=container, head=head)
             if last.failure is not None:
-                return PodStatus("Gone", False, exit_code, last.failure, facts)
-        if terminated is not None or phase in ("Succeeded", "Failed"):
-            return PodStatus("Gone", False, exit_code, None, facts)
+                return PodStatus(PodState.Gone, False, exit_code, last.failure, facts)
+        if terminated is not None or phase in (PodPhase.Succeeded, PodPhase.Failed):
+            return PodStatus(PodState.Gone, False, exit_code, None, facts)
         where = f" on node {spec['nodeName']}" if spec.get("nodeName") else ""
-        return PodStatus("Gone", False, None, (lost, _clip(
+        return PodStatus(PodState.Gone, False, None, (lost, _clip(
             f"Pod {name} was deleted (not by RLark) while {phase}{where}, before its Worker "
             "finished")), facts)
 
     # the kubelet and the node: evicted, lost, rejected
     reason = status.get("reason") or ""
-    if phase == "Failed" and reason == "Evicted":
-        return PodStatus("Failed", False, exit_code, ("Evicted", _clip(
+    if phase == PodPhase.Failed and reason == "Evicted":
+        return PodStatus(PodState.Failed, False, exit_code, (Reason.Evicted, _clip(
             f"Pod {name} was evicted by the kubelet of {spec.get('nodeName') or status.get('hostIP', '?')}: "
             f"{status.get('message', '')}")), facts)
-    if phase == "Failed" and (reason.startswith("OutOf") or reason in (
+    if phase == PodPhase.Failed and (reason.startswith("OutOf") or reason in (
             "UnexpectedAdmissionError", "NodeAffinity", "NodeSelectorMismatching")):
-        return PodStatus("Failed", False, exit_code, ("AdmissionRejected", _clip(
+        return PodStatus(PodState.Failed, False, exit_code, (Reason.AdmissionRejected, _clip(
             f"the kubelet on node {spec.get('nodeName', '?')} rejected Pod {name}: {reason}: "
             f"{status.get('message', '')}")), facts)
     disruption = _condition(pod, "DisruptionTarget")
-    if phase == "Failed" and (reason in LOST_POD_REASONS or disruption.get("status") == "True"):
+    if phase == PodPhase.Failed and (reason in LOST_POD_REASONS or disruption.get("status") == "True"):
         why = f"{reason}: {status.get('message', '')}" if reason else (
             f"{disruption.get('reason', '')}: {disruption.get('message', '')}")
-        return PodStatus("Failed", False, exit_code, (lost, _clip(
+        return PodStatus(PodState.Failed, False, exit_code, (lost, _clip(
             f"Pod {name} on node {spec.get('nodeName', '?')} was terminated by Kubernetes: {why}")),
             facts)
 
@@ -334,35 +373,37 @@ def interpret(
     for st in (terminated, (cs.get("lastState") or {}).get("terminated")):
         if st and st.get("reason") == "OOMKilled":
             limit = (_container_spec(pod, container).get("resources") or {}).get("limits", {}).get("memory")
-            alive = terminated is None and phase not in ("Succeeded", "Failed")
-            return PodStatus(phase if alive else "Failed", alive, exit_code, ("OOMKilled", _clip(
+            alive = terminated is None and phase not in (PodPhase.Succeeded, PodPhase.Failed)
+            return PodStatus(_state(phase) if alive else PodState.Failed, alive, exit_code, (
+                Reason.OOMKilled, _clip(
                 f"container {cs.get('name', container)} of Pod {name} was killed by the kernel's "
                 f"OOM killer (exit code {st.get('exitCode')})"
                 + (f"; its memory limit is {limit}" if limit else "")
                 + "; raise resources.memory")), facts)
     if terminated and terminated.get("reason") in START_TERMINATED:
-        return PodStatus("Failed", False, exit_code, ("ContainerStartFailed", _clip(
+        return PodStatus(PodState.Failed, False, exit_code, (Reason.ContainerStartFailed, _clip(
             f"container {cs.get('name', container)} of Pod {name} could not start: "
             f"{terminated.get('reason')}: {terminated.get('message', '')}")), facts)
     if waiting.get("reason") == "CrashLoopBackOff":
-        last = (cs.get("lastState") or {}).get("terminated") or {}
-        return PodStatus(phase, True, None, ("CrashLoop", _clip(
+        previous = (cs.get("lastState") or {}).get("terminated") or {}
+        return PodStatus(_state(phase), True, None, (Reason.CrashLoop, _clip(
             f"container {cs.get('name', container)} of Pod {name} keeps failing "
-            f"({cs.get('restartCount', 0)} restarts; last exit code {last.get('exitCode')} "
-            f"{last.get('reason', '')}): {waiting.get('message', '')}")), facts)
+            f"({cs.get('restartCount', 0)} restarts; last exit code {previous.get('exitCode')} "
+            f"{previous.get('reason', '')}): {waiting.get('message', '')}")), facts)
 
-    if terminated is not None or phase in ("Succeeded", "Failed"):
+    if terminated is not None or phase in (PodPhase.Succeeded, PodPhase.Failed):
         if meta.get("deletionTimestamp") and not deleted_by_rlark and _ended_by_deletion(meta, terminated):
             code = f" (exit code {exit_code})" if exit_code is not None else ""
-            return PodStatus("Failed", False, exit_code, (lost, _clip(
+            return PodStatus(PodState.Failed, False, exit_code, (lost, _clip(
                 f"Pod {name} was deleted (not by RLark) before its Worker finished{code}")), facts)
-        return PodStatus("Succeeded" if phase == "Succeeded" else "Failed", False, exit_code,
+        return PodStatus(PodState.Succeeded if phase == PodPhase.Succeeded else PodState.Failed,
+                         False, exit_code,
                          None, facts)
 
     if meta.get("deletionTimestamp") and not deleted_by_rlark:
         why = (f" ({disruption.get('reason')}: {disruption.get('message', '')})"
                if disruption.get("status") == "True" else "")
-        return PodStatus(phase, True, None, (lost, _clip(
+        return PodStatus(_state(phase), True, None, (lost, _clip(
             f"Pod {name} is being deleted (not by RLark) while {phase}{why}")), facts)
 
     # not started yet: scheduling, image, mounts, container creation
@@ -376,25 +417,27 @@ def interpret(
             sched = _events(events, ("FailedScheduling",))
             msg = cond.get("message") or (sched[-1].get("message") if sched else "") or (
                 "no scheduler message")
-            return PodStatus("Unscheduled", True, None, ("Unschedulable", _clip(
+            return PodStatus(PodState.Unscheduled, True, None, (Reason.Unschedulable, _clip(
                 f"Pod {name} was not scheduled within {waited:.0f} s: {msg}")), facts)
-        return PodStatus("Unscheduled", True, None, None, facts)
+        return PodStatus(PodState.Unscheduled, True, None, None, facts)
 
     wreason = waiting.get("reason", "")
     if wreason in IMAGE_PULL_FATAL:
-        return PodStatus("Scheduled", True, None, _pull_failure(pod, events, waiting, image), facts)
+        return PodStatus(PodState.Scheduled, True, None, _pull_failure(pod, events, waiting, image),
+                         facts)
     if wreason in IMAGE_PULL_WAITING:
-        pulls = [t for t in (_event_time(e) for e in _events(events, ("Failed", "BackOff"))) if t]
+        pulls = [t for t in (_event_time(e) for e in _events(events, PULL_RETRY_EVENTS)) if t]
         since = min(pulls) if pulls else (parse_time(status.get("startTime")) or now)
         if now - since >= policy.image_pull_grace_seconds:
-            return PodStatus("Scheduled", True, None, _pull_failure(pod, events, waiting, image), facts)
-        return PodStatus("Scheduled", True, None, None, facts)
+            return PodStatus(PodState.Scheduled, True, None,
+                             _pull_failure(pod, events, waiting, image), facts)
+        return PodStatus(PodState.Scheduled, True, None, None, facts)
     if wreason in CREATE_WAITING:
         since = parse_time(status.get("startTime")) or now
         if now - since >= policy.image_pull_grace_seconds:
-            return PodStatus("Scheduled", True, None, ("ContainerCreateFailed", _clip(
+            return PodStatus(PodState.Scheduled, True, None, (Reason.ContainerCreateFailed, _clip(
                 f"Pod {name}: {wreason}: {waiting.get('message', '')}")), facts)
-        return PodStatus("Scheduled", True, None, None, facts)
+        return PodStatus(PodState.Scheduled, True, None, None, facts)
     if not state.get("running"):
         mounts = _events(events, MOUNT_EVENTS)
         if mounts:
@@ -402,7 +445,7 @@ def interpret(
             if now - since >= policy.mount_grace_seconds:
                 setup = [e for e in mounts if (e.get("message") or "").startswith("MountVolume")]
                 msg = (setup or mounts)[-1].get("message", "")
-                return PodStatus("Scheduled", True, None, ("MountFailed", _clip(
+                return PodStatus(PodState.Scheduled, True, None, (Reason.MountFailed, _clip(
                     f"Pod {name} on node {spec.get('nodeName') or status.get('hostIP', '?')}: {msg}")), facts)
-        return PodStatus("Scheduled", True, None, None, facts)
-    return PodStatus("Running", True, None, None, facts)
+        return PodStatus(PodState.Scheduled, True, None, None, facts)
+    return PodStatus(PodState.Running, True, None, None, facts)

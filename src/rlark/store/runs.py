@@ -1,0 +1,80 @@
+"""Store operations that services and the controller share: making a Run, writing an Event.
+
+Here, not in the controller, so that services (and the API and console above them) never import
+the controller: layers point one way (spec -> store -> controller -> runtimes).
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+
+from sqlalchemy.orm import Session
+
+from rlark.ranks import plan_workers, rank_ranges
+from rlark.spec import Job
+from rlark.status import Cause, EventType, Phase, Reason
+from rlark.store.models import EventRow, JobRow, RunRow, TaskRow, WorkerRow
+
+
+def new_run(job: JobRow, cause: Cause, runtime: str = "local") -> RunRow:
+    """A Pending Run of ``job`` with the Job's current spec snapshot, a fresh uid, its Tasks and
+    its Workers (names and node ranks fixed by the spec). The caller adds it to a session.
+
+    Raises:
+        pydantic.ValidationError: the Job's stored spec does not parse.
+    """
+    number = max((r.number for r in job.runs), default=0) + 1
+    run = RunRow(
+        job=job,
+        number=number,
+        uid=uuid.uuid4().hex[:12],
+        event_token=secrets.token_hex(16),
+        cause=cause,
+        runtime=runtime,
+        spec=job.spec,
+        phase=Phase.Pending,
+        conditions=[],
+    )
+    spec = Job.model_validate(job.spec)
+    planned = plan_workers(spec)
+    for role, (lo, hi) in rank_ranges(planned).items():
+        run.tasks.append(TaskRow(role=role, total=hi - lo + 1, first_rank=lo, last_rank=hi))
+    for w in planned:
+        run.workers.append(
+            WorkerRow(
+                name=w.name, role=w.role, index=w.index, node_rank=w.node_rank, is_head=w.is_head
+            )
+        )
+    return run
+
+
+def add_event(
+    s: Session,
+    job_id: int,
+    reason: Reason | str,
+    message: str,
+    *,
+    run_number: int | None = None,
+    worker: str | None = None,
+    type: EventType = EventType.Normal,
+    from_phase: Phase | None = None,
+    to_phase: Phase | None = None,
+    actor: str | None = None,
+) -> None:
+    """Add an Event to ``s``. ``reason``: a :class:`Reason`, or a Finding's code for the warnings
+    a submission's Findings are recorded as; ``actor``: the user whose request caused it (None:
+    RLark itself)."""
+    s.add(
+        EventRow(
+            actor=actor,
+            job_id=job_id,
+            run_number=run_number,
+            worker=worker,
+            type=type,
+            reason=str(reason),
+            message=message,
+            from_phase=from_phase,
+            to_phase=to_phase,
+        )
+    )
