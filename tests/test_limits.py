@@ -353,6 +353,27 @@ def test_a_client_that_never_reads_is_dropped_and_leaves_nothing_behind(store, m
                    lambda: threading.active_count() <= before, timeout=40)
 
 
+def test_the_cli_says_when_the_server_ended_its_stream(store, monkeypatch):
+    """``rlark logs -f`` whose reader stalled (a paused terminal) and was dropped: a message
+    saying so and how to carry on, not a traceback."""
+    from rlark.client import Client, ClientError
+
+    monkeypatch.setenv("RLARK_LOG_FOLLOW_SEND_TIMEOUT", "1")
+    paths = job_with_logs(store)
+    with Follows(store) as f:
+        events = Client(f.server.url, token=f.server.token).stream_events(
+            "/api/v1/jobs/demo/logs", follow="true", worker="demo-head-0")
+        assert next(events)[0] == "workers"
+        with open(paths["demo-head-0"], "ab") as out:  # the client reads nothing meanwhile
+            line = ("w" * 1000 + "\n").encode() * 1000
+            while f.health()["logFollows"]["open"]:
+                out.write(line)
+                out.flush()
+        with pytest.raises(ClientError, match="ended the stream.*run the command again"):
+            for _ in events:
+                pass
+
+
 def test_a_client_that_goes_away_frees_its_place(store):
     job_with_logs(store)
     with Follows(store) as f:

@@ -34,8 +34,9 @@ Service = Annotated[JobService, Depends(job_service)]
 class EventStream(StreamingResponse):
     """A Server-Sent Events response that drops a client which does not take what was sent:
     a send still waiting after ``send_timeout`` seconds (the client read nothing while the
-    server's socket buffers stayed full) ends the response and closes the connection. The
-    stream's generator is closed whatever ends it (``on_close`` then runs)."""
+    server's socket buffers stayed full) ends the response and closes the connection (uvicorn
+    also logs "ASGI callable returned without completing response" then). The stream's
+    generator is closed whatever ends it (``on_close`` then runs)."""
 
     def __init__(self, content, send_timeout: float, on_close, **kwargs) -> None:
         super().__init__(content, **kwargs)
