@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Literal
+from typing import Annotated, Any, AsyncIterator, Callable, Literal
 
 import anyio
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.types import Send
 
 from rlark.api.deps import job_service
 from rlark.api.routers.jobs import INT32_MAX, Reader
@@ -38,21 +39,22 @@ class EventStream(StreamingResponse):
     also logs "ASGI callable returned without completing response" then). The stream's
     generator is closed whatever ends it (``on_close`` then runs)."""
 
-    def __init__(self, content, send_timeout: float, on_close, **kwargs) -> None:
+    def __init__(self, content: AsyncIterator[str], send_timeout: float,
+                 on_close: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
         self.send_timeout = send_timeout
         self.on_close = on_close
         #: the client was dropped for not reading
         self.dropped = False
 
-    async def stream_response(self, send) -> None:
+    async def stream_response(self, send: Send) -> None:
         try:
             await send({"type": "http.response.start", "status": self.status_code,
                         "headers": self.raw_headers})
             async for chunk in self.body_iterator:
+                body = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
                 with anyio.move_on_after(self.send_timeout) as scope:
-                    await send({"type": "http.response.body", "body": chunk.encode(),
-                                "more_body": True})
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
                 if scope.cancelled_caught:
                     self.dropped = True
                     log.info("dropped a log follower that read nothing for %g s", self.send_timeout)
