@@ -101,8 +101,11 @@ def free_port(start: int = 18000, end: int = 19999) -> int:
 
 
 class RlarkServer:
-    def __init__(self, home: Path, extra_env: dict | None = None):
+    """``wrap``: a command the server runs under (e.g. ``setpriv`` dropping a capability)."""
+
+    def __init__(self, home: Path, extra_env: dict | None = None, wrap: list[str] | None = None):
         self.home = home
+        self.wrap = list(wrap or [])
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # tests end their server with its Runs (a real server leaves them to the next one; the
@@ -118,7 +121,7 @@ class RlarkServer:
 
         log = open(self.home / "server.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rlark.cli", "server", "--port", str(self.port)],
+            [*self.wrap, sys.executable, "-m", "rlark.cli", "server", "--port", str(self.port)],
             env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 60
@@ -223,15 +226,26 @@ def _environ_has(pid: int, needle: str) -> bool:
         return False
 
 
+def _in_worker_cgroup(pid: int, run_uid: str) -> bool:
+    """The process is in a Worker cgroup of the Run (``.../<run uid>-<rank>``, any hierarchy)."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False
+    return any(line.rsplit("/", 1)[-1].startswith(f"{run_uid}-") for line in text.splitlines())
+
+
 def run_processes(run_uid: str) -> list[psutil.Process]:
     """Every process on the host that belongs to the Run.
 
-    As root each Worker is its own PID namespace whose PID 1 is the bootstrap RLark started
-    with ``RLARK_RUN_ID=<uid>``: every process in such a namespace belongs to the Run, whatever
-    its environment says (a process cannot leave its PID namespace; one that drops or rewrites
-    its environment is still found), and the namespace ends with its PID 1. Processes outside
-    them are the Run's when they carry the uid themselves (the ``unshare`` wrappers, and every
-    process of a Worker that runs without a namespace, i.e. not as root)."""
+    With PID namespaces (root with CAP_SYS_ADMIN; or inside a user namespace) each Worker is its
+    own PID namespace whose PID 1 is the bootstrap RLark started with ``RLARK_RUN_ID=<uid>``:
+    every process in such a namespace belongs to the Run, whatever its environment says (a
+    process cannot leave its PID namespace; one that drops or rewrites its environment is still
+    found), and the namespace ends with its PID 1. With a cgroup per Worker, every process in
+    one of the Run's Worker cgroups (``<uid>-<rank>``) is the Run's. Processes outside them are
+    the Run's when they carry the uid themselves (the ``unshare`` wrappers, and every process of
+    a Worker that runs in a mere process group)."""
     needle = f"RLARK_RUN_ID={run_uid}"
     ours = _pid_namespace("self")
     procs = list(psutil.process_iter(["pid"]))
@@ -247,7 +261,8 @@ def run_processes(run_uid: str) -> list[psutil.Process]:
                 continue
         except psutil.NoSuchProcess:
             continue
-        if _pid_namespace(p.pid) in namespaces or _environ_has(p.pid, needle):
+        if (_pid_namespace(p.pid) in namespaces or _environ_has(p.pid, needle)
+                or _in_worker_cgroup(p.pid, run_uid)):
             found.append(p)
     return found
 

@@ -129,6 +129,7 @@ BODIES: dict[str, dict] = {
     "PATCH /api/v1/users/{name}": {"json": {"password": "a-brand-new-password"}},
     "POST /api/v1/projects": {"json": {"name": "fresh-project"}},
     "PUT /api/v1/projects/{project}/members/{user}": {"json": {"role": "viewer"}},
+    "PUT /api/v1/projects/{project}/quotas": {"json": {"maxJobs": 40}},
     "POST /login": {"data": {"user": "mia", "password": MIA_PASSWORD}},
     "POST /create/yaml": {"data": {"yaml": job_yaml("fresh")}},
     "POST /admin/users": {"data": {"name": "newbie"}},

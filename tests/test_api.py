@@ -777,7 +777,10 @@ def test_healthz(client):
     assert r.status_code == 200
     # no controller in this app; a server's says whether it reconciles (leader election: who
     # leads, tests/test_k8s_leader.py)
-    assert r.json() == {"ok": True, "version": __version__, "runtime": "local", "controller": None}
+    # workerIsolation: what the local runtime probed (none without one: a JobService alone);
+    # logFollows: log streams open now and the server's limit
+    assert r.json() == {"ok": True, "version": __version__, "runtime": "local", "controller": None,
+                        "workerIsolation": None, "logFollows": {"open": 0, "max": 64}}
 
 
 EXPECTED_ROUTES = {

@@ -27,6 +27,7 @@ from rlark.runtimes.base import (
     worker_ports,
 )
 from rlark.runtimes.local import BOOTSTRAP_FILE, python_for, worker_argv
+from rlark.runtimes.local_isolation import Mode
 from rlark.runtimes.local_ports import (
     LOOPBACK_FIRST,
     MAX_BLOCK_SIZE,
@@ -396,15 +397,28 @@ def test_pick_loopback_skips_0_and_255():
 
 
 def test_worker_argv_plain():
-    assert worker_argv("/venv/bin/python", namespace=False) == ["/venv/bin/python", str(BOOTSTRAP_FILE)]
+    assert worker_argv("/venv/bin/python") == ["/venv/bin/python", str(BOOTSTRAP_FILE)]
+    assert worker_argv("/venv/bin/python", Mode.process_group) == ["/venv/bin/python", str(BOOTSTRAP_FILE)]
 
 
 def test_worker_argv_pid_namespace():
-    argv = worker_argv("/venv/bin/python", namespace=True)
-    assert argv[0] == "unshare"
-    assert {"--pid", "--fork", "--mount-proc"} <= set(argv)
-    assert any(a.startswith("--kill-child") for a in argv)
-    assert argv[-2:] == ["/venv/bin/python", str(BOOTSTRAP_FILE)]
+    for mode in (Mode.pid_namespace, Mode.user_namespace):
+        argv = worker_argv("/venv/bin/python", mode)
+        assert argv[0] == "unshare"
+        assert {"--pid", "--fork", "--mount-proc"} <= set(argv)
+        assert any(a.startswith("--kill-child") for a in argv)
+        assert argv[-2:] == ["/venv/bin/python", str(BOOTSTRAP_FILE)]
+    assert "--map-current-user" in worker_argv("/p", Mode.user_namespace)
+    assert "--map-current-user" not in worker_argv("/p", Mode.pid_namespace)
+
+
+def test_worker_argv_cgroup_joins_before_the_bootstrap_runs():
+    argv = worker_argv("/venv/bin/python", Mode.cgroup, "/sys/fs/cgroup/rlark-workers/abc-0")
+    assert argv[:2] == ["/bin/sh", "-c"] and "exec" in argv[2]
+    assert argv[3:] == ["/sys/fs/cgroup/rlark-workers/abc-0/cgroup.procs", "/venv/bin/python",
+                        str(BOOTSTRAP_FILE)]
+    with pytest.raises(ValueError, match="cgroup directory"):
+        worker_argv("/venv/bin/python", Mode.cgroup)
 
 
 def test_bootstrap_file_is_the_worker_program():

@@ -534,6 +534,20 @@ def server(
         help="Also let Jobs name RLinf configs (spec.rlinf.configDir) under DIR (repeatable; "
              "also $RLARK_CONFIG_ROOTS, comma-separated). By default only under the Job's own "
              "spec.workingDir."),
+    worker_isolation: Optional[str] = typer.Option(
+        None, "--worker-isolation", envvar="RLARK_WORKER_ISOLATION",
+        metavar="auto|pid-namespace|cgroup|user-namespace|process-group",
+        help="local: how each Worker's processes are kept together, so stopping a Run ends every "
+             "process it started. Default auto: the strongest kind this server can make (probed "
+             "at start; the server refuses to start when there is none). process-group is weak: "
+             "a process that calls setsid() can outlive its Worker. docs/security.md."),
+    max_jobs_per_project: int = typer.Option(
+        500, "--max-jobs-per-project", min=1, max=1_000_000, envvar="RLARK_MAX_JOBS_PER_PROJECT",
+        help="Quota: Jobs a project may keep (`rlark project set-quota` sets a project's own)."),
+    max_active_workers_per_project: int = typer.Option(
+        256, "--max-active-workers-per-project", min=1, max=1_000_000,
+        envvar="RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT",
+        help="Quota: Workers the active Runs of a project may hold at once."),
 ) -> None:
     """Run the RLark server: REST API (OpenAPI at /docs), web console and the controller.
 
@@ -553,6 +567,8 @@ def server(
 
     from sqlalchemy.exc import SQLAlchemyError
 
+    from rlark.services.quotas import Quotas
+
     from rlark.store.lock import StoreBusy
 
     if runtime not in ("local", "kubernetes"):
@@ -568,7 +584,9 @@ def server(
               allowed_hosts=tuple(allowed_host or ()), cors_origins=tuple(cors_origin or ()),
               tls_cert=str(tls_cert) if tls_cert else None, tls_key=str(tls_key) if tls_key else None,
               stop_runs_on_exit=stop_runs_on_exit, leader_elect=leader_elect,
-              trusted_proxies=tuple(trusted_proxy or ()))
+              trusted_proxies=tuple(trusted_proxy or ()), worker_isolation=worker_isolation,
+              quota_defaults=Quotas(max_jobs=max_jobs_per_project,
+                                    max_active_workers=max_active_workers_per_project))
     except (ValueError, StoreBusy) as exc:
         _fail(str(exc))
     except (SQLAlchemyError, OSError) as exc:
@@ -681,6 +699,16 @@ def nodes(
         elif data.get("freeBasis") == "rlark":
             out.print("[dim]free = this machine minus what the Workers of active RLark Jobs ask "
                       "for (other programs are not counted)[/dim]")
+    for n in data["items"]:
+        iso = n.get("isolation")
+        if iso:
+            detail = "; ".join(f"{k}: {v}" for k, v in (iso.get("probes") or {}).items())
+            style = "" if iso.get("strong") else "yellow"
+            out.print(Text(f"Worker isolation on {n['name']}: {iso.get('mode')}"
+                           + (f" under {iso['cgroupParent']}" if iso.get("cgroupParent") else "")
+                           + ("" if iso.get("strong") else " (WEAK: a process that calls setsid() "
+                              "can outlive its Worker)")
+                           + (f" [{detail}]" if detail else ""), style=style))
 
 
 get_app.command("nodes")(nodes)

@@ -640,8 +640,46 @@ def project_get(name: str = typer.Argument(..., metavar="NAME", help="Project na
     _print(Text(f"Namespace:  {p.get('namespace') or '-'}"))
     _print(Text(f"Your role:  {p['role']}"))
     _print(Text(f"Jobs:       {p['jobs']}"))
+    if p.get("quotas"):
+        use, own = p.get("usage", {}), p.get("quotasSet", {})
+        _print(Text(f"Quotas:     Jobs {use.get('jobs', '-')}/{p['quotas']['maxJobs']}, "
+                    f"active Workers {use.get('activeWorkers', '-')}/{p['quotas']['maxActiveWorkers']}"
+                    + (" (own: " + ", ".join(f"{k}={v}" for k, v in own.items()) + ")" if own else
+                       " (server defaults)")))
     _print(Text(f"Created:    {_time(p['createdAt'])} by {p.get('createdBy') or '-'}"))
     _print(_table(("USER", "ROLE"), [(m["user"], m["role"]) for m in p.get("members", [])]))
+
+
+@project_app.command("set-quota")
+def project_set_quota(
+        name: str = typer.Argument(..., metavar="NAME", help="Project name."),
+        max_jobs: Optional[int] = typer.Option(
+            None, "--max-jobs", min=0, max=1_000_000,
+            help="Jobs the project may keep (0: the server's default)."),
+        max_active_workers: Optional[int] = typer.Option(
+            None, "--max-active-workers", min=0, max=1_000_000,
+            help="Workers its active Runs may hold at once (0: the server's default)."),
+        server: Optional[str] = ServerOpt) -> None:
+    """Set a project's own quotas (site administrators). A submit, apply, start or restart that
+    would pass one is refused (HTTP 403 QuotaExceeded); lowering a quota stops nothing. The
+    server's defaults: `rlark server --max-jobs-per-project / --max-active-workers-per-project`.
+
+    \b
+    Examples:
+      rlark project set-quota vision --max-active-workers 32
+      rlark project set-quota vision --max-jobs 0      # back to the server's default
+    """
+    body: dict[str, Any] = {}
+    if max_jobs is not None:
+        body["maxJobs"] = max_jobs or None
+    if max_active_workers is not None:
+        body["maxActiveWorkers"] = max_active_workers or None
+    if not body:
+        _fail("give --max-jobs and/or --max-active-workers")
+    p = _call(_client(server).send_json, "PUT", f"/api/v1/projects/{name}/quotas", body)
+    q, own = p["quotas"], p.get("quotasSet", {})
+    _print(Text(f"project {p['name']}: " + ", ".join(
+        f"{k} {q[k]}{'' if k in own else ' (server default)'}" for k in q)))
 
 
 @project_app.command("delete")

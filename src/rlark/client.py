@@ -188,3 +188,8 @@ class Client:
                         data.append(line[5:].lstrip())
         except httpx.ConnectError:
             raise ClientError(f"no RLark server answers at {self.base}; start one with `rlark server`") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            # the server closed the stream: it went away, or it dropped this client for reading
+            # nothing for a while (RLARK_LOG_FOLLOW_SEND_TIMEOUT)
+            raise ClientError(f"the server at {self.base} ended the stream ({exc}); run the "
+                              "command again to carry on") from None

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # imported where used: the local runtime never loads the Kube
     from rlark.controller.leader import Leadership
     from rlark.runtimes.base import Runtime
     from rlark.runtimes.kubernetes.namespaces import ProjectNamespaces
+    from rlark.runtimes.local_isolation import Isolation
 
 RUNTIMES = ("local", "kubernetes")
 log = logging.getLogger("rlark.server")
@@ -128,7 +129,8 @@ def _carry_token_to(auth: AuthService, urls: list[str]) -> None:
 def build_app(database_url: str | None = None, server_url: str | None = None,
               runtime: str = "local", namespace: str | None = None,
               policy: SecurityPolicy | None = None, admin_urls: list[str] | None = None,
-              stop_runs_on_exit: bool | None = None, leader_elect: bool | None = None) -> FastAPI:
+              stop_runs_on_exit: bool | None = None, leader_elect: bool | None = None,
+              worker_isolation: str | None = None, quota_defaults=None) -> FastAPI:
     """The full server app; the controller runs with the app.
 
     ``runtime``: ``local`` (process groups on this machine, the default) or ``kubernetes``
@@ -142,7 +144,10 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     the Lease ``rlark-controller`` in ``namespace`` reconciles (:mod:`rlark.controller.leader`).
     Kubernetes settings from the environment: ``RLARK_K8S_PENDING_TIMEOUT``,
     ``RLARK_K8S_IMAGE_PULL_GRACE``, ``RLARK_K8S_MOUNT_GRACE`` (seconds),
-    ``RLARK_K8S_RAY_DASHBOARD=1``.
+    ``RLARK_K8S_RAY_DASHBOARD=1``. ``worker_isolation``: local runtime, how each Worker's
+    processes are kept together (default :func:`rlark.settings.worker_isolation`; probed once
+    here, logged, and shown by ``/healthz`` and ``rlark nodes``). ``quota_defaults``: the
+    per-project quotas (:class:`rlark.services.quotas.Quotas`; default from the environment).
 
     Raises:
         ValueError: a setting is unusable (e.g. ``RLARK_RAY_TMP`` too long, an unknown runtime,
@@ -168,6 +173,7 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     pending = None
     first: Runtime  # the runtime of the (first) controller
     k8s_first: ProjectNamespaces | None = None  # the same, on Kubernetes
+    local_first: LocalRuntime | None = None  # the same, on the local runtime
     api_client = None
     if runtime == "kubernetes":
         from rlark.runtimes.kubernetes.client import KubeClient, KubeError
@@ -204,7 +210,11 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
             return None if found is None else sorted((found.get("data") or {}))
     else:
         settings.ray_tmp_root()
-        first = LocalRuntime()
+        from rlark.runtimes.local import probed_isolation
+
+        first = local_first = LocalRuntime(isolation=probed_isolation(
+            worker_isolation or settings.worker_isolation(), settings.cgroup_parent()))
+        log_isolation(local_first.isolation)
     store = Store(database_url)
     try:
         box = server_box(store)  # before the controller: a Run must never launch without it
@@ -225,13 +235,26 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     service = JobService(store, controller.wake, runtime=runtime, inventory=inventory,
                          pending_timeout=pending,
                          namespace=k8s_first.namespace if k8s_first is not None else None,
-                         secret_box=box, kube_secret_keys=kube_secret_keys)
+                         secret_box=box, kube_secret_keys=kube_secret_keys,
+                         isolation=local_first.isolation.view() if local_first is not None else None,
+                         quota_defaults=quota_defaults)
     policy = policy or SecurityPolicy()
     auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),
                        login_rate=os.environ.get("RLARK_LOGIN_RATE") or "10/5 minutes")
     if policy.auth:
         bootstrap_admin(auth, admin_urls or [])
     return create_app(service, controller, policy=policy, auth=auth, secret_box=box)
+
+
+def log_isolation(isolation: Isolation) -> None:
+    """Say at start what isolation local Workers get (loudly when it is weak)."""
+    if isolation.strong:
+        log.info("%s", isolation.summary())
+        return
+    for line in (f"WEAK WORKER ISOLATION (--worker-isolation {isolation.requested}): a process",
+                 "a Worker starts that calls setsid() or drops its environment can outlive the",
+                 "Worker and its Run. " + isolation.summary()):
+        log.warning("!!! %s", line)
 
 
 def _leadership(store: Store, first: ProjectNamespaces, make_runtime: Callable[[], ProjectNamespaces],
@@ -291,7 +314,8 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
           allowed_hosts: tuple[str, ...] = (), cors_origins: tuple[str, ...] = (),
           tls_cert: str | None = None, tls_key: str | None = None,
           trusted_proxies: tuple[str, ...] = (), stop_runs_on_exit: bool | None = None,
-          leader_elect: bool | None = None) -> None:
+          leader_elect: bool | None = None, worker_isolation: str | None = None,
+          quota_defaults=None) -> None:
     """Run the server until SIGINT/SIGTERM. Active Runs keep running through a shutdown and the
     next server on the same store adopts them, unless ``RLARK_STOP_RUNS_ON_EXIT=1``. With
     ``leader_elect`` (default on with ``kubernetes``) it is one of several replicas: see
@@ -314,7 +338,8 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
     scheme = "https" if tls_cert else "http"
     app = build_app(database_url, f"{scheme}://{host}:{port}", runtime=runtime, namespace=namespace,
                     policy=policy, admin_urls=local_urls(host, port, scheme),
-                    stop_runs_on_exit=stop_runs_on_exit, leader_elect=leader_elect)
+                    stop_runs_on_exit=stop_runs_on_exit, leader_elect=leader_elect,
+                    worker_isolation=worker_isolation, quota_defaults=quota_defaults)
     if not auth:
         for line in ("AUTHENTICATION IS OFF (--no-auth): every request to this server acts as a",
                      "site administrator and can run code as this user. Use it only on a machine",

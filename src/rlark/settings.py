@@ -123,16 +123,7 @@ def max_starting_nodes() -> int:
     Raises:
         ValueError: not a whole number of at least 1.
     """
-    raw = os.environ.get("RLARK_MAX_STARTING_NODES", "").strip()
-    if not raw:
-        return max(2, os.cpu_count() or 1)
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"RLARK_MAX_STARTING_NODES={raw!r} is not a whole number of at least 1")
-    return value
+    return positive_int_env("RLARK_MAX_STARTING_NODES", max(2, os.cpu_count() or 1))
 
 
 def local_devices() -> dict[str, float]:
@@ -230,6 +221,24 @@ def positive_float_env(name: str, default: float) -> float:
     return _seconds(name, default, unit="")
 
 
+def positive_int_env(name: str, default: int) -> int:
+    """A whole number of at least 1 from the environment (``default`` when unset).
+
+    Raises:
+        ValueError: set, but not such a number.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{name}={raw!r} is not a whole number of at least 1")
+    return value
+
+
 def _seconds(name: str, default: float, unit: str = " of seconds") -> float:
     raw = os.environ.get(name, "").strip()
     if not raw:
@@ -267,3 +276,38 @@ def k8s_ray_dashboard() -> bool:
     """``RLARK_K8S_RAY_DASHBOARD=1`` starts Ray's dashboard on each head Pod (port 8265 of the
     head Service; the image needs ``ray[default]``)."""
     return os.environ.get("RLARK_K8S_RAY_DASHBOARD", "") == "1"
+
+
+def worker_isolation() -> str:
+    """Local runtime: how each Worker's processes are kept together (``rlark server
+    --worker-isolation``; :mod:`rlark.runtimes.local_isolation`): ``$RLARK_WORKER_ISOLATION``,
+    one of ``auto`` (the default: the strongest kind this server can make, probed at start),
+    ``pid-namespace``, ``cgroup``, ``user-namespace``, or ``process-group`` (weak: a process
+    that calls setsid() can outlive its Worker).
+
+    Raises:
+        ValueError: another value.
+    """
+    from rlark.runtimes.local_isolation import REQUESTS
+
+    raw = os.environ.get("RLARK_WORKER_ISOLATION", "").strip() or "auto"
+    if raw not in REQUESTS:
+        raise ValueError(f"RLARK_WORKER_ISOLATION={raw!r} is not one of {', '.join(REQUESTS)}")
+    return raw
+
+
+def cgroup_parent() -> str | None:
+    """Local runtime, isolation ``cgroup``: the cgroup directory Workers' cgroups are made in,
+    ``$RLARK_CGROUP_PARENT`` (e.g. ``/sys/fs/cgroup/rlark``); default ``rlark-workers`` below the
+    server's own cgroup (cgroup v2, else the v1 freezer hierarchy).
+
+    Raises:
+        ValueError: not an absolute path.
+    """
+    raw = os.environ.get("RLARK_CGROUP_PARENT", "").strip()
+    if not raw:
+        return None
+    if not raw.startswith("/"):
+        raise ValueError(f"RLARK_CGROUP_PARENT={raw!r} is not an absolute path of a cgroup "
+                         "directory, e.g. /sys/fs/cgroup/rlark")
+    return raw

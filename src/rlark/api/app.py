@@ -27,6 +27,7 @@ from rlark.services.errors import ServiceError, TooManyRequests, Unauthenticated
 from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
 from rlark.services.secrets import SecretService
+from rlark.services.logs import FollowLimits
 
 
 class SafeJSONResponse(JSONResponse):
@@ -76,11 +77,13 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
     app.state.controller = controller
     app.state.policy = policy
     app.state.auth = auth or AuthService(service.store)
-    app.state.accounts = AccountService(app.state.auth, server_namespace=service.namespace)
+    app.state.accounts = AccountService(app.state.auth, server_namespace=service.namespace,
+                                        quota_defaults=service.quota_defaults)
     app.state.secrets = secrets_service = SecretService(service.store,
                                                         secret_box or service.secret_box)
     if service.secret_box is None:  # the reads mask with the box the secrets are set with
         service.secret_source = lambda: secrets_service.box
+    app.state.follow_limits = FollowLimits()
 
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):

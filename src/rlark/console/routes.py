@@ -646,9 +646,10 @@ def _wizard_context(service: JobService, st: WizardState, findings: list[Finding
 
 
 def _wizard_page(request: Request, ctx: dict, status: int = 200, **extra: Any) -> Response:
+    ctx = {**ctx, **extra}  # extra overrides (e.g. ``error``: why a submit was refused)
     if _htmx(request):
-        return _render(request, "_wizard.html", status, full=False, **ctx, **extra)
-    return _render(request, "create.html", status, **ctx, **extra)
+        return _render(request, "_wizard.html", status, full=False, **ctx)
+    return _render(request, "create.html", status, **ctx)
 
 
 @router.get("/create")

@@ -13,6 +13,7 @@ import os
 import re
 
 from rlark.bootstrap.worker import EVENT_PREFIX
+from rlark.loglines import MAX_LINE_BYTES
 
 _PREFIX = EVENT_PREFIX.encode()
 
@@ -47,20 +48,36 @@ def read_new_events(path: str, offset: int, token: str | None = None,
     """Read at most ``max_bytes`` of ``path`` from ``offset`` (everything up to the end of the
     file with ``to_end``, for a Worker that has exited) and parse lifecycle lines.
 
-    A missing file yields no events. A line longer than ``max_bytes`` is skipped whole.
+    A missing file yields no events. Memory stays bounded by ``max_bytes`` whatever the Worker
+    writes: a line longer than :data:`rlark.loglines.MAX_LINE_BYTES` cannot be a lifecycle line
+    and is skipped once that much of it is there, without waiting for its newline; reading on
+    from inside such a line (``offset`` not at a line's start), its rest up to the newline is
+    skipped too, so the tail of a long line is never taken for a line of its own.
     """
     events: list[dict] = []
     try:
         with open(path, "rb") as f:
             while True:
-                f.seek(offset)
-                chunk = f.read(max_bytes)
+                start = max(0, offset - 1)  # one byte before: does offset start a line?
+                f.seek(start)
+                chunk = f.read(max_bytes + (offset - start))
+                read_all = len(chunk) < max_bytes + (offset - start)
+                if offset > start:
+                    inside, chunk = chunk[:1] != b"\n", chunk[1:]
+                    if inside:  # the rest of a line too long to read: skip it
+                        nl = chunk.find(b"\n")
+                        if nl < 0:
+                            offset += len(chunk)
+                            if read_all or not to_end:
+                                return events, offset
+                            continue
+                        offset, chunk = offset + nl + 1, chunk[nl + 1:]
                 found, new_offset = parse_lifecycle(chunk, offset, token)
                 events.extend(found)
-                if new_offset == offset and len(chunk) == max_bytes:
+                if len(chunk) - (new_offset - offset) > MAX_LINE_BYTES:
                     new_offset = offset + len(chunk)  # one enormous line: not ours, skip it
                 offset = new_offset
-                if not to_end or len(chunk) < max_bytes:
+                if not to_end or read_all:
                     return events, offset
     except FileNotFoundError:
         return events, offset

@@ -1,9 +1,11 @@
 """The local runtime: every Worker is its own process group on this machine.
 
-As root each Worker also gets its own PID namespace (``unshare --pid --fork --mount-proc``): the
-bootstrap is PID 1 there, Ray's driver discovery only sees that Worker's raylet, and killing the
-namespace's PID 1 takes every process of the Worker with it. Without root the Worker is a plain
-process group (``setsid``). Stopping: SIGTERM to the group, SIGKILL after the grace period.
+Each Worker's processes are kept together so that ending the Worker ends all of them, also those
+that made their own session (``setsid``) or were orphaned by a double fork: in its own PID
+namespace where this server can make one, else in its own cgroup (or a PID namespace inside a user
+namespace), as probed once at start (:mod:`rlark.runtimes.local_isolation`). Stopping: SIGTERM to
+the group, SIGKILL to the group and the cgroup after the grace period; whatever is left once the
+bootstrap has exited is killed before the Worker counts as gone.
 Never ``ray stop``: it is host-wide.
 """
 
@@ -12,7 +14,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,8 @@ from rlark.runtimes.base import (
     WorkerRef,
     secret_env,
 )
+from rlark.runtimes import local_isolation as iso
+from rlark.runtimes.local_isolation import Isolation, Mode
 from rlark.runtimes.local_reservations import Reservations
 from rlark.runtimes.local_ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
 from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job
@@ -81,9 +84,21 @@ def worker_environment(server_env: Mapping[str, str], launch_env: Mapping[str, s
     return env
 
 
+@functools.lru_cache(maxsize=None)
+def probed_isolation(requested: str = "auto", cgroup_parent: str | None = None) -> Isolation:
+    """:func:`rlark.runtimes.local_isolation.probe`, once per process and request (what this
+    process may do does not change while it runs).
+
+    Raises:
+        ValueError: ``requested`` is unknown or cannot be given here.
+    """
+    return iso.probe(requested, cgroup_parent)
+
+
 def use_pid_namespace() -> bool:
-    """True when Workers can get their own PID namespace (root and util-linux ``unshare``)."""
-    return os.geteuid() == 0 and shutil.which("unshare") is not None
+    """True when Workers get their own PID namespace here (probed: CAP_SYS_ADMIN and util-linux
+    ``unshare``; being root is not enough inside a container)."""
+    return iso.probe_namespace(Mode.pid_namespace) == "ok"
 
 
 def python_for(spec_python: str | None) -> str:
@@ -101,13 +116,18 @@ def _held_ips(res: Reservations) -> set[str]:
     return {name[3:] for name in res.held() if name.startswith("ip-")}
 
 
-def worker_argv(python: str, namespace: bool) -> list[str]:
-    """The command line that starts one Worker's bootstrap (pure)."""
+def worker_argv(python: str, mode: Mode | None = None, cgroup: str | None = None) -> list[str]:
+    """The command line that starts one Worker's bootstrap (pure): in a PID namespace for the
+    namespace modes (:func:`~rlark.runtimes.local_isolation.namespace_argv`), joining the cgroup
+    directory ``cgroup`` first for ``cgroup`` (:func:`~rlark.runtimes.local_isolation.join_cgroup_argv`),
+    as is otherwise."""
     argv = [python, str(BOOTSTRAP_FILE)]
-    if namespace:
-        # --kill-child: if unshare itself dies, PID 1 of the namespace gets SIGTERM and stops the
-        # Worker; it also has a handler, so SIGTERM to the group reaches it (pid_namespaces(7)).
-        argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", *argv]
+    if mode in (Mode.pid_namespace, Mode.user_namespace):
+        return [*iso.namespace_argv(mode), *argv]
+    if mode == Mode.cgroup:
+        if not cgroup:
+            raise ValueError("a Worker in cgroup mode needs its cgroup directory")
+        return iso.join_cgroup_argv(os.path.join(cgroup, "cgroup.procs"), argv)
     return argv
 
 
@@ -119,8 +139,19 @@ class LocalRuntime:
     name = "local"
 
     def __init__(self, reservations: Reservations | None = None,
-                 worker_env: Iterable[str] | None = None) -> None:
-        self.namespace = use_pid_namespace()
+                 worker_env: Iterable[str] | None = None,
+                 isolation: Isolation | None = None) -> None:
+        """``isolation``: what keeps each Worker's processes together (default: probed once for
+        ``RLARK_WORKER_ISOLATION``, :func:`probed_isolation`).
+
+        Raises:
+            ValueError: a setting is unusable, or no isolation is available and weak isolation
+                was not asked for (:func:`~rlark.runtimes.local_isolation.unavailable_message`).
+        """
+        self.isolation = isolation or probed_isolation(settings.worker_isolation(),
+                                                       settings.cgroup_parent())
+        if self.isolation.mode is None:
+            raise ValueError(iso.unavailable_message(self.isolation))
         #: names of the server's variables Workers get beyond :data:`WORKER_ENV_NAMES`
         #: (``rlark server --worker-env``; default :func:`rlark.settings.worker_env`)
         self.worker_env = tuple(settings.worker_env() if worker_env is None else worker_env)
@@ -228,22 +259,47 @@ class LocalRuntime:
                                  secret_env(role, spec.secrets) if role is not None else {},
                                  allow=self.worker_env)
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
-        with open(spec.log_path, "ab", buffering=0) as log:
-            proc = subprocess.Popen(
-                worker_argv(python, self.namespace),
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                cwd=spec.env.get("RLARK_WORKING_DIR") or None,
-            )
+        mode = self.isolation.mode
+        cgroup = self._make_cgroup(spec) if mode == Mode.cgroup else None
+        try:
+            with open(spec.log_path, "ab", buffering=0) as log:
+                proc = subprocess.Popen(
+                    worker_argv(python, mode, cgroup),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    cwd=spec.env.get("RLARK_WORKING_DIR") or None,
+                )
+        except BaseException:
+            if cgroup:
+                iso.remove_cgroup(cgroup)
+            raise
         self._procs[proc.pid] = proc
         try:
             started = psutil.Process(proc.pid).create_time()
         except psutil.NoSuchProcess:
             started = None
-        return Launched(pid=proc.pid, pid_started=started)
+        return Launched(pid=proc.pid, pid_started=started,
+                        handle=iso.handle_of(cgroup) if cgroup else None)
+
+    def _make_cgroup(self, spec: LaunchSpec) -> str:
+        """The Worker's own cgroup, ``<parent>/<run uid>-<rank>``, made empty.
+
+        Raises:
+            RuntimeError: it cannot be made, or exists with processes in it.
+        """
+        parent = self.isolation.cgroup_parent
+        assert parent is not None
+        path = os.path.join(parent, iso.worker_cgroup_name(spec.run_uid, spec.worker.node_rank))
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise RuntimeError(f"cannot create the Worker's cgroup {path}: {exc.strerror}") from None
+        if iso.cgroup_pids(path):
+            raise RuntimeError(f"the Worker's cgroup {path} already has processes in it")
+        return path
 
     def _same_process(self, pid: int, pid_started: float | None) -> bool:
         try:
@@ -255,17 +311,41 @@ class LocalRuntime:
             return False
 
     def observe(self, ref: WorkerRef) -> Observed:
+        """Alive while the Worker's bootstrap runs. Once it has exited, whatever it left (in its
+        cgroup; with weak isolation, what still names it in its environment) is killed, and the
+        Worker counts as alive until that is gone too, so a released Worker has no process left."""
         if ref.pid is None:
             return Observed(alive=False)
         proc = self._procs.get(ref.pid)
+        code = None
         if proc is not None:
             code = proc.poll()
             if code is None:
                 return Observed(alive=True)
             if code < 0:
                 code = 128 - code  # killed by signal N -> 128+N, as shells report it
-            return Observed(alive=False, exit_code=code)
-        return Observed(alive=self._same_process(ref.pid, ref.pid_started))
+        elif self._same_process(ref.pid, ref.pid_started):
+            return Observed(alive=True)
+        if self._kill_leftovers(ref):
+            return Observed(alive=True)
+        return Observed(alive=False, exit_code=code)
+
+    def _kill_leftovers(self, ref: WorkerRef) -> int:
+        """SIGKILL what is left of a Worker besides its bootstrap: everything in its cgroup, and
+        with weak isolation the processes whose environment names it. Returns how many there
+        were. (In a PID namespace the kernel does this when the bootstrap, PID 1, ends.)"""
+        cgroup = iso.cgroup_of_handle(ref.handle)
+        if cgroup:
+            return iso.kill_cgroup(cgroup)
+        if self.isolation.mode == Mode.process_group and ref.run_uid:
+            found = self._marked(ref.run_uid, ref.name)
+            for p in found:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            return len(found)
+        return 0
 
     def _signal_group(self, ref: WorkerRef, sig: int) -> None:
         if ref.pid is None:
@@ -281,7 +361,11 @@ class LocalRuntime:
         self._signal_group(ref, signal.SIGTERM)
 
     def kill(self, ref: WorkerRef) -> None:
+        """SIGKILL the Worker's process group and everything in its cgroup."""
         self._signal_group(ref, signal.SIGKILL)
+        cgroup = iso.cgroup_of_handle(ref.handle)
+        if cgroup:
+            iso.kill_cgroup(cgroup)
 
     def forget(self, ref: WorkerRef) -> None:
         """Drop the ``Popen`` of a Worker whose exit has been recorded, and free its address
@@ -290,6 +374,9 @@ class LocalRuntime:
             proc = self._procs.pop(ref.pid, None)
             if proc is not None:
                 proc.poll()
+        cgroup = iso.cgroup_of_handle(ref.handle)
+        if cgroup:
+            iso.remove_cgroup(cgroup)
         self.reservations.release("ip", ref.node_ip)
         self._release_block(ref.port_base)
         places = self._run_places.get(ref.run_uid or "")
@@ -301,21 +388,47 @@ class LocalRuntime:
         """The Worker's process group although its PID never reached the store: the outermost
         process whose environment carries ``RLARK_RUN_ID=run_uid`` and ``RLARK_WORKER=worker``
         (what :meth:`launch` started: the bootstrap, or ``unshare`` around it). Processes of other
-        users are not readable and are skipped. None: no such process."""
-        found: dict[int, psutil.Process] = {}
+        users are not readable and are skipped. The handle names the process's cgroup when this
+        server puts Workers in cgroups and it is in one of them. None: no such process."""
+        found = {p.pid: p for p in self._marked(run_uid, worker)}
+        for pid, p in sorted(found.items()):
+            try:
+                if p.ppid() not in found:
+                    return Launched(pid=pid, pid_started=p.create_time(), handle=self._cgroup_handle(pid))
+            except psutil.Error:
+                continue
+        return None
+
+    @staticmethod
+    def _marked(run_uid: str, worker: str) -> list[psutil.Process]:
+        """Processes whose environment carries ``RLARK_RUN_ID=run_uid`` and ``RLARK_WORKER=worker``
+        (those of other users are not readable and are skipped)."""
+        found = []
         for p in psutil.process_iter():
             try:
                 env = p.environ()
             except (psutil.Error, OSError):
                 continue
             if env.get("RLARK_RUN_ID") == run_uid and env.get("RLARK_WORKER") == worker:
-                found[p.pid] = p
-        for pid, p in sorted(found.items()):
-            try:
-                if p.ppid() not in found:
-                    return Launched(pid=pid, pid_started=p.create_time())
-            except psutil.Error:
-                continue
+                found.append(p)
+        return found
+
+    def _cgroup_handle(self, pid: int) -> str | None:
+        """The handle of the Worker cgroup (below this server's parent) process ``pid`` is in."""
+        parent = self.isolation.cgroup_parent
+        if self.isolation.mode != Mode.cgroup or not parent:
+            return None
+        try:
+            text = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            return None
+        mount, _, _ = iso.cgroup_setup(parent)
+        if mount is None:
+            return None
+        path = iso.parse_proc_cgroup(text).get(iso.hierarchy_key(mount))
+        where = iso.cgroup_dir(mount, path) if path is not None else None
+        if where and os.path.dirname(where) == parent.rstrip("/"):
+            return iso.handle_of(where)
         return None
 
     def adopt(self, spec: AdoptSpec) -> None:

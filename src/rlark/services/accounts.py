@@ -22,7 +22,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from rlark.record import iso
-from rlark.services import audit
+from rlark.services import audit, quotas
 from rlark.services.auth import (
     DEFAULT_PROJECT,
     SHOWN_PREFIX,
@@ -99,13 +99,16 @@ class AccountService:
     """Users, tokens, projects and members on the :class:`AuthService`'s store.
 
     ``server_namespace``: the Kubernetes runtime's namespace (None on the local runtime), for
-    :func:`project_namespace`.
+    :func:`project_namespace`. ``quota_defaults``: the server's per-project quotas.
     """
 
-    def __init__(self, auth: AuthService, server_namespace: str | None = None):
+    def __init__(self, auth: AuthService, server_namespace: str | None = None,
+                 quota_defaults: "quotas.Quotas | None" = None):
         self.auth = auth
         self.store = auth.store
         self.server_namespace = server_namespace
+        #: the server's per-project quotas (JobService's), for the project views
+        self.quota_defaults = quota_defaults or quotas.server_defaults()
 
     # --- lookups ----------------------------------------------------------------------------------
 
@@ -348,7 +351,10 @@ class AccountService:
         out: dict[str, Any] = {"name": p.name, "namespace": self.namespace_of(p), "role": role,
                               "createdAt": iso(p.created_at), "createdBy": p.created_by,
                               "jobs": s.scalar(select(func.count()).select_from(JobRow)
-                                               .where(JobRow.project_id == p.id))}
+                                               .where(JobRow.project_id == p.id)),
+                              "quotas": quotas.effective(p, self.quota_defaults).view(),
+                              "quotasSet": {k: v for k, v in (p.quotas or {}).items() if v is not None},
+                              "usage": quotas.usage(s, p.id)}
         if members:
             out["members"] = [{"user": m.user.name, "role": m.role.value}
                               for m in sorted(p.memberships, key=lambda m: m.user.name)]
@@ -401,6 +407,26 @@ class AccountService:
             s.flush()
             audit.record(s, principal.actor(client), "project.create", project=name, target=name,
                          detail=f"namespace {wanted}" if wanted else "")
+            return self._project_view(s, row, "admin", members=True)
+
+    def set_quotas(self, principal: Principal, client: str | None, name: str,
+                   values: dict[str, Any]) -> dict[str, Any]:
+        """Set a project's own quotas (site administrators only): ``{"maxJobs": n,
+        "maxActiveWorkers": n}``, a quota left out unchanged, None back to the server's default.
+        Lowering a quota below the use stops nothing; it refuses what would go further.
+
+        Raises:
+            Forbidden, NotFound, Invalid (an unknown quota or a bad value).
+        """
+        forbid_unless_admin(principal, "set quotas")
+        given = quotas.check_overrides(values)
+        with self.store.session() as s:
+            row = self.project_row(s, name)
+            own = {**(row.quotas or {}), **given}
+            row.quotas = {k: v for k, v in own.items() if v is not None} or None
+            audit.record(s, principal.actor(client), "project.quota", project=name, target=name,
+                         detail=", ".join(f"{k}={'default' if v is None else v}" for k, v in given.items()))
+            s.flush()
             return self._project_view(s, row, "admin", members=True)
 
     def delete_project(self, principal: Principal, client: str | None, name: str) -> dict[str, Any]:

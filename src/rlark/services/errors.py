@@ -66,3 +66,18 @@ class TooManyRequests(ServiceError):
     def __init__(self, message: str, retry_after: int):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class QuotaExceeded(ServiceError):
+    """A project's quota would be passed (as Kubernetes answers a ResourceQuota: 403). ``quota``:
+    ``{"project", "name", "limit", "used", "requested"}``; the message says how to get room."""
+
+    status = 403
+    code = "QuotaExceeded"
+
+    def __init__(self, message: str, quota: dict):
+        super().__init__(message)
+        self.quota = quota
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "quota": self.quota}

@@ -11,6 +11,7 @@ import builtins
 import logging
 import os
 import threading
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable
 
 from sqlalchemy import func, select
@@ -32,7 +33,8 @@ from rlark.services import audit
 from rlark.services.accounts import project_namespace
 from rlark.services.audit import SYSTEM, Actor
 from rlark.services.auth import DEFAULT_PROJECT
-from rlark.services.errors import Conflict, Invalid, NotFound, TooManyRequests
+from rlark.services import quotas
+from rlark.services.errors import Conflict, Invalid, NotFound, QuotaExceeded, TooManyRequests
 from rlark.services.logs import job_log_dirs, remove_dirs
 from rlark import settings
 from rlark.words import plural
@@ -193,8 +195,14 @@ class JobService:
                  host: dict[str, float] | None = None, inventory: Callable[[], tuple] | None = None,
                  pending_timeout: float | None = None, namespace: str | None = None,
                  secret_box: "SecretBox | None" = None,
-                 kube_secret_keys: Callable[[str | None, str], list[str] | None] | None = None):
+                 kube_secret_keys: Callable[[str | None, str], list[str] | None] | None = None,
+                 isolation: dict[str, Any] | None = None,
+                 quota_defaults: quotas.Quotas | None = None):
         self.store = store
+        #: the server's per-project quotas (a project's own override them); bad settings fail here
+        self.quota_defaults = quota_defaults or quotas.server_defaults()
+        #: local runtime: what isolation Workers get (local_isolation.Isolation.view())
+        self.isolation = isolation
         #: opens the project's secrets to mask their values in what reads answer (None: ask
         #: ``secret_source`` when a Job refers to one; neither: nothing is masked)
         self.secret_box = secret_box
@@ -366,14 +374,16 @@ class JobService:
             Conflict: a Job of that name exists in the project.
         """
         job, findings = self._checked(document, project)
-        with self.store.session() as s:
-            prow = self._project(s, project)
+        with self._quota_audited(actor, "job.create", project, job.name), self.store.session() as s:
+            prow = self._project(s, project, lock=True)
             if s.scalar(select(JobRow.id).where(JobRow.project_id == prow.id,
                                                 JobRow.name == job.name)) is not None:
                 raise Conflict(
                     f"a Job named {job.name!r} already exists in project {project!r}; use "
                     "`rlark apply` to give it this spec, delete it, or choose another metadata.name"
                 )
+            quotas.check_new_job(s, prow, self.quota_defaults)
+            quotas.check_new_run(s, prow, job.total_workers, defaults=self.quota_defaults)
             row = JobRow(
                 project_id=prow.id,
                 project=prow,
@@ -450,6 +460,8 @@ class JobService:
                     del self._run_requests[run_id]
                 requests = [self._run_requests[r] for r in active if r in self._run_requests]
             items = [local_node(socket.gethostname(), self.host or host_capacity(), requests)]
+            if self.isolation is not None:
+                items[0]["isolation"] = self.isolation
             basis, error = "rlark", None
         totals: dict[str, float] = {}
         for item in items:
@@ -461,8 +473,13 @@ class JobService:
     # reads --------------------------------------------------------------------------------------
 
     @staticmethod
-    def _project(s: Session, name: str) -> ProjectRow:
-        row = s.scalar(select(ProjectRow).where(ProjectRow.name == name)) if DNS1123_LABEL.match(name or "") else None
+    def _project(s: Session, name: str, lock: bool = False) -> ProjectRow:
+        """The project ``name``; ``lock``: its row locked for this transaction (PostgreSQL), so
+        two requests cannot both take the last room in its quotas."""
+        stmt = select(ProjectRow).where(ProjectRow.name == name)
+        if lock:
+            stmt = stmt.with_for_update()
+        row = s.scalar(stmt) if DNS1123_LABEL.match(name or "") else None
         if row is None:
             raise NotFound(f"no project named {name!r} that you can see; `rlark project list` shows yours")
         return row
@@ -665,7 +682,7 @@ class JobService:
         Raises:
             Conflict: the current Run is still active (use restart).
         """
-        with self.store.session() as s:
+        with self._quota_audited(actor, "job.start", project, name), self.store.session() as s:
             job = self._job(s, name, project)
             if job.delete_requested:
                 raise Conflict(f"Job {name!r} is being deleted")
@@ -674,6 +691,7 @@ class JobService:
                 raise Conflict(
                     f"Job {name!r} is {run.phase} (run {run.number}); stop it first or use restart"
                 )
+            self._check_run_quota(s, job)
             out = self._new_run(s, job, Cause.Started, actor)
             audit.record(s, actor, "job.start", project=project, target=name,
                          detail=f"run {out['currentRun']['number']}")
@@ -683,16 +701,40 @@ class JobService:
     @retry_on_conflict
     def restart(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
         """Stop the current Run if active, then start a new Run with the same spec."""
-        with self.store.session() as s:
+        with self._quota_audited(actor, "job.restart", project, name), self.store.session() as s:
             job = self._job(s, name, project)
             if job.delete_requested:
                 raise Conflict(f"Job {name!r} is being deleted")
+            self._check_run_quota(s, job)
             self._request_stop(s, job, "restart requested" + _by(actor), actor)
             out = self._new_run(s, job, Cause.Restarted, actor)
             audit.record(s, actor, "job.restart", project=project, target=name,
                          detail=f"run {out['currentRun']['number']}")
         self.wake()
         return out
+
+    def _check_run_quota(self, s: Session, job: JobRow, workers: int | None = None) -> None:
+        """Room in the Job's project for a new Run of it (``workers``: default its stored spec's).
+
+        Raises:
+            QuotaExceeded: see :func:`rlark.services.quotas.check_new_run`.
+        """
+        if workers is None:
+            workers = sum(int(r.get("workers", 1)) for r in job.spec.get("spec", {}).get("roles", []))
+        prow = self._project(s, job.project.name, lock=True)
+        quotas.check_new_run(s, prow, workers, job_id=job.id, defaults=self.quota_defaults)
+
+    @contextmanager
+    def _quota_audited(self, actor: Actor, action: str, project: str, target: str):
+        """A refusal for a quota is audited (``outcome=denied``) in a transaction of its own:
+        the refused change's own transaction is rolled back."""
+        try:
+            yield
+        except QuotaExceeded as exc:
+            with self.store.session() as s:
+                audit.record(s, actor, action, project=project, target=target, outcome="denied",
+                             detail=f"{exc.quota['name']}: {exc.message}")
+            raise
 
     def _request_stop(self, s: Session, job: JobRow, why: str, actor: Actor = SYSTEM) -> None:
         """Ask the controller to stop the Job's current Run if it is active (once)."""
@@ -736,12 +778,13 @@ class JobService:
                          message=f"metadata.name = {job.name!r}, but the request replaces {name!r}",
                          hint=f"set metadata.name to {name!r}, or create a new Job")],
             )
-        with self.store.session() as s:
+        with self._quota_audited(actor, "job.replace", project, name), self.store.session() as s:
             row = self._job(s, name, project)
             if row.delete_requested:
                 raise Conflict(f"Job {name!r} is being deleted")
             if row.spec == job_to_dict(job):
                 return {**self._detail(s, row), "unchanged": True}
+            self._check_run_quota(s, row, job.total_workers)
             row.spec = job_to_dict(job)
             row.labels = dict(job.metadata.labels)
             row.findings = [f.model_dump(mode="json") for f in findings]

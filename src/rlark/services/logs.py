@@ -12,10 +12,11 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterable, Iterator
 
 from rlark import settings
 from rlark.bootstrap.worker import EVENT_PREFIX
+from rlark.loglines import LineSplitter, cut_line
 
 if TYPE_CHECKING:
     from rlark.store import JobRow
@@ -74,7 +75,9 @@ def tail_lines(path: str | None, n: int | None,
                drop: bool = True) -> tuple[list[str], int]:
     """The last ``n`` lines of the file (when ``n`` is None: all, or the lines of its last
     :data:`MAX_WHOLE_BYTES` when it is bigger) and the file size in bytes (the offset to follow
-    from). With ``keep`` (e.g. :func:`is_user_line`) only lines it accepts are counted: ``n``
+    from). At most :data:`MAX_WHOLE_BYTES` of the file are read, whatever ``n`` is (a line
+    longer than that is not found whole), and every line is cut at
+    :data:`rlark.loglines.MAX_LINE_BYTES`. With ``keep`` (e.g. :func:`is_user_line`) only lines it accepts are counted: ``n``
     of them, however many other lines lie between; they alone are returned, or with
     ``drop=False`` every line from the first of them on (a reader that wants the others for
     context, such as the times lifecycle lines carry). A missing file has no lines."""
@@ -93,12 +96,15 @@ def tail_lines(path: str | None, n: int | None,
             data = b""
             pos = size
             step = CHUNK
-            while pos > 0 and _count(data, pos > 0, keep) <= n:
-                step = min(step, pos)
+            while pos > 0 and _count(data, pos > 0, keep) <= n and len(data) < MAX_WHOLE_BYTES:
+                step = min(step, pos, MAX_WHOLE_BYTES - len(data))
                 pos -= step
                 f.seek(pos)
                 data = f.read(step) + data
                 step = min(step * 2, 16 * CHUNK)  # many skipped lines: read faster
+            if pos > 0 and len(data) >= MAX_WHOLE_BYTES:
+                data = data.split(b"\n", 1)[-1]  # the window starts inside a line: drop it
+    data = b"\n".join(cut_line(line) for line in data.split(b"\n"))
     lines = data.decode("utf-8", errors="replace").splitlines()
     if keep is not None and not drop:
         if n is None:
@@ -129,8 +135,9 @@ def follow_lines(
 ) -> Iterator[str]:
     """Yield complete lines appended to ``path`` after byte ``offset``, until ``still_active()``
     turns false and the file has been read to its end. ``still_active`` is asked at most every
-    ``idle_check_seconds`` while no new line arrives."""
-    buf = b""
+    ``idle_check_seconds`` while no new line arrives. Lines longer than
+    :data:`rlark.loglines.MAX_LINE_BYTES` come cut (:class:`rlark.loglines.LineSplitter`)."""
+    lines = LineSplitter()
     last_check = 0.0
     active = True
     while True:
@@ -141,14 +148,13 @@ def follow_lines(
                 chunk = f.read(CHUNK)
         if chunk:
             offset += len(chunk)
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
+            for line in lines.feed(chunk):
                 yield line.decode("utf-8", errors="replace")
             continue
         if not active:
-            if buf:
-                yield buf.decode("utf-8", errors="replace")
+            last = lines.flush()
+            if last is not None:
+                yield last.decode("utf-8", errors="replace")
             return
         now = time.monotonic()
         if now - last_check >= idle_check_seconds:
@@ -173,3 +179,153 @@ def remove_dirs(dirs: list[Path]) -> None:
     """Remove directories (those :func:`job_log_dirs` names), ignoring ones already gone."""
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
+
+
+# --- following logs -------------------------------------------------------------------------------
+
+
+class FollowLimits:
+    """How many log follows this server serves at once: at most ``total`` in all and
+    ``per_user`` for one user (so one user cannot take them all). Thread-safe.
+
+    Defaults: ``$RLARK_MAX_LOG_FOLLOWS`` (64) and ``$RLARK_MAX_LOG_FOLLOWS_PER_USER`` (8)."""
+
+    def __init__(self, total: int | None = None, per_user: int | None = None) -> None:
+        import threading
+
+        self.total = total if total is not None else settings.positive_int_env("RLARK_MAX_LOG_FOLLOWS", 64)
+        self.per_user = per_user if per_user is not None else settings.positive_int_env(
+            "RLARK_MAX_LOG_FOLLOWS_PER_USER", 8)
+        self._lock = threading.Lock()
+        self._by_user: dict[str, int] = {}
+
+    @property
+    def open(self) -> int:
+        """Follows being served now."""
+        with self._lock:
+            return sum(self._by_user.values())
+
+    def acquire(self, user: str) -> None:
+        """Take a place for one follow of ``user``; give it back with :meth:`release`.
+
+        Raises:
+            TooManyRequests: all places, or all of this user's, are taken (429, retry later).
+        """
+        from rlark.services.errors import TooManyRequests
+
+        with self._lock:
+            used = sum(self._by_user.values())
+            mine = self._by_user.get(user, 0)
+            if used >= self.total:
+                raise TooManyRequests(
+                    f"this server already streams {used} followed logs, its limit "
+                    f"(RLARK_MAX_LOG_FOLLOWS={self.total}); retry later, close other followers, or "
+                    "read the log without follow", retry_after=5)
+            if mine >= self.per_user:
+                raise TooManyRequests(
+                    f"user {user!r} already follows {mine} logs, the limit per user "
+                    f"(RLARK_MAX_LOG_FOLLOWS_PER_USER={self.per_user}); close one (another console "
+                    "tab or `rlark logs -f`) and retry", retry_after=5)
+            self._by_user[user] = mine + 1
+
+    def release(self, user: str) -> None:
+        with self._lock:
+            left = self._by_user.get(user, 0) - 1
+            if left > 0:
+                self._by_user[user] = left
+            else:
+                self._by_user.pop(user, None)
+
+
+def _sse(event: str, data) -> str:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+async def follow_events(chosen: list[dict], tail: int | None, keep: Callable[[str], bool] | None,
+                        active: Callable[[], set[str]], allowed: Callable[[], bool], *,
+                        poll_seconds: float = 0.2, idle_check_seconds: float = 1.0,
+                        reauthorize_seconds: float = 5.0,
+                        keepalive_seconds: float = 15.0) -> AsyncIterator[str]:
+    """The Server-Sent Events of a followed log (``GET .../logs?follow=true``), as text chunks.
+
+    ``chosen``: the Workers (``name``, ``log``, ``mask``, as :meth:`JobService.worker_logs`
+    gives them); their last ``tail`` lines (10 when None; ``keep`` picks which lines count and
+    are shown) come first, then what is appended, each line :func:`redact`-ed (with the
+    Worker's ``mask``: the Job's secret values hidden) and cut at
+    :data:`rlark.loglines.MAX_LINE_BYTES`. Events: ``workers`` (the names), ``line``
+    (``{"worker", "line"}``), and ``end``: ``{}`` once every Worker is out of ``active()``
+    (names of Workers that may still write) and its log is read, ``{"reason": "AccessEnded"}``
+    as soon as ``allowed()`` says the caller may no longer read the Job (asked every
+    ``reauthorize_seconds``). A comment goes out after ``keepalive_seconds`` without a line.
+
+    One reader for all the Workers, in the event loop: no thread per Worker or per request
+    (``active`` and ``allowed`` touch the database and run in the shared thread pool). It reads
+    only as fast as the client takes what it sent, so nothing piles up for a slow client.
+    """
+    import anyio
+
+    yield _sse("workers", [w["name"] for w in chosen])
+    n = 10 if tail is None else tail
+    offsets: dict[str, int] = {}
+    for w in chosen:
+        lines, offsets[w["name"]] = await anyio.to_thread.run_sync(tail_lines, w["log"], n, keep)
+        if lines:
+            yield "".join(_sse("line", {"worker": w["name"], "line": redact(line, w.get("mask"))})
+                          for line in lines)
+    splitters = {w["name"]: LineSplitter() for w in chosen}
+    masks = {w["name"]: w.get("mask") for w in chosen}
+    following = {w["name"]: w["log"] for w in chosen}
+    still: set[str] = set(following)
+    now = time.monotonic()
+    next_check, next_auth, next_alive = now + idle_check_seconds, now + reauthorize_seconds, now + keepalive_seconds
+    while following:
+        out: list[str] = []
+        got_bytes = False
+        for name, path in list(following.items()):
+            chunk = _read_at(path, offsets[name])
+            if chunk:
+                got_bytes = True
+                offsets[name] += len(chunk)
+                for raw in splitters[name].feed(chunk):
+                    line = raw.decode("utf-8", errors="replace")
+                    if keep is None or keep(line):
+                        out.append(_sse("line", {"worker": name, "line": redact(line, masks[name])}))
+            elif name not in still:  # gone and read to its end
+                last = splitters[name].flush()
+                if last is not None:
+                    line = last.decode("utf-8", errors="replace")
+                    if keep is None or keep(line):
+                        out.append(_sse("line", {"worker": name, "line": redact(line, masks[name])}))
+                del following[name]
+        now = time.monotonic()
+        if out:
+            next_alive = now + keepalive_seconds
+            yield "".join(out)
+        if now >= next_auth:
+            if not await anyio.to_thread.run_sync(allowed):
+                yield _sse("end", {"reason": "AccessEnded"})
+                return
+            next_auth = time.monotonic() + reauthorize_seconds
+        if got_bytes:
+            continue  # read on before sleeping
+        if now >= next_check:
+            still = await anyio.to_thread.run_sync(active)
+            next_check = time.monotonic() + idle_check_seconds
+            continue  # one more read to the end of the files of Workers that are gone
+        if now >= next_alive:
+            next_alive = now + keepalive_seconds
+            yield ": keep-alive\n\n"
+        await anyio.sleep(poll_seconds)
+    yield _sse("end", {})
+
+
+def _read_at(path: str | None, offset: int) -> bytes:
+    """At most :data:`CHUNK` bytes of ``path`` from ``offset`` (none while it does not exist)."""
+    if not path:
+        return b""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(CHUNK)
+    except FileNotFoundError:
+        return b""

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
+    JSON,
     Boolean,
     Enum,
     ForeignKey,
@@ -71,6 +73,9 @@ class ProjectRow(Base):
     name: Mapped[str] = mapped_column(String(63), unique=True)
     #: Kubernetes namespace of the project's Pods; None: the server's default for this project
     namespace: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    #: the project's own quotas, ``{"maxJobs": n, "maxActiveWorkers": n}`` (services/quotas.py);
+    #: a quota not set here (or None) is the server's default
+    quotas: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     created_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
 

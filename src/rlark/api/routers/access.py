@@ -77,6 +77,15 @@ class MemberBody(_Body):
     role: ProjectRole
 
 
+class QuotaBody(_Body):
+    """A project's own quotas; a quota left out stays as it is, null returns it to the server's
+    default."""
+
+    max_jobs: Annotated[StrictInt | None, Field(ge=1, le=1_000_000, alias="maxJobs")] = None
+    max_active_workers: Annotated[StrictInt | None, Field(ge=1, le=1_000_000,
+                                                          alias="maxActiveWorkers")] = None
+
+
 # --- me and login ------------------------------------------------------------------------------
 
 
@@ -173,6 +182,16 @@ def get_project(project: str, svc: Accounts, access: ProjectViewer) -> dict:
 @router.delete("/projects/{project}", summary="Delete an empty project (site administrators)")
 def delete_project(project: str, svc: Accounts, access: Admin) -> dict:
     return svc.delete_project(access.principal, access.client, project)
+
+
+@router.put("/projects/{project}/quotas",
+            summary="Set a project's own quotas: maxJobs, maxActiveWorkers (site administrators)")
+def set_quotas(project: str, body: QuotaBody, svc: Accounts, access: Admin) -> dict:
+    """``{"maxJobs": n, "maxActiveWorkers": n}``: a quota left out stays as it is; ``null``
+    returns it to the server's default. The answer is the project, with ``quotas`` (what holds
+    now), ``quotasSet`` (the project's own) and ``usage``."""
+    given = body.model_dump(by_alias=True, exclude_unset=True)
+    return svc.set_quotas(access.principal, access.client, project, given)
 
 
 @router.put("/projects/{project}/members/{user}", summary="Give a user a role in the project")

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import queue
-import threading
-import time
-from typing import Annotated, Callable, Literal
+import logging
+from typing import Annotated, Any, AsyncIterator, Callable, Literal
 
+import anyio
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.types import Send
 
 from rlark.api.deps import job_service
 from rlark.api.routers.jobs import INT32_MAX, Reader
@@ -17,18 +16,54 @@ from rlark.api.security import access_check
 from rlark.store import ProjectRole
 from rlark.record import render
 from rlark.services.jobs import JobService
+from rlark import settings
 from rlark.services.logs import (
     MAX_WHOLE_BYTES,
-    follow_lines,
+    follow_events,
     is_user_line,
     redact,
     tail_lines,
 )
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["logs and records"])
+log = logging.getLogger("rlark.api.logs")
 #: a followed log checks this often (seconds) that its caller may still read it
 REAUTHORIZE_SECONDS = 5.0
 Service = Annotated[JobService, Depends(job_service)]
+
+
+class EventStream(StreamingResponse):
+    """A Server-Sent Events response that drops a client which does not take what was sent:
+    a send still waiting after ``send_timeout`` seconds (the client read nothing while the
+    server's socket buffers stayed full) ends the response and closes the connection (uvicorn
+    also logs "ASGI callable returned without completing response" then). The stream's
+    generator is closed whatever ends it (``on_close`` then runs)."""
+
+    def __init__(self, content: AsyncIterator[str], send_timeout: float,
+                 on_close: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.send_timeout = send_timeout
+        self.on_close = on_close
+        #: the client was dropped for not reading
+        self.dropped = False
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            async for chunk in self.body_iterator:
+                body = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+                with anyio.move_on_after(self.send_timeout) as scope:
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                if scope.cancelled_caught:
+                    self.dropped = True
+                    log.info("dropped a log follower that read nothing for %g s", self.send_timeout)
+                    return  # uvicorn closes the connection of a response left incomplete
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+                self.on_close()
 
 
 @router.get("/{name}/logs", summary="Worker logs: tail, or follow as Server-Sent Events")
@@ -52,7 +87,11 @@ def get_logs(
     then ``line`` events (``{"worker", "line"}``), and an ``end`` event once every chosen Worker
     has stopped and its log is read, or ``{"reason": "AccessEnded"}`` as soon as the caller's
     token, session or role no longer allows reading the Job. ``tail`` counts the lines shown (lifecycle lines only
-    with ``lifecycle=true``); a lifecycle line never carries the Run's event token."""
+    with ``lifecycle=true``); a lifecycle line never carries the Run's event token. Lines are
+    cut at 1 MiB. A server follows at most ``RLARK_MAX_LOG_FOLLOWS`` logs at once (64), at most
+    ``RLARK_MAX_LOG_FOLLOWS_PER_USER`` (8) for one user: beyond that 429 with ``Retry-After``.
+    A client that reads nothing for ``RLARK_LOG_FOLLOW_SEND_TIMEOUT`` seconds (30) while the
+    server has lines for it is disconnected."""
     chosen = jobs.worker_logs(name, run, worker, role, rank, access.project)
     keep = None if lifecycle else is_user_line
     if not follow:
@@ -64,58 +103,35 @@ def get_logs(
                         "truncated": tail is None and size > MAX_WHOLE_BYTES})
         return {"workers": out}
     allowed = access_check(request, access.project, ProjectRole.viewer)
-    return StreamingResponse(_follow(jobs, name, access.project, run, chosen, tail, keep, allowed),
-                             media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    limits = request.app.state.follow_limits
+    user = access.principal.name or ""
+    limits.acquire(user)  # 429 when this server or this user follows too many logs already
 
-
-def _follow(jobs: JobService, name: str, project: str, run: int | None, chosen: list[dict],
-            tail: int | None, keep=None, allowed: Callable[[], bool] = lambda: True):
-    q: queue.Queue = queue.Queue(maxsize=10000)
-    stop = threading.Event()
-
-    def active(worker: str) -> bool:
-        if stop.is_set():
-            return False
+    def active() -> set[str]:
         try:
-            return jobs.worker_logs(name, run, worker, None, None, project)[0]["active"]
-        except Exception:
-            return False
+            return {w["name"] for w in jobs.worker_logs(name, run, None, None, None, access.project)
+                    if w["active"]}
+        except Exception:  # noqa: BLE001 - the Job was deleted meanwhile: nothing more comes
+            return set()
 
-    def pump(w: dict) -> None:
-        lines, offset = tail_lines(w["log"], 10 if tail is None else tail, keep)
-        for line in lines:
-            q.put((w["name"], redact(line, w["mask"])))
-        for line in follow_lines(w["log"], offset, lambda: active(w["name"])):
-            if keep is None or keep(line):
-                q.put((w["name"], redact(line, w["mask"])))
-        q.put((w["name"], None))
+    released = False
 
-    yield f"event: workers\ndata: {json.dumps([w['name'] for w in chosen])}\n\n"
-    threads = [threading.Thread(target=pump, args=(w,), daemon=True) for w in chosen]
-    for t in threads:
-        t.start()
-    remaining = len(threads)
-    recheck = time.monotonic() + REAUTHORIZE_SECONDS
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            limits.release(user)
+
     try:
-        while remaining:
-            if time.monotonic() >= recheck:
-                if not allowed():
-                    yield 'event: end\ndata: {"reason": "AccessEnded"}\n\n'
-                    return
-                recheck = time.monotonic() + REAUTHORIZE_SECONDS
-            try:
-                worker, line = q.get(timeout=max(0.05, recheck - time.monotonic()))
-            except queue.Empty:
-                yield ": keep-alive\n\n"
-                continue
-            if line is None:
-                remaining -= 1
-                continue
-            yield f"event: line\ndata: {json.dumps({'worker': worker, 'line': line})}\n\n"
-        yield "event: end\ndata: {}\n\n"
-    finally:
-        stop.set()
+        events = follow_events(chosen, tail, keep, active, allowed,
+                               reauthorize_seconds=REAUTHORIZE_SECONDS)
+        return EventStream(events, send_timeout=settings.positive_float_env(
+            "RLARK_LOG_FOLLOW_SEND_TIMEOUT", 30.0), on_close=release,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    except BaseException:
+        release()
+        raise
 
 
 @router.get("/{name}/record", summary="The run record (json, yaml or md)")

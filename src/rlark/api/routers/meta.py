@@ -63,8 +63,15 @@ def healthz(request: Request) -> dict:
     whether this server reconciles: ``leaderElection`` (replicas on Kubernetes), ``leading``
     (this server holds the Lease, or is the only server), ``leader`` (the Lease's holder, when
     known), ``identity`` (this server's name in the Lease), ``lease``, ``error`` (the last failed
-    Lease call), ``reconciling`` (its controller's loop runs)."""
+    Lease call), ``reconciling`` (its controller's loop runs). ``workerIsolation``: local
+    runtime, what keeps each Worker's processes together (``pid-namespace``, ``cgroup``,
+    ``user-namespace`` or the weak ``process-group``; ``rlark nodes`` says why). ``logFollows``:
+    followed logs being streamed now (``open``) and the server's limit (``max``)."""
     controller = request.app.state.controller
     status = getattr(controller, "status", None)
+    isolation = getattr(request.app.state.jobs, "isolation", None)
     return {"ok": True, "version": __version__, "runtime": request.app.state.jobs.runtime,
-            "controller": status() if status is not None else None}
+            "controller": status() if status is not None else None,
+            "workerIsolation": isolation["mode"] if isolation else None,
+            "logFollows": {"open": request.app.state.follow_limits.open,
+                           "max": request.app.state.follow_limits.total}}

@@ -16,6 +16,11 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 
+from rlark.loglines import CUT_MARK, MAX_LINE_BYTES
+
+#: room for the stream's own timestamp (``2024-01-20T00:42:08.123456789Z ``) before a line
+STAMP_BYTES = 64
+
 
 def parse_log_time(stamp: bytes) -> int | None:
     """``2024-01-20T00:42:08.123456789Z`` -> nanoseconds since the epoch; None if not a time."""
@@ -60,6 +65,7 @@ class LogCursor:
         self._replay: tuple[int, int] | None = None  # (last_ns, lines to skip at it)
         self._skipped_at_last = 0
         self._skip_first = 0  # a replay from the start: lines to drop (already in the file)
+        self._dropping = False  # inside the rest of a line cut at MAX_LINE_BYTES
 
     @classmethod
     def after_lines(cls, lines: int, size: int) -> "LogCursor":
@@ -94,6 +100,7 @@ class LogCursor:
         """Call before (re)connecting; returns the ``sinceSeconds`` to ask for (None: from the
         start, as no timestamped line was written yet)."""
         self._partial = b""
+        self._dropping = False
         self._replay = None
         self._skipped_at_last = 0
         if self.last_ns is None:
@@ -126,18 +133,35 @@ class LogCursor:
         return rest
 
     def feed(self, chunk: bytes) -> bytes:
-        """The complete lines of ``chunk`` (after what earlier chunks left), timestamps removed."""
+        """The complete lines of ``chunk`` (after what earlier chunks left), timestamps removed.
+
+        A line longer than :data:`rlark.loglines.MAX_LINE_BYTES` is written cut there, with
+        :data:`rlark.loglines.CUT_MARK`, as soon as that much of it has come; the rest of it is
+        dropped, so at most that much of a line is ever held."""
+        out = []
+        if self._dropping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                return b""
+            self._dropping, chunk = False, chunk[nl + 1:]
         data = self._partial + chunk
         end = data.rfind(b"\n")
-        if end < 0:
-            self._partial = data
-            return b""
         self._partial = data[end + 1:]
-        out = []
-        for line in data[: end + 1].split(b"\n")[:-1]:
+        for line in data[: end + 1].split(b"\n")[:-1] if end >= 0 else ():
+            if len(line) > MAX_LINE_BYTES + STAMP_BYTES:
+                line = line[:MAX_LINE_BYTES + STAMP_BYTES]
+                rest = self._line(line)
+                if rest is not None:
+                    out.append(rest[:MAX_LINE_BYTES] + CUT_MARK + b"\n")
+                continue
             rest = self._line(line)
             if rest is not None:
                 out.append(rest + b"\n")
+        if len(self._partial) > MAX_LINE_BYTES + STAMP_BYTES:
+            rest = self._line(self._partial[:MAX_LINE_BYTES + STAMP_BYTES])
+            if rest is not None:
+                out.append(rest[:MAX_LINE_BYTES] + CUT_MARK + b"\n")
+            self._partial, self._dropping = b"", True
         return self._written(out)
 
     def flush(self) -> bytes:
