@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rlark import settings
-from rlark.controller.phases import ACTIVE
+from rlark.status import ACTIVE
 from rlark.services.errors import Invalid, QuotaExceeded
 from rlark.store import JobRow, ProjectRow, RunRow, WorkerRow
 
