@@ -77,3 +77,53 @@ def test_a_slow_launch_of_one_job_does_not_hold_up_another(rlark_home):
         rt.release.set()
         ctl.shutdown(grace=10)
         store.dispose()
+
+
+class ConnectionWatchingRuntime(LocalRuntime):
+    """The local runtime, noting for every call how many of the store's pooled connections are
+    checked out at that moment (a session holds one only while its transaction is open)."""
+
+    CALLS = ("place", "launch", "observe", "signal_stop", "kill", "forget", "end_run")
+
+    def __init__(self, store: Store):
+        super().__init__()
+        self.store = store
+        self.seen: list[tuple[str, int]] = []
+        for name in self.CALLS:
+            setattr(self, name, self._watching(name, getattr(super(), name)))
+
+    def _watching(self, name, call):
+        def watched(*args, **kwargs):
+            self.seen.append((name, self.store.engine.pool.checkedout()))
+            return call(*args, **kwargs)
+        return watched
+
+
+def test_every_runtime_call_of_a_runs_life_is_made_with_no_transaction_open(rlark_home):
+    """A Run launched, Running, stopped by its user and torn down, pass by pass: at each of its
+    runtime calls no connection is checked out (load -> act -> apply: each pass read its rows
+    and ended that transaction before acting)."""
+    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    rt = ConnectionWatchingRuntime(store)
+    ctl = Controller(store, rt, stop_runs_on_exit=True)
+    jobs = JobService(store, ctl.wake)
+
+    def step_until(phase: str):
+        def check():
+            ctl.reconcile_once()
+            return phase_of(store, "watched")[0] == phase
+        return check
+
+    try:
+        jobs.create(job_yaml("watched", run="sleep 600", pool_workers=0))
+        wait_for("the Run to be Running", step_until("Running"), 180)
+        jobs.stop("watched")
+        wait_for("the Run to be Stopped", step_until("Stopped"), 60)
+        wait_for("the Run's end (end_run) once its Worker is gone",
+                 lambda: ctl.reconcile_once() or any(name == "end_run" for name, _ in rt.seen), 30)
+        called = {name for name, _ in rt.seen}
+        assert {"place", "launch", "observe", "signal_stop", "end_run"} <= called, called
+        assert [c for c in rt.seen if c[1] != 0] == []
+    finally:
+        ctl.shutdown(grace=5)
+        store.dispose()

@@ -1,9 +1,15 @@
 """The reconcile loop: desired Job state vs what the Workers report and the runtime observes.
 
-One thread. Each pass takes every Run that is active (or still has Workers to tear down), reads
-the Workers' new lifecycle lines, asks the runtime whether they are alive, lets the pure state
-machine (:mod:`rlark.controller.phases`) decide, and writes the outcome with an Event per
-transition. Services wake it (:meth:`Controller.wake`) so a submit is acted on at once.
+Each pass takes every Run that is active (or still has Workers to tear down) and reconciles it in
+a lane of its own (a thread of a bounded pool, so one Job's slow runtime call never delays
+another's). A lane works in three steps, as dstack's background tasks do: **load** the Run's rows
+(:data:`RUN_GRAPH`) and end that read transaction (:func:`end_read`); **act** with no transaction
+open: read the Workers' new lifecycle lines, ask the runtime whether they are alive, let the pure
+state machine (:mod:`rlark.controller.phases`) decide, launch or stop Workers; **apply** what
+changed in one short transaction guarded by the Job's and Run's version columns (a request that
+changed them meanwhile makes the pass write nothing; the next one decides again). A launch
+applies its plan before it starts anything, and each Worker's handle as soon as it exists.
+Services wake the loop (:meth:`Controller.wake`) so a submit is acted on at once.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import TYPE_CHECKING, Callable
 from datetime import datetime, timezone
 
 from sqlalchemy import or_, select
-from sqlalchemy.orm import Session, object_session
+from sqlalchemy.orm import Session, joinedload, object_session, selectinload
 from sqlalchemy.orm.exc import StaleDataError
 
 from rlark import settings
@@ -56,6 +62,30 @@ if TYPE_CHECKING:
     from rlark.secretbox import SecretBox
 
 log = logging.getLogger("rlark.controller")
+
+#: what a pass reads of a Run, loaded up front (``s.get(RunRow, id, options=RUN_GRAPH)``) so that
+#: acting on it needs no SQL: its Workers and Tasks, its Job with the Job's project and every Run
+#: of the Job with their Workers (a restart waits for the previous Run's Workers), and each
+#: Worker's Run (filled from the identity map, no query)
+RUN_GRAPH = (
+    selectinload(RunRow.workers),
+    selectinload(RunRow.tasks),
+    joinedload(RunRow.job).joinedload(JobRow.project),
+    joinedload(RunRow.job).selectinload(JobRow.runs).selectinload(RunRow.workers),
+)
+
+
+def end_read(s: Session) -> None:
+    """End the read transaction that loading opened, keeping every loaded row: nothing is
+    pending yet (autoflush is off and nothing was changed) and nothing expires
+    (``expire_on_commit=False``), so the pass then acts (runtime calls, log reads) with no
+    transaction open and applies what it changed in one short transaction at the end, guarded
+    by the Job's and Run's version columns (:class:`StaleDataError` when a request changed them
+    meanwhile: nothing of the pass is written)."""
+    if s.new or s.dirty or s.deleted:
+        raise RuntimeError("end_read() after a change: it would write it (a bug)")
+    s.commit()
+
 
 #: SQL form of WorkerRow.launched
 LAUNCHED = or_(WorkerRow.pid.is_not(None), WorkerRow.handle.is_not(None))
@@ -285,7 +315,9 @@ class Controller:
             self._detach()
             return
         with self._session() as s:
-            runs = s.scalars(select(RunRow).where(RunRow.phase.in_(ACTIVE))).all()
+            runs = s.scalars(select(RunRow).where(RunRow.phase.in_(ACTIVE))
+                             .options(*RUN_GRAPH)).unique().all()
+            end_read(s)
             for run in runs:
                 if run.phase != Phase.Stopping:
                     self._transition(
@@ -306,7 +338,10 @@ class Controller:
         while self._teardown_pass(force=True) and time.monotonic() < deadline:
             time.sleep(0.1)
         with self._session() as s:
-            for run in s.scalars(select(RunRow).where(RunRow.phase == Phase.Stopping)).all():
+            stopping = s.scalars(select(RunRow).where(RunRow.phase == Phase.Stopping)
+                                 .options(*RUN_GRAPH)).unique().all()
+            end_read(s)
+            for run in stopping:
                 self._transition(s, run, Transition(Phase.Stopped, Reason.ServerShutdown,
                                                     "stopped because the RLark server shut down"))
                 self._finish(s, run)
@@ -349,7 +384,10 @@ class Controller:
         """Observe/kill Workers of every Run; return True while some Worker is still alive."""
         alive = False
         with self._session() as s:
-            for w in s.scalars(select(WorkerRow).where(WorkerRow.released.is_(False))).all():
+            workers = s.scalars(select(WorkerRow).where(WorkerRow.released.is_(False))
+                                .options(joinedload(WorkerRow.run))).all()
+            end_read(s)
+            for w in workers:
                 if not w.launched:
                     w.released = True
                     continue
@@ -428,7 +466,10 @@ class Controller:
             if not self._acting():
                 return
             with self._session() as s:
-                run = s.get(RunRow, run_id)
+                # load -> act -> apply: the Run's rows are read here, the pass acts on them with
+                # no transaction open (runtime calls, log reads), the block's commit applies it
+                run = s.get(RunRow, run_id, options=RUN_GRAPH)
+                end_read(s)
                 if run is not None:
                     before = (run.phase, sum(w.released for w in run.workers))
                     self._reconcile_run(s, run, decisions)
@@ -485,8 +526,9 @@ class Controller:
                     RunRow.phase.in_(ACTIVE - {Phase.Pending}),
                     RunRow.id.in_(select(WorkerRow.run_id).where(WorkerRow.released.is_(False),
                                                                  LAUNCHED))))
-                .order_by(RunRow.id)
-            ).all()
+                .order_by(RunRow.id).options(*RUN_GRAPH)
+            ).unique().all()
+            end_read(s)  # finding and adopting Workers calls the runtime: no transaction open
             for run in runs:
                 ending = run.phase == Phase.Stopping or run.phase in TERMINAL
                 try:
@@ -701,11 +743,12 @@ class Controller:
         if not refs:
             return {}
         project_id = run.job.project_id
-        managed = managed_names(s, project_id, (n for n, _ in refs))
-        wanted = [r for r in refs if r[0] in managed or self.runtime.name != "kubernetes"]
         try:
-            values = open_refs(s, project_id, wanted, self.secret_box) if (
-                wanted and self.secret_box is not None) else {}
+            with self._session() as r:  # a read of its own: the pass's session stays out of SQL
+                managed = managed_names(r, project_id, (n for n, _ in refs))
+                wanted = [pair for pair in refs if pair[0] in managed or self.runtime.name != "kubernetes"]
+                values = open_refs(r, project_id, wanted, self.secret_box) if (
+                    wanted and self.secret_box is not None) else {}
         except ValueError as exc:  # SecretKeyError
             self._transition(s, run, Transition(Phase.Failed, Reason.SecretUnreadable, str(exc)))
             return None
@@ -729,11 +772,12 @@ class Controller:
         # Placement is serialised by this single controller thread; the store tells which
         # addresses and port blocks live Workers hold (also those of other Runs).
         # A block's size follows its role (ray.workerPorts, CPUs): read from the Run's spec.
-        live = s.execute(
-            select(WorkerRow.node_ip, WorkerRow.port_base, WorkerRow.role, RunRow.spec)
-            .join(RunRow, WorkerRow.run_id == RunRow.id)
-            .where(WorkerRow.released.is_(False), PLANNED)
-        ).all()
+        with self._session() as r:  # a read of its own: no transaction open while place() runs
+            live = r.execute(
+                select(WorkerRow.node_ip, WorkerRow.port_base, WorkerRow.role, RunRow.spec)
+                .join(RunRow, WorkerRow.run_id == RunRow.id)
+                .where(WorkerRow.released.is_(False), PLANNED)
+            ).all()
         taken = Taken(ips=frozenset(ip for ip, *_ in live if ip),
                       port_ranges=taken_port_ranges((b, spec, role) for _, b, role, spec in live))
         placement = self.runtime.place(job, run.uid, list(planned.values()), taken,
