@@ -67,6 +67,25 @@ app = typer.Typer(help=HELP, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]})
 get_app = typer.Typer(help="List resources.", no_args_is_help=True)
 describe_app = typer.Typer(help="Show one resource in detail.", no_args_is_help=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from rlark import __version__
+
+        typer.echo(f"rlark {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print RLark's version and exit (the server's: `/healthz`)."),
+) -> None:
+    # options of `rlark` itself, before the command (the help text is HELP above)
+    pass
+
+
 app.add_typer(get_app, name="get")
 app.add_typer(describe_app, name="describe")
 

@@ -309,6 +309,26 @@ def private_home() -> None:
                     home, mode)
 
 
+def port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (the OS's words, e.g. "Address already in use"),
+    or None when it can: a bind with SO_REUSEADDR, as uvicorn binds, closed again at once. Checked
+    before the store is opened, so a second server on a taken port changes nothing."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return str(exc)
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def serve(host: str, port: int, database_url: str | None = None, log_level: str = "info",
           runtime: str = "local", namespace: str | None = None, auth: bool = True,
           allowed_hosts: tuple[str, ...] = (), cors_origins: tuple[str, ...] = (),
@@ -326,10 +346,16 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
     pose as another address (the login rate limit and the audit log key on it).
 
     Raises:
-        ValueError: a setting is refused (see :func:`security_policy`, :func:`build_app`).
+        ValueError: a setting is refused (see :func:`security_policy`, :func:`build_app`), or
+            ``host:port`` cannot be listened on (:func:`port_in_use`).
     """
     import uvicorn
 
+    busy = port_in_use(host, port)
+    if busy is not None:
+        raise ValueError(f"cannot listen on {host}:{port}: {busy} (another RLark server, or "
+                         f"another program, holds it); nothing was changed. Give this server "
+                         f"another port: rlark server --port {port + 1}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     private_home()
     policy = security_policy(host, auth, allowed_hosts, cors_origins)
