@@ -532,3 +532,37 @@ def test_rlark_project_set_quota(store):
         assert none.returncode != 0 and "--max-jobs" in none.stderr
     finally:
         srv.stop()
+
+
+def test_concurrent_creates_never_pass_a_quota_together(store, monkeypatch):
+    """The attack: twenty creates at once in a project with room for one more Job. Each request
+    counted the Jobs before inserting; on SQLite (no row locks) all of them saw the old count
+    and got in. Now exactly one gets in and the others get 403 QuotaExceeded."""
+    monkeypatch.setenv("RLARK_MAX_JOBS_PER_PROJECT", "3")
+    server = ThreadedServer(JobService(store))
+    server.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=60,
+                          headers={"Authorization": f"Bearer {server.token}",
+                                   "Content-Type": "application/yaml"}) as http:
+            for name in ("one", "two"):
+                assert http.post("/api/v1/jobs", content=small_job(name, 1)).status_code == 201
+        go = threading.Barrier(20)
+        codes: list[int] = []
+
+        def create_one(i: int) -> None:
+            with httpx.Client(base_url=server.url, timeout=60, headers={
+                    "Authorization": f"Bearer {server.token}", "Content-Type": "application/yaml"}) as c:
+                go.wait()
+                codes.append(c.post("/api/v1/jobs", content=small_job(f"burst-{i}", 1)).status_code)
+
+        threads = [threading.Thread(target=create_one, args=(i,)) for i in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert sorted(codes) == [201] + [403] * 19, codes
+        with store.session() as s:
+            assert len(s.scalars(select(JobRow.name)).all()) == 3
+    finally:
+        server.stop()

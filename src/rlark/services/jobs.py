@@ -727,9 +727,12 @@ class JobService:
     @contextmanager
     def _quota_audited(self, actor: Actor, action: str, project: str, target: str):
         """A refusal for a quota is audited (``outcome=denied``) in a transaction of its own:
-        the refused change's own transaction is rolled back."""
+        the refused change's own transaction is rolled back. The block runs serialised with the
+        store's other quota checks (:meth:`Store.serialized`): two requests never both take the
+        last room in a quota."""
         try:
-            yield
+            with self.store.serialized():
+                yield
         except QuotaExceeded as exc:
             with self.store.session() as s:
                 audit.record(s, actor, action, project=project, target=target, outcome="denied",

@@ -8,6 +8,7 @@ The schema is created and upgraded by Alembic (``store/migrations``) when the St
 from __future__ import annotations
 
 import functools
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar, cast
@@ -93,6 +94,21 @@ class Store:
         if migrate:
             upgrade(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        #: held around a check-then-insert that must not interleave with another (a quota):
+        #: PostgreSQL locks the rows it read (``SELECT ... FOR UPDATE``), SQLite has no row locks
+        #: and two transactions both read the old count; one server serves a SQLite store
+        #: (store/lock.py), so a lock in this process serialises them all
+        self._serial = threading.Lock()
+
+    @contextmanager
+    def serialized(self) -> Iterator[None]:
+        """A block that no other ``serialized()`` block of this Store runs beside, on SQLite
+        (on PostgreSQL the block's own ``FOR UPDATE`` row locks do it; this is a no-op)."""
+        if not self.is_sqlite:
+            yield
+            return
+        with self._serial:
+            yield
 
     @contextmanager
     def session(self, autoflush: bool = True) -> Iterator[Session]:
