@@ -351,3 +351,14 @@ def test_config_roots_must_be_absolute(monkeypatch):
     monkeypatch.setenv("RLARK_CONFIG_ROOTS", "/srv/configs")
     assert settings.config_roots() == ["/srv/configs"]
     assert os.path.isabs(settings.config_roots()[0])
+
+
+def test_each_line_of_a_value_of_several_lines_is_masked_on_its_own():
+    """The attack: a PEM key echoed by a run script reaches the logs line by line, where the
+    whole value never appears; each of its lines is masked, the whole value too."""
+    pem = "-----BEGIN KEY-----\nLINE1SECRETPEM\r\nLINE2SECRETPEM  \n-----END KEY-----\n"
+    mask = masker([pem])
+    assert mask("pem=[-----BEGIN KEY-----") == f"pem=[{MASK}"
+    assert mask("LINE1SECRETPEM") == MASK and mask("  LINE2SECRETPEM]") == f"  {MASK}]"
+    assert mask(f"all: {pem}!") == f"all: {MASK}!"
+    assert mask("a line of its own") == "a line of its own"

@@ -171,10 +171,22 @@ def open_refs(s: Session, project_id: int, refs: Iterable[tuple[str, str]],
     return {(n, k): opened[n][k] for n, k in refs if n in opened and k in opened[n]}
 
 
+def masked_pieces(values: Iterable[str]) -> set[str]:
+    """What to look for to mask ``values``: each value, and each line of a value of several
+    lines (a PEM key) on its own, since logs are served line by line (those of at least
+    :data:`MIN_MASKED_LENGTH` characters, surrounding whitespace dropped from lines)."""
+    pieces = set()
+    for v in values:
+        pieces.add(v)
+        if "\n" in v or "\r" in v:
+            pieces.update(line.strip() for line in v.splitlines())
+    return {p for p in pieces if len(p) >= MIN_MASKED_LENGTH}
+
+
 def masker(values: Iterable[str]) -> Callable[[str], str]:
-    """A function that replaces each of ``values`` (those of at least
-    :data:`MIN_MASKED_LENGTH` characters, longest first) by ``***`` in a text."""
-    chosen = sorted({v for v in values if len(v) >= MIN_MASKED_LENGTH}, key=len, reverse=True)
+    """A function that replaces each of ``values`` (and each line of a value of several lines:
+    :func:`masked_pieces`), longest first, by ``***`` in a text."""
+    chosen = sorted(masked_pieces(values), key=len, reverse=True)
     if not chosen:
         return lambda text: text
     pattern = re.compile("|".join(re.escape(v) for v in chosen))
