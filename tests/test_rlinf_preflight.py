@@ -303,3 +303,12 @@ def test_faq_examples_say_what_the_faq_shows():
         assert job is not None and findings == []
         job = resolve_relative_paths(job, str(docs))
         assert codes(preflight_job(job)) == expected, name
+
+
+@pytest.mark.parametrize("working_dir", ["/", "/etc", "/etc/ssl", "/tmp/../etc", "/usr/../etc/ssl"])
+def test_a_working_dir_of_the_system_is_no_config_root(svc, working_dir):
+    """The attack: ``workingDir: /`` (or /etc, or a path that resolves there) with a configDir
+    pointing at any server file; the composer reads nothing there, one warning as for any path
+    outside the roots (the answer never shows the file's values)."""
+    created = svc.create(job_yaml("probe", config_dir="tmp/probe", working_dir=working_dir))
+    assert codes(created["findings"]) == ["RLinfConfigNotChecked"]

@@ -187,6 +187,21 @@ def local_node(hostname: str, host: dict[str, float], requests: list[dict[str, f
 # --- the service -------------------------------------------------------------------------------------
 
 
+#: directories of the system as a whole: a Job's workingDir that is one of them (or lies under
+#: those of :data:`SYSTEM_TREES`) never lets the composer read configs there
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/mnt",
+                         "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr",
+                         "/var"})
+SYSTEM_TREES = ("/boot", "/dev", "/etc", "/proc", "/run", "/sys")
+
+
+def system_dir(path: str) -> bool:
+    """Whether ``path`` (absolute) is, once symlinks and ``..`` are resolved, ``/``, one of
+    :data:`SYSTEM_DIRS`, or lies under one of :data:`SYSTEM_TREES`."""
+    real = os.path.realpath(path)
+    return real in SYSTEM_DIRS or any(real.startswith(t + "/") for t in SYSTEM_TREES)
+
+
 class JobService:
     """Job operations on a :class:`Store`. ``wake`` is called after every change so the
     controller acts at once."""
@@ -270,10 +285,12 @@ class JobService:
         """Where this server may read the RLinf config ``job`` names: the server's config roots
         (``rlark server --config-root``, :func:`rlark.settings.config_roots`) and, on the local
         runtime, the Job's own absolute ``spec.workingDir`` (its Workers run on this machine's
-        filesystem). On Kubernetes ``workingDir`` is a path inside the image, not here."""
+        filesystem). On Kubernetes ``workingDir`` is a path inside the image, not here. A
+        ``workingDir`` that is ``/`` or a system directory (:func:`system_dir`) is no root: it
+        would let a Job read any file of the server."""
         roots = list(settings.config_roots())
         wd = job.spec.working_dir
-        if self.runtime == "local" and wd and os.path.isabs(wd):
+        if self.runtime == "local" and wd and os.path.isabs(wd) and not system_dir(wd):
             roots.append(wd)
         return roots
 
