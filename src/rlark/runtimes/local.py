@@ -12,6 +12,8 @@ Never ``ray stop``: it is host-wide.
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import logging
 import os
 import signal
@@ -82,6 +84,24 @@ def worker_environment(server_env: Mapping[str, str], launch_env: Mapping[str, s
     env.update(secrets or {})  # secret_env leaves out the names RLark sets
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+#: Ray's token authentication (Ray >= 2.52 reads both variables on every node and in every
+#: driver; older Ray ignores them): source docs.ray.io/en/latest/ray-security/token-auth.html
+RAY_AUTH_MODE, RAY_AUTH_TOKEN = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"
+
+
+def ray_auth_env(run_uid: str, event_token: str | None) -> dict[str, str]:
+    """Token authentication for one Run's Ray cluster on this machine (pure): every Ray node
+    and driver of the Run gets the same token, which no other Run has, so a process of another
+    Job (local Workers share the loopback network) cannot connect to this Run's GCS and run code
+    in it. The token is HMAC-SHA256 of the Run's uid under its event token (a per-Run secret
+    of 128 bits, :attr:`rlark.store.RunRow.event_token`); nothing without an event token
+    (an old Run) gets one."""
+    if not event_token:
+        return {}
+    token = hmac.new(event_token.encode(), f"ray-auth:{run_uid}".encode(), hashlib.sha256).hexdigest()
+    return {RAY_AUTH_MODE: "token", RAY_AUTH_TOKEN: token}
 
 
 @functools.lru_cache(maxsize=None)
@@ -258,6 +278,7 @@ class LocalRuntime:
         env = worker_environment(os.environ, spec.env,
                                  secret_env(role, spec.secrets) if role is not None else {},
                                  allow=self.worker_env)
+        env.update(ray_auth_env(spec.run_uid, spec.env.get("RLARK_EVENT_TOKEN")))
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
         mode = self.isolation.mode
         cgroup = self._make_cgroup(spec) if mode == Mode.cgroup else None
