@@ -24,13 +24,13 @@ def test_render_prints_a_yaml_stream_kubectl_can_apply():
                  "--run-id", "abc123")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("# RLark Job quickstart, run abc123: 3 Workers in namespace rl\n")
-    assert "# remove: kubectl delete pods,services,configmaps,pvc -n rl -l rlark.io/run=abc123" in proc.stdout
+    assert "# remove: kubectl delete pods,services,networkpolicies,configmaps,pvc -n rl -l rlark.io/run=abc123" in proc.stdout
     docs = list(yaml.safe_load_all(proc.stdout))
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("ConfigMap", "quickstart-run-abc123"), ("Service", "quickstart-head"),
-        ("Pod", "quickstart-head-0"), ("Pod", "quickstart-pool-0"), ("Pod", "quickstart-pool-1")]
+        ("NetworkPolicy", "quickstart-run-abc123"), ("Pod", "quickstart-head-0"), ("Pod", "quickstart-pool-0"), ("Pod", "quickstart-pool-1")]
     ranks = [{e["name"]: e["value"] for e in d["spec"]["containers"][0]["env"]}["RLINF_NODE_RANK"]
-             for d in docs[2:]]
+             for d in docs[3:]]
     assert ranks == ["0", "1", "2"]
     assert all(d["metadata"]["namespace"] == "rl" for d in docs)
     # the resolved workingDir is a path of this machine: said, not refused
