@@ -216,7 +216,7 @@ class KubernetesSettings(_Model):
     run_as_root: StrictBool = Field(
         default=False, description="Run the Worker containers as root (user 0, still without "
         "Linux capabilities). Refused unless the server allows it (`rlark server "
-        "--k8s-allow-root`), and Pod Security admission `restricted` refuses it too.",
+        "--k8s-allow-root`) and the namespace's Pod Security level is baseline or lower.",
     )
 
 

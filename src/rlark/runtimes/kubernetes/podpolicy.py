@@ -19,9 +19,9 @@ slashes are dropped (:func:`normalise_host_path`). What lies *inside* an allowed
 node administrator's to keep free of symbolic links that lead out of it (docs/security.md).
 
 Pod Security Standards (https://kubernetes.io/docs/concepts/security/pod-security-standards/):
-the ``restricted`` level forbids hostPath volumes and root altogether, so a server that allows
-either needs its Worker namespaces at the ``baseline``/``privileged`` level; the defaults pass
-``restricted``.
+the defaults pass the ``restricted`` level. ``restricted`` forbids root, ``baseline`` allows
+it; both forbid hostPath volumes, which only ``privileged`` admits. A server that allows root
+needs its Worker namespaces at ``baseline``, one that allows hostPath at ``privileged``.
 """
 
 from __future__ import annotations

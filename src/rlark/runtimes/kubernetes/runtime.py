@@ -208,6 +208,8 @@ class _Follower(threading.Thread):
                     if state == "waiting":
                         self.rt.wait_for_change(5.0)
                         continue
+                    if state == "gone" and self.rt.held_by_another(self.pod):
+                        break  # the name is another Pod's: its log is not this Worker's
                     since = cursor.resume(time.time())
                     try:
                         resp = self.rt.kube.log_stream(self.pod, render.CONTAINER, since)
@@ -771,6 +773,13 @@ class KubernetesRuntime:
             return False
         owner = run_uid or self._owners.get(name)
         return owner is None or labels.get(render.LABEL_RUN) == owner
+
+    def held_by_another(self, name: str) -> bool:
+        """Whether the watch cache holds a Pod ``name`` that is not the tracked Worker's
+        (:meth:`_mine`): another Job's or Run's, or not made by RLark."""
+        with self._lock:
+            pod = self._pods.get(name)
+            return pod is not None and not self._mine(name, pod)
 
     def _cached_pod(self, name: str, run_uid: str | None = None) -> dict | None:
         """The watch cache's Pod ``name`` when it is the Worker's (:meth:`_mine`), else None."""
