@@ -56,10 +56,36 @@ def test_render_makes_a_run_id_and_refuses_other_runtimes_and_bad_jobs(tmp_path)
     assert "ObjectStorageNeedsDriver" in proc.stderr and "nothing was rendered" in error_line(proc)
 
 
+def test_render_applies_the_pod_policy_of_this_machines_settings(tmp_path):
+    """`rlark render` refuses what a server with the same settings would (hostPath: none
+    allowed by default), and renders it once the prefix is allowed."""
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["spec"]["roles"][0]["mounts"] = [{"name": "d", "type": "hostPath", "source": "/data/sets",
+                                           "mountPath": "/d"}]
+    job = tmp_path / "hostpath.yaml"
+    job.write_text(yaml.safe_dump(data))
+    proc = rlark("render", str(job))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "HostPathNotAllowed" in proc.stderr and "--k8s-host-path-prefix" in proc.stderr
+    proc = rlark("render", str(job), env=cli_env(RLARK_K8S_HOST_PATH_PREFIXES="/data"))
+    assert proc.returncode == 0, proc.stderr
+    assert "path: /data/sets" in proc.stdout
+    proc = rlark("render", str(job), env=cli_env(RLARK_K8S_HOST_PATH_PREFIXES="/var"))
+    assert proc.returncode == 1 and "system directory /var/run" in error_line(proc)
+
+
+def test_server_refuses_a_host_path_prefix_on_the_system(tmp_path):
+    proc = rlark("server", "--runtime", "kubernetes", "--k8s-host-path-prefix", "/", "--port",
+                 str(free_port()), env=cli_env(RLARK_HOME=str(tmp_path / "home"),
+                                               KUBECONFIG=str(tmp_path / "none")))
+    assert proc.returncode == 1 and "--k8s-host-path-prefix: '/'" in error_line(proc)
+
+
 @pytest.mark.parametrize("args,words", [
     (("render", "--help"), ["--runtime", "--namespace", "--run-id", "kubectl apply"]),
     (("nodes", "--help"), ["--format", "--show-labels", "allocatable", "GPUs", "devices"]),
     (("server", "--help"), ["--runtime", "kubernetes", "--namespace", "--no-auth", "--allowed-host",
+                            "--k8s-allow-root", "--k8s-host-path-prefix", "--k8s-service-account",
                             "$RLARK_HOME/credentials", "--leader-elect", "--no-leader-elect",
                             "rlark-controller", "takes over"]),
 ])
