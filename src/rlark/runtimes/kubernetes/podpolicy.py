@@ -42,7 +42,7 @@ SYSTEM_PATHS = (
     "/var/lib/docker", "/var/lib/etcd", "/var/log", "/etc/kubernetes", "/opt/cni",
 )
 
-#: a ServiceAccount name is a DNS-1123 subdomain
+#: a Kubernetes object name (a ServiceAccount's, a StorageClass's) is a DNS-1123 subdomain
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 DEFAULT_RUN_AS_USER = 1000

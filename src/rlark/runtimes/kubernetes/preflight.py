@@ -8,11 +8,9 @@ from typing import Any, Iterable, Iterator
 
 from rlark.findings import Finding, Severity
 from rlark.runtimes.kubernetes.capacity import NodeInfo, check_capacity
-from rlark.runtimes.kubernetes.podpolicy import PodPolicy, check_pod_policy
+from rlark.runtimes.kubernetes.podpolicy import DNS1123_SUBDOMAIN, PodPolicy, check_pod_policy
 from rlark.spec import Job, Mount, head_service_name, worker_name
 
-#: a StorageClass name is a DNS-1123 subdomain (Kubernetes object names)
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 #: a CSI driver name: at most 63 characters, alphanumeric at both ends, '-' and '.' inside
 #: (Kubernetes API, CSIDriver.metadata.name / csi volume driver validation)
 CSI_DRIVER = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$")
