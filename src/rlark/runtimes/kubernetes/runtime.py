@@ -7,9 +7,9 @@
   holds it) :class:`NamesBusy` keeps the Run Pending (the controller tries again).
 * ``launch``: on a Run's first Worker, create its ConfigMap (the owner), then the Secret with the
   values of the RLark-managed secrets its env refers to (when it refers to any), the Service,
-  the NetworkPolicy and PVCs (owned by it); then the Worker's Pod (owned by it), and a thread that follows the Pod's
-  log into ``LaunchSpec.log_path`` (the controller reads lifecycle lines there; the file
-  outlives the Pod). A name held by another Job's object or by something RLark did not create
+  the NetworkPolicy and PVCs (owned by it); then the Worker's Pod (owned by it), and a thread
+  that follows the Pod's log into ``LaunchSpec.log_path`` (the controller reads lifecycle lines
+  there; the file outlives the Pod). A name held by another Job's object or by something RLark did not create
   is never deleted or adopted: the launch fails and names the holder.
 * ``observe``: answered from watch-fed caches (one watch on the RLark Pods of the namespace,
   one on its Pod Events) through :func:`.status.interpret`; no API call per observation. The
