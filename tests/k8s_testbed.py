@@ -90,6 +90,22 @@ PROJECT_TEMPLATE_NS = "rlark-team-a"
 RBAC_FILE = REPO / "deploy" / "kubernetes" / "rbac.yaml"
 LEADER_ROLE, LEASE = "rlark-leader-election", "rlark-controller"
 
+#: what Pod Security "restricted" asks of a Pod the tests make themselves (the test bed's
+#: namespaces enforce it, as deploy/kubernetes/ labels them): see :func:`restricted`
+RESTRICTED_POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 1000,
+                           "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def restricted(pod: dict) -> dict:
+    """``pod`` (a Pod as a dict) with the securityContext Pod Security "restricted" admits, on
+    the Pod and every container (in place; returned)."""
+    spec = pod["spec"]
+    spec["securityContext"] = dict(RESTRICTED_POD_SECURITY)
+    for c in spec["containers"]:
+        c["securityContext"] = dict(RESTRICTED_CONTAINER_SECURITY)
+    return pod
+
 PORT_RANGE = (16000, 19990)  # below 32768; PostgreSQL's tests use 15432-15999, RLark's API 8470
 PORTS_PER_TESTBED = 6
 
@@ -743,10 +759,15 @@ class RlarkOnK8s:
         return self.jobs.events(name)
 
     def objects(self, selector: str = "") -> dict[str, list]:
-        """Pods, Services, ConfigMaps, PVCs and Secrets of the namespace (as the admin), by kind."""
+        """Pods, Services, NetworkPolicies, ConfigMaps, PVCs and Secrets of the namespace (as the
+        admin), by kind."""
+        from kubernetes import client
+
         core = self.tb.admin()
         ns = self.namespace
+        networking = client.NetworkingV1Api(core.api_client)
         return {
+            "NetworkPolicy": networking.list_namespaced_network_policy(ns, label_selector=selector).items,
             "Pod": core.list_namespaced_pod(ns, label_selector=selector).items,
             "Service": core.list_namespaced_service(ns, label_selector=selector).items,
             "ConfigMap": [c for c in core.list_namespaced_config_map(ns, label_selector=selector).items

@@ -24,13 +24,13 @@ def test_render_prints_a_yaml_stream_kubectl_can_apply():
                  "--run-id", "abc123")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("# RLark Job quickstart, run abc123: 3 Workers in namespace rl\n")
-    assert "# remove: kubectl delete pods,services,configmaps,pvc -n rl -l rlark.io/run=abc123" in proc.stdout
+    assert "# remove: kubectl delete pods,services,networkpolicies,configmaps,pvc -n rl -l rlark.io/run=abc123" in proc.stdout
     docs = list(yaml.safe_load_all(proc.stdout))
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("ConfigMap", "quickstart-run-abc123"), ("Service", "quickstart-head"),
-        ("Pod", "quickstart-head-0"), ("Pod", "quickstart-pool-0"), ("Pod", "quickstart-pool-1")]
+        ("NetworkPolicy", "quickstart-run-abc123"), ("Pod", "quickstart-head-0"), ("Pod", "quickstart-pool-0"), ("Pod", "quickstart-pool-1")]
     ranks = [{e["name"]: e["value"] for e in d["spec"]["containers"][0]["env"]}["RLINF_NODE_RANK"]
-             for d in docs[2:]]
+             for d in docs[3:]]
     assert ranks == ["0", "1", "2"]
     assert all(d["metadata"]["namespace"] == "rl" for d in docs)
     # the resolved workingDir is a path of this machine: said, not refused
@@ -56,10 +56,36 @@ def test_render_makes_a_run_id_and_refuses_other_runtimes_and_bad_jobs(tmp_path)
     assert "ObjectStorageNeedsDriver" in proc.stderr and "nothing was rendered" in error_line(proc)
 
 
+def test_render_applies_the_pod_policy_of_this_machines_settings(tmp_path):
+    """`rlark render` refuses what a server with the same settings would (hostPath: none
+    allowed by default), and renders it once the prefix is allowed."""
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["spec"]["roles"][0]["mounts"] = [{"name": "d", "type": "hostPath", "source": "/data/sets",
+                                           "mountPath": "/d"}]
+    job = tmp_path / "hostpath.yaml"
+    job.write_text(yaml.safe_dump(data))
+    proc = rlark("render", str(job))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "HostPathNotAllowed" in proc.stderr and "--k8s-host-path-prefix" in proc.stderr
+    proc = rlark("render", str(job), env=cli_env(RLARK_K8S_HOST_PATH_PREFIXES="/data"))
+    assert proc.returncode == 0, proc.stderr
+    assert "path: /data/sets" in proc.stdout
+    proc = rlark("render", str(job), env=cli_env(RLARK_K8S_HOST_PATH_PREFIXES="/var"))
+    assert proc.returncode == 1 and "system directory /var/run" in error_line(proc)
+
+
+def test_server_refuses_a_host_path_prefix_on_the_system(tmp_path):
+    proc = rlark("server", "--runtime", "kubernetes", "--k8s-host-path-prefix", "/", "--port",
+                 str(free_port()), env=cli_env(RLARK_HOME=str(tmp_path / "home"),
+                                               KUBECONFIG=str(tmp_path / "none")))
+    assert proc.returncode == 1 and "--k8s-host-path-prefix: '/'" in error_line(proc)
+
+
 @pytest.mark.parametrize("args,words", [
     (("render", "--help"), ["--runtime", "--namespace", "--run-id", "kubectl apply"]),
     (("nodes", "--help"), ["--format", "--show-labels", "allocatable", "GPUs", "devices"]),
     (("server", "--help"), ["--runtime", "kubernetes", "--namespace", "--no-auth", "--allowed-host",
+                            "--k8s-allow-root", "--k8s-host-path-prefix", "--k8s-service-account",
                             "$RLARK_HOME/credentials", "--leader-elect", "--no-leader-elect",
                             "rlark-controller", "takes over"]),
 ])

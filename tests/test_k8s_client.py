@@ -21,6 +21,7 @@ from tests.k8s_testbed import (
     GPU_NODES,
     RESERVED_NODE,
     RLARK_SA,
+    restricted,
     setup_timeout,
     wait_for,
 )
@@ -49,10 +50,10 @@ def pod(name: str, *, finalizers=None, grace: int = 7, labels=None, node: str | 
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
     if gated:
         spec["schedulingGates"] = [{"name": "rlark.test/hold"}]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels or {"app": "client-test"},
-                         **({"finalizers": finalizers} if finalizers else {})},
-            "spec": spec}
+    return restricted({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": name, "labels": labels or {"app": "client-test"},
+                                    **({"finalizers": finalizers} if finalizers else {})},
+                       "spec": spec})
 
 
 def service(name: str, labels=None) -> dict:
@@ -239,9 +240,9 @@ def test_watch_events_of_the_namespace(kube, k8s_testbed, k8s_namespace):
     """RLark's second watch: Pod Events (the scheduler's FailedScheduling, kwok's pull errors)."""
     _, rv = kube.list("Event", field_selector="involvedObject.kind=Pod")
     stream = kube.watch("Event", rv, field_selector="involvedObject.kind=Pod", timeout_seconds=30)
-    kube.create(pod("too-big", labels={"app": "big"}) | {"spec": {
+    kube.create(restricted(pod("too-big", labels={"app": "big"}) | {"spec": {
         "containers": [{"name": "worker", "image": "registry.invalid/rlark/test:1",
-                        "resources": {"limits": {"nvidia.com/gpu": "64"}}}]}})
+                        "resources": {"limits": {"nvidia.com/gpu": "64"}}}]}}))
     reasons = []
     for typ, obj in stream:
         reasons.append((typ, obj["reason"], obj["involvedObject"]["name"]))

@@ -108,6 +108,10 @@ def _without(rules: list[dict], resource: str, verb: str) -> list[dict]:
     return out
 
 
+#: resources of another API group than the core one
+GROUPS = {"networkpolicies": "networking.k8s.io"}
+
+
 def _split(resource: str) -> tuple[str, str]:
     res, _, sub = resource.partition("/")
     return res, sub
@@ -317,6 +321,11 @@ NEEDS = {
     ("namespace", "secrets", "get"): ("launch_again", ['cannot get resource "secrets"']),
     ("namespace", "secrets", "deletecollection"): ("run_a_job", [
         "CleanupFailed", 'cannot deletecollection resource "secrets"']),
+    ("namespace", "networkpolicies", "create"): ("run_a_job", [
+        "LaunchFailed", 'cannot create resource "networkpolicies"']),
+    ("namespace", "networkpolicies", "get"): ("launch_again", ['cannot get resource "networkpolicies"']),
+    ("namespace", "networkpolicies", "deletecollection"): ("run_a_job", [
+        "CleanupFailed", 'cannot deletecollection resource "networkpolicies"']),
     ("namespace", "events", "list"): ("run_a_job", ["start: RLark cannot watch the Pods and Events",
                                                     'cannot list resource "events"']),
     ("namespace", "events", "watch"): ("run_a_job", ["start: RLark cannot watch the Pods and Events",
@@ -383,7 +392,8 @@ def test_each_verb_taken_away_is_a_named_failure(where, resource, verb, k8s_test
             rbac.replace_namespaced_role("rlark", k8s_namespace, role)
             # the optional rbac-capacity.yaml lists Pods everywhere: without it, as it may be
             take_from_cluster_role(DEPLOY / "rbac-capacity.yaml", "rlark-pod-reader", "default")
-            k8s_testbed.wait_rbac(verb, res, k8s_namespace, allowed=False, subresource=sub)
+            k8s_testbed.wait_rbac(verb, res, k8s_namespace, allowed=False, subresource=sub,
+                                  group=GROUPS.get(res, ""))
         else:  # a ClusterRole: the whole test bed's, put back after the test
             path = DEPLOY / ("rbac.yaml" if where == "rlark-node-reader" else "rbac-capacity.yaml")
             take_from_cluster_role(path, where, None if res == "nodes" else "default")

@@ -10,9 +10,14 @@ from rlark.findings import has_errors
 from rlark.preflight import check_job
 from rlark.ranks import plan_workers
 from rlark.runtimes.kubernetes import render
+from rlark.runtimes.kubernetes.podpolicy import PodPolicy
 from rlark.runtimes.kubernetes.preflight import check_spec_for_kubernetes
 from rlark.spec import Job
 from tests.k8s_jobs import job
+
+#: what the full test Job (k8s_jobs.FULL_ROLES) needs a server to allow: a hostPath under
+#: /data and the ServiceAccount rl-worker
+FULL_POLICY = PodPolicy(host_path_prefixes=("/data",), service_accounts=("rl-worker",))
 
 OWNER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "ppo-run-r1",
          "uid": "6f1c2a52-1f0e-4f5e-9d0c-3a4b5c6d7e8f"}
@@ -27,14 +32,17 @@ def env_of(pod) -> dict:
 
 
 def test_test_jobs_pass_preflight():
-    for j in (job(1), job(64), job(64, full=True)):
-        assert not has_errors(check_job(j) + check_spec_for_kubernetes(j))
+    for j in (job(1), job(64)):
+        assert not has_errors(check_job(j) + check_spec_for_kubernetes(j, PodPolicy()))
+    full = job(64, full=True)
+    assert not has_errors(check_job(full) + check_spec_for_kubernetes(full, FULL_POLICY))
 
 
-def test_one_run_is_a_configmap_a_service_claims_and_a_pod_per_worker():
+def test_one_run_is_a_configmap_a_service_a_network_policy_claims_and_a_pod_per_worker():
     j = job(8, full=True)
     objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl"))
-    assert [o["kind"] for o in objs[:3]] == ["ConfigMap", "Service", "PersistentVolumeClaim"]
+    assert [o["kind"] for o in objs[:4]] == ["ConfigMap", "Service", "NetworkPolicy",
+                                            "PersistentVolumeClaim"]
     pods = by_kind(objs, "Pod")
     assert [p["metadata"]["name"] for p in pods] == [w.name for w in plan_workers(j)]
     assert [p["metadata"]["name"] for p in pods][:3] == ["ppo-head-0", "ppo-actor-0", "ppo-actor-1"]
@@ -71,8 +79,10 @@ def test_pod_spec_safety_and_lifecycle_settings():
     assert spec["restartPolicy"] == "Never"
     assert spec["enableServiceLinks"] is False and spec["automountServiceAccountToken"] is False
     assert spec["terminationGracePeriodSeconds"] == 10
-    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
-    assert c["securityContext"] == {"privileged": False, "allowPrivilegeEscalation": False}
+    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000,
+                                       "seccompProfile": {"type": "RuntimeDefault"}}
+    assert c["securityContext"] == {"privileged": False, "allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]}}
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert c["command"] == ["python", "/rlark/worker.py"]
     assert c["ports"] == [{"name": "gcs", "containerPort": 6379, "protocol": "TCP"}]
@@ -133,7 +143,7 @@ def test_object_storage_without_a_driver_is_refused_by_preflight_and_render():
     data["spec"]["roles"][0]["mounts"] = [{"name": "m", "type": "objectStorage",
                                            "source": "s3://b/p", "mountPath": "/m"}]
     j = Job.model_validate(data)
-    (f,) = [f for f in check_spec_for_kubernetes(j) if f.code == "ObjectStorageNeedsDriver"]
+    (f,) = [f for f in check_spec_for_kubernetes(j, PodPolicy()) if f.code == "ObjectStorageNeedsDriver"]
     assert f.path == "spec.roles[0].mounts[0].kubernetes" and "neither is" in f.message
     with pytest.raises(ValueError, match="needs kubernetes.storageClass or kubernetes.csiDriver"):
         render.render_run(j, "r1")
@@ -180,7 +190,8 @@ def test_service_configmap_and_owner_references():
     assert svc["metadata"]["name"] == "ppo-head"
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
     assert svc["spec"]["selector"] == {"rlark.io/run": "r1", "rlark.io/node-rank": "0"}
-    assert [p["port"] for p in svc["spec"]["ports"]] == [6379, 8265, 10001]
+    # the GCS only: the dashboard and Ray client ports are not published
+    assert [p["port"] for p in svc["spec"]["ports"]] == [6379]
     for o in objs[1:]:
         assert o["metadata"]["ownerReferences"] == [OWNER]
     pod = by_kind(objs, "Pod")[0]
@@ -253,4 +264,4 @@ def test_render_benchmark_runs(tmp_path):
                           cwd=render.BOOTSTRAP_FILE.parents[3])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = _json.loads(out.read_text())
-    assert data["objects"] == 102 and data["total_s"] < 1.0
+    assert data["objects"] == 103 and data["total_s"] < 1.0

@@ -28,6 +28,7 @@ from tests.k8s_testbed import (
     RESERVED_TAINT,
     KwokWorkers,
     RlarkOnK8s,
+    restricted,
     setup_timeout,
     wait_for,
 )
@@ -118,20 +119,29 @@ def test_a_run_creates_its_configmap_then_owned_objects_then_pods_and_the_garbag
     r.submit(job_yaml(pool_extra=PVC_MOUNT))
     r.wait_phase("ppo", "Starting")
     # the Run is Starting once its plan is committed, before its launch calls: wait for them
-    wait_for("the launch of all three Workers", lambda: len(kube.created) >= 6)
+    wait_for("the launch of all three Workers", lambda: len(kube.created) >= 7)
     uid = r.run_row("ppo").uid
     cm = f"ppo-run-{uid}"
-    assert kube.created == [("ConfigMap", cm), ("Service", "ppo-head"),
+    assert kube.created == [("ConfigMap", cm), ("Service", "ppo-head"), ("NetworkPolicy", cm),
                             ("PersistentVolumeClaim", f"ppo-pool-models-{uid}"),
                             ("Pod", "ppo-head-0"), ("Pod", "ppo-pool-0"), ("Pod", "ppo-pool-1")]
     objs = r.objects(f"{render.LABEL_RUN}={uid}")
     owner = objs["ConfigMap"][0]
     assert owner.metadata.name == cm and owner_uid(owner) is None
-    owned = [o for kind in ("Service", "PersistentVolumeClaim", "Pod") for o in objs[kind]]
-    assert len(owned) == 5
+    owned = [o for kind in ("Service", "NetworkPolicy", "PersistentVolumeClaim", "Pod")
+             for o in objs[kind]]
+    assert len(owned) == 6
     for o in owned:
         assert owner_uid(o) == owner.metadata.uid, o.metadata.name
         assert o.metadata.owner_references[0].kind == "ConfigMap"
+        assert o.metadata.labels[render.LABEL_RUN] == uid and o.metadata.labels[render.LABEL_JOB] == "ppo"
+    # the NetworkPolicy: the Run's Pods take connections from the Run's own Pods only
+    (netpol,) = objs["NetworkPolicy"]
+    assert netpol.spec.pod_selector.match_labels == {render.LABEL_RUN: uid}
+    assert netpol.spec.policy_types == ["Ingress"]
+    (rule,) = netpol.spec.ingress
+    assert [p.pod_selector.match_labels for p in rule._from] == [{render.LABEL_RUN: uid}]
+    assert rule.ports is None and not any(p.namespace_selector or p.ip_block for p in rule._from)
     ranks = {p.metadata.name: p.metadata.labels[render.LABEL_RANK] for p in objs["Pod"]}
     assert ranks == {"ppo-head-0": "0", "ppo-pool-0": "1", "ppo-pool-1": "2"}
     env = {e.name: e.value for p in objs["Pod"] if p.metadata.name == "ppo-pool-1"
@@ -328,29 +338,58 @@ def test_a_launch_tried_again_after_the_server_stopped_keeps_what_the_run_alread
     assert admin.read_namespaced_config_map("ppo-run-r1", k8s_namespace).metadata.uid == cm_uid
 
 
-def test_names_another_jobs_objects_hold_are_never_deleted_or_adopted(rlark, k8s_testbed, k8s_namespace):
+def test_names_another_jobs_objects_hold_are_never_deleted_or_adopted(rlark, k8s_testbed, k8s_namespace,
+                                                                      tmp_path):
     """Job "a-b" (role "c") and Job "a" (role "b-c") both name a Pod "a-b-c-0"; and a Pod
-    RLark did not create holds "ppo-head-0"."""
+    RLark did not create holds "ppo-head-0".
+
+    On one server the second Job is refused at preflight. A second server on a store of its own
+    (it knows nothing of Job a-b) accepts it: its launch fails naming the holder, and neither its
+    stop (delete by name), an adoption of the name, nor the Run's end touches the other Job's Pod."""
+    from rlark.runtimes.base import AdoptSpec, WorkerRef
+
     admin = k8s_testbed.admin()
     r = rlark()
     r.submit(job_yaml("a-b", pool=0, head_role="c"))
     theirs = wait_for("Job a-b's Pod running", lambda: (p := pod_named(k8s_testbed, k8s_namespace, "a-b-c-0"))
                       and p.status.phase == "Running" and p)
-    r.submit(job_yaml("a", pool=0, head_role="b-c"))
-    job = r.wait_phase("a", "Failed")
+    with pytest.raises(Invalid) as refused:
+        r.submit(job_yaml("a", pool=0, head_role="b-c"))
+    (f,) = [f for f in refused.value.findings if f.code == "NameCollision"]
+    assert f.path == "spec.roles[0].name"
+    assert "Job 'a'" in f.message and "Job 'a-b'" in f.message and "Pod a-b-c-0" in f.message, f.message
+    other = rlark()  # another store: preflight cannot see Job a-b
+    other.submit(job_yaml("a", pool=0, head_role="b-c"))
+    job = other.wait_phase("a", "Failed")
     assert (job["phase"], job["reason"]) == ("Failed", "LaunchFailed"), job
     assert "Pod a-b-c-0 already exists" in job["message"] and "belongs to RLark Job 'a-b'" in job["message"]
-    admin.create_namespaced_pod(k8s_namespace, {
+    wait_for("Job a's Run to end (end_run)", lambda: other.run_row("a").record)
+    # what the runtime of Job a's server does with the name: nothing to Job a-b's Pod
+    ref = WorkerRef(name="a-b-c-0", handle=f"{k8s_namespace}/a-b-c-0", run_uid=other.run_row("a").uid)
+    log_path = tmp_path / "a-b-c-0.log"
+    other.rt.adopt(AdoptSpec(ref=ref, job=load_job(job_yaml("a", pool=0, head_role="b-c"))[0],
+                             is_head=True, log_path=str(log_path)))
+    follower = other.rt._followers["a-b-c-0"]
+    assert follower.done.wait(10)  # its log is not followed: not Job a's Worker's
+    assert not log_path.exists() or log_path.read_bytes() == b""
+    seen = other.rt.observe(ref)
+    assert not seen.alive and seen.exit_code is None, seen  # gone for Job a, not Running
+    other.rt.signal_stop(ref)
+    other.rt.kill(ref)
+    other.rt.end_run(ref.run_uid)
+    admin.create_namespaced_pod(k8s_namespace, restricted({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ppo-head-0", "labels": {"app": "db"}},
         "spec": {"containers": [{"name": "db", "image": "registry.invalid/db:1"}],
-                 "schedulingGates": [{"name": "rlark.test/hold"}]}})
+                 "schedulingGates": [{"name": "rlark.test/hold"}]}}))
     r.submit(job_yaml(pool=0))
     job = r.wait_phase("ppo", "Failed")
     assert (job["phase"], job["reason"]) == ("Failed", "LaunchFailed"), job
-    wait_for("the Runs' ends (end_run)", lambda: r.run_row("a").record and r.run_row("ppo").record)
+    wait_for("the Run's end (end_run)", lambda: r.run_row("ppo").record)
     wait_for("what the failed launches created to be deleted", lambda: not any(
         objs for objs in r.objects(f"{render.LABEL_JOB} in (a, ppo)").values()))
     assert "Pod ppo-head-0 already exists" in job["message"] and "not created by RLark" in job["message"]
+    stranger = WorkerRef(name="ppo-head-0", handle=f"{k8s_namespace}/ppo-head-0", run_uid=r.run_row("ppo").uid)
+    r.rt.kill(stranger)  # the Worker's name, a Pod not RLark's: not deleted
     # both Runs ended (end_run by their run labels): the other objects are untouched
     kept = admin.read_namespaced_pod("a-b-c-0", k8s_namespace)
     assert kept.metadata.uid == theirs.metadata.uid and kept.metadata.deletion_timestamp is None
@@ -364,10 +403,10 @@ def test_names_another_jobs_objects_hold_are_never_deleted_or_adopted(rlark, k8s
 
 
 def managed_pod(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {render.LABEL_MANAGED_BY: render.MANAGED_BY}},
-            "spec": {"containers": [{"name": render.CONTAINER, "image": IMAGE}],
-                     "nodeSelector": {"kubernetes.io/hostname": GPU_NODES[0]}}}
+    return restricted({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": name, "labels": {render.LABEL_MANAGED_BY: render.MANAGED_BY}},
+                       "spec": {"containers": [{"name": render.CONTAINER, "image": IMAGE}],
+                                "nodeSelector": {"kubernetes.io/hostname": GPU_NODES[0]}}})
 
 
 def test_the_watches_list_again_after_a_compaction_and_reconnect_after_an_api_server_restart(

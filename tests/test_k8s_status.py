@@ -26,6 +26,7 @@ from sqlalchemy import select
 
 from rlark.controller.loop import Controller
 from rlark.record import build_record
+from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.client import KubeClient
 from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
 from rlark.runtimes.kubernetes.status import (
@@ -245,15 +246,26 @@ def backend(rlark_home, caplog):
     store.dispose()
 
 
+def rlarks(pod: dict, run_uid: str | None = None) -> dict:
+    """A saved Pod (from a real cluster) labelled as RLark labels a Worker's Pod of Run
+    ``run_uid``: the runtime reads no other Pod as a Worker's."""
+    labels = pod["metadata"].setdefault("labels", {})
+    labels[render.LABEL_MANAGED_BY] = render.MANAGED_BY
+    if run_uid is not None:
+        labels[render.LABEL_RUN] = run_uid
+    return pod
+
+
 def run_head_pod(backend, tmp_path, pod_name, events=(), lines=(), gone=False):
     """A Starting Run whose head is the saved Pod ``pod_name``; one controller pass."""
     store, rt, ctl = backend
     JobService(store, runtime="kubernetes").create(JOB)
-    pod = load(pod_name)
+    with store.session() as s:
+        run = s.scalar(select(RunRow))
+        token, uid = run.event_token, run.uid  # the bootstrap signs its lines with the token
+    pod = rlarks(load(pod_name), uid)
     name = pod["metadata"]["name"]
     log = tmp_path / "head.log"
-    with store.session() as s:
-        token = s.scalar(select(RunRow)).event_token  # the bootstrap signs its lines with it
     log.write_text("".join(f"RLARK_EVENT {json.dumps({**line, 'tok': token})}\n" for line in lines))
     with store.session() as s:
         run = s.scalar(select(RunRow))
@@ -379,7 +391,7 @@ def test_runtime_pending_timeout_is_capped_by_the_join_timeout(backend):
     from rlark.runtimes.base import WorkerRef
 
     _, rt, _ = backend
-    pod = load("pod-unschedulable-gpu")
+    pod = rlarks(load("pod-unschedulable-gpu"))
     rt.track_pod("gpu-job", head=False, join_timeout=100, created=time.time() - HOUR)
     rt.apply_watch_event("Pod", "ADDED", pod)
     t0 = started(pod)

@@ -19,6 +19,8 @@ from tests.k8s_testbed import (
     RESERVED_LABEL,
     RESERVED_NODE,
     RESERVED_TAINT,
+    RESTRICTED_CONTAINER_SECURITY,
+    RESTRICTED_POD_SECURITY,
     setup_timeout,
 )
 
@@ -59,8 +61,11 @@ def pod_body(pod_name: str, *, node_selector=None, tolerations=None, gpus: int =
         metadata=client.V1ObjectMeta(name=pod_name, labels={"app": "testbed-smoke"},
                                      owner_references=[owner] if owner else None),
         spec=client.V1PodSpec(
+            # namespace rlark enforces Pod Security "restricted" (deploy/kubernetes/namespace.yaml)
             containers=[client.V1Container(name="main", image="registry.invalid/rlark/smoke:1",
-                                           resources=resources)],
+                                           resources=resources,
+                                           security_context=RESTRICTED_CONTAINER_SECURITY)],
+            security_context=RESTRICTED_POD_SECURITY,
             node_selector=node_selector,
             tolerations=tolerations,
             automount_service_account_token=False,

@@ -79,7 +79,7 @@ def deploy_objects():
 
 def test_the_shapes_cover_every_kind_and_mount_kind():
     kinds = {o["kind"] for o in SHAPES}
-    assert kinds == {"ConfigMap", "Service", "PersistentVolumeClaim", "Pod", "Secret"}
+    assert kinds == {"ConfigMap", "Service", "NetworkPolicy", "PersistentVolumeClaim", "Pod", "Secret"}
     volumes = {k for o in SHAPES if o["kind"] == "Pod" for v in o["spec"]["volumes"] for k in v}
     assert {"hostPath", "persistentVolumeClaim", "csi", "configMap", "emptyDir"} <= volumes
     assert any("ownerReferences" in o["metadata"] for o in SHAPES)

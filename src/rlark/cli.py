@@ -560,6 +560,21 @@ def server(
              "process it started. Default auto: the strongest kind this server can make (probed "
              "at start; the server refuses to start when there is none). process-group is weak: "
              "a process that calls setsid() can outlive its Worker. docs/security.md."),
+    k8s_allow_root: bool = typer.Option(
+        False, "--k8s-allow-root", envvar="RLARK_K8S_ALLOW_ROOT",
+        help="kubernetes: let a role run its Workers as root (kubernetes.runAsRoot; still "
+             "without Linux capabilities). Default: refused; Workers run as a non-root user. "
+             "docs/security.md."),
+    k8s_host_path_prefix: Optional[list[str]] = typer.Option(
+        None, "--k8s-host-path-prefix", metavar="DIR",
+        help="kubernetes: let hostPath mounts use directories under DIR (repeatable; also "
+             "$RLARK_K8S_HOST_PATH_PREFIXES, comma-separated). Default: no hostPath mounts; "
+             "/ and system directories are always refused."),
+    k8s_service_account: Optional[list[str]] = typer.Option(
+        None, "--k8s-service-account", metavar="NAME",
+        help="kubernetes: let roles name the ServiceAccount NAME (kubernetes.serviceAccountName; "
+             "repeatable; also $RLARK_K8S_SERVICE_ACCOUNTS). Default: none, Workers use the "
+             "namespace's default."),
     max_jobs_per_project: int = typer.Option(
         500, "--max-jobs-per-project", min=1, max=1_000_000, envvar="RLARK_MAX_JOBS_PER_PROJECT",
         help="Quota: Jobs a project may keep (`rlark project set-quota` sets a project's own)."),
@@ -593,9 +608,13 @@ def server(
     if runtime not in ("local", "kubernetes"):
         _fail(f"--runtime {runtime!r} is not supported; use local or kubernetes")
     # these settings are read where they are used, from the environment, as their envvars are
-    for var, given in (("RLARK_WORKER_ENV", worker_env), ("RLARK_CONFIG_ROOTS", config_root)):
+    for var, given in (("RLARK_WORKER_ENV", worker_env), ("RLARK_CONFIG_ROOTS", config_root),
+                       ("RLARK_K8S_HOST_PATH_PREFIXES", k8s_host_path_prefix),
+                       ("RLARK_K8S_SERVICE_ACCOUNTS", k8s_service_account)):
         if given:
             os.environ[var] = ",".join(settings.csv_env(var) + list(given))
+    if k8s_allow_root:
+        os.environ["RLARK_K8S_ALLOW_ROOT"] = "1"
     if secret_key_file is not None:
         os.environ["RLARK_SECRET_KEY_FILE"] = str(secret_key_file)
     try:
@@ -626,15 +645,17 @@ def render(
                                        help="Start Ray's dashboard on the head (needs ray[default])."),
 ) -> None:
     """Print the Kubernetes objects of one Run of a Job as a YAML stream: a ConfigMap carrying the
-    bootstrap, the head's headless Service, PVCs for objectStorage mounts with a StorageClass, and
-    one Pod per Worker (<job>-<role>-<index>, RLINF_NODE_RANK and the other variables set
-    explicitly). Nothing is started; `kubectl apply -f -` of the output runs the Job without the
+    bootstrap, the head's headless Service, a NetworkPolicy (only the Run's own Pods reach
+    them), PVCs for objectStorage mounts with a StorageClass, and one Pod per Worker
+    (<job>-<role>-<index>, RLINF_NODE_RANK and the other variables set explicitly; non-root,
+    no capabilities). The Kubernetes Pod policy of this machine's settings applies
+    (RLARK_K8S_HOST_PATH_PREFIXES, RLARK_K8S_SERVICE_ACCOUNTS, RLARK_K8S_ALLOW_ROOT). Nothing is started; `kubectl apply -f -` of the output runs the Job without the
     RLark server (which adds status, logs, records and stop).
 
     \b
     Examples:
       rlark render job.yaml --namespace rl | kubectl apply -f -
-      kubectl delete pods,services,configmaps,pvc -n rl -l rlark.io/run=<id>   # clean up
+      kubectl delete pods,services,networkpolicies,configmaps,pvc -n rl -l rlark.io/run=<id>   # clean up
     """
     import uuid
 
@@ -647,7 +668,11 @@ def render(
     if job is not None:
         from rlark.runtimes.kubernetes.preflight import check_spec_for_kubernetes
 
-        findings = findings + check_spec_for_kubernetes(job)
+        try:
+            policy = settings.k8s_pod_policy()
+        except ValueError as exc:
+            _fail(str(exc))
+        findings = findings + check_spec_for_kubernetes(job, policy)
     if job is None or has_errors(findings):
         _print_findings(findings)
         _fail(f"{file} is not a valid Job; nothing was rendered")
@@ -655,13 +680,14 @@ def render(
     rid = run_id or uuid.uuid4().hex[:12]
     try:
         k8s.check_run_id(rid)
-        objs = k8s.render_run(job, rid, k8s.RenderOptions(namespace=namespace,
-                                                          ray_dashboard=ray_dashboard))
+        objs = k8s.render_run(job, rid, k8s.RenderOptions(
+            namespace=namespace, ray_dashboard=ray_dashboard, run_as_user=policy.run_as_user,
+            allow_root=policy.allow_root))
     except ValueError as exc:
         _fail(str(exc))
     header = (f"RLark Job {job.name}, run {rid}: {job.total_workers} Workers in namespace {namespace}\n"
               f"apply:  kubectl apply -f <this file>\n"
-              f"remove: kubectl delete pods,services,configmaps,pvc -n {namespace} "
+              f"remove: kubectl delete pods,services,networkpolicies,configmaps,pvc -n {namespace} "
               f"-l {k8s.LABEL_RUN}={rid}")
     sys.stdout.write(k8s.dump_stream(objs, header))
 

@@ -144,7 +144,9 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     the Lease ``rlark-controller`` in ``namespace`` reconciles (:mod:`rlark.controller.leader`).
     Kubernetes settings from the environment: ``RLARK_K8S_PENDING_TIMEOUT``,
     ``RLARK_K8S_IMAGE_PULL_GRACE``, ``RLARK_K8S_MOUNT_GRACE`` (seconds),
-    ``RLARK_K8S_RAY_DASHBOARD=1``. ``worker_isolation``: local runtime, how each Worker's
+    ``RLARK_K8S_RAY_DASHBOARD=1``, and the Worker Pod policy (:func:`rlark.settings.k8s_pod_policy`:
+    ``RLARK_K8S_ALLOW_ROOT``, ``RLARK_K8S_HOST_PATH_PREFIXES``, ``RLARK_K8S_SERVICE_ACCOUNTS``,
+    ``RLARK_K8S_RUN_AS_USER``). ``worker_isolation``: local runtime, how each Worker's
     processes are kept together (default :func:`rlark.settings.worker_isolation`; probed once
     here, logged, and shown by ``/healthz`` and ``rlark nodes``). ``quota_defaults``: the
     per-project quotas (:class:`rlark.services.quotas.Quotas`; default from the environment).
@@ -169,6 +171,7 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
         raise ValueError("--leader-elect needs --runtime kubernetes (the leader holds a Kubernetes "
                          "Lease); on the local runtime one server serves a store")
     inventory = None
+    pod_policy = None
     kube_secret_keys = None
     pending = None
     first: Runtime  # the runtime of the (first) controller
@@ -183,6 +186,7 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
         k8s_policy = settings.k8s_status_policy()
         pending = k8s_policy.pending_timeout_seconds
         dashboard = settings.k8s_ray_dashboard()
+        pod_policy = settings.k8s_pod_policy()
         try:
             kube = KubeClient.connect(namespace)
         except KubeError as exc:
@@ -190,7 +194,7 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
 
         def runtime_for(ns: str) -> KubernetesRuntime:
             return KubernetesRuntime(kube=KubeClient(kube.api, ns), policy=k8s_policy,
-                                     ray_dashboard=dashboard)
+                                     ray_dashboard=dashboard, pod_policy=pod_policy)
 
         def namespaces() -> ProjectNamespaces:
             """Every namespace's runtime (watches started: RBAC refusing them raises)."""
@@ -237,7 +241,7 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
                          namespace=k8s_first.namespace if k8s_first is not None else None,
                          secret_box=box, kube_secret_keys=kube_secret_keys,
                          isolation=local_first.isolation.view() if local_first is not None else None,
-                         quota_defaults=quota_defaults)
+                         quota_defaults=quota_defaults, pod_policy=pod_policy)
     policy = policy or SecurityPolicy()
     auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),
                        login_rate=os.environ.get("RLARK_LOGIN_RATE") or "10/5 minutes")

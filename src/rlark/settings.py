@@ -311,3 +311,40 @@ def cgroup_parent() -> str | None:
         raise ValueError(f"RLARK_CGROUP_PARENT={raw!r} is not an absolute path of a cgroup "
                          "directory, e.g. /sys/fs/cgroup/rlark")
     return raw
+
+
+def _bool_env(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"{name}={raw!r} is not a boolean; use 1 or 0")
+
+
+def k8s_pod_policy():
+    """Kubernetes runtime: what Worker Pods may ask for beyond the secure defaults
+    (:class:`rlark.runtimes.kubernetes.podpolicy.PodPolicy`; docs/security.md):
+
+    * ``RLARK_K8S_ALLOW_ROOT=1`` (``rlark server --k8s-allow-root``): a role may set
+      ``kubernetes.runAsRoot`` (default: refused at preflight);
+    * ``RLARK_K8S_HOST_PATH_PREFIXES``: comma-separated absolute directories a ``hostPath``
+      mount may lie under (``--k8s-host-path-prefix DIR``; default none: no hostPath at all);
+    * ``RLARK_K8S_SERVICE_ACCOUNTS``: comma-separated ServiceAccount names a role may name in
+      ``kubernetes.serviceAccountName`` (``--k8s-service-account NAME``; default none: the
+      namespace's ``default``);
+    * ``RLARK_K8S_RUN_AS_USER``: the user id Workers run as when their role names none
+      (default 1000).
+
+    Raises:
+        ValueError: a value is unusable (a prefix that is relative or a system directory, a
+            ServiceAccount name that is not a DNS-1123 subdomain, a user id below 1).
+    """
+    from rlark.runtimes.kubernetes.podpolicy import PodPolicy
+
+    return PodPolicy.checked(
+        allow_root=_bool_env("RLARK_K8S_ALLOW_ROOT"),
+        host_path_prefixes=tuple(csv_env("RLARK_K8S_HOST_PATH_PREFIXES")),
+        service_accounts=tuple(csv_env("RLARK_K8S_SERVICE_ACCOUNTS")),
+        run_as_user=positive_int_env("RLARK_K8S_RUN_AS_USER", 1000),
+    )

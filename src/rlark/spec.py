@@ -205,9 +205,19 @@ class KubernetesSettings(_Model):
         default_factory=list, description="Secrets (in the Run's namespace) used to pull the image."
     )
     service_account_name: str | None = Field(
-        default=None, description="ServiceAccount of the Worker Pods (default: the namespace's)."
+        default=None, description="ServiceAccount of the Worker Pods (default: the namespace's). "
+        "Only a name the server allows (`rlark server --k8s-service-account NAME`)."
     )
     tolerations: list[Toleration] = Field(default_factory=list)
+    run_as_user: StrictInt | None = Field(
+        default=None, description="Numeric user id (1 or more) the Worker containers run as "
+        "(default: the server's, 1000). Workers never run as root unless runAsRoot is set.",
+    )
+    run_as_root: StrictBool = Field(
+        default=False, description="Run the Worker containers as root (user 0, still without "
+        "Linux capabilities). Refused unless the server allows it (`rlark server "
+        "--k8s-allow-root`) and the namespace's Pod Security level is baseline or lower.",
+    )
 
 
 class Role(_Model):

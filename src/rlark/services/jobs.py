@@ -45,6 +45,7 @@ from rlark.store.db import retry_on_conflict
 from rlark.store.runs import add_event, new_run
 
 if TYPE_CHECKING:
+    from rlark.runtimes.kubernetes.podpolicy import PodPolicy
     from rlark.secretbox import SecretBox
 
 log = logging.getLogger("rlark.jobs")
@@ -212,8 +213,12 @@ class JobService:
                  secret_box: "SecretBox | None" = None,
                  kube_secret_keys: Callable[[str | None, str], list[str] | None] | None = None,
                  isolation: dict[str, Any] | None = None,
-                 quota_defaults: quotas.Quotas | None = None):
+                 quota_defaults: quotas.Quotas | None = None,
+                 pod_policy: "PodPolicy | None" = None):
         self.store = store
+        #: kubernetes: what Worker Pods may ask for (None: rlark.settings.k8s_pod_policy() at
+        #: each preflight)
+        self.pod_policy = pod_policy
         #: the server's per-project quotas (a project's own override them); bad settings fail here
         self.quota_defaults = quota_defaults or quotas.server_defaults()
         #: local runtime: what isolation Workers get (local_isolation.Isolation.view())
@@ -269,7 +274,9 @@ class JobService:
             nodes, basis, error = self.inventory() if self.inventory else (None, "none", None)
             findings = findings + check_for_kubernetes(job, nodes, free_basis=basis,
                                                        pending_timeout=self.pending_timeout,
-                                                       inventory_error=error)
+                                                       inventory_error=error,
+                                                       policy=self.pod_policy,
+                                                       neighbours=self.neighbours(job, project))
         if job is not None and rlinf:
             from rlark.rlinf_config.isolated import ComposerBusy
 
@@ -280,6 +287,32 @@ class JobService:
                 raise TooManyRequests(f"{exc}; try again in {exc.retry_after} s",
                                       exc.retry_after) from None
         return job, findings
+
+    def neighbours(self, job: Job, project: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """Kubernetes: ``(project, name, spec)`` of the other stored Jobs whose Runs go to the
+        namespace ``job``'s would (projects map to namespaces: ``project_namespace``; two
+        projects may share one) and whose names could give an object ``job``'s name (equal, or
+        one beginning with the other and '-'), for
+        :func:`rlark.runtimes.kubernetes.preflight.check_name_collisions`. Not ``job`` itself
+        (a replaced spec keeps its names). Deleted Jobs whose deletion is under way count:
+        their objects may still be there."""
+        name = job.name
+        prefixes = [name[:i] for i, c in enumerate(name) if c == "-" and i]
+        with self.store.session() as s:
+            projects = list(s.scalars(select(ProjectRow)))
+            mine = next((p for p in projects if p.name == project), None)
+            if mine is None:
+                return []
+            ns = project_namespace(mine, mine.namespace, self.namespace)
+            same = {p.id: p.name for p in projects
+                    if project_namespace(p, p.namespace, self.namespace) == ns}
+            # job names are DNS-1123 labels: no LIKE wildcard in them
+            rows = s.execute(select(JobRow.project_id, JobRow.name, JobRow.spec).where(
+                JobRow.project_id.in_(list(same)),
+                (JobRow.name == name) | JobRow.name.like(name + "-%") | JobRow.name.in_(prefixes),
+            )).all()
+        return [(same[pid], other, spec) for pid, other, spec in rows
+                if not (pid == mine.id and other == name)]
 
     def config_roots(self, job: Job) -> list[str]:
         """Where this server may read the RLinf config ``job`` names: the server's config roots

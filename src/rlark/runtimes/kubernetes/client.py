@@ -47,7 +47,10 @@ _KINDS = {
     "PersistentVolumeClaim": "persistent_volume_claim",
     "Event": "event",
     "Secret": "secret",
+    "NetworkPolicy": "network_policy",
 }
+#: kinds of another API group than core/v1: kind -> the KubeClient attribute of its API
+_GROUP_API = {"NetworkPolicy": "networking"}
 
 #: where a 403 sends a person: the RBAC rules RLark's ServiceAccount is given
 RBAC_HINT = "RLark's RBAC rules: deploy/kubernetes/rbac.yaml, project-namespace.example.yaml"
@@ -154,11 +157,18 @@ class WatchStream:
 
 
 class KubeClient:
-    """CoreV1 calls in one namespace (nodes and all-namespace Pods for the inventory)."""
+    """CoreV1 calls in one namespace (nodes and all-namespace Pods for the inventory), and
+    NetworkingV1 for NetworkPolicies (the same connection)."""
 
     def __init__(self, api: client.CoreV1Api, namespace: str):
         self.api = api
+        self.networking = client.NetworkingV1Api(api.api_client)
         self.namespace = namespace
+
+    def _fn(self, verb: str, kind: str):
+        """The official client's method ``<verb>_<kind suffix>`` of the API ``kind`` is in."""
+        api = getattr(self, _GROUP_API.get(kind, "api"))
+        return getattr(api, f"{verb}_{_KINDS[kind]}")
 
     @classmethod
     def connect(cls, namespace: str | None = None, context: str | None = None,
@@ -218,12 +228,12 @@ class KubeClient:
             KubeError: status 409 when the name is taken, 403 when RBAC forbids it...
         """
         kind = obj["kind"]
-        fn = getattr(self.api, f"create_namespaced_{_KINDS[kind]}")
+        fn = self._fn("create_namespaced", kind)
         return self._call(f"create {kind} {obj['metadata']['name']}", fn, self.namespace, obj)
 
     def get(self, kind: str, name: str) -> dict | None:
         """The object, or None when it does not exist."""
-        fn = getattr(self.api, f"read_namespaced_{_KINDS[kind]}")
+        fn = self._fn("read_namespaced", kind)
         try:
             return self._call(f"read {kind} {name}", fn, name, self.namespace)
         except KubeError as exc:
@@ -232,24 +242,28 @@ class KubeClient:
             raise
 
     def delete(self, kind: str, name: str, grace_seconds: int | None = None,
-               propagation: str = "Background") -> bool:
+               propagation: str = "Background", uid: str | None = None) -> bool:
         """Delete one object (``grace_seconds``: None for the object's own grace period, 0 to
-        remove a Pod from the API at once); False when it was already gone."""
-        fn = getattr(self.api, f"delete_namespaced_{_KINDS[kind]}")
+        remove a Pod from the API at once); False when it was already gone. ``uid``: only the
+        object with that uid (a precondition the API server checks: an object made meanwhile
+        under the same name is not touched, and False is returned as for one gone)."""
+        fn = self._fn("delete_namespaced", kind)
         body: dict[str, Any] = {"propagationPolicy": propagation}
         if grace_seconds is not None:
             body["gracePeriodSeconds"] = grace_seconds
+        if uid is not None:
+            body["preconditions"] = {"uid": uid}
         try:
             self._call(f"delete {kind} {name}", fn, name, self.namespace, body=body)
             return True
         except KubeError as exc:
-            if exc.status == 404:
+            if exc.status == 404 or (exc.status == 409 and uid is not None):
                 return False
             raise
 
     def delete_collection(self, kind: str, label_selector: str, grace_seconds: int | None = None) -> None:
         """Delete every object of ``kind`` matching ``label_selector`` in the namespace."""
-        fn = getattr(self.api, f"delete_collection_namespaced_{_KINDS[kind]}")
+        fn = self._fn("delete_collection_namespaced", kind)
         kwargs: dict[str, Any] = {"label_selector": label_selector, "propagation_policy": "Background"}
         if grace_seconds is not None:
             kwargs["grace_period_seconds"] = grace_seconds
@@ -258,7 +272,7 @@ class KubeClient:
     def list(self, kind: str, label_selector: str | None = None,
              field_selector: str | None = None) -> tuple[builtins.list[dict], str]:
         """``(items, resourceVersion)`` of a namespaced list."""
-        fn = getattr(self.api, f"list_namespaced_{_KINDS[kind]}")
+        fn = self._fn("list_namespaced", kind)
         kwargs = {k: v for k, v in (("label_selector", label_selector),
                                     ("field_selector", field_selector)) if v}
         data = self._call(f"list {kind}s", fn, self.namespace, **kwargs)

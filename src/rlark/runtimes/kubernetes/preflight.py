@@ -1,16 +1,16 @@
-"""Findings for the Kubernetes runtime: what it cannot render, and the capacity preflight."""
+"""Findings for the Kubernetes runtime: what it cannot render, what the server's Pod policy
+refuses (:mod:`.podpolicy`), object names another Job already has, and the capacity preflight."""
 
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Any, Iterable, Iterator
 
 from rlark.findings import Finding, Severity
 from rlark.runtimes.kubernetes.capacity import NodeInfo, check_capacity
-from rlark.spec import Job, Mount
+from rlark.runtimes.kubernetes.podpolicy import DNS1123_SUBDOMAIN, PodPolicy, check_pod_policy
+from rlark.spec import Job, Mount, head_service_name, worker_name
 
-#: a StorageClass name is a DNS-1123 subdomain (Kubernetes object names)
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 #: a CSI driver name: at most 63 characters, alphanumeric at both ends, '-' and '.' inside
 #: (Kubernetes API, CSIDriver.metadata.name / csi volume driver validation)
 CSI_DRIVER = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$")
@@ -51,8 +51,12 @@ def _check_mount_driver(mount: Mount, path: str) -> Iterator[Finding]:
             )
 
 
-def check_spec_for_kubernetes(job: Job) -> list[Finding]:
-    """Spec rules of the Kubernetes runtime (pure).
+def check_spec_for_kubernetes(job: Job, policy: PodPolicy | None = None) -> list[Finding]:
+    """Spec rules of the Kubernetes runtime (pure but for reading ``policy`` from the
+    environment when it is None: :func:`rlark.settings.k8s_pod_policy`).
+
+    First what the server's Pod policy refuses (:func:`.podpolicy.check_pod_policy`: root,
+    hostPath, ServiceAccount).
 
     Errors: an ``objectStorage`` mount without ``kubernetes.storageClass`` or
     ``kubernetes.csiDriver``, or with both; a storageClass or csiDriver that is not such a name;
@@ -60,7 +64,11 @@ def check_spec_for_kubernetes(job: Job) -> list[Finding]:
     mount, and ``local.python`` (both ignored on Kubernetes: the image's ``python`` runs the
     bootstrap). Info: a ``workingDir`` under no mount must exist in the image.
     """
-    out: list[Finding] = []
+    if policy is None:
+        from rlark import settings
+
+        policy = settings.k8s_pod_policy()
+    out: list[Finding] = check_pod_policy(job, policy)
     wd = job.spec.working_dir
     if wd and not any(wd == m.mount_path or wd.startswith(m.mount_path.rstrip("/") + "/")
                       for r in job.spec.roles for m in r.mounts):
@@ -107,12 +115,16 @@ def check_spec_for_kubernetes(job: Job) -> list[Finding]:
 
 def check_for_kubernetes(job: Job, nodes: list[NodeInfo] | None, *, free_basis: str = "cluster",
                          pending_timeout: float | None = None,
-                         inventory_error: str | None = None) -> list[Finding]:
-    """Every Kubernetes-runtime Finding: :func:`check_spec_for_kubernetes`, then the capacity
-    preflight over ``nodes`` (:func:`~rlark.runtimes.kubernetes.capacity.check_capacity`). When
-    the inventory could not be read (``inventory_error``), one warning instead of the capacity
-    check: the Job is not refused for what RLark could not see."""
-    findings = check_spec_for_kubernetes(job)
+                         inventory_error: str | None = None,
+                         policy: PodPolicy | None = None,
+                         neighbours: Iterable["Neighbour"] = ()) -> list[Finding]:
+    """Every Kubernetes-runtime Finding: :func:`check_spec_for_kubernetes` (with ``policy``),
+    the names ``neighbours`` (the other Jobs of the namespace) already have
+    (:func:`check_name_collisions`), then the capacity preflight over ``nodes``
+    (:func:`~rlark.runtimes.kubernetes.capacity.check_capacity`). When the inventory could not
+    be read (``inventory_error``), one warning instead of the capacity check: the Job is not
+    refused for what RLark could not see."""
+    findings = check_spec_for_kubernetes(job, policy) + check_name_collisions(job, neighbours)
     if inventory_error is not None:
         findings.append(Finding(
             code="CapacityUnknown", severity=Severity.warning, path="spec.roles",
@@ -125,3 +137,83 @@ def check_for_kubernetes(job: Job, nodes: list[NodeInfo] | None, *, free_basis: 
         findings.extend(check_capacity(job, nodes, free_basis=free_basis,
                                        pending_timeout=pending_timeout))
     return findings
+
+
+#: another Job of the same namespace, as stored: ``(project, name, spec document)``
+Neighbour = tuple[str, str, dict[str, Any]]
+
+#: names shown per colliding Job, at most
+MAX_COLLISIONS_SHOWN = 3
+
+
+def fixed_object_names(name: str, roles: Iterable[tuple[str, int]]
+                       ) -> dict[tuple[str, str], tuple[str | None, int | None]]:
+    """``(kind, object name)`` -> ``(role, Worker index)`` (None, None for the head Service) of
+    the objects every Run of Job ``name`` with ``roles`` (``(role name, workers)``) creates
+    under a name without the run id: the head Service ``<job>-head`` and one Pod
+    ``<job>-<role>-<index>`` per Worker. (The ConfigMap, Secret, NetworkPolicy and PVCs carry
+    the run id in their names.)"""
+    out: dict[tuple[str, str], tuple[str | None, int | None]] = {
+        ("Service", head_service_name(name)): (None, None)}
+    for role, workers in roles:
+        for index in range(max(int(workers), 0)):
+            out[("Pod", worker_name(name, role, index))] = (role, index)
+    return out
+
+
+def _describe(owner: tuple[str | None, int | None]) -> str:
+    role, index = owner
+    return "the head Service" if role is None else f"role {role!r}, Worker {index}"
+
+
+def _could_collide(a: str, b: str) -> bool:
+    """Whether names derived from Job names ``a`` and ``b`` can be equal at all: every name of
+    Job ``x`` is ``x-<something>``, so one Job's name must be the other's or begin with it and
+    a '-'."""
+    return a == b or a.startswith(b + "-") or b.startswith(a + "-")
+
+
+def _stored_roles(doc: dict[str, Any]) -> list[tuple[str, int]]:
+    """``(role name, workers)`` of a stored Job document (``workers`` defaults to 1)."""
+    out = []
+    for r in ((doc.get("spec") or {}).get("roles")) or []:
+        if isinstance(r, dict) and isinstance(r.get("name"), str):
+            workers = r.get("workers", 1)
+            out.append((r["name"], workers if isinstance(workers, int) else 1))
+    return out
+
+
+def check_name_collisions(job: Job, neighbours: Iterable[Neighbour]) -> list[Finding]:
+    """``NameCollision`` errors, one per other Job: objects of ``job``'s Runs that would have the
+    name of an object of another Job in the same namespace (``neighbours``: ``(project, name,
+    spec document)`` of each other Job whose Runs go to that namespace; not ``job`` itself).
+    Job ``a-b`` with role ``c`` and Job ``a`` with role ``b-c`` both want Pod ``a-b-c-0``:
+    Kubernetes has one object per name, so one Job's Run could not start (the runtime never
+    deletes or takes over the other's). Each Finding names both Jobs and the objects (pure;
+    only Jobs whose names can collide at all are expanded)."""
+    mine: dict[tuple[str, str], tuple[str | None, int | None]] | None = None
+    index = {r.name: i for i, r in enumerate(job.spec.roles)}
+    out: list[Finding] = []
+    for project, other, doc in neighbours:
+        if not _could_collide(job.name, other):
+            continue
+        if mine is None:
+            mine = fixed_object_names(job.name, [(r.name, r.workers) for r in job.spec.roles])
+        theirs = fixed_object_names(other, _stored_roles(doc))
+        both = sorted(k for k in mine if k in theirs)
+        if not both:
+            continue
+        kind, name = both[0]
+        role = mine[(kind, name)][0]
+        path = f"spec.roles[{index[role]}].name" if role is not None else "metadata.name"
+        shown = ", ".join(f"{k} {n}" for k, n in both[:MAX_COLLISIONS_SHOWN])
+        more = f" and {len(both) - MAX_COLLISIONS_SHOWN} more" if len(both) > MAX_COLLISIONS_SHOWN else ""
+        out.append(Finding(
+            code="NameCollision", path=path,
+            message=f"{path}: Job {job.name!r} would create {shown}{more}, which Job {other!r} "
+                    f"(project {project!r}) also creates in the same namespace ({kind} {name}: "
+                    f"{_describe(mine[(kind, name)])} here, {_describe(theirs[(kind, name)])} "
+                    "there); Kubernetes has one object per name, so the two Jobs cannot both run",
+            hint="rename this Job or the role (object names are <job>-<role>-<index>) so that "
+                 f"no name of it begins like Job {other!r}'s"))
+    return out

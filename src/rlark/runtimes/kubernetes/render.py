@@ -2,9 +2,16 @@
 
 One Run is: a ConfigMap carrying ``bootstrap/worker.py`` (the Run's *owner*: every other object
 points at it with an ownerReference when its uid is known, so deleting it removes the Run), a
-headless Service ``<job>-head`` selecting the Run's rank-0 Pod, a PersistentVolumeClaim per
-``objectStorage`` mount that names a StorageClass, and one Pod per Worker named
-``<job>-<role>-<index>``.
+headless Service ``<job>-head`` selecting the Run's rank-0 Pod, a NetworkPolicy letting only the
+Run's own Pods reach them, a PersistentVolumeClaim per ``objectStorage`` mount that names a
+StorageClass, and one Pod per Worker named ``<job>-<role>-<index>``.
+
+Every Pod runs with the Pod Security Standards' ``restricted`` settings
+(https://kubernetes.io/docs/concepts/security/pod-security-standards/): no Linux capabilities
+(``drop: [ALL]``), ``allowPrivilegeEscalation: false``, seccomp ``RuntimeDefault``,
+``runAsNonRoot: true`` with a numeric ``runAsUser`` (the kubelet can verify a number, not an
+image's user name), no ServiceAccount token. Only a role asking for root on a server whose
+policy allows it (:mod:`.podpolicy`) runs as user 0, still without capabilities.
 
 Kubernetes facts relied on (core/v1, https://kubernetes.io/docs/reference/kubernetes-api/):
 
@@ -40,6 +47,7 @@ import yaml
 from rlark.preflight import parse_cpu
 from rlark.ranks import PlannedWorker, plan_workers
 from rlark.runtimes.base import bootstrap_env
+from rlark.runtimes.kubernetes.podpolicy import DEFAULT_RUN_AS_USER, normalise_host_path
 from rlark.spec import Job, Mount, Role, head_service_name
 
 BOOTSTRAP_FILE = Path(__file__).resolve().parent.parent.parent / "bootstrap" / "worker.py"
@@ -71,13 +79,19 @@ class RenderOptions:
     ``owner``: the Run's owner object as ``{"apiVersion", "kind", "name", "uid"}``; every object
     but the owner gets an ownerReference to it. It is known only once the owner exists in the
     cluster (the server creates the ConfigMap first); ``rlark render`` has none, so its objects are
-    removed by label (``kubectl delete pods,services,configmaps,pvc -l rlark.io/run=ID``).
+    removed by label (``kubectl delete pods,services,networkpolicies,configmaps,pvc -l rlark.io/run=ID``).
     ``ray_dashboard``: start Ray's dashboard on the head (needs ``ray[default]`` in the image).
+    ``run_as_user``: the user id of Workers whose role names none (``kubernetes.runAsUser``).
+    ``allow_root``: a role's ``kubernetes.runAsRoot`` is honoured (the server's policy,
+    :class:`.podpolicy.PodPolicy`; preflight refuses the Job otherwise, and a Run rendered
+    without it runs as ``run_as_user`` all the same: fail closed).
     """
 
     namespace: str = "default"
     owner: dict[str, str] | None = None
     ray_dashboard: bool = False
+    run_as_user: int = DEFAULT_RUN_AS_USER
+    allow_root: bool = False
 
 
 @lru_cache(maxsize=1)
@@ -240,8 +254,11 @@ def env_from_secrets(job: Job, role: Role, run_id: str,
 
 
 def render_service(job: Job, run_id: str, opts: RenderOptions) -> dict[str, Any]:
-    """The headless Service ``<job>-head`` selecting this Run's rank-0 Pod (Ray GCS, dashboard,
-    client ports)."""
+    """The headless Service ``<job>-head`` selecting this Run's rank-0 Pod: a DNS name for the
+    head, and its GCS port (what the Workers connect to). Ray's dashboard and client ports are
+    not published (``kubectl port-forward pod/<job>-<role>-0 8265`` reaches the dashboard), and
+    the Run's NetworkPolicy (:func:`render_network_policy`) lets no Pod but the Run's own reach
+    any port of the head."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -253,11 +270,37 @@ def render_service(job: Job, run_id: str, opts: RenderOptions) -> dict[str, Any]
             "selector": {LABEL_RUN: run_id, LABEL_RANK: "0"},
             "ports": [
                 {"name": "gcs", "port": RAY_GCS_PORT, "targetPort": RAY_GCS_PORT, "protocol": "TCP"},
-                {"name": "dashboard", "port": RAY_DASHBOARD_PORT, "targetPort": RAY_DASHBOARD_PORT,
-                 "protocol": "TCP"},
-                {"name": "client", "port": RAY_CLIENT_PORT, "targetPort": RAY_CLIENT_PORT,
-                 "protocol": "TCP"},
             ],
+        },
+    }
+
+
+def network_policy_name(job: Job, run_id: str) -> str:
+    """Name of the Run's NetworkPolicy (the same as its ConfigMap's: another kind)."""
+    return owner_name(job, run_id)
+
+
+def render_network_policy(job: Job, run_id: str, opts: RenderOptions) -> dict[str, Any]:
+    """The Run's NetworkPolicy: the Run's Pods (label ``rlark.io/run``) take connections from
+    the Run's own Pods only, on any port (Ray's GCS, dashboard and client ports, and the node
+    manager, object manager and worker ports Ray picks from wide ranges); other Pods of the
+    cluster, and Runs of other Jobs, reach none. Outgoing traffic is not restricted (images,
+    DNS, data). Owned by the Run's ConfigMap, so garbage collection removes it with the Run.
+
+    NetworkPolicy (networking.k8s.io/v1): a Pod selected by a policy with ``policyTypes:
+    [Ingress]`` takes only what one of its ingress rules allows; a rule with ``from`` and no
+    ``ports`` allows every port from those peers. Enforced by the cluster's network plugin
+    (Calico, Cilium...); one without NetworkPolicy support ignores it."""
+    selector = {"matchLabels": {LABEL_RUN: run_id}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(network_policy_name(job, run_id), opts.namespace, run_labels(job, run_id),
+                          opts.owner),
+        "spec": {
+            "podSelector": selector,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": selector}]}],
         },
     }
 
@@ -289,7 +332,12 @@ def render_claims(job: Job, run_id: str, opts: RenderOptions) -> list[dict[str, 
 def _mount_volume(job: Job, role: Role, index: int, mount: Mount, run_id: str) -> dict[str, Any]:
     name = _volume_name(index, mount)
     if mount.type == "hostPath":
-        return {"name": name, "hostPath": {"path": mount.source, "type": "Directory"}}
+        try:
+            path = normalise_host_path(mount.source)
+        except ValueError as exc:
+            raise ValueError(f"role {role.name!r} mount {mount.name!r}: hostPath "
+                             f"{mount.source!r} {exc}") from None
+        return {"name": name, "hostPath": {"path": path, "type": "Directory"}}
     if mount.type == "pvc":
         return {"name": name, "persistentVolumeClaim": {"claimName": mount.source,
                                                         "readOnly": mount.read_only}}
@@ -390,7 +438,8 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
         + env_from_secrets(job, role, run_id, managed)
         + [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "volumeMounts": [dict(m) for m in parts.volume_mounts],
-        "securityContext": {"privileged": False, "allowPrivilegeEscalation": False},
+        "securityContext": {"privileged": False, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if parts.resources:
@@ -402,7 +451,7 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": int(math.ceil(job.spec.termination_grace_period_seconds)),
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security_context(role, opts),
         "containers": [container],
         "volumes": [_copy_volume(v) for v in parts.volumes],
     }
@@ -415,6 +464,20 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
         "metadata": _meta(worker.name, opts.namespace, labels, opts.owner),
         "spec": spec,
     }
+
+
+def pod_security_context(role: Role, opts: RenderOptions) -> dict[str, Any]:
+    """The Pod's ``securityContext``: seccomp ``RuntimeDefault``, and ``runAsNonRoot: true`` with
+    the role's ``kubernetes.runAsUser`` (else ``opts.run_as_user``); user 0 and
+    ``runAsNonRoot: false`` only for a role with ``kubernetes.runAsRoot`` when
+    ``opts.allow_root``."""
+    k8s = role.kubernetes
+    if k8s.run_as_root and opts.allow_root:
+        user, non_root = 0, False
+    else:
+        user, non_root = k8s.run_as_user or opts.run_as_user, True
+    return {"runAsNonRoot": non_root, "runAsUser": user,
+            "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def _copy_volume(volume: dict[str, Any]) -> dict[str, Any]:
@@ -432,21 +495,23 @@ def worker_env(job: Job, worker: PlannedWorker, run_id: str, opts: RenderOptions
 
 
 def render_run(job: Job, run_id: str, opts: RenderOptions | None = None) -> list[dict[str, Any]]:
-    """Every object of one Run, in creation order: ConfigMap (owner), Service, PVCs, Pods (rank
-    order). Self-sufficient: ``kubectl apply -f`` of them runs the Job without the server.
+    """Every object of one Run, in creation order: ConfigMap (owner), Service, NetworkPolicy,
+    PVCs, Pods (rank order). Self-sufficient: ``kubectl apply -f`` of them runs the Job without the server.
 
     Args:
         job: a Job that passed preflight.
         run_id: the Run's id (label ``rlark.io/run``), see :func:`check_run_id`.
     Returns:
-        JSON-ready dicts (camelCase, as the API server takes them). 1 + 1 + PVCs + N objects.
+        JSON-ready dicts (camelCase, as the API server takes them). 3 + PVCs + N objects.
     Raises:
         ValueError: a bad run id, or an objectStorage mount Kubernetes cannot provide.
     """
     opts = opts or RenderOptions()
     check_run_id(run_id)
     cm = render_config_map(job, run_id, opts)
-    objs: list[dict[str, Any]] = [cm, render_service(job, run_id, opts), *render_claims(job, run_id, opts)]
+    objs: list[dict[str, Any]] = [cm, render_service(job, run_id, opts),
+                                  render_network_policy(job, run_id, opts),
+                                  *render_claims(job, run_id, opts)]
     parts = {r.name: _role_parts(job, r, run_id, cm["metadata"]["name"]) for r in job.spec.roles}
     for w in plan_workers(job):
         env = worker_env(job, w, run_id, opts)

@@ -6,18 +6,23 @@
   left are deleted, and while such an object is still there (a finalizer of another controller
   holds it) :class:`NamesBusy` keeps the Run Pending (the controller tries again).
 * ``launch``: on a Run's first Worker, create its ConfigMap (the owner), then the Secret with the
-  values of the RLark-managed secrets its env refers to (when it refers to any), the Service and
-  PVCs (owned by it); then the Worker's Pod (owned by it), and a thread that follows the Pod's
-  log into ``LaunchSpec.log_path`` (the controller reads lifecycle lines there; the file
-  outlives the Pod). A name held by another Job's object or by something RLark did not create
+  values of the RLark-managed secrets its env refers to (when it refers to any), the Service,
+  the NetworkPolicy and PVCs (owned by it); then the Worker's Pod (owned by it), and a thread
+  that follows the Pod's log into ``LaunchSpec.log_path`` (the controller reads lifecycle lines
+  there; the file outlives the Pod). A name held by another Job's object or by something RLark did not create
   is never deleted or adopted: the launch fails and names the holder.
 * ``observe``: answered from watch-fed caches (one watch on the RLark Pods of the namespace,
   one on its Pod Events) through :func:`.status.interpret`; no API call per observation. The
   watches resume from the last resourceVersion (BOOKMARK events keep it current), list again on
   ``410 Gone``, and reconnect after the API server went away.
-* ``signal_stop`` / ``kill``: delete the Pod (grace period of the Pod / 0).
-* ``end_run``: delete the Run's Pods, Service, PVCs, Secret and ConfigMap by the ``rlark.io/run``
-  label.
+* ``signal_stop`` / ``kill``: delete the Pod (grace period of the Pod / 0), only when it is
+  the Worker's own (labelled with its Run) and with the Pod's uid as a precondition, so a Pod
+  of another Job, or one made meanwhile under the same name, is never deleted.
+* ``end_run``: delete the Run's Pods, Service, NetworkPolicy, PVCs, Secret and ConfigMap by the
+  ``rlark.io/run`` label.
+
+A Pod that holds a Worker's name but not its Run's label is not the Worker's: ``observe`` reads
+it as absent, its log is never followed, and no delete touches it.
 
 What RLark's ServiceAccount may not do is a named failure, never a traceback: a refused watch
 stops the runtime from starting (:meth:`KubernetesRuntime.start`), a refused create fails the
@@ -53,6 +58,7 @@ from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.capacity import NodeInfo, parse_nodes
 from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream, abort, release
 from rlark.runtimes.kubernetes.logcursor import LogCursor, restore
+from rlark.runtimes.kubernetes.podpolicy import PodPolicy
 from rlark.runtimes.kubernetes.status import (PodPhase, PodState, PodStatus, StatusPolicy, interpret,
                                              parse_time)
 from rlark.spec import Job, head_service_name
@@ -202,6 +208,8 @@ class _Follower(threading.Thread):
                     if state == "waiting":
                         self.rt.wait_for_change(5.0)
                         continue
+                    if state == "gone" and self.rt.held_by_another(self.pod):
+                        break  # the name is another Pod's: its log is not this Worker's
                     since = cursor.resume(time.time())
                     try:
                         resp = self.rt.kube.log_stream(self.pod, render.CONTAINER, since)
@@ -245,6 +253,8 @@ class KubernetesRuntime:
         kube: the API layer (default: :meth:`KubeClient.connect` with ``namespace``).
         policy: graces and pending timeout of :func:`.status.interpret`.
         ray_dashboard: start Ray's dashboard on each head (``ray[default]`` in the image).
+        pod_policy: the server's policy for Worker Pods (:class:`.podpolicy.PodPolicy`: the
+            user id of Workers, whether a role may run as root).
         start: start the watches now (:meth:`start`).
 
     Raises:
@@ -256,11 +266,15 @@ class KubernetesRuntime:
 
     def __init__(self, namespace: str | None = None, kube: KubeClient | None = None,
                  policy: StatusPolicy = StatusPolicy(), ray_dashboard: bool = False,
-                 start: bool = True):
+                 start: bool = True, pod_policy: PodPolicy = PodPolicy()):
         self.kube = kube or KubeClient.connect(namespace)
         self.namespace = self.kube.namespace
         self.policy = policy
         self.ray_dashboard = ray_dashboard
+        self.pod_policy = pod_policy
+        #: Pod name -> the run uid of the Worker this runtime tracks under it: a Pod of that
+        #: name without that Run's label is not the Worker's (:meth:`_mine`)
+        self._owners: dict[str, str] = {}
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._pods: dict[str, dict] = {}
@@ -270,6 +284,8 @@ class KubernetesRuntime:
         self._deleting: set[str] = set()
         self._delete_sent: dict[str, tuple[int | None, float]] = {}
         self._delete_errors: dict[str, str] = {}
+        #: Workers whose name a Pod not theirs holds (a delete of it was refused: logged once)
+        self._foreign: set[str] = set()
         self._log_errors: dict[str, str] = {}
         self._heads: set[str] = set()
         self._policies: dict[str, StatusPolicy] = {}
@@ -468,9 +484,10 @@ class KubernetesRuntime:
             or (name not in self._adopted and now - created < CREATE_LAG_SECONDS))
 
     def container_state(self, pod: str) -> str:
-        """``waiting``, ``running``, ``terminated`` or ``gone`` (from the watch cache)."""
+        """``waiting``, ``running``, ``terminated`` or ``gone`` (from the watch cache; a Pod of
+        that name that is not the tracked Worker's (:meth:`_mine`) counts as not there)."""
         with self._lock:
-            obj = self._pods.get(pod)
+            obj = self._cached_pod(pod)
             if obj is None:
                 return "waiting" if self._not_seen_yet(pod, time.time()) else "gone"
         status = obj.get("status") or {}
@@ -548,7 +565,10 @@ class KubernetesRuntime:
             if kind == "Pod" or not meta.get("deletionTimestamp"):
                 # grace 0: the API server removes a Pod at once (its container is long gone:
                 # the Run it belonged to has ended), unless a finalizer holds it
-                self.kube.delete(kind, meta["name"], grace_seconds=0 if kind == "Pod" else None)
+                # with its uid as a precondition: an object made meanwhile under the name (by
+                # another Job, say) is not touched
+                self.kube.delete(kind, meta["name"], grace_seconds=0 if kind == "Pod" else None,
+                                 uid=meta.get("uid"))
                 log.info("deleted %s %s left by run %s of Job %s", kind, meta["name"],
                          (meta.get("labels") or {}).get(render.LABEL_RUN), job.name)
         busy = []
@@ -607,7 +627,9 @@ class KubernetesRuntime:
             opts = self._runs.get(run_uid)
         if opts is not None:
             return opts
-        base = render.RenderOptions(namespace=self.namespace, ray_dashboard=self.ray_dashboard)
+        base = render.RenderOptions(namespace=self.namespace, ray_dashboard=self.ray_dashboard,
+                                    run_as_user=self.pod_policy.run_as_user,
+                                    allow_root=self.pod_policy.allow_root)
         cm = render.render_config_map(job, run_uid, base)
         stored = self._create(cm, job.name, run_uid)
         uid = (stored.get("metadata") or {}).get("uid")
@@ -619,6 +641,7 @@ class KubernetesRuntime:
         if secret is not None:  # before any Pod that refers to it
             self._create(secret, job.name, run_uid)
         self._create(render.render_service(job, run_uid, opts), job.name, run_uid)
+        self._create(render.render_network_policy(job, run_uid, opts), job.name, run_uid)
         for claim in render.render_claims(job, run_uid, opts):
             self._create(claim, job.name, run_uid)
         with self._lock:
@@ -635,7 +658,8 @@ class KubernetesRuntime:
                                 managed=spec.secrets.keys())
         name = pod["metadata"]["name"]
         self.track_pod(name, head=spec.worker.is_head,
-                       join_timeout=spec.job.spec.failure_policy.join_timeout_seconds)
+                       join_timeout=spec.job.spec.failure_policy.join_timeout_seconds,
+                       run_uid=spec.run_uid)
         self._create(pod, spec.job.name, spec.run_uid)
         self._follow(name, spec.log_path)
         return Launched(handle=f"{self.namespace}/{name}")
@@ -660,7 +684,9 @@ class KubernetesRuntime:
         once, not "not seen yet" (a watch that has not listed, or is failing, still proves
         nothing: fail closed); and follow its log into ``spec.log_path`` from where that file's
         cursor says. Adopting a Pod this runtime already tracks only makes sure its log is followed.
-        Makes no API call; never raises for a Pod that is gone (:meth:`observe` says so).
+        Makes no API call; never raises for a Pod that is gone (:meth:`observe` says so). A Pod
+        of that name without the Run's label (``spec.ref.run_uid``) is not taken: it reads as
+        gone, and its log is not followed.
 
         Nothing of the Run's is taken back here: :meth:`launch` finds the Run's ConfigMap
         again when it needs its owner reference, and :meth:`end_run` works by label.
@@ -675,7 +701,7 @@ class KubernetesRuntime:
                 events = self._events.get(name)  # the same Pod: what its Events said still holds
                 self.track_pod(name, head=spec.is_head,
                                join_timeout=spec.job.spec.failure_policy.join_timeout_seconds,
-                               created=created)
+                               created=created, run_uid=spec.ref.run_uid)
                 if events is not None:
                     self._events[name] = events
                 self._adopted[name] = time.time()
@@ -706,17 +732,24 @@ class KubernetesRuntime:
             return Launched(handle=f"{self.namespace}/{worker}")
         return None
 
-    def track_pod(self, name: str, head: bool, join_timeout: float, created: float | None = None) -> None:
+    def track_pod(self, name: str, head: bool, join_timeout: float, created: float | None = None,
+                  run_uid: str | None = None) -> None:
         """Start tracking a Pod this runtime creates: its Events are kept, a missing cache entry
         means "not seen yet" for 30 s, and its pending timeout is ``min(policy, 0.9 x
-        join_timeout)`` so the scheduler's reason comes before the head's JoinTimeout."""
+        join_timeout)`` so the scheduler's reason comes before the head's JoinTimeout.
+        ``run_uid``: the Worker's Run; a Pod of that name without its label is not the Worker's."""
         with self._lock:
+            if run_uid is not None:
+                self._owners[name] = run_uid
+            else:
+                self._owners.pop(name, None)
             self._created[name] = time.time() if created is None else created
             self._gone.pop(name, None)
             for d in (self._delete_sent, self._delete_errors, self._log_errors, self._drain_since,
                       self._adopted):
                 d.pop(name, None)
             self._deleting.discard(name)
+            self._foreign.discard(name)
             self._events.pop(name, None)
             self._policies[name] = replace(self.policy, pending_timeout_seconds=min(
                 self.policy.pending_timeout_seconds, 0.9 * join_timeout))
@@ -729,14 +762,41 @@ class KubernetesRuntime:
     def _pod_name(ref: WorkerRef) -> str:
         return ref.handle.rsplit("/", 1)[-1] if ref.handle else ref.name
 
+    def _mine(self, name: str, obj: dict | None, run_uid: str | None = None) -> bool:
+        """Whether ``obj`` (a Pod named ``name``) is the Worker's this runtime tracks under that
+        name: made by RLark and, when the Worker's Run is known (``run_uid``, else the one
+        :meth:`track_pod` recorded), labelled with that Run. Call with the lock held."""
+        if obj is None:
+            return False
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if labels.get(render.LABEL_MANAGED_BY) != render.MANAGED_BY:
+            return False
+        owner = run_uid or self._owners.get(name)
+        return owner is None or labels.get(render.LABEL_RUN) == owner
+
+    def held_by_another(self, name: str) -> bool:
+        """Whether the watch cache holds a Pod ``name`` that is not the tracked Worker's
+        (:meth:`_mine`): another Job's or Run's, or not made by RLark."""
+        with self._lock:
+            pod = self._pods.get(name)
+            return pod is not None and not self._mine(name, pod)
+
+    def _cached_pod(self, name: str, run_uid: str | None = None) -> dict | None:
+        """The watch cache's Pod ``name`` when it is the Worker's (:meth:`_mine`), else None."""
+        with self._lock:
+            pod = self._pods.get(name)
+            return pod if self._mine(name, pod, run_uid) else None
+
     def pod_status(self, ref: WorkerRef, now: float | None = None) -> PodStatus:
         """The Worker's Pod through :func:`.status.interpret` (cache only, no API call)."""
         name = self._pod_name(ref)
         now = time.time() if now is None else now
         with self._lock:
-            pod = self._pods.get(name)
+            pod = self._cached_pod(name, ref.run_uid)
             gone = pod is None
             last = self._gone.get(name)
+            if not self._mine(name, last, ref.run_uid):
+                last = None
             if gone and self._not_seen_yet(name, now):
                 return PodStatus(PodState.Unscheduled, True)
             events = list(self._events.get(name, {}).values())
@@ -784,6 +844,10 @@ class KubernetesRuntime:
                         failure=failure, facts=st.facts or None)
 
     def _delete(self, ref: WorkerRef, grace: int | None) -> None:
+        """Delete the Worker's Pod: the one the watch cache holds, else the one the API has
+        under its name, and only when it is the Worker's (:meth:`_mine`), with its uid as the
+        delete's precondition. A Pod of another Job or Run, or not made by RLark, is left alone
+        (logged once)."""
         name = self._pod_name(ref)
         now = time.monotonic()
         with self._lock:
@@ -792,8 +856,23 @@ class KubernetesRuntime:
             if sent is not None and sent[0] == grace and now - sent[1] < DELETE_RETRY_SECONDS:
                 return  # the controller asks every pass; the API server heard it already
             self._delete_sent[name] = (grace, now)
+            cached = self._pods.get(name)
         try:
-            self.kube.delete("Pod", name, grace_seconds=grace)
+            pod = cached if cached is not None else self.kube.get("Pod", name)
+            with self._lock:
+                mine = self._mine(name, pod, ref.run_uid)
+            if pod is not None and not mine:
+                labels = (pod.get("metadata") or {}).get("labels") or {}
+                with self._lock:
+                    first = name not in self._foreign
+                    self._foreign.add(name)
+                if first:
+                    log.warning("not deleting Pod %s: it is not Worker %s's (Job %r, run %r)",
+                                name, ref.name, labels.get(render.LABEL_JOB), labels.get(render.LABEL_RUN))
+                return
+            if pod is not None:
+                self.kube.delete("Pod", name, grace_seconds=grace,
+                                 uid=(pod.get("metadata") or {}).get("uid"))
         except KubeError as exc:
             with self._lock:
                 first = self._delete_errors.get(name) != str(exc)
@@ -818,10 +897,12 @@ class KubernetesRuntime:
         with self._lock:
             follower = self._followers.pop(name, None)
             for d in (self._created, self._policies, self._drain_since, self._events, self._gone,
-                      self._delete_sent, self._delete_errors, self._log_errors, self._adopted):
+                      self._delete_sent, self._delete_errors, self._log_errors, self._adopted,
+                      self._owners):
                 d.pop(name, None)
             self._heads.discard(name)
             self._deleting.discard(name)
+            self._foreign.discard(name)
         if follower is not None:
             follower.stop()
 
@@ -834,8 +915,8 @@ class KubernetesRuntime:
         """
         selector = f"{render.LABEL_RUN}={run_uid}"
         errors = []
-        for kind, grace in (("Pod", 0), ("Service", None), ("PersistentVolumeClaim", None),
-                            ("Secret", None), ("ConfigMap", None)):
+        for kind, grace in (("Pod", 0), ("Service", None), ("NetworkPolicy", None),
+                            ("PersistentVolumeClaim", None), ("Secret", None), ("ConfigMap", None)):
             try:
                 self.kube.delete_collection(kind, selector, grace_seconds=grace)
             except KubeError as exc:
@@ -845,7 +926,8 @@ class KubernetesRuntime:
         if errors:
             raise KubeError(
                 f"objects of run {run_uid} were left in namespace {self.namespace}: "
-                + "; ".join(errors) + "; remove them with: kubectl delete pods,services,secrets,configmaps,pvc "
+                + "; ".join(errors) + "; remove them with: kubectl delete "
+                "pods,services,networkpolicies,secrets,configmaps,pvc "
                 f"-n {self.namespace} -l {selector}")
 
     # --- inventory --------------------------------------------------------------------------------
