@@ -1027,6 +1027,18 @@ def test_logs_follow_waits_while_the_run_is_terminal_but_workers_unreleased(clie
     assert [item["line"] for item in line_events(events, ["demo-head-0"])] == ["a", "b"]
 
 
+@pytest.mark.timeout(90)
+def test_logs_follow_of_a_run_that_failed_before_any_worker_started_ends(client, store):
+    """A Run that failed before launching (a secret deleted since the submit: SecretMissing)
+    has Workers that never started and are never released: the stream ends at once instead of
+    waiting for them forever."""
+    create(client, "demo")
+    set_run_state(store, "demo", "Failed")
+    r = client.get("/api/v1/jobs/demo/logs", params={"follow": "true"})
+    assert r.status_code == 200
+    assert line_events(parse_sse(r.text), ["demo-head-0", "demo-pool-0", "demo-pool-1"]) == []
+
+
 # --- record --------------------------------------------------------------------------------------
 
 

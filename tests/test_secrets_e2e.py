@@ -44,8 +44,10 @@ def cli(server: RlarkServer, *args: str, stdin: str | None = None) -> subprocess
                           capture_output=True, text=True, timeout=120)
 
 
-def everything_a_reader_gets(server: RlarkServer, name: str) -> dict[str, str]:
-    """Every API, console, record, Event, log and CLI answer about Job ``name``: what -> text."""
+def everything_a_reader_gets(server: RlarkServer, name: str,
+                             secret_exists: bool = True) -> dict[str, str]:
+    """Every API, console, record, Event, log and CLI answer about Job ``name``: what -> text
+    (``secret_exists``: secret ``wandb`` is there to be shown)."""
     http = server.http
     out: dict[str, str] = {}
     for path in (
@@ -61,6 +63,8 @@ def everything_a_reader_gets(server: RlarkServer, name: str) -> dict[str, str]:
         f"/jobs/{name}/record.md", f"/jobs/{name}/record.json", f"/jobs/{name}/edit",
         f"/jobs/{name}/clone",
     ):
+        if path == "/api/v1/secrets/wandb" and not secret_exists:
+            continue
         r = http.get(path, timeout=60)
         assert r.status_code == 200, (path, r.status_code, r.text[:300])
         out[path] = r.text
@@ -111,10 +115,20 @@ def test_a_secret_reaches_the_run_script_and_no_reader(server, tmp_path):
     assert 'value="wandb/api_key"' in answers["/jobs/sec/edit"]  # the wizard keeps the reference
     assert VALUE not in (server.home / "server.log").read_text()
 
-    # the secret deleted: the next Run fails before any Worker starts, naming it
+    # the secret deleted: run 1's logs and messages stay masked (the values a Run was launched
+    # with are kept with it, sealed), and the next Run fails before any Worker starts, naming it
     assert cli(server, "secret", "delete", "wandb").returncode == 0
+    answers = everything_a_reader_gets(server, "sec", secret_exists=False)
+    assert [what for what, text in answers.items() if VALUE in text] == []
+    assert "the key is ***" in answers["/api/v1/jobs/sec/logs"]
     assert cli(server, "start", "sec").returncode == 0
     job = server.wait_phase("sec", {"Failed"}, timeout=60)
     assert (job["currentRun"]["number"], job["reason"]) == (2, "SecretMissing")
     assert "'wandb'" in job["message"] and "api_key" in job["message"]
     assert all(w["pid"] is None for w in job["currentRun"]["workers"])
+
+    # set again with another value: the old one still never shows in run 1's logs
+    assert cli(server, "secret", "set", "wandb", "api_key",
+               stdin="wb-new-" + secrets.token_hex(12) + "\n").returncode == 0
+    answers = everything_a_reader_gets(server, "sec")
+    assert [what for what, text in answers.items() if VALUE in text] == []

@@ -768,6 +768,9 @@ class Controller:
         secrets = self._run_secrets(s, run, job)
         if secrets is None:
             return
+        if secrets and self.secret_box is not None:
+            # what the Run's logs are masked with, also once a secret is deleted or changed
+            run.sealed_secrets = self.secret_box.seal({f"{n}/{k}": v for (n, k), v in secrets.items()})
         planned = {w.node_rank: w for w in plan_workers(job)}
         # Placement is serialised by this single controller thread; the store tells which
         # addresses and port blocks live Workers hold (also those of other Runs).

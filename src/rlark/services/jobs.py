@@ -606,33 +606,41 @@ class JobService:
 
             items = [mask_data(job_summary(j, runs.get(j.current_run_id)
                                            if j.current_run_id else None),
-                               self._mask(s, j, with_runs=False)) for j in jobs]
+                               self._mask(s, j, with_runs=False,
+                                          current=runs.get(j.current_run_id or 0))) for j in jobs]
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
-    def _mask(self, s: Session, job: JobRow, with_runs: bool = True) -> Callable[[str], str]:
+    def _mask(self, s: Session, job: JobRow, with_runs: bool = True,
+              current: RunRow | None = None) -> Callable[[str], str]:
         """A function that masks (``***``) the values of the RLark-managed secrets ``job``'s
-        spec (and, ``with_runs``, its Runs' spec snapshots) refers to, in any text: a script may
+        spec (and, ``with_runs``, its Runs' spec snapshots) refers to, and those its Runs (or
+        only ``current``, a Run already loaded) were launched with, in any text: a script may
         print its own secrets, and log tails reach messages and Events. The identity when
         nothing is referred to."""
         from rlark.services.secrets import masker, open_refs
         from rlark.spec import document_secret_refs
 
         refs = set(document_secret_refs(job.spec))
-        if with_runs:
-            for r in job.runs:
-                refs.update(document_secret_refs(r.spec))
-        if not refs:
+        runs = list(job.runs) if with_runs else [current] if current is not None else []
+        for r in runs:
+            refs.update(document_secret_refs(r.spec))
+        sealed = [r.sealed_secrets for r in runs if r.sealed_secrets]
+        if not refs and not sealed:
             return _same
         if self.secret_box is None and self.secret_source is not None:
             self.secret_box = self.secret_source()
         if self.secret_box is None:
             return _same
         try:
-            values = open_refs(s, job.project_id, refs, self.secret_box)
+            values = list(open_refs(s, job.project_id, refs, self.secret_box).values())
+            # the values each Run was launched with: a secret deleted or given a new value since
+            # stays masked in the logs of the Runs that used it
+            for token in sealed:
+                values += self.secret_box.open(token, f"the secrets of a Run of Job {job.name!r}").values()
         except ValueError as exc:  # SecretKeyError: the server checked its key at start
             log.warning("cannot mask the secrets of Job %s: %s", job.name, exc)
             return _same
-        return masker(values.values())
+        return masker(values)
 
     def get(self, name: str, project: str = DEFAULT_PROJECT) -> dict[str, Any]:
         from rlark.services.secrets import mask_data
@@ -707,7 +715,9 @@ class JobService:
                 raise NotFound(f"no Worker of {name!r} run {r.number} matches; Workers: {names}")
             return [
                 {"name": w.name, "role": w.role, "nodeRank": w.node_rank, "log": w.log_path,
-                 "active": r.phase in ACTIVE or not w.released, "run": r.number, "mask": mask}
+                 # a Worker that never started (its Run failed first) writes nothing more
+                 "active": r.phase in ACTIVE or (w.launched and not w.released),
+                 "run": r.number, "mask": mask}
                 for w in chosen
             ]
 

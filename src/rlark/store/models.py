@@ -171,6 +171,10 @@ class RunRow(Base):
     stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     stop_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
     record: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: the values of the RLark-managed secrets the Run was launched with, a Fernet token of
+    #: ``{"<secret>/<key>": value}`` (secretbox.SecretBox.seal): what its logs and messages are masked with,
+    #: also once a secret is deleted or given a new value (None: it used none)
+    sealed_secrets: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     running_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
