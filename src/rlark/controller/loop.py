@@ -46,11 +46,11 @@ from rlark.controller.phases import (
     settle,
     worker_phase,
 )
-from rlark.record import build_record
 from rlark.ranks import plan_workers
 from rlark.runtimes.base import (AdoptSpec, HasCapacity, LaunchSpec, Observed, Runtime, Taken,
                                  WorkerRef, bootstrap_env, ray_resources, taken_port_ranges)
 from rlark.services.logs import job_log_dirs, remove_dirs
+from rlark.services.records import finish_record, record_condition
 from rlark.spec import Job, secret_refs
 from rlark.status import (Cause, ConditionType, Desired, EventType, Phase, Reason, WorkerPhase,
                           conditions_of, reported_reason, set_condition, worker_phase_of)
@@ -1161,7 +1161,8 @@ class Controller:
                 log.warning("cleaning up run %s: %s", run.uid, exc)
                 add_event(s, run.job_id, Reason.CleanupFailed, str(exc), run_number=run.number,
                           type=EventType.Warning)
-            run.record = build_record(run.job, run, run.workers, settings.logs_dir())
+            run.record = finish_record(run, settings.logs_dir())
+            set_conditions(run, [ConditionUpdate(*record_condition(run.record))])
 
     def _sync_tasks(self, run: RunRow) -> None:
         for task in run.tasks:
