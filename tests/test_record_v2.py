@@ -95,9 +95,9 @@ def test_output_not_persistent_is_a_preflight_warning_on_kubernetes_only():
     assert location_findings(RESOLVED, roles(), "local", "/w") == []
     ro = location_findings({"runner": {"output_dir": "/data/out"}}, roles(), "kubernetes", "/w")
     assert [f.message for f in ro] == [
-        "output path /data/out (runner.output_dir) is not on a persistent mount on role pool; "
+        "output path /data/out (runner.output_dir) is not on a persistent mount for role(s) pool; "
         "what the Run writes there is lost when its Workers go",
-        "output path /data/out (runner.output_dir) is on a read-only mount on role head; "
+        "output path /data/out (runner.output_dir) is on a read-only mount for role(s) head; "
         "the Run cannot write there"]
 
 
@@ -277,3 +277,206 @@ def test_the_resolved_config_rlinf_wrote_wins():
 def test_run_checks_on_an_empty_record_say_what_is_missing():
     out = run_checks({"workers": {"expected": 1, "actual": 0, "items": []}})
     assert [c["id"] for c in out["items"]] == list(ITEMS) and out["status"] == "fail"
+
+
+# --- diff, versions, schema ---------------------------------------------------------------------
+
+V1 = {"recordVersion": 1, "job": "old", "run": 1, "runUid": "u0", "cause": "Submitted",
+      "runtime": "local", "result": {"phase": "Succeeded", "reason": "Completed", "message": "",
+                                     "exitCode": 0},
+      "times": {"created": None, "started": None, "running": None, "finished": None,
+                "durationSeconds": None},
+      "runtimeNotes": [], "headRole": "head", "images": {"head": "docker.io/rlinf/rlinf:0.3.0"},
+      "imageDigests": {}, "imageDigestMismatch": [], "rlinf": None, "workingDir": None,
+      "mounts": [], "workers": {"expected": 1, "actual": 1, "items": [
+          {"name": "old-head-0", "role": "head", "nodeRank": 0, "isHead": True, "host": "box",
+           "ip": None, "rayNodeId": "n", "joined": True, "phase": "Succeeded", "reason": None,
+           "exitCode": 0, "startedAt": None, "finishedAt": None, "log": None,
+           "rayVersion": "2.60.0", "rayNode": {"numCpus": 1, "numGpus": 0, "memoryBytes": None,
+                                               "objectStoreBytes": 1, "workerPorts": None},
+           "facts": {}}]},
+      "versions": {"python": ["3.11.7"], "ray": ["2.60.0"], "rlinf": [], "torch": []},
+      "logs": {"root": None, "workers": {"old-head-0": None}}, "spec": {}}
+
+
+def two_runs(override_b: str) -> tuple[dict, dict]:
+    job, run, workers = rows()
+    a = build_record(job, run, workers, composed=COMPOSED, probes=PROBES)
+    run_b = copy.deepcopy(run)
+    run_b.number, run_b.uid = 2, "u2"
+    run_b.started_at = T0 + timedelta(hours=1)
+    run_b.spec["spec"]["rlinf"]["overrides"] = [override_b]
+    run_b.spec["spec"]["runScript"] = f"python train.py {override_b}"
+    composed_b = copy.deepcopy(COMPOSED)
+    composed_b["data"]["runner"]["max_steps"] = int(override_b.split("=")[1])
+    b = build_record(job, run_b, workers, composed=composed_b, probes=PROBES)
+    return a, b
+
+
+def test_diff_of_two_runs_differing_in_one_override_shows_that_key():
+    from rlark.record_diff import diff_records
+
+    a, b = two_runs("runner.max_steps=5")
+    d = diff_records(a, b)
+    assert (d["a"], d["b"]) == ({"job": "rec", "run": 1, "recordVersion": 2},
+                                {"job": "rec", "run": 2, "recordVersion": 2})
+    assert d["changes"] == [
+        {"section": "config", "key": "runner.max_steps", "a": 3, "b": 5},
+        {"section": "config", "key": "spec.rlinf.overrides", "a": '["runner.max_steps=3"]',
+         "b": '["runner.max_steps=5"]'}]
+    assert diff_records(a, a) == {"a": d["a"], "b": d["a"], "changes": [], "same": True}
+
+
+def test_diff_sees_code_versions_images_workers_and_result():
+    from rlark.record_diff import diff_records
+
+    other = facts(2, "pool", packages=("ray==2.60.0", "rlinf==0.3.1"))
+    other["torch"] = "2.14.0"
+    a = build_record(*rows(), composed=COMPOSED, probes=PROBES)
+    b = build_record(*rows(facts={2: other}), composed=COMPOSED, probes=PROBES)
+    keys = {(c["section"], c["key"]) for c in diff_records(a, b)["changes"]}
+    assert ("versions", "torch") in keys and ("versions", "packageLists") in keys
+    assert ("result", "check.packages") in keys and ("result", "check.versions") in keys
+
+
+def test_version_1_records_still_render_and_diff():
+    from rlark.record_diff import diff_records
+
+    md = render(V1, "md")
+    assert md.startswith("# Run record: old run 1") and "## Checks" not in md
+    current = build_record(*rows(), composed=COMPOSED, probes=PROBES)
+    d = diff_records(V1, current)
+    assert d["a"]["recordVersion"] == 1 and d["b"]["recordVersion"] == 2
+    assert {"section": "workers", "key": "expected", "a": 1, "b": 3} in d["changes"]
+
+
+def test_the_json_schema_accepts_records_of_both_versions():
+    import jsonschema
+
+    from rlark.record_schema import RecordV2, record_schema
+
+    schema = record_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    rec = build_record(*rows(), composed=COMPOSED, probes=PROBES)
+    assert list(validator.iter_errors(rec)) == []
+    assert list(validator.iter_errors(V1)) == []
+    RecordV2.model_validate(rec)
+    broken = {**rec, "checks": {"status": "maybe", "items": []}}
+    assert list(validator.iter_errors(broken))
+
+
+def test_output_not_persistent_has_chinese_text():
+    from rlark.console.messages import localize_finding
+
+    [f] = location_findings({"runner": {"output_dir": "/out"}}, roles(False)[:1], "kubernetes", "/w")
+    message, hint = localize_finding(f.code, f.message, f.hint, "zh-CN")
+    assert "持久挂载" in message and "/out" in message and "runner.output_dir" in hint
+
+
+# --- API and console ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def api(rlark_home):
+    from rlark.api.app import create_app
+    from rlark.services.jobs import JobService
+    from rlark.store import Store
+    from tests.access import admin_token, api_client
+
+    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    service = JobService(store)
+    with api_client(create_app(service), admin_token(store)) as c:
+        yield c, service, store
+    store.dispose()
+
+
+def store_records(store, name: str, records: list[dict]) -> None:
+    from sqlalchemy import select
+
+    from rlark.store import JobRow
+
+    with store.session() as s:
+        job = s.scalar(select(JobRow).where(JobRow.name == name))
+        for run, rec in zip(sorted(job.runs, key=lambda r: r.number), records):
+            run.record = {**rec, "job": name, "run": run.number}
+
+
+def test_api_diff_and_schema(api):
+    from tests.test_api import job_yaml
+
+    client, service, store = api
+    service.create(job_yaml("demo"))
+    service.restart("demo")
+    a, b = two_runs("runner.max_steps=7")
+    store_records(store, "demo", [a, b])
+    r = client.get("/api/v1/record/diff", params={"a": "demo:1", "b": "demo:2"})
+    assert r.status_code == 200, r.text
+    assert [c["key"] for c in r.json()["changes"]] == ["runner.max_steps", "spec.rlinf.overrides"]
+    bad = client.get("/api/v1/record/diff", params={"a": "demo:x", "b": "demo"})
+    assert bad.status_code == 422
+    assert bad.json()["detail"]["message"] == (
+        "a = 'demo:x' is not JOB or JOB:RUN; give a Job name and optionally a run number, "
+        "e.g. quickstart:2")
+    assert client.get("/api/v1/record/diff", params={"a": "demo:9", "b": "demo"}).status_code == 404
+    assert client.get("/api/v1/record/diff", params={"a": "demo"}).status_code == 422
+    schema = client.get("/api/v1/record/schema").json()
+    assert schema["$defs"]["RecordV2"]["properties"]["recordVersion"]["const"] == 2
+    # the console's compare view: the same service
+    page = client.get("/jobs/demo/compare", params={"a": "demo:1", "b": "demo:2"})
+    assert page.status_code == 200 and 'data-key="runner.max_steps"' in page.text
+    assert 'data-key="spec.rlinf.overrides"' in page.text and page.text.count("data-key=") == 2
+    previous = client.get("/jobs/demo/compare")  # the current Run against the one before it
+    assert previous.status_code == 200 and 'data-key="runner.max_steps"' in previous.text
+    tab = client.get("/jobs/demo", params={"tab": "record", "run": "2"}).text
+    assert 'id="record-checks"' in tab and 'data-check="packages" data-status="pass"' in tab
+    assert 'action="/jobs/demo/compare"' in tab
+
+
+# --- CLI: rlark record diff, rlark schema record, rlark describe -------------------------------------
+
+
+@pytest.fixture
+def live(rlark_home):
+    from tests.test_cli import serve_live
+
+    yield from serve_live(rlark_home)
+
+
+def test_cli_record_diff_schema_and_describe(live):
+    import json
+
+    from rlark.services.jobs import JobService
+    from tests.test_api import job_yaml, set_run_state
+    from tests.test_cli import error_line, rlark
+
+    service = JobService(live.store)
+    service.create(job_yaml("demo"))
+    service.restart("demo")
+    a, b = two_runs("runner.max_steps=7")
+    other = facts(2, "pool", packages=("ray==2.60.0", "rlinf==0.3.1"))
+    b = build_record(*rows(facts={2: other}), composed=COMPOSED, probes=PROBES) | {
+        "configs": b["configs"], "rlinf": b["rlinf"]}
+    store_records(live.store, "demo", [a, b])
+    set_run_state(live.store, "demo", "Succeeded", released=True)
+
+    table = live.cli("record", "diff", "demo:1", "demo:2")
+    assert table.returncode == 0, table.stderr
+    assert "runner.max_steps" in table.stdout and "check.packages" in table.stdout
+    data = json.loads(live.cli("record", "diff", "demo:1", "demo:2", "-o", "json").stdout)
+    assert {"section": "config", "key": "runner.max_steps", "a": 3, "b": 7} in data["changes"]
+    one = live.cli("record", "diff", "demo:1")
+    assert one.returncode == 1 and "takes two runs" in error_line(one)
+    bad = live.cli("record", "diff", "demo:one", "demo")
+    assert bad.returncode == 1 and "a = 'demo:one' is not JOB or JOB:RUN" in error_line(bad)
+
+    described = live.cli("describe", "job", "demo")
+    assert described.returncode == 0, described.stderr
+    assert "Record checks (run 2: fail)" in described.stdout
+    assert "packages" in described.stdout and "rlinf 0.3.0 vs 0.3.1" in described.stdout
+
+    schema = rlark("schema", "record")
+    assert schema.returncode == 0 and json.loads(schema.stdout)["oneOf"]
+    assert json.loads(rlark("schema").stdout)["title"] == "RLark Job"
+    wrong = rlark("schema", "recrd")
+    assert wrong.returncode == 1 and "rlark schema record" in error_line(wrong)

@@ -575,7 +575,8 @@ def test_render_markdown(fmt):
     assert "torch 2.5.0/2.6.0" in md and "rlinf -" in md
     assert "- head: `docker.io/rlinf/rlinf:0.3.0`" in md
     assert '"configName": "ppo"' in md
-    rows = [line for line in md.splitlines() if line.startswith("| ") and "ppo-" in line]
+    workers = md.split("## Workers", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in workers.splitlines() if line.startswith("| ") and "ppo-" in line]
     assert [r.split(" | ")[1] for r in rows] == ["ppo-head-0", "ppo-pool-0", "ppo-pool-1"]
     assert "| 2 | ppo-pool-1 | pool |" in md and "| Failed | 80 |" in md
     assert "| 2.60.0 | 300 MiB | 20016-20063 (48) |" in md

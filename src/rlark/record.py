@@ -413,6 +413,7 @@ def render_markdown(rec: dict[str, Any]) -> str:
         f"- Workers: {rec['workers']['actual']} joined of {rec['workers']['expected']} expected",
         "- Versions: " + ", ".join(
             f"{k} {'/'.join(map(str, v)) or '-'}" for k, v in rec["versions"].items()
+            if isinstance(v, list) and k != "packageLists"
         ),
         *[f"- Note: {n}" for n in rec.get("runtimeNotes") or []],
         "",
@@ -446,6 +447,7 @@ def render_markdown(rec: dict[str, Any]) -> str:
             f"| {f'{ports[0]}-{ports[1]} ({ports[1] - ports[0] + 1})' if ports else ''} "
             f"| {w['phase']} | {'' if w['exitCode'] is None else w['exitCode']} | {w['log'] or ''} |"
         )
+    lines += _markdown_v2(rec)
     if rec["mounts"]:
         lines += ["", "## Mounts", "", "| role | name | type | source | mountPath | readOnly |",
                   "|---|---|---|---|---|---|"]
@@ -455,6 +457,48 @@ def render_markdown(rec: dict[str, Any]) -> str:
                 f"{m.get('mountPath')} | {m.get('readOnly', False)} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: Any) -> str:
+    return str("" if text is None else text).replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown_v2(rec: dict[str, Any]) -> list[str]:
+    """The version 2 sections of :func:`render_markdown` (none for a version 1 record)."""
+    lines: list[str] = []
+    checks = (rec.get("checks") or {}).get("items") or []
+    if checks:
+        lines += ["", f"## Checks: {rec['checks'].get('status')}", "", "| check | status | evidence |",
+                  "|---|---|---|"]
+        lines += [f"| {c.get('id')} | {c.get('status')} | {_cell('; '.join(c.get('evidence') or []))} |"
+                  for c in checks]
+    code = rec.get("code") or {}
+    if code:
+        lines += ["", "## Code", ""]
+        for part, g in code.items():
+            g = g or {}
+            git = (g.get("git") or {}) if part == "rlinf" else g
+            desc = (f"`{git['commit'][:12]}` {git.get('branch') or ''} {git.get('remote') or ''} "
+                    + ("dirty, diff sha256 `" + str(git.get("diffSha256"))[:12] + "`"
+                       if git.get("dirty") else "clean")) if git.get("commit") else \
+                (git.get("absent") or (g.get("directUrl") or {}).get("absent") or "-")
+            lines.append(f"- {part}: {('rlinf ' + g['version'] + ', ') if g.get('version') else ''}{desc}")
+    configs = rec.get("configs") or {}
+    if configs:
+        resolved = configs.get("resolved") or {}
+        over = configs.get("overrides") or {}
+        lines += ["", "## Configs", "",
+                  f"- Resolved from: {resolved.get('source')} {resolved.get('dir') or ''}".rstrip(),
+                  f"- Overrides: spec {over.get('spec') or []}, run script {over.get('runScript') or []}"]
+        for f in (configs.get("original") or {}).get("files") or []:
+            lines.append(f"- `{f.get('path')}` sha256 `{f.get('sha256') or f.get('absent')}`")
+    if rec.get("locations"):
+        lines += ["", "## Locations", "", "| key | kind | path | backed by |", "|---|---|---|---|"]
+        for loc in rec["locations"]:
+            by = "; ".join(f"{r}: {b.get('why')}" for r, b in (loc.get("byRole") or {}).items())
+            lines.append(f"| {loc.get('key')} | {loc.get('kind')} | {_cell(loc.get('path') or loc.get('value'))} "
+                         f"| {_cell(by)} |")
+    return lines
 
 
 def render(rec: dict[str, Any], fmt: str) -> str:

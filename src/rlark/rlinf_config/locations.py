@@ -165,10 +165,10 @@ def location_problems(locations: Sequence[Location]) -> list[str]:
         ro = sorted(r for r, b in loc.backing.items() if b.get("readOnly"))
         if lost:
             out.append(f"{loc.kind} path {loc.path or loc.value} ({loc.key}) is not on a "
-                       f"persistent mount on role{'s' if len(lost) > 1 else ''} {', '.join(lost)}")
+                       f"persistent mount for role(s) {', '.join(lost)}")
         if ro:
             out.append(f"{loc.kind} path {loc.path or loc.value} ({loc.key}) is on a read-only "
-                       f"mount on role{'s' if len(ro) > 1 else ''} {', '.join(ro)}")
+                       f"mount for role(s) {', '.join(ro)}")
     return out
 
 
