@@ -1157,12 +1157,14 @@ def find_hydra_outputs(top: str, since: float, depth: int = HYDRA_SEARCH_DEPTH,
 
 
 def hydra_output_facts(directory: str, cap: int = CONFIG_TEXT_CAP_BYTES) -> dict:
-    """``.hydra/config.yaml``, ``overrides.yaml`` and ``hydra.yaml`` of one Hydra output
-    directory: ``{"dir", "files": {name: {"sha256", "bytes", "text"}}}`` (text cut at ``cap``)."""
+    """``.hydra/config.yaml`` and ``overrides.yaml`` of one Hydra output directory: ``{"dir",
+    "files": {name: {"sha256", "bytes", "text", "cut"}}}`` (each text cut at ``cap``, so the
+    lifecycle line stays well under RLark's 1 MiB line limit; Hydra's own ``hydra.yaml`` is left
+    out)."""
     import hashlib
 
     files = {}
-    for name in ("config.yaml", "overrides.yaml", "hydra.yaml"):
+    for name in ("config.yaml", "overrides.yaml"):
         try:
             with open(os.path.join(directory, ".hydra", name), "rb") as f:
                 data = f.read()
