@@ -249,9 +249,13 @@ def test_hydra_output_found_after_the_run_started(tmp_path):
 
 
 def test_raylet_env_value_reads_a_process_environment():
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                            stdin=subprocess.PIPE, env={**os.environ, "RLINF_NODE_RANK": "2"})
+    # the child says it runs before its environment is read (as the bootstrap reads a raylet's
+    # only once the raylet is up): a process caught between fork and exec shows its parent's
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env={**os.environ, "RLINF_NODE_RANK": "2"})
     try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
         assert raylet_env_value(proc.pid, "RLINF_NODE_RANK") == "2"
         assert raylet_env_value(proc.pid, "RLARK_NOT_SET_ANYWHERE") is None
     finally:
