@@ -480,3 +480,36 @@ def test_cli_record_diff_schema_and_describe(live):
     assert json.loads(rlark("schema").stdout)["title"] == "RLark Job"
     wrong = rlark("schema", "recrd")
     assert wrong.returncode == 1 and "rlark schema record" in error_line(wrong)
+
+
+def test_output_not_persistent_comes_with_every_submissions_findings(rlark_home, tmp_path,
+                                                                      monkeypatch):
+    """The one set of checks (JobService.preflight: submit, rlark check/validate, the API's
+    check, the console's review step): on Kubernetes an output path under no mount is a
+    warning; on the local runtime (this machine's own filesystem) it is not."""
+    from rlark.services.jobs import JobService
+    from rlark.store import Store
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "train.yaml").write_text(
+        "cluster: {num_nodes: 1, component_placement: {actor: all}}\n"
+        "runner: {output_dir: /results/run1, logger: {log_path: /ckpt/logs}}\n")
+    monkeypatch.setenv("RLARK_CONFIG_ROOTS", str(tmp_path))
+    doc = yaml.safe_dump({
+        "apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": "out"},
+        "spec": {"headRole": "head", "workingDir": str(tmp_path), "runScript": "python train.py",
+                 "rlinf": {"configDir": "config", "configName": "train"},
+                 "roles": [{"name": "head", "image": "docker.io/rlinf/rlinf:0.3.0",
+                            "mounts": [{"name": "ckpt", "type": "pvc", "source": "claim",
+                                        "mountPath": "/ckpt"}]}]}})
+    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    try:
+        _, k8s = JobService(store, runtime="kubernetes").preflight(doc)
+        _, local = JobService(store).preflight(doc)
+    finally:
+        store.dispose()
+    lost = [f for f in k8s if f.code == "OutputNotPersistent"]
+    assert [(f.path, f.severity.value) for f in lost] == [("runner.output_dir", "warning")]
+    assert lost[0].message.startswith("output path /results/run1 (runner.output_dir) is not on a "
+                                      "persistent mount for role(s) head")
+    assert not [f for f in local if f.code == "OutputNotPersistent"]
