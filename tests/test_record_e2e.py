@@ -131,6 +131,7 @@ def test_the_quickstarts_record_holds_every_item(server, tmp_path):
     checks = {c["id"]: c for c in rec["checks"]["items"]}
     assert {k: c["status"] for k, c in checks.items() if c["status"] != "pass"} == {
         "configs": "warn"}, {k: c["evidence"] for k, c in checks.items()}
+    assert "node group pool: ranks 1, 2 on role pool" in checks["node-grouping"]["evidence"]
     assert checks["outputs-readable"]["evidence"] == [f"output path {out}/run1: readable, 1 entries"]
     assert json.loads((out / "run1" / "placement.json").read_text())["mismatches"] == 0
     assert condition(job := server.job("quickstart"), "RecordVerified")["status"] == "True"

@@ -513,3 +513,23 @@ def test_output_not_persistent_comes_with_every_submissions_findings(rlark_home,
     assert lost[0].message.startswith("output path /results/run1 (runner.output_dir) is not on a "
                                       "persistent mount for role(s) head")
     assert not [f for f in local if f.code == "OutputNotPersistent"]
+
+
+def test_node_grouping_checks_rlinfs_node_groups_against_the_workers():
+    cluster = {"num_nodes": 3, "component_placement": {"actor": {"node_group": "head", "placement": 0}},
+               "node_groups": [{"label": "head", "node_ranks": 0, "ignore_hardware": True},
+                               {"label": "pool", "node_ranks": "1-2", "ignore_hardware": True}]}
+    rec = build_record(*rows(), composed={**COMPOSED, "data": {**COMPOSED["data"], "cluster": cluster}},
+                       probes=PROBES)
+    check = next(c for c in rec["checks"]["items"] if c["id"] == "node-grouping")
+    assert check["status"] == "pass"
+    assert check["evidence"][-2:] == ["node group head: ranks 0 on role head",
+                                      "node group pool: ranks 1, 2 on role pool"]
+    wide = {**cluster, "num_nodes": 4, "node_groups": [{"label": "pool", "node_ranks": "1-3",
+                                                        "ignore_hardware": True}]}
+    rec = build_record(*rows(), composed={**COMPOSED, "data": {**COMPOSED["data"], "cluster": wide}},
+                       probes=PROBES)
+    check = next(c for c in rec["checks"]["items"] if c["id"] == "node-grouping")
+    assert check["status"] == "fail" and check["evidence"] == [
+        "cluster.num_nodes is 4, the roles have 3 Workers",
+        "node group pool names rank 3, which no Worker has"]

@@ -21,8 +21,9 @@ id                     what it verifies (fail / warn)
 ``workers``            the expected Workers joined: fail when fewer did
 ``resources``          what each Worker saw against what its role asked: fail for fewer GPUs,
                        CPUs or memory, or a named device Ray does not count
-``node-grouping``      roles and RLinf's ``cluster.num_nodes``: fail when the counts differ or a
-                       node's role label is not its Worker's role
+``node-grouping``      roles and RLinf's ``cluster.num_nodes`` and ``node_groups``: fail when the
+                       counts differ, a node group names a rank no Worker has, or a node's role
+                       label is not its Worker's role
 ``ray-nodes``          one distinct Ray node per Worker: fail for a Worker without one or two
                        sharing one
 ``node-rank``          ``RLINF_NODE_RANK`` as Ray reports it (node label, raylet environment)
@@ -351,7 +352,30 @@ def check_node_grouping(rec: dict[str, Any]) -> dict[str, Any]:
     for w in ws:
         groups.setdefault(str(w.get("role")), []).append(int(w.get("nodeRank") or 0))
     passes.append("; ".join(f"{r}: ranks {', '.join(map(str, sorted(g)))}" for r, g in groups.items()))
+    if isinstance(cluster, dict) and isinstance(num, int):
+        fails += _node_groups(cluster, {int(w.get("nodeRank") or 0): str(w.get("role")) for w in ws},
+                              passes)
     return _check("node-grouping", fails, warns, passes)
+
+
+def _node_groups(cluster: dict[str, Any], role_of: dict[int, str], passes: list[str]) -> list[str]:
+    """RLinf's ``cluster.node_groups`` (parsed as RLinf 0.3.0 does) against the Workers: which
+    roles carry each group's ranks (evidence), and a group naming a rank no Worker has (fail)."""
+    from rlark.rlinf_config.cluster import parse_cluster
+
+    spec, _ = parse_cluster(cluster)
+    if spec is None:
+        return ["RLinf would not accept the resolved cluster section (`rlark check` says why)"]
+    fails = []
+    for g in spec.node_groups:
+        missing = [r for r in g.node_ranks if r not in role_of]
+        if missing:
+            fails.append(f"node group {g.label} names rank {', '.join(map(str, missing))}, which "
+                         "no Worker has")
+        roles = sorted({role_of[r] for r in g.node_ranks if r in role_of})
+        passes.append(f"node group {g.label}: ranks {', '.join(map(str, g.node_ranks))} on role "
+                      f"{', '.join(roles) or '-'}")
+    return fails
 
 
 def check_ray_nodes(rec: dict[str, Any]) -> dict[str, Any]:
