@@ -140,6 +140,7 @@ BODIES: dict[str, dict] = {
     "POST /secrets/{name}/delete": {"data": {}},
     "PATCH /api/v1/secrets/{name}": {"json": {"data": {"k": "v2"}}},
     "PUT /api/v1/secrets/{name}": {"json": {"data": {"k": "v3"}}},
+    "GET /api/v1/record/diff": {"params": {"a": "demo", "b": "demo:1"}},
 }
 
 

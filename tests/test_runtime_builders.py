@@ -529,7 +529,13 @@ def test_build_record():
          "mountPath": "/ckpt", "readOnly": False},
     ]
     assert rec["versions"] == {"python": ["3.12.1"], "ray": ["2.60.0"], "rlinf": [],
-                               "torch": ["2.5.0", "2.6.0"]}
+                               "torch": ["2.5.0", "2.6.0"], "cuda": [], "nvidiaDriver": [],
+                               "nccl": [], "deviceLibs": {}, "packageLists": []}
+    # two Workers ran different torch versions: the versions check fails and names them
+    versions = next(c for c in rec["checks"]["items"] if c["id"] == "versions")
+    assert versions["status"] == "fail"
+    assert versions["evidence"] == ["Workers run 2 different torch versions: 2.5.0 on rank 0; "
+                                    "2.6.0 on rank 1", "no versions reported by rank 2 (ppo-pool-1)"]
     assert rec["times"]["durationSeconds"] == 60.5
     assert rec["times"]["created"] == "2026-01-02T03:04:05+00:00"
     assert items[0]["finishedAt"] == "2026-01-02T03:05:05+00:00"
@@ -545,8 +551,12 @@ def test_build_record_of_a_run_that_never_started():
     rec = build_record(job, run, workers)
     assert rec["times"]["durationSeconds"] is None and rec["times"]["started"] is None
     assert rec["workers"]["actual"] == 0 and rec["workers"]["expected"] == 3
-    assert rec["versions"] == {"python": [], "ray": [], "rlinf": [], "torch": []}
+    assert {k: v for k, v in rec["versions"].items() if v} == {}
     assert rec["logs"]["root"] is None
+    workers = next(c for c in rec["checks"]["items"] if c["id"] == "workers")
+    assert workers["status"] == "fail" and workers["evidence"] == [
+        "0 of 3 expected Workers joined; missing rank 0 (ppo-head-0), rank 1 (ppo-pool-0), "
+        "rank 2 (ppo-pool-1)"]
 
 
 def test_render_json_and_yaml_round_trip():
@@ -565,7 +575,8 @@ def test_render_markdown(fmt):
     assert "torch 2.5.0/2.6.0" in md and "rlinf -" in md
     assert "- head: `docker.io/rlinf/rlinf:0.3.0`" in md
     assert '"configName": "ppo"' in md
-    rows = [line for line in md.splitlines() if line.startswith("| ") and "ppo-" in line]
+    workers = md.split("## Workers", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in workers.splitlines() if line.startswith("| ") and "ppo-" in line]
     assert [r.split(" | ")[1] for r in rows] == ["ppo-head-0", "ppo-pool-0", "ppo-pool-1"]
     assert "| 2 | ppo-pool-1 | pool |" in md and "| Failed | 80 |" in md
     assert "| 2.60.0 | 300 MiB | 20016-20063 (48) |" in md

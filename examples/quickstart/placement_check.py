@@ -4,7 +4,12 @@ Run this as the Ray *driver* on the head node (RLinf node rank 0) of a running
 Ray cluster, with RAY_ADDRESS set to the head's GCS address (RLinf itself calls
 ``ray.init("auto")``)::
 
-    python placement_check.py [--config-dir DIR] [--config-name quickstart]
+    python placement_check.py [--config-dir DIR] [--config-name quickstart] [OVERRIDE ...]
+
+Hydra overrides (``key=value``, ``+key=value``) given after the options are applied as RLinf's
+own entry points apply theirs; with ``runner.output_dir`` set (e.g.
+``+runner.output_dir=/outputs/run1``) the summary is also written to
+``<output_dir>/placement.json``, an output the run record can check is readable afterwards.
 
 What it does, in the same order as a real RLinf training entry point:
 
@@ -50,7 +55,7 @@ from pathlib import Path
 
 import hydra
 import ray
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 # Importing rlinf.scheduler imports torch (a few seconds). It must not call
 # ray.init itself: RLinf's Cluster() insists on initialising Ray.
@@ -104,12 +109,12 @@ class PlacementReporter(Worker):
         }
 
 
-def compose_config(config_dir: str, config_name: str) -> DictConfig:
+def compose_config(config_dir: str, config_name: str, overrides: list[str]) -> DictConfig:
     warnings.filterwarnings("ignore", message=r"\s*version_base=")  # Hydra 1.4 migration notice
     with hydra.initialize_config_dir(
         config_dir=str(Path(config_dir).resolve()), version_base="1.1"
     ):
-        return hydra.compose(config_name=config_name)
+        return hydra.compose(config_name=config_name, overrides=overrides)
 
 
 def expected_node_ranks(cfg: DictConfig, cluster: Cluster,
@@ -149,6 +154,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=600,
                         help="give up (exit 4) after this many seconds; RLinf "
                              "itself waits forever for missing nodes")
+    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                        help="Hydra overrides, e.g. +runner.output_dir=/outputs/run1")
     args = parser.parse_args()
 
     def on_timeout(signum, frame):
@@ -159,7 +166,7 @@ def main() -> int:
     signal.alarm(args.timeout)
     t0 = time.monotonic()
 
-    cfg = compose_config(args.config_dir, args.config_name)
+    cfg = compose_config(args.config_dir, args.config_name, args.overrides)
 
     # 1. RLinf's cluster: ray.init("auto"), wait for num_nodes, probe every node.
     cluster = Cluster(cluster_cfg=cfg.cluster)
@@ -213,8 +220,12 @@ def main() -> int:
         emit("RLINF_LAYOUT", {"component": component, "expected_node_ranks": expected,
                               "actual_node_ranks": sorted(actual), "ok": layout_ok})
 
-    emit("RLINF_PLACEMENT_SUMMARY", {"workers": workers, "mismatches": mismatches,
-                                     "node_ranks_used": sorted(used)})
+    summary = {"workers": workers, "mismatches": mismatches, "node_ranks_used": sorted(used)}
+    emit("RLINF_PLACEMENT_SUMMARY", summary)
+    output_dir = OmegaConf.select(cfg, "runner.output_dir")
+    if output_dir:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output_dir) / "placement.json").write_text(json.dumps(summary) + "\n")
     print(f"placement_check: done in {time.monotonic() - t0:.1f}s", file=sys.stderr)
     ray.shutdown()
     return EXIT_MISMATCH if mismatches else 0

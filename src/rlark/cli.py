@@ -168,6 +168,8 @@ MAX_JOB_FILE_BYTES = 1024 * 1024  # as the API's body limit
 #: every read command's -o/--output: the same three forms ("table" and "md" are older names of
 #: text, still accepted)
 OUTPUT_FORMATS = ("text", "json", "yaml")
+#: how a record check's status is coloured
+CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
 _TEXT_ALIASES = {"table": "text", "md": "text", "markdown": "text"}
 
 
@@ -364,8 +366,19 @@ def validate(
 
 
 @app.command()
-def schema() -> None:
-    """Print the JSON Schema of the Job document (for editors and CI checks)."""
+def schema(
+    what: str = typer.Argument("job", metavar="[job|record]",
+                               help="job: the Job document (default); record: the run record."),
+) -> None:
+    """Print the JSON Schema of the Job document, or of the run record (`rlark schema record`:
+    version 2, and version 1 which still reads), for editors and CI checks."""
+    if what == "record":
+        from rlark.record_schema import record_schema
+
+        _emit(record_schema(), "json")
+        return
+    if what != "job":
+        _fail(f"schema {what!r} is not known; use `rlark schema job` or `rlark schema record`")
     from rlark.spec import json_schema
 
     _emit(json_schema(), "json")  # as written: no wrapping of long descriptions
@@ -1023,7 +1036,8 @@ def describe_job(
     server: Optional[str] = ServerOpt,
 ) -> None:
     """Phase and reason, the Job's Findings, Tasks (one per role: ready k/N, node ranks), the
-    current Run's Conditions (AllJoined, HeadReady, ReconcileError: status, reason, since when),
+    current Run's Conditions (AllJoined, HeadReady, ReconcileError, RecordVerified: status,
+    reason, since when), the finished Run's record checks (pass/warn/fail with evidence),
     Workers with node ranks, hosts, IPs, Ray node ids and exit codes (143 (SIGTERM): stopped
     by RLark), Runs, Events (with the USER who asked for each change). Also `rlark describe
     jobs` (without NAME: every Job of the project, newest first).
@@ -1104,6 +1118,18 @@ def _describe_text(client: Client, job: dict) -> None:
                       w["host"] or "", w["ip"] or "", (w["rayNodeId"] or "")[:12],
                       exit_text(w["exitCode"]), w["reason"] or "")
     out.print(table)
+    if run.get("finishedAt") and run.get("number"):
+        rec = _call(client.get, f"/api/v1/jobs/{job['name']}/record", run=run["number"])
+        checks = (rec.get("checks") or {}).get("items") or []
+        if checks:
+            table = Table(title=f"Record checks (run {run['number']}: {rec['checks']['status']})",
+                          box=None, header_style="bold", title_justify="left")
+            for col in ("CHECK", "STATUS", "EVIDENCE"):
+                table.add_column(col, overflow="fold")
+            for c in checks:
+                table.add_row(c["id"], Text(c["status"], style=CHECK_STYLE.get(c["status"], "")),
+                              "; ".join(c.get("evidence") or [])[:400])
+            out.print(table)
     runs = Table(title="Runs", box=None, header_style="bold", title_justify="left")
     for col in ("RUN", "CAUSE", "PHASE", "REASON", "EXIT", "STARTED", "FINISHED"):
         runs.add_column(col)
@@ -1288,7 +1314,9 @@ def delete(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
 
 @app.command()
 def record(
-    name: str = typer.Argument(..., metavar="NAME", help="Job name."),
+    name: str = typer.Argument(..., metavar="NAME", help="Job name, or `diff` (see below)."),
+    runs: Optional[list[str]] = typer.Argument(None, metavar="[A B]", show_default=False,
+                                               help="With `diff`: the two runs, JOB or JOB:RUN."),
     run: Optional[int] = typer.Option(None, "--run", help="Run number (default: the current Run)."),
     output: str = _output_option("text (Markdown), json or yaml"),
     save: Optional[Path] = typer.Option(None, "--save", metavar="PATH",
@@ -1296,13 +1324,24 @@ def record(
     project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
-    """The run record: versions, images, RLinf config as given, node ranks, hosts, Ray node ids,
-    mounts, times, result, and where each log is.
+    """The run record: code (commits, dirty diffs), versions, images, configs (original Hydra
+    files, overrides, resolved), data/model/checkpoint/output locations and their mounts, node
+    ranks, hosts, Ray node ids, resources asked and seen, times, result, where each log is, and
+    the checks (docs/record.md). `rlark record diff A B` compares two runs (A, B: JOB for its
+    current Run, or JOB:RUN): what changed in code, versions, images, config keys, Workers,
+    resources and result; a table, or -o json / yaml.
 
     \b
     Example:
       rlark record quickstart --run 2 -o json --save run2.json
+      rlark record diff quickstart:1 quickstart:2
     """
+    if name == "diff" and runs:
+        _record_diff(runs, output, project, server)
+        return
+    if runs:
+        _fail(f"unexpected argument {runs[0]!r}; `rlark record NAME` shows one record, "
+              "`rlark record diff A B` compares two")
     _check_name(name)
     if output not in OUTPUT_FORMATS and output not in _TEXT_ALIASES and (
             "/" in output or "." in output):
@@ -1319,6 +1358,34 @@ def record(
         out.print(f"wrote {save}")
     else:
         sys.stdout.write(text)
+
+
+def _record_diff(runs: list[str], output: str, project: Optional[str],
+                 server: Optional[str]) -> None:
+    """``rlark record diff A B``: the API's comparison as a table (or JSON / YAML)."""
+    if len(runs) != 2:
+        _fail(f"record diff takes two runs (JOB or JOB:RUN), got {len(runs)}: "
+              "e.g. `rlark record diff quickstart:1 quickstart:2`")
+    output = _output(output)
+    data = _call(_job_client(server, project).get, "/api/v1/record/diff", a=runs[0], b=runs[1])
+    if output != "text":
+        _emit(data, output)
+        return
+    a, b = data["a"], data["b"]
+    if data["same"]:
+        out.print(f"{a['job']} run {a['run']} and {b['job']} run {b['run']}: no differences")
+        return
+    table = Table(title=f"{a['job']} run {a['run']} -> {b['job']} run {b['run']}", box=None,
+                  header_style="bold", title_justify="left")
+    for col in ("SECTION", "KEY", f"A ({a['job']}:{a['run']})", f"B ({b['job']}:{b['run']})"):
+        table.add_column(col, overflow="fold")
+
+    def show(v: Any) -> str:
+        return "-" if v is None else str(v)
+
+    for c in data["changes"]:
+        table.add_row(c["section"], c["key"], show(c["a"]), show(c["b"]))
+    out.print(table)
 
 
 from rlark import cli_access, cli_secrets  # noqa: E402  (their commands use the helpers above)

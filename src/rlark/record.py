@@ -1,11 +1,20 @@
-"""The run record: what ran, where, with which versions and configs, and how it ended.
+"""The run record: what ran, where, with which versions and configs, how it ended, and whether
+that is what was intended.
 
 :func:`build_record` assembles it from stored rows (no I/O); :func:`render_markdown` and
-:func:`render` export it. Record version 1 holds: the spec snapshot, expected vs actual Workers
-with node ranks, hosts, IPs and Ray node ids, each Worker's facts, image references (and, where
-the runtime reports them, the digest each Worker ran, with roles whose Workers differ flagged),
-``spec.rlinf`` as given, mount sources and paths, start/end times, result and reason, and where
-each log is.
+:func:`render` export it; :mod:`rlark.record_checks` holds the automatic checks and
+:mod:`rlark.record_diff` the comparison of two records. docs/record.md documents the format.
+
+Record version 2 (:data:`RECORD_VERSION`) holds everything version 1 did (the spec snapshot,
+expected vs actual Workers with node ranks, hosts, IPs and Ray node ids, each Worker's facts,
+image references and digests, ``spec.rlinf`` as given, mounts, times, result, log locations)
+and: ``code`` (working directory and RLinf: commit, branch, remote, dirty flag, diff hash, per
+Worker), ``diffs`` (each distinct uncommitted diff once, by sha256), ``versions`` (also CUDA,
+driver, NCCL, device libraries, package-list hashes), ``packageLists`` (each distinct list once,
+by sha256), ``configs`` (original Hydra files with hashes, overrides, the resolved config and
+where it came from), ``locations`` (data, model, checkpoint and output paths and the mount
+backing each per role), per Worker ``resources`` (asked, seen, Ray's count) and
+``rayReportedRank``, and ``checks``. Version 1 records still read everywhere (render, diff).
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ import yaml
 
 from rlark.status import text_of
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+#: record versions this RLark reads
+READABLE_VERSIONS = (1, 2)
 
 
 def iso(t: datetime | None) -> str | None:
@@ -83,21 +94,181 @@ def ray_node_facts(facts: dict[str, Any]) -> dict[str, Any] | None:
             "workerPorts": res.get("worker_ports")}
 
 
-def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict[str, Any]:
-    """Assemble the run record (a JSON-ready dict) from a Job row, a Run row and its Worker rows.
+def _dict(d: dict[str, Any], key: str) -> dict[str, Any]:
+    """``d[key]`` when it is a mapping, else an empty one (facts are what a Worker wrote)."""
+    v = d.get(key)
+    return v if isinstance(v, dict) else {}
+
+
+#: facts moved out of each Worker's ``facts`` into sections of their own (kept once there)
+_MOVED_FACTS = ("config", "hydra_output")
+
+
+def _worker_code(facts: dict[str, Any]) -> dict[str, Any]:
+    """One Worker's code summary: working-directory and RLinf commit, branch, dirty flag and
+    diff hash, RLinf version and its pip source."""
+    code = _dict(facts, "code")
+    wd = _dict(code, "workingDir")
+    rl = _dict(code, "rlinf")
+    rgit = _dict(rl, "git")
+    direct = _dict(rl, "directUrl")
+    return {
+        "workingDirCommit": wd.get("commit"), "workingDirBranch": wd.get("branch"),
+        "workingDirDirty": wd.get("dirty"), "workingDirDiffSha256": wd.get("diffSha256"),
+        "rlinfVersion": rl.get("version") or facts.get("rlinf"),
+        "rlinfCommit": rgit.get("commit") or direct.get("commit"),
+        "rlinfDirty": rgit.get("dirty"), "rlinfDiffSha256": rgit.get("diffSha256"),
+        "rlinfSource": direct.get("url") or rgit.get("remote") or rgit.get("root"),
+    }
+
+
+def _slim_facts(facts: dict[str, Any], diffs: dict[str, str],
+                packages: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A Worker's public facts as the record keeps them: diffs and the package list moved into
+    the record's dedup maps (``diffs``, ``packageLists``, by sha256), the Hydra snapshot and
+    output moved to ``configs``."""
+    out = {k: v for k, v in facts.items() if k not in _MOVED_FACTS}
+    code = out.get("code")
+    if isinstance(code, dict):
+        code = dict(code)
+        for part in ("workingDir", "rlinf"):
+            g = code.get(part)
+            if part == "rlinf" and isinstance(g, dict) and isinstance(g.get("git"), dict):
+                code[part] = {**g, "git": _move_diff(g["git"], diffs)}
+            elif isinstance(g, dict):
+                code[part] = _move_diff(g, diffs)
+        out["code"] = code
+    pk = out.get("packages")
+    if isinstance(pk, dict) and isinstance(pk.get("list"), list) and pk.get("sha256"):
+        packages.setdefault(pk["sha256"], {"count": len(pk["list"]), "packages": pk["list"]})
+        out["packages"] = {k: v for k, v in pk.items() if k != "list"}
+    return out
+
+
+def _move_diff(g: dict[str, Any], diffs: dict[str, str]) -> dict[str, Any]:
+    if g.get("diff") is None:
+        return g
+    key = g.get("diffSha256")
+    if key:
+        diffs.setdefault(key, g["diff"])
+    return {k: v for k, v in g.items() if k != "diff"}
+
+
+def _seen_resources(facts: dict[str, Any]) -> dict[str, Any]:
+    """What a Worker saw of its machine: CPUs it may run on, memory (bytes: cgroup limit, else
+    MemTotal), GPUs (visible indices; UUIDs and models where nvidia-smi answered), device files,
+    and what Ray counts on its node (the head's node table)."""
+    dev = _dict(facts, "devices")
+    gpus = dev.get("gpus") if isinstance(dev.get("gpus"), list) else None
+    table = _dict(facts, "ray_node_table")
+    return {
+        "cpus": facts.get("visible_cpus"),
+        "memoryBytes": facts.get("visible_memory_bytes"),
+        "gpus": len(gpus) if gpus is not None else len(facts.get("visible_gpus") or []),
+        "gpuUuids": [g.get("uuid") for g in gpus] if gpus is not None else None,
+        "gpuModels": sorted({str(g.get("model")) for g in gpus}) if gpus else [],
+        "deviceFiles": dev.get("deviceFiles"),
+        "ray": table.get("resources"),
+    }
+
+
+def _asked_resources(role: dict[str, Any] | None) -> dict[str, Any]:
+    res = (role or {}).get("resources") or {}
+    return {"cpu": res.get("cpu"), "memory": res.get("memory"), "gpu": res.get("gpu", 0),
+            "devices": res.get("devices") or {}}
+
+
+def run_script_overrides(script: str) -> list[str]:
+    """The Hydra overrides a run script visibly passes: ``key.sub=value``, ``+key=value``,
+    ``++key=value`` and ``~key`` words (dotted keys, or the ``+``/``~`` forms; shell words, so
+    quoting is undone). A plain ``NAME=value`` is an environment assignment, not counted. Pure."""
+    import re
+    import shlex
+
+    pattern = re.compile(r"^(?:\+\+|\+|~)?[A-Za-z_][\w\-]*(?:\[\d+\])?"
+                         r"(?:\.[A-Za-z_][\w\-]*(?:\[\d+\])?)*(?:=|$)")
+    out: list[str] = []
+    for line in (script or "").splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            words = line.split()
+        for w in words:
+            dotted = "." in w.split("=", 1)[0]
+            prefixed = w.startswith(("+", "~"))
+            if (dotted or prefixed) and pattern.match(w) and ("=" in w or w.startswith("~")) \
+                    and not w.startswith("-") and w not in out:
+                out.append(w)
+    return out
+
+
+def _resolved_config(head_facts: dict[str, Any],
+                     composed: dict[str, Any] | None) -> dict[str, Any]:
+    """The resolved final config: the one RLinf wrote to Hydra's output directory when the head
+    found one (``source: hydra-output``), else RLark's own isolated composition (``source:
+    rlark-composition``, marked so: RLinf may have composed differently), else absent."""
+    out = head_facts.get("hydra_output")
+    if isinstance(out, dict) and isinstance(out.get("files"), dict) and out["files"].get("config.yaml"):
+        files = out["files"]
+        error: str | None = None
+        try:
+            data = yaml.safe_load(files["config.yaml"].get("text") or "")
+        except yaml.YAMLError as exc:
+            data, error = None, f"config.yaml does not parse: {str(exc).splitlines()[0]}"
+        try:
+            overrides = yaml.safe_load((files.get("overrides.yaml") or {}).get("text") or "[]")
+        except yaml.YAMLError:
+            overrides = None
+        return {"source": "hydra-output", "dir": out.get("dir"),
+                "sha256": files["config.yaml"].get("sha256"),
+                "cut": bool(files["config.yaml"].get("cut")),
+                "data": data if isinstance(data, dict) else None,
+                "overrides": overrides if isinstance(overrides, list) else None,
+                **({"error": error} if error else {})}
+    if composed is not None:
+        return {"source": "rlark-composition",
+                "note": "composed by RLark (hydra compose of spec.rlinf with spec.rlinf.overrides, "
+                        "in an isolated child); RLinf wrote no Hydra output directory, so this is "
+                        "what RLark expects it ran, not what it reported",
+                **composed}
+    return {"source": "absent", "data": None}
+
+
+def build_record(job, run, workers, logs_root: Path | str | None = None, *,
+                 composed: dict[str, Any] | None = None,
+                 probes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Assemble the run record (a JSON-ready dict, version :data:`RECORD_VERSION`) from a Job
+    row, a Run row and its Worker rows.
 
     Pure: reads attributes only. ``logs_root`` is reported so readers know where logs live.
+    ``composed``: RLark's own composition of the config (``{"data", "overrides", "error"}``),
+    used when no Worker reported Hydra's output directory. ``probes``: what the caller looked at
+    after the Run (``{"outputs": {path: {"exists", "readable", "entries"}}, "logs": {worker:
+    bool}}``) for the outputs-readable and logs checks; without them those checks warn.
     """
+    from rlark.record_checks import run_checks
+    from rlark.rlinf_config.locations import back, find_locations
+
     spec = run.spec or {}
     body = spec.get("spec", {})
     roles = body.get("roles", [])
+    role_by_name = {r.get("name"): r for r in roles}
     joined = [w for w in workers if (w.lifecycle or {}).get("joined")]
     duration = None
     if run.started_at and run.finished_at:
         duration = round((run.finished_at - run.started_at).total_seconds(), 3)
+    diffs: dict[str, str] = {}
+    package_lists: dict[str, dict[str, Any]] = {}
     worker_entries = []
-    for w in sorted(workers, key=lambda w: w.node_rank):
+    ordered = sorted(workers, key=lambda w: w.node_rank)
+    head_facts: dict[str, Any] = {}
+    for w in ordered:
         facts = public_facts(w.facts)
+        if w.is_head:
+            head_facts = facts
+        table = _dict(facts, "ray_node_table")
+        raylet = _dict(facts, "ray_node_rank")
+        pk = _dict(facts, "packages")
         worker_entries.append(
             {
                 "name": w.name,
@@ -117,10 +288,28 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
                 # what this Worker's Ray node ran and was started with (its own report)
                 "rayVersion": facts.get("ray"),
                 "rayNode": ray_node_facts(facts),
-                "facts": facts,
+                # RLINF_NODE_RANK as Ray has it: the node's rank label in Ray's node table, and
+                # the value in its raylet's environment (what RLinf's node probe reads)
+                "rayReportedRank": {"label": (table.get("labels") or {}).get("rlark.io/node-rank"),
+                                    "rayletEnv": raylet.get("rayletEnv"),
+                                    **({"absent": raylet["absent"]} if raylet.get("absent") else {})},
+                "resources": {"asked": _asked_resources(role_by_name.get(w.role)),
+                              "seen": _seen_resources(facts)},
+                "code": _worker_code(facts),
+                "packagesSha256": pk.get("sha256"),
+                "factsSeconds": facts.get("factsSeconds"),
+                "facts": _slim_facts(facts, diffs, package_lists),
             }
         )
-    every_facts = [w.facts or {} for w in workers]
+    every_facts = [public_facts(w.facts) for w in workers]
+    extra = [_dict(f, "versions_extra")
+             for f in every_facts]
+    devices = [_dict(f, "devices") for f in every_facts]
+    device_libs: dict[str, list[str]] = {}
+    for e in extra:
+        for name, version in sorted((e.get("deviceLibs") or {}).items()):
+            if version not in device_libs.setdefault(name, []):
+                device_libs[name].append(version)
     digests, mixed = image_digests(workers)
     notes = (["local runtime: images are recorded, not pulled; each Worker ran with the Python "
               "environment named in its facts (python_executable)"]
@@ -129,7 +318,16 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
         notes.append(f"role {role}: its Workers ran {len(digests[role])} different image digests ("
                      + "; ".join(f"{d}: {', '.join(ws)}" for d, ws in digests[role].items())
                      + "); the tag moved while the Run started")
-    return {
+    rlinf_ref = body.get("rlinf") or {}
+    spec_overrides = list(rlinf_ref.get("overrides") or [])
+    script_overrides = run_script_overrides(body.get("runScript") or "")
+    resolved = _resolved_config(head_facts, composed) if rlinf_ref.get("configName") else {
+        "source": "absent", "data": None, "note": "spec.rlinf names no config"}
+    original = head_facts.get("config") if isinstance(head_facts.get("config"), dict) else None
+    locations = back(find_locations(resolved.get("data"), body.get("workingDir")), roles,
+                     run.runtime or "local") if resolved.get("data") else []
+    head_code = _dict(head_facts, "code")
+    rec: dict[str, Any] = {
         "recordVersion": RECORD_VERSION,
         "job": job.name,
         "run": run.number,
@@ -156,6 +354,13 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
         "imageDigestMismatch": mixed,
         "rlinf": body.get("rlinf"),
         "workingDir": body.get("workingDir"),
+        "code": {
+            "workingDir": _move_diff(head_code["workingDir"], diffs)
+            if isinstance(head_code.get("workingDir"), dict) else None,
+            "rlinf": _slim_facts({"code": {"rlinf": head_code["rlinf"]}}, diffs, {})["code"]["rlinf"]
+            if isinstance(head_code.get("rlinf"), dict) else None,
+        },
+        "diffs": diffs,
         "mounts": [
             {"role": r.get("name"), **m} for r in roles for m in r.get("mounts", [])
         ],
@@ -169,13 +374,29 @@ def build_record(job, run, workers, logs_root: Path | str | None = None) -> dict
             "ray": _distinct(f.get("ray") for f in every_facts),
             "rlinf": _distinct(f.get("rlinf") for f in every_facts),
             "torch": _distinct(f.get("torch") for f in every_facts),
+            "cuda": _distinct(e.get("torchCuda") for e in extra),
+            "nvidiaDriver": _distinct(d.get("driver") for d in devices),
+            "nccl": _distinct(e.get("nccl") for e in extra),
+            "deviceLibs": device_libs,
+            "packageLists": _distinct(w["packagesSha256"] for w in worker_entries),
         },
+        "packageLists": package_lists,
+        "configs": {
+            "original": original,
+            "overrides": {"spec": spec_overrides, "runScript": script_overrides,
+                          "notInRunScript": [o for o in spec_overrides
+                                             if o not in (body.get("runScript") or "")]},
+            "resolved": resolved,
+        },
+        "locations": [loc.to_dict() for loc in locations],
         "logs": {
             "root": str(logs_root) if logs_root else None,
             "workers": {w.name: w.log_path for w in workers},
         },
         "spec": spec,
     }
+    rec["checks"] = run_checks(rec, probes)
+    return rec
 
 
 def render_markdown(rec: dict[str, Any]) -> str:
@@ -192,6 +413,7 @@ def render_markdown(rec: dict[str, Any]) -> str:
         f"- Workers: {rec['workers']['actual']} joined of {rec['workers']['expected']} expected",
         "- Versions: " + ", ".join(
             f"{k} {'/'.join(map(str, v)) or '-'}" for k, v in rec["versions"].items()
+            if isinstance(v, list) and k != "packageLists"
         ),
         *[f"- Note: {n}" for n in rec.get("runtimeNotes") or []],
         "",
@@ -225,6 +447,7 @@ def render_markdown(rec: dict[str, Any]) -> str:
             f"| {f'{ports[0]}-{ports[1]} ({ports[1] - ports[0] + 1})' if ports else ''} "
             f"| {w['phase']} | {'' if w['exitCode'] is None else w['exitCode']} | {w['log'] or ''} |"
         )
+    lines += _markdown_v2(rec)
     if rec["mounts"]:
         lines += ["", "## Mounts", "", "| role | name | type | source | mountPath | readOnly |",
                   "|---|---|---|---|---|---|"]
@@ -234,6 +457,48 @@ def render_markdown(rec: dict[str, Any]) -> str:
                 f"{m.get('mountPath')} | {m.get('readOnly', False)} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: Any) -> str:
+    return str("" if text is None else text).replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown_v2(rec: dict[str, Any]) -> list[str]:
+    """The version 2 sections of :func:`render_markdown` (none for a version 1 record)."""
+    lines: list[str] = []
+    checks = (rec.get("checks") or {}).get("items") or []
+    if checks:
+        lines += ["", f"## Checks: {rec['checks'].get('status')}", "", "| check | status | evidence |",
+                  "|---|---|---|"]
+        lines += [f"| {c.get('id')} | {c.get('status')} | {_cell('; '.join(c.get('evidence') or []))} |"
+                  for c in checks]
+    code = rec.get("code") or {}
+    if code:
+        lines += ["", "## Code", ""]
+        for part, g in code.items():
+            g = g or {}
+            git = (g.get("git") or {}) if part == "rlinf" else g
+            desc = (f"`{git['commit'][:12]}` {git.get('branch') or ''} {git.get('remote') or ''} "
+                    + ("dirty, diff sha256 `" + str(git.get("diffSha256"))[:12] + "`"
+                       if git.get("dirty") else "clean")) if git.get("commit") else \
+                (git.get("absent") or (g.get("directUrl") or {}).get("absent") or "-")
+            lines.append(f"- {part}: {('rlinf ' + g['version'] + ', ') if g.get('version') else ''}{desc}")
+    configs = rec.get("configs") or {}
+    if configs:
+        resolved = configs.get("resolved") or {}
+        over = configs.get("overrides") or {}
+        lines += ["", "## Configs", "",
+                  f"- Resolved from: {resolved.get('source')} {resolved.get('dir') or ''}".rstrip(),
+                  f"- Overrides: spec {over.get('spec') or []}, run script {over.get('runScript') or []}"]
+        for f in (configs.get("original") or {}).get("files") or []:
+            lines.append(f"- `{f.get('path')}` sha256 `{f.get('sha256') or f.get('absent')}`")
+    if rec.get("locations"):
+        lines += ["", "## Locations", "", "| key | kind | path | backed by |", "|---|---|---|---|"]
+        for loc in rec["locations"]:
+            by = "; ".join(f"{r}: {b.get('why')}" for r, b in (loc.get("byRole") or {}).items())
+            lines.append(f"| {loc.get('key')} | {loc.get('kind')} | {_cell(loc.get('path') or loc.get('value'))} "
+                         f"| {_cell(by)} |")
+    return lines
 
 
 def render(rec: dict[str, Any], fmt: str) -> str:

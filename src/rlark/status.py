@@ -181,6 +181,8 @@ class Reason(StrEnum):
     RayHeadStarted = "RayHeadStarted"  # HeadReady True
     ReconcileFailed = "ReconcileFailed"  # ReconcileError True
     Reconciled = "Reconciled"  # ReconcileError False
+    ChecksPassed = "ChecksPassed"  # RecordVerified True: no check of the run record failed
+    ChecksFailed = "ChecksFailed"  # RecordVerified False: a check failed (message names it)
 
     @property
     def run_phases(self) -> frozenset[Phase]:
@@ -329,6 +331,7 @@ class ConditionType(StrEnum):
     AllJoined = "AllJoined"  # every Ray node of the Run joined its cluster
     HeadReady = "HeadReady"  # the head's Ray node (GCS) is up, so the others can join
     ReconcileError = "ReconcileError"  # the controller's last pass over the Run failed
+    RecordVerified = "RecordVerified"  # the run record's checks passed (False: one failed)
 
 
 @dataclass(frozen=True)

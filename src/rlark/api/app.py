@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlark import __version__
 from rlark.api.docs import mount_docs
-from rlark.api.routers import access, jobs, logs, meta, nodes, secrets
+from rlark.api.routers import access, jobs, logs, meta, nodes, records, secrets
 from rlark.api.security import (
     RequestGuard,
     SecurityPolicy,
@@ -129,6 +129,7 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
 
     app.include_router(jobs.router)
     app.include_router(logs.router)
+    app.include_router(records.router)
     app.include_router(meta.router)
     app.include_router(nodes.router)
     app.include_router(access.router)

@@ -66,6 +66,24 @@ EXIT_NODE_LOST = 86
 EXIT_BAD_CONFIG = 87
 EXIT_STOPPED = 143
 
+#: seconds one probe (a git or nvidia-smi call) may take, and all of them together on one Worker;
+#: RLARK_FACTS_BUDGET_SECONDS changes the total. A probe that runs out of time is recorded as
+#: absent with the reason, like a missing tool: a fact never fails the Run.
+FACT_PROBE_SECONDS = 5.0
+FACT_BUDGET_SECONDS = 20.0
+#: the most of an uncommitted diff a Worker reports (bytes; its sha256 covers all of it)
+DIFF_CAP_BYTES = 64 * 1024
+#: the most of the Hydra files (all of them together) and of one Hydra output file a Worker
+#: reports as text; every file's sha256 is reported whatever its size
+CONFIG_TEXT_CAP_BYTES = 256 * 1024
+CONFIG_MAX_FILES = 200
+#: how deep and how wide the head looks for Hydra output directories after the run script
+HYDRA_SEARCH_DEPTH = 5
+HYDRA_SEARCH_ENTRIES = 20000
+#: pip wheels that carry device libraries (NCCL, cuDNN, cuBLAS, the CUDA runtime...):
+#: distribution names starting with these
+DEVICE_LIB_PREFIXES = ("nvidia-", "cuda-", "pytorch-triton", "triton")
+
 # Ray ports that a Worker may pin (``ray start --<name>=<port>``); head-only ones are skipped on
 # other Workers. Flag names: `ray start --help` (Ray 2.60).
 WORKER_PORT_FLAGS = (
@@ -118,6 +136,9 @@ class BootstrapConfig:
     ray_executable: str | None = None
     include_dashboard: bool = False
     stop_grace: float = 8.0  # seconds children get between SIGTERM and SIGKILL when stopping
+    rlinf_config_dir: str | None = None  # spec.rlinf.configDir (head only), for the record
+    rlinf_config_name: str | None = None
+    facts_budget: float = FACT_BUDGET_SECONDS  # seconds all record-fact probes may take
 
     @property
     def is_head(self) -> bool:
@@ -141,7 +162,9 @@ class BootstrapConfig:
         ``RLARK_NUM_GPUS``, ``RLARK_MEMORY_BYTES``, ``RLARK_OBJECT_STORE_BYTES``,
         ``RLARK_RESOURCES`` (JSON: name -> amount), ``RLARK_RAY_TEMP_DIR``,
         ``RLARK_PREPARE_SCRIPT``, ``RLARK_RUN_SCRIPT``, ``RLARK_WORKING_DIR``,
-        ``RLARK_JOIN_TIMEOUT_SECONDS``, ``RLARK_PREPARE_TIMEOUT_SECONDS``, ``RLARK_RAY``.
+        ``RLARK_JOIN_TIMEOUT_SECONDS``, ``RLARK_PREPARE_TIMEOUT_SECONDS``, ``RLARK_RAY``,
+        ``RLARK_RLINF_CONFIG_DIR``, ``RLARK_RLINF_CONFIG_NAME`` (the head snapshots those Hydra
+        files for the run record), ``RLARK_FACTS_BUDGET_SECONDS``.
 
         Raises:
             BootstrapError: ``BadConfig`` naming the variable and its value.
@@ -237,6 +260,9 @@ class BootstrapConfig:
             ray_executable=env.get("RLARK_RAY") or None,
             stop_grace=as_float("RLARK_STOP_GRACE_SECONDS", 8.0),
             include_dashboard=env.get("RLARK_RAY_DASHBOARD", "") == "1",
+            rlinf_config_dir=env.get("RLARK_RLINF_CONFIG_DIR") or None,
+            rlinf_config_name=env.get("RLARK_RLINF_CONFIG_NAME") or None,
+            facts_budget=as_float("RLARK_FACTS_BUDGET_SECONDS", FACT_BUDGET_SECONDS),
         )
 
 
@@ -449,10 +475,14 @@ def node_table_method(version: tuple[int, int] | None, override: str | None = No
     return "gcs" if version is not None and low <= version <= high else "driver"
 
 
-def node_dict(node_id: str, alive: bool, address: str, hostname: str, labels: dict) -> dict:
-    """One node as :func:`check_ranks` reads it (the keys and shapes of ``ray.nodes()``)."""
+def node_dict(node_id: str, alive: bool, address: str, hostname: str, labels: dict,
+              resources: dict | None = None) -> dict:
+    """One node as :func:`check_ranks` reads it (the keys and shapes of ``ray.nodes()``;
+    ``Resources``: the node's total resources as Ray counts them, e.g. ``{"CPU": 1.0,
+    "memory": 2147483648.0, "GPU": 1.0, "rdma/hca": 1.0}``)."""
     return {"NodeID": node_id, "Alive": bool(alive), "NodeManagerAddress": address,
-            "NodeManagerHostname": hostname, "Labels": dict(labels or {})}
+            "NodeManagerHostname": hostname, "Labels": dict(labels or {}),
+            "Resources": {str(k): float(v) for k, v in (resources or {}).items()}}
 
 
 class GcsNodes:
@@ -479,7 +509,8 @@ class GcsNodes:
         message's own ``ALIVE`` constant, so no generated protobuf module is imported."""
         return [
             node_dict(node_id.hex(), info.state == info.ALIVE, info.node_manager_address,
-                      info.node_manager_hostname, info.labels)
+                      info.node_manager_hostname, info.labels,
+                      getattr(info, "resources_total", None))
             for node_id, info in self.client.get_all_node_info(timeout=self.timeout).items()
         ]
 
@@ -498,7 +529,8 @@ while True:
     nodes = [{"NodeID": n.get("NodeID"), "Alive": n.get("Alive"),
               "NodeManagerAddress": n.get("NodeManagerAddress"),
               "NodeManagerHostname": n.get("NodeManagerHostname"),
-              "Labels": n.get("Labels") or {}} for n in ray.nodes()]
+              "Labels": n.get("Labels") or {},
+              "Resources": n.get("Resources") or {}} for n in ray.nodes()]
     print(json.dumps(nodes), flush=True)
     time.sleep(period)
 """
@@ -577,7 +609,7 @@ class DriverNodes:
             raise RuntimeError(f"no node table from the ray.nodes() driver for {self.stale:g} s")
         return [node_dict(n.get("NodeID") or "", bool(n.get("Alive")),
                           n.get("NodeManagerAddress") or "", n.get("NodeManagerHostname") or "",
-                          n.get("Labels") or {}) for n in latest]
+                          n.get("Labels") or {}, n.get("Resources")) for n in latest]
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -712,6 +744,484 @@ def collect_facts(cfg: BootstrapConfig) -> dict:
     }
 
 
+# --- record facts (issue 14): code, versions, packages, devices; bounded, never fatal ---------------
+
+class Budget:
+    """A time budget (seconds, monotonic) shared by the probes of one Worker."""
+
+    def __init__(self, seconds: float, probe_seconds: float = FACT_PROBE_SECONDS):
+        self.deadline = time.monotonic() + seconds
+        self.probe_seconds = probe_seconds
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def probe_timeout(self) -> float:
+        return min(self.probe_seconds, self.left())
+
+
+def strip_credentials(url: str) -> str:
+    """``url`` without credentials: the user and password of an ``http(s)``/``ftp`` URL (a token
+    often sits there: ``https://x-access-token:T@github.com/o/r``) and its query; an ``ssh://``
+    URL keeps its user and loses its password; scp-like ``git@host:path`` is kept (``git`` is
+    not a credential). Pure."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    url = url.strip()
+    if "://" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    if parts.scheme in ("ssh", "git+ssh") and parts.username:
+        host = f"{parts.username}@{host}"
+    query = "" if parts.scheme.startswith(("http", "ftp", "git+http")) else parts.query
+    return urlunsplit((parts.scheme, host, parts.path, query, ""))
+
+
+def parse_direct_url(text: str) -> dict:
+    """pip's ``direct_url.json`` of an installed distribution (PEP 610,
+    https://packaging.python.org/en/latest/specifications/direct-url-data-structure/) as
+    ``{"source": "vcs"|"dir"|"archive", "url", "vcs", "commit", "requestedRevision",
+    "editable"}`` (keys without a value left out; the URL without credentials). Pure.
+
+    Raises:
+        ValueError: not JSON, or not an object with a ``url``.
+    """
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+        raise ValueError("direct_url.json has no url")
+    out: dict = {"url": strip_credentials(data["url"])}
+    vcs, dir_info, archive = data.get("vcs_info"), data.get("dir_info"), data.get("archive_info")
+    if isinstance(vcs, dict):
+        out.update(source="vcs", vcs=vcs.get("vcs"), commit=vcs.get("commit_id"),
+                   requestedRevision=vcs.get("requested_revision"))
+    elif isinstance(dir_info, dict):
+        out.update(source="dir", editable=bool(dir_info.get("editable")))
+    elif isinstance(archive, dict):
+        out.update(source="archive", hash=archive.get("hash") or (archive.get("hashes") or None))
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def parse_git_status(text: str) -> dict:
+    """``git status --porcelain=v2 --branch --untracked-files=normal`` output as ``{"commit",
+    "branch", "dirty", "changed", "untracked"}``: ``branch`` None when detached, ``commit`` None
+    before the first commit; ``dirty`` when a tracked file differs from the commit (staged or
+    not); ``changed``/``untracked``: how many entries of each. Pure (git-status(1), "Porcelain
+    Format Version 2")."""
+    commit = branch = None
+    changed = untracked = 0
+    for line in text.splitlines():
+        if line.startswith("# branch.oid "):
+            oid = line.split(" ", 2)[2].strip()
+            commit = None if oid == "(initial)" else oid
+        elif line.startswith("# branch.head "):
+            head = line.split(" ", 2)[2].strip()
+            branch = None if head == "(detached)" else head
+        elif line.startswith("?"):
+            untracked += 1
+        elif line[:1] in ("1", "2", "u"):
+            changed += 1
+    return {"commit": commit, "branch": branch, "dirty": changed > 0, "changed": changed,
+            "untracked": untracked}
+
+
+def parse_nvidia_smi(text: str) -> list[dict]:
+    """``nvidia-smi --query-gpu=uuid,name,driver_version,memory.total --format=csv,noheader,
+    nounits`` output as ``[{"uuid", "model", "driver", "memoryMiB"}]``. Pure."""
+    gpus = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 4 or not cells[0]:
+            continue
+        try:
+            mem: int | None = int(float(cells[3]))
+        except ValueError:
+            mem = None
+        gpus.append({"uuid": cells[0], "model": cells[1], "driver": cells[2], "memoryMiB": mem})
+    return gpus
+
+
+def parse_nvidia_proc_version(text: str) -> str | None:
+    """The kernel driver version from ``/proc/driver/nvidia/version`` (``NVRM version: NVIDIA
+    UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 ...``); None when absent. Pure."""
+    import re
+
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+(?:\.\d+)+)", text)
+    return m.group(1) if m else None
+
+
+def parse_torch_version_py(text: str) -> dict:
+    """``cuda``, ``hip`` and ``git_version`` from torch's generated ``torch/version.py`` (read as
+    text: importing torch takes seconds and hundreds of MB). Pure."""
+    import ast
+
+    out: dict = {}
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return out
+    for node in tree.body:
+        target = value = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        if isinstance(target, ast.Name) and target.id in ("cuda", "hip", "git_version") \
+                and isinstance(value, ast.Constant):
+            out[target.id] = value.value
+    return out
+
+
+def package_list(dists: "list[tuple[str, str]]") -> tuple[list[str], str]:
+    """``(["name==version", ...], sha256)`` of an environment's distributions: names normalised
+    as PEP 503 does, sorted, duplicates (one dist on two paths) kept once; the hash is of the
+    lines joined by newlines, so equal environments hash equal. Pure."""
+    import hashlib
+    import re
+
+    lines = sorted({f"{re.sub(r'[-_.]+', '-', n).lower()}=={v}" for n, v in dists if n})
+    return lines, hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def cap_bytes(data: bytes, cap: int) -> tuple[str, bool]:
+    """``data`` as text (UTF-8, bad bytes replaced), at most ``cap`` bytes of it, and whether it
+    was cut. Pure."""
+    return data[:cap].decode("utf-8", errors="replace"), len(data) > cap
+
+
+def _probe(argv: list[str], budget: Budget, cwd: str | None = None,
+           cap: int = 1 << 20) -> tuple[int, bytes, str, bool] | str:
+    """Run ``argv`` within the budget: ``(exit code, first cap bytes of stdout, sha256 of all
+    of stdout, cut)`` or why not (text: not installed, timed out, no budget left). stdout is
+    hashed while it is read, so memory stays at ``cap`` whatever the command prints."""
+    import hashlib
+
+    timeout = budget.probe_timeout()
+    if timeout <= 0:
+        return "no time left in the facts budget"
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_OPTIONAL_LOCKS": "0",
+           "LC_ALL": "C"}
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env=env)
+    except OSError as exc:
+        return f"{argv[0]}: {exc.strerror or exc}"
+    digest, kept, size = hashlib.sha256(), bytearray(), 0
+
+    def read() -> None:
+        nonlocal size
+        assert proc.stdout is not None
+        for chunk in iter(lambda: proc.stdout.read(65536), b""):  # type: ignore[union-attr]
+            digest.update(chunk)
+            size += len(chunk)
+            if len(kept) < cap:
+                kept.extend(chunk[:cap - len(kept)])
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        reader.join(1.0)
+        return f"{shlex.join(argv[:4])} took longer than {timeout:.1f} s"
+    reader.join(max(0.1, budget.probe_timeout()))
+    return code, bytes(kept), digest.hexdigest(), size > cap
+
+
+def git_facts(path: str, budget: Budget, diff_cap: int = DIFF_CAP_BYTES) -> dict:
+    """The git checkout ``path`` is in: ``{"path", "root", "commit", "branch", "remote", "dirty",
+    "changed", "untracked", "diffSha256", "diffBytes", "diff", "diffCut"}`` (the diff is ``git
+    diff HEAD --binary`` of tracked files: what ``git apply`` restores on the commit), or
+    ``{"path", "absent": why}`` when ``path`` is no checkout, git is missing or time ran out."""
+    git = ["git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off"]
+    top = _probe(git + ["rev-parse", "--show-toplevel"], budget, cwd=path)
+    if isinstance(top, str):
+        return {"path": path, "absent": top}
+    if top[0] != 0:
+        return {"path": path, "absent": "not in a git checkout"}
+    out: dict = {"path": path, "root": top[1].decode(errors="replace").strip()}
+    status = _probe(git + ["status", "--porcelain=v2", "--branch", "--untracked-files=normal"],
+                    budget, cwd=path)
+    if isinstance(status, str) or status[0] != 0:
+        out["absent"] = status if isinstance(status, str) else "git status failed"
+        return out
+    out.update(parse_git_status(status[1].decode(errors="replace")))
+    remote = _probe(git + ["config", "--get", "remote.origin.url"], budget, cwd=path)
+    out["remote"] = (strip_credentials(remote[1].decode(errors="replace"))
+                     if not isinstance(remote, str) and remote[0] == 0 else None)
+    if out.get("commit"):
+        diff = _probe(git + ["diff", "HEAD", "--binary", "--no-color", "--no-ext-diff"],
+                      budget, cwd=path, cap=diff_cap)
+        if isinstance(diff, str):
+            out["diffAbsent"] = diff
+        elif diff[0] == 0:
+            text, _ = cap_bytes(diff[1], diff_cap)
+            out.update(diffSha256=diff[2] if out["dirty"] else None, diff=text or None,
+                       diffCut=diff[3])
+    return out
+
+
+def rlinf_code_facts(budget: Budget) -> dict:
+    """Where the installed RLinf comes from: pip's ``direct_url.json`` when pip installed it
+    from a URL, a directory or a VCS, and the git checkout its package directory is in (an
+    editable install or a checkout on PYTHONPATH); ``{"absent": why}`` without RLinf."""
+    import importlib.util
+
+    out: dict = {}
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        try:
+            dist = distribution("rlinf")
+            out["version"] = dist.version
+            raw = dist.read_text("direct_url.json")
+            if raw:
+                try:
+                    out["directUrl"] = parse_direct_url(raw)
+                except ValueError as exc:
+                    out["directUrl"] = {"absent": f"unreadable direct_url.json: {exc}"}
+            else:
+                out["directUrl"] = {"absent": "installed from an index (no direct_url.json)"}
+        except PackageNotFoundError:
+            out["directUrl"] = {"absent": "no rlinf distribution installed"}
+        spec = importlib.util.find_spec("rlinf")  # finds, does not import, a top-level package
+    except Exception as exc:  # a broken environment is a fact too, not a failure
+        return {**out, "absent": f"{type(exc).__name__}: {exc}"}
+    if spec is None or not spec.origin and not spec.submodule_search_locations:
+        return {**out, "absent": "rlinf is not importable"} if "version" not in out else out
+    where = (list(spec.submodule_search_locations or []) or [os.path.dirname(spec.origin or "")])[0]
+    out["packageDir"] = where
+    if installed_copy(where):
+        # a wheel's copy inside an environment: a checkout around it (a venv inside a project)
+        # is not where RLinf came from
+        out["git"] = {"path": where, "absent": "installed copy (site-packages), not a checkout"}
+    else:
+        out["git"] = git_facts(where, budget)
+    return out
+
+
+def installed_copy(path: str) -> bool:
+    """Whether ``path`` lies in an environment's ``site-packages`` or ``dist-packages``. Pure."""
+    return any(p in ("site-packages", "dist-packages") for p in path.split(os.sep))
+
+
+def device_facts(budget: Budget) -> dict:
+    """GPUs (UUID, model, driver, memory) from ``nvidia-smi``, the driver from
+    ``/proc/driver/nvidia/version`` when nvidia-smi is missing, and device files present
+    (``/dev/nvidia*``, ``/dev/infiniband/*``). Absent things are ``None`` with a reason."""
+    out: dict = {"gpus": None, "driver": None}
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        got = _probe([smi, "--query-gpu=uuid,name,driver_version,memory.total",
+                      "--format=csv,noheader,nounits"], budget)
+        if isinstance(got, str):
+            out["gpusAbsent"] = got
+        elif got[0] != 0:
+            out["gpusAbsent"] = f"nvidia-smi exited with {got[0]}"
+        else:
+            out["gpus"] = parse_nvidia_smi(got[1].decode(errors="replace"))
+            out["driver"] = next((g["driver"] for g in out["gpus"] if g.get("driver")), None)
+    else:
+        out["gpusAbsent"] = "nvidia-smi not found"
+    if out["driver"] is None:
+        try:
+            with open("/proc/driver/nvidia/version") as f:
+                out["driver"] = parse_nvidia_proc_version(f.read())
+        except OSError:
+            out["driverAbsent"] = "no NVIDIA driver (no /proc/driver/nvidia/version)"
+    files = []
+    for d, prefix in (("/dev", "nvidia"), ("/dev/infiniband", "")):
+        try:
+            files += sorted(os.path.join(d, n) for n in os.listdir(d) if n.startswith(prefix))
+        except OSError:
+            pass
+    out["deviceFiles"] = files
+    return out
+
+
+def version_facts() -> dict:
+    """Versions beyond :func:`collect_facts`'s: the CUDA (or ROCm) runtime torch was built with
+    (``torch.version.cuda`` read from ``torch/version.py``, torch not imported), and the device
+    library wheels installed (NCCL, cuDNN... :data:`DEVICE_LIB_PREFIXES`), with ``nccl`` picked
+    out; absent ones are None."""
+    import importlib.util
+
+    out: dict = {"torchCuda": None, "torchHip": None, "nccl": None, "deviceLibs": {}}
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is not None and spec.submodule_search_locations:
+            path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+            with open(path) as f:
+                tv = parse_torch_version_py(f.read())
+            out["torchCuda"], out["torchHip"] = tv.get("cuda"), tv.get("hip")
+    except (OSError, ImportError, ValueError):
+        pass
+    try:
+        from importlib.metadata import distributions
+
+        for dist in distributions():
+            name = (dist.metadata["Name"] or "").lower()
+            if name.startswith(DEVICE_LIB_PREFIXES):
+                out["deviceLibs"][name] = dist.version
+                if "nccl" in name:
+                    out["nccl"] = dist.version
+    except Exception:  # noqa: BLE001 - a broken dist's metadata is not worth failing for
+        pass
+    return out
+
+
+def packages_facts() -> dict:
+    """The installed-package list of this Worker's Python and its sha256 (:func:`package_list`)."""
+    try:
+        from importlib.metadata import distributions
+
+        lines, digest = package_list([(d.metadata["Name"] or "", d.version) for d in distributions()])
+    except Exception as exc:  # noqa: BLE001
+        return {"absent": f"{type(exc).__name__}: {exc}"}
+    return {"sha256": digest, "count": len(lines), "list": lines}
+
+
+def config_snapshot(config_dir: str, config_name: str, cap: int = CONFIG_TEXT_CAP_BYTES,
+                    max_files: int = CONFIG_MAX_FILES) -> dict:
+    """The Hydra files of ``config_dir`` as this Worker sees them: every ``*.yaml``/``*.yml``
+    below it (at most ``max_files``, sorted), each ``{"path" (relative), "sha256", "bytes",
+    "text"}``; ``text`` only while the texts together stay within ``cap`` bytes (the primary
+    config ``config_name`` first). ``{"absent": why}`` when the directory is not there."""
+    import hashlib
+
+    if not os.path.isdir(config_dir):
+        return {"dir": config_dir, "name": config_name, "absent": "not a directory in this Worker"}
+    primary = f"{config_name.removesuffix('.yaml')}.yaml"
+    found: list[str] = []
+    for root, dirs, names in os.walk(config_dir):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for n in sorted(names):
+            if n.endswith((".yaml", ".yml")):
+                found.append(os.path.relpath(os.path.join(root, n), config_dir))
+        if len(found) > max_files:
+            break
+    found.sort(key=lambda p: (p != primary, p))
+    files, used = [], 0
+    for rel in found[:max_files]:
+        try:
+            with open(os.path.join(config_dir, rel), "rb") as f:
+                data = f.read(cap + 1) if used < cap else b""
+                digest = hashlib.sha256(data)
+                size = len(data)
+                for chunk in iter(lambda: f.read(65536), b""):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except OSError as exc:
+            files.append({"path": rel, "absent": exc.strerror or str(exc)})
+            continue
+        entry: dict = {"path": rel, "sha256": digest.hexdigest(), "bytes": size}
+        if size <= cap - used:
+            entry["text"] = data.decode("utf-8", errors="replace")
+            used += size
+        files.append(entry)
+    return {"dir": config_dir, "name": config_name, "files": files,
+            "filesCut": len(found) > max_files}
+
+
+def find_hydra_outputs(top: str, since: float, depth: int = HYDRA_SEARCH_DEPTH,
+                       max_entries: int = HYDRA_SEARCH_ENTRIES) -> list[str]:
+    """Directories below ``top`` (at most ``depth`` levels, ``max_entries`` entries looked at)
+    holding a ``.hydra/config.yaml`` written at or after ``since`` (unix seconds): the output
+    directories Hydra's ``@hydra.main`` wrote during the run script, newest first."""
+    hits: list[tuple[float, str]] = []
+    seen = 0
+    base = top.rstrip("/").count("/")
+    for root, dirs, names in os.walk(top):
+        seen += len(dirs) + len(names)
+        if ".hydra" in dirs:
+            cfg = os.path.join(root, ".hydra", "config.yaml")
+            try:
+                mtime = os.stat(cfg).st_mtime
+            except OSError:
+                mtime = -1
+            if mtime >= since:
+                hits.append((mtime, root))
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "__pycache__")]
+        if root.count("/") - base >= depth:
+            dirs[:] = []
+        if seen > max_entries:
+            break
+    return [r for _, r in sorted(hits, reverse=True)]
+
+
+def hydra_output_facts(directory: str, cap: int = CONFIG_TEXT_CAP_BYTES) -> dict:
+    """``.hydra/config.yaml`` and ``overrides.yaml`` of one Hydra output directory: ``{"dir",
+    "files": {name: {"sha256", "bytes", "text", "cut"}}}`` (each text cut at ``cap``, so the
+    lifecycle line stays well under RLark's 1 MiB line limit; Hydra's own ``hydra.yaml`` is left
+    out)."""
+    import hashlib
+
+    files = {}
+    for name in ("config.yaml", "overrides.yaml"):
+        try:
+            with open(os.path.join(directory, ".hydra", name), "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        text, cut = cap_bytes(data, cap)
+        files[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
+                       "text": text, "cut": cut}
+    return {"dir": directory, "files": files}
+
+
+def raylet_env_value(pid: int, name: str) -> str | None:
+    """``name`` in the environment of process ``pid`` (``/proc/PID/environ``): what the raylet
+    was started with, which every Ray worker process on that node (RLinf's node probe actor
+    included, rlinf/scheduler/cluster/cluster.py ``get_sys_env_var``) inherits. None when unset.
+
+    Raises:
+        OSError: the process is gone or not readable.
+    """
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        for item in f.read().split(b"\0"):
+            key, _, value = item.partition(b"=")
+            if key.decode(errors="replace") == name:
+                return value.decode(errors="replace")
+    return None
+
+
+def record_facts(cfg: BootstrapConfig, budget: Budget) -> dict:
+    """What the run record needs beyond :func:`collect_facts`, within ``budget``: ``code``
+    (working directory and RLinf), ``versions`` (:func:`version_facts`), ``devices``
+    (:func:`device_facts`), ``packages`` (:func:`packages_facts`), ``config`` (the head's
+    snapshot of the Hydra files, :func:`config_snapshot`) and ``factsSeconds``. Never raises:
+    a part that fails is ``{"absent": why}``."""
+    started = time.monotonic()
+    out: dict = {}
+
+    def part(key: str, fn) -> None:
+        try:
+            out[key] = fn()
+        except Exception as exc:  # noqa: BLE001 - a missing fact never fails the Run
+            out[key] = {"absent": f"{type(exc).__name__}: {exc}"}
+
+    workdir = cfg.working_dir or os.getcwd()
+    part("code", lambda: {"workingDir": git_facts(workdir, budget),
+                          "rlinf": rlinf_code_facts(budget)})
+    part("versions_extra", version_facts)
+    part("devices", lambda: device_facts(budget))
+    part("packages", packages_facts)
+    if cfg.is_head and cfg.rlinf_config_dir and cfg.rlinf_config_name:
+        config_dir = cfg.rlinf_config_dir
+        if not os.path.isabs(config_dir):
+            config_dir = os.path.join(workdir, config_dir)
+        part("config", lambda: config_snapshot(config_dir, cfg.rlinf_config_name or ""))
+    out["factsSeconds"] = round(time.monotonic() - started, 3)
+    return out
+
+
 # --- processes --------------------------------------------------------------------------------------
 
 
@@ -739,6 +1249,8 @@ class Bootstrap:
         self._start_lock_file: IO[str] | None = None  # see _take_start_lock
         self._port_watch_started = False
         self.gcs: GcsNodes | DriverNodes | None = None
+        self.raylet_pid: int | None = None  # this node's raylet, once own_raylet_args found it
+        self.budget = Budget(cfg.facts_budget)
 
     @property
     def ray(self) -> subprocess.Popen:
@@ -949,8 +1461,22 @@ class Bootstrap:
                 continue
             flags = raylet_flags(args)
             if flags.get("node_id"):
+                self.raylet_pid = int(pid)
                 return flags
         return None
+
+    def _report_raylet_rank(self) -> None:
+        """A ``facts`` line with the ``RLINF_NODE_RANK`` this node's raylet really has in its
+        environment (:func:`raylet_env_value`), the value RLinf's node probe reads."""
+        if self.raylet_pid is None:
+            return
+        try:
+            value = raylet_env_value(self.raylet_pid, "RLINF_NODE_RANK")
+            emit("facts", ray_node_rank={"rayletPid": self.raylet_pid, "rayletEnv": value,
+                                         "source": f"/proc/{self.raylet_pid}/environ"})
+        except OSError as exc:
+            emit("facts", ray_node_rank={"rayletPid": self.raylet_pid,
+                                         "absent": exc.strerror or str(exc)})
 
     def wait_node_up(self, deadline: float) -> str | None:
         """Wait until this node's raylet runs (it is started only once the GCS answered) and
@@ -973,6 +1499,7 @@ class Bootstrap:
                     for k in ("raylet_socket_name", "store_socket_name"))):
                 self.node_up = True
                 self._watch_worker_ports(args)
+                self._report_raylet_rank()
                 return args["node_id"]
             time.sleep(HEAD_POLL_SECONDS)
         return None
@@ -1038,6 +1565,9 @@ class Bootstrap:
                             "ip": n["NodeManagerAddress"],
                             "hostname": n.get("NodeManagerHostname"),
                             "role": (n.get("Labels") or {}).get(LABEL_ROLE),
+                            # as Ray's node table has them (GcsNodeInfo labels, resources_total)
+                            "labels": n.get("Labels") or {},
+                            "resources": n.get("Resources") or {},
                         }
                         for r, n in sorted(by_rank.items())
                     ],
@@ -1091,6 +1621,7 @@ class Bootstrap:
         self.join_barrier()
         env = dict(self.env)
         env["RAY_ADDRESS"] = self.cfg.head_address
+        run_started = time.time()
         run = self._spawn(script_argv(self.cfg.run_script), env=env)
         emit("running", pid=run.pid)
         # The barrier's connection stays open: the head keeps checking that every rank's node is
@@ -1139,8 +1670,22 @@ class Bootstrap:
         self._check_stopped()
         if code < 0:
             code = 128 - code  # killed by a signal: shell convention
+        self._report_hydra_outputs(run_started)
         emit("run_finished", exit_code=code)
         return code
+
+    def _report_hydra_outputs(self, since: float) -> None:
+        """A ``facts`` line with the Hydra output directory the run script wrote (the newest
+        ``.hydra/config.yaml`` below the working directory written since it started), so the
+        record holds the config RLinf really ran; nothing when there is none."""
+        try:
+            top = self.cfg.working_dir or os.getcwd()
+            found = find_hydra_outputs(top, since - 1.0)
+            if found:
+                emit("facts", hydra_output={**hydra_output_facts(found[0]),
+                                            "others": found[1:10]})
+        except Exception as exc:  # noqa: BLE001 - a missing fact never fails the Run
+            emit("facts", hydra_output={"absent": f"{type(exc).__name__}: {exc}"})
 
     # other Workers
     def _head_unreachable(self, budget: float) -> BootstrapError:
@@ -1200,6 +1745,8 @@ class Bootstrap:
                     EXIT_BAD_CONFIG,
                 )
             self.prepare()
+            # after the prepare script, so what it installed is what is recorded
+            emit("facts", **record_facts(self.cfg, self.budget))
             code = self.run_head() if self.cfg.is_head else self.run_worker()
         except BootstrapError as exc:
             if exc.reason == "Stopped" or self.stopping.is_set():

@@ -570,6 +570,30 @@ def download_logs(request: Request, name: str, fmt: str, access: Reader, run: st
                  "Cache-Control": "no-store"})
 
 
+@router.get("/jobs/{name}/compare")
+def compare_runs(request: Request, name: str, access: Reader, a: str | None = None,
+                 b: str | None = None) -> Response:
+    """Two runs compared (:func:`rlark.services.records.diff_runs`, as ``rlark record diff``):
+    ``a`` and ``b`` are ``JOB`` or ``JOB:RUN`` of the page's project (``a`` defaults to this
+    Job's current Run, ``b`` to the run before ``a``)."""
+    from rlark.services.errors import Invalid
+    from rlark.services.records import diff_runs
+
+    t = Translator(_locale(request))
+    try:
+        _service(request).get(name, access.project)  # this page's Job: 404 as any Job page
+    except NotFound:
+        return _gone(request, name)
+    try:
+        diff = diff_runs(_service(request), _text(a, 80) or name, _text(b, 80) or None,
+                         access.project)
+    except NotFound as exc:
+        return _render(request, "error.html", 404, title=t("error.notFound"), message=exc.message)
+    except Invalid as exc:
+        return _render(request, "error.html", 422, title=t("error.title"), message=exc.message)
+    return _render(request, "compare.html", diff=diff, job_name=name, project=access.project)
+
+
 @router.get("/jobs/{name}/record.{fmt}")
 def download_record(request: Request, name: str, fmt: str, access: Reader,
                     run: str | None = None) -> Response:

@@ -159,3 +159,19 @@ def with_tail(message: str, worker: str, lines: list[str]) -> str:
     if not lines:
         return message
     return f"{message}\nlast lines of {worker}:\n" + "\n".join(lines)
+
+
+def merge_facts(facts: dict | None, event: dict) -> dict:
+    """A Worker's facts with those of one ``facts`` lifecycle line added (later lines win key by
+    key: the bootstrap reports what it knows at start, then the record facts after its prepare
+    script, then what Ray and the run script left). Pure."""
+    return {**(facts or {}), **{k: v for k, v in event.items() if k not in ("event", "ts")}}
+
+
+def node_table_facts(node: dict) -> dict:
+    """What the head's node table said of one Worker's Ray node (an entry of a ``nodes``
+    lifecycle line): its labels (``rlark.io/node-rank`` is the node rank as Ray itself reports
+    it: GcsNodeInfo.labels, set by ``ray start --labels``) and the total resources Ray counts on
+    it (GcsNodeInfo.resources_total: ``CPU``, ``GPU``, ``memory`` in bytes, custom names). Pure."""
+    return {"labels": dict(node.get("labels") or {}),
+            "resources": dict(node.get("resources") or {})}

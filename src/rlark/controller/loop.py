@@ -30,7 +30,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from rlark import settings
 from rlark.controller import admission
-from rlark.controller.lifecycle import read_new_events, read_tail, with_tail
+from rlark.controller.lifecycle import merge_facts, node_table_facts, read_new_events, read_tail, with_tail
 from rlark.controller.phases import (
     ACTIVE,
     ALLOWED,
@@ -46,11 +46,11 @@ from rlark.controller.phases import (
     settle,
     worker_phase,
 )
-from rlark.record import build_record
 from rlark.ranks import plan_workers
 from rlark.runtimes.base import (AdoptSpec, HasCapacity, LaunchSpec, Observed, Runtime, Taken,
                                  WorkerRef, bootstrap_env, ray_resources, taken_port_ranges)
 from rlark.services.logs import job_log_dirs, remove_dirs
+from rlark.services.records import finish_record, record_condition
 from rlark.spec import Job, secret_refs
 from rlark.status import (Cause, ConditionType, Desired, EventType, Phase, Reason, WorkerPhase,
                           conditions_of, reported_reason, set_condition, worker_phase_of)
@@ -850,10 +850,9 @@ class Controller:
             for ev in events:
                 kind = ev.get("event")
                 if kind == "facts":
-                    facts = {k: v for k, v in ev.items() if k not in ("event", "ts")}
-                    w.facts = {**(w.facts or {}), **facts}
-                    w.host = facts.get("hostname")
-                    w.ip = w.ip or facts.get("ip")
+                    w.facts = merge_facts(w.facts, ev)
+                    w.host = ev.get("hostname") or w.host
+                    w.ip = w.ip or ev.get("ip")
                 elif kind == "phase":
                     life["phase"] = ev.get("phase")
                     if ev.get("ray_node_id"):
@@ -896,7 +895,9 @@ class Controller:
                     events, w.log_offset = read_new_events(w.log_path, w.log_offset,
                                                            run.event_token, to_end=True)
                     for ev in events:
-                        if ev.get("event") in ("failed", "run_finished"):
+                        if ev.get("event") == "facts":  # e.g. the head's Hydra output, at the end
+                            w.facts = merge_facts(w.facts, ev)
+                        elif ev.get("event") in ("failed", "run_finished"):
                             life[ev["event"]] = ev
                         elif ev.get("event") == "stopped":
                             life["stopped"] = True
@@ -947,6 +948,8 @@ class Controller:
             w.ray_node_id = node.get("ray_node_id") or w.ray_node_id
             w.ip = node.get("ip") or w.ip
             w.lifecycle = {**(w.lifecycle or {}), "joined": True}
+            if node.get("labels") is not None and first_time:
+                w.facts = {**(w.facts or {}), "ray_node_table": node_table_facts(node)}
             if first_time:
                 add_event(s, run.job_id, Reason.NodeJoined,
                           f"rank {w.node_rank} ({w.name}) joined as Ray node "
@@ -1161,7 +1164,8 @@ class Controller:
                 log.warning("cleaning up run %s: %s", run.uid, exc)
                 add_event(s, run.job_id, Reason.CleanupFailed, str(exc), run_number=run.number,
                           type=EventType.Warning)
-            run.record = build_record(run.job, run, run.workers, settings.logs_dir())
+            run.record = finish_record(run, settings.logs_dir())
+            set_conditions(run, [ConditionUpdate(*record_condition(run.record))])
 
     def _sync_tasks(self, run: RunRow) -> None:
         for task in run.tasks:

@@ -102,6 +102,7 @@ def preflight_job(
     missing_is_error: bool = False,
     isolated: bool = False,
     roots: Sequence[str] | None = None,
+    runtime: str | None = None,
 ) -> list[Finding]:
     """Compose the RLinf config of ``job`` and check the Job against it.
 
@@ -119,6 +120,7 @@ def preflight_job(
             read at all: one ``RLinfConfigNotChecked`` warning, the same whether it exists or
             not; files it pulls in from elsewhere read as missing. None: anywhere (the CLI on
             the caller's own machine).
+        runtime: the runtime the Job will run on (``OutputNotPersistent``); None: unknown.
 
     Returns:
         Findings: the compose problems, then :func:`.check.check_config`'s. Empty when the Job
@@ -174,5 +176,5 @@ def preflight_job(
         findings.append(f)
     findings.extend(check_config(job, composed.data, source=composed.source,
                                  unresolved=composed.unresolved,
-                                 known_dirs=list(composed.env.values())))
+                                 known_dirs=list(composed.env.values()), runtime=runtime))
     return findings

@@ -27,6 +27,9 @@ code                            severity  what
 ``OverrideNotInRunScript``      warning   a ``spec.rlinf.overrides`` entry the run script does not pass
 ``PathNotMounted``              warning   an absolute data/model/checkpoint/output path is not under
                                           any mount's ``mountPath``
+``OutputNotPersistent``         warning   an output/checkpoint location RLinf writes (see
+                                          :mod:`.locations`) is on no persistent mount (lost when
+                                          the Workers go) or on a read-only one
 ``ConfigEnvNotSet``             warning   the config reads ``${oc.env:X}`` and neither this machine
                                           nor the head role's env sets X
 ==============================  ========  =======================================================
@@ -176,6 +179,7 @@ def check_config(
     source: str = "the RLinf config",
     unresolved: Mapping[str, str] | None = None,
     known_dirs: Sequence[str] = (),
+    runtime: str | None = None,
 ) -> list[Finding]:
     """Every RLinf Finding for ``job`` run with the composed config ``data``.
 
@@ -186,6 +190,8 @@ def check_config(
         unresolved: ``ComposedConfig.unresolved`` (for ``ConfigEnvNotSet``).
         known_dirs: directories the Workers have anyway (the RLinf checkout), for
             ``PathNotMounted``.
+        runtime: ``local`` or ``kubernetes``, for ``OutputNotPersistent``
+            (:mod:`.locations`); None (not known) leaves that check out.
 
     Returns:
         Findings in this order: cluster section, Workers vs nodes, roles vs node groups,
@@ -208,6 +214,11 @@ def check_config(
     findings.extend(placeholder_findings(data, skip={f.path for f in cluster_findings}))
     mounts = [m.mount_path for r in job.spec.roles for m in r.mounts]
     findings.extend(path_findings(data, mounts, known_dirs))
+    if runtime is not None:
+        from rlark.rlinf_config.locations import location_findings
+
+        roles = [r.model_dump(by_alias=True) for r in job.spec.roles]
+        findings.extend(location_findings(data, roles, runtime, job.spec.working_dir))
     findings.extend(env_findings(unresolved or {}, job))
     findings.extend(override_findings(job))
     return findings

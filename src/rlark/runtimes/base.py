@@ -245,6 +245,10 @@ def bootstrap_env(
         env["RLARK_EVENT_TOKEN"] = event_token
     if worker.is_head:
         env["RLARK_RUN_SCRIPT"] = job.spec.run_script
+        ref = job.spec.rlinf
+        if ref is not None and ref.config_name:  # the head snapshots these files for the record
+            env["RLARK_RLINF_CONFIG_DIR"] = ref.config_dir or "."
+            env["RLARK_RLINF_CONFIG_NAME"] = ref.config_name
     if res.num_cpus is not None:
         env["RLARK_NUM_CPUS"] = str(res.num_cpus)
     if res.memory_bytes is not None:

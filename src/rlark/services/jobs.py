@@ -281,7 +281,7 @@ class JobService:
             from rlark.rlinf_config.isolated import ComposerBusy
 
             try:
-                findings = findings + preflight_job(job, isolated=True,
+                findings = findings + preflight_job(job, isolated=True, runtime=self.runtime,
                                                     roots=self.config_roots(job))
             except ComposerBusy as exc:
                 raise TooManyRequests(f"{exc}; try again in {exc.retry_after} s",
@@ -320,12 +320,11 @@ class JobService:
         runtime, the Job's own absolute ``spec.workingDir`` (its Workers run on this machine's
         filesystem). On Kubernetes ``workingDir`` is a path inside the image, not here. A
         ``workingDir`` that is ``/`` or a system directory (:func:`system_dir`) is no root: it
-        would let a Job read any file of the server."""
-        roots = list(settings.config_roots())
-        wd = job.spec.working_dir
-        if self.runtime == "local" and wd and os.path.isabs(wd) and not system_dir(wd):
-            roots.append(wd)
-        return roots
+        would let a Job read any file of the server. (:func:`rlark.services.records.config_roots`,
+        which the run record's composition uses too.)"""
+        from rlark.services.records import config_roots
+
+        return config_roots(job_to_dict(job), self.runtime)
 
     def secret_findings(self, job: Job, project: str) -> list[Finding]:
         """``SecretNotFound`` errors for the ``valueFrom.secretKeyRef`` references ``project``
