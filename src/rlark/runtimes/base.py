@@ -357,6 +357,9 @@ class LaunchSpec:
     #: the values of the RLark-managed secrets the Job refers to, ``(secret name, key)`` ->
     #: value (see :func:`secret_env`); never in a repr, a log line or an error message
     secrets: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
+    #: the Run's Ray GCS token (``RAY_AUTH_TOKEN``, Ray >= 2.52 token authentication); every
+    #: Ray node and driver of the Run gets it, nothing else does; never in a repr or a message
+    ray_token: str | None = field(default=None, repr=False)
 
 
 @dataclass

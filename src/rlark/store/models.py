@@ -175,6 +175,15 @@ class RunRow(Base):
     #: ``{"<secret>/<key>": value}`` (secretbox.SecretBox.seal): what its logs and messages are masked with,
     #: also once a secret is deleted or given a new value (None: it used none)
     sealed_secrets: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: the Run's Ray GCS token (``RAY_AUTH_TOKEN``), random per Run, sealed like the secrets
+    #: (secretbox.SecretBox.seal of ``{"token": ...}``); None until its launch
+    ray_token: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: local runtime: the unprivileged uid (and gid) the Run's Workers run as; None: the server's
+    #: own user, or another runtime
+    worker_uid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: how its lifecycle lines are told from the workload's output: ``keeper`` (only the
+    #: Worker's keeper writes them; no token in any line); None: an older Run (``event_token``)
+    channel: Mapped[str | None] = mapped_column(String(16), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     running_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
