@@ -65,6 +65,25 @@ def rlark_home(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _workers_may_read_the_tests_files(tmp_path_factory):
+    """Workers of local Runs run under a uid of their own (a root server: runtimes/local_identity)
+    and are given only what other users of the machine may read, or what lies under the roots the
+    server's administrator allows (``--worker-read-path``). The tests' working directories lie
+    under pytest's own temporary directory (mode 0700) and the Ray matrix's environments under
+    ~/.cache with pyenv's interpreters: allowed here for every server and runtime the tests
+    start, as an administrator would. Tests of the rule set their own."""
+    roots = [str(tmp_path_factory.getbasetemp()), str(Path.home() / ".cache" / "rlark-test-envs"),
+             str(Path.home() / ".pyenv")]
+    before = os.environ.get("RLARK_WORKER_READ_PATHS")
+    os.environ["RLARK_WORKER_READ_PATHS"] = ",".join(roots + ([before] if before else []))
+    yield
+    if before is None:
+        os.environ.pop("RLARK_WORKER_READ_PATHS", None)
+    else:
+        os.environ["RLARK_WORKER_READ_PATHS"] = before
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _ray_tmp_dirs_are_removed():
     yield
     remove_ray_tmp_dirs()

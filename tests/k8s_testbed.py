@@ -605,8 +605,7 @@ def wait_for(what: str, predicate, timeout: float = 30.0, interval: float = 0.1)
 class KwokWorkers:
     """The Workers of a Job played on kwok Nodes: no container runs, so the test writes into
     each Worker's Pod log (a kwok ``Logs`` file, :meth:`K8sTestbed.pod_log`) the lifecycle lines
-    its bootstrap would print (``bootstrap/worker.py``), signed with the Run's event token read
-    from the Pod's environment (``RLARK_EVENT_TOKEN``), and ends the containers with kwok Stages.
+    its keeper would write (``bootstrap/keeper.py``), and ends the containers with kwok Stages.
     Create it before the Run starts: the log files exist before the Pods do."""
 
     def __init__(self, tb: K8sTestbed, namespace: str, job, directory: Path):
@@ -621,10 +620,11 @@ class KwokWorkers:
         """A Worker's Pod as the admin reads it (the head's by default)."""
         return self.tb.admin().read_namespaced_pod(name or self.head.name, self.namespace)
 
-    def token(self) -> str:
-        """The current Run's event token, from the head Pod's environment."""
+    def token(self) -> str | None:
+        """The current Run's event token, from the head Pod's environment: None for a Run whose
+        lines come from each Worker's keeper (bootstrap/keeper.py), which needs none."""
         env = {e.name: e.value for e in self.pod().spec.containers[0].env or []}
-        return env["RLARK_EVENT_TOKEN"]
+        return env.get("RLARK_EVENT_TOKEN")
 
     def wait_running(self, timeout: float = 30.0) -> None:
         """Until every Worker's Pod runs on a kwok Node (kwok's pod-ready Stage)."""
@@ -634,10 +634,15 @@ class KwokWorkers:
             return all(phases.get(w.name) == "Running" for w in self.workers) and phases
         wait_for(f"the Pods of {[w.name for w in self.workers]} to run", running, timeout)
 
-    def join(self) -> str:
-        """Every Worker's Ray node started, and the head saw all ranks join; returns the token."""
+    def join(self, protected: bool = True) -> str | None:
+        """Every Worker's Ray node started, and the head saw all ranks join; returns the token
+        (None: the Run's lines need none). ``protected``: what each keeper says of its channel
+        (False: a keeper that could not make itself non-dumpable)."""
         tok = self.token()
         for w in self.workers:
+            # the keeper's first line: whether its channel is out of the workload's reach
+            self.logs[w.name].event(tok, "keeper", pid=1, uid=1000, protected=protected,
+                                    sandbox=False)
             self.logs[w.name].event(tok, "facts", hostname=w.name, ip=f"10.0.0.{w.node_rank + 1}")
             self.logs[w.name].event(tok, "phase", phase="RayStarted", ray_node_id=f"node-{w.node_rank}")
         self.logs[self.head.name].event(tok, "nodes", joined=[

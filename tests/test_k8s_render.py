@@ -84,7 +84,7 @@ def test_pod_spec_safety_and_lifecycle_settings():
     assert c["securityContext"] == {"privileged": False, "allowPrivilegeEscalation": False,
                                     "capabilities": {"drop": ["ALL"]}}
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert c["command"] == ["python", "/rlark/worker.py"]
+    assert c["command"] == ["python", "-I", "-S", "/rlark/keeper.py"]
     assert c["ports"] == [{"name": "gcs", "containerPort": 6379, "protocol": "TCP"}]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in spec["volumes"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
@@ -187,6 +187,7 @@ def test_service_configmap_and_owner_references():
     cm, svc = objs[0], objs[1]
     assert cm["metadata"]["name"] == "ppo-run-r1" and "ownerReferences" not in cm["metadata"]
     assert cm["data"]["worker.py"] == render.BOOTSTRAP_FILE.read_text()
+    assert cm["data"]["keeper.py"] == render.KEEPER_FILE.read_text()
     assert svc["metadata"]["name"] == "ppo-head"
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
     assert svc["spec"]["selector"] == {"rlark.io/run": "r1", "rlark.io/node-rank": "0"}

@@ -26,7 +26,7 @@ from rlark.runtimes.base import (
     taken_port_ranges,
     worker_ports,
 )
-from rlark.runtimes.local import BOOTSTRAP_FILE, python_for, worker_argv
+from rlark.runtimes.local import BOOTSTRAP_FILE, KEEPER_FILE, keeper_argv, python_for
 from rlark.runtimes.local_isolation import Mode
 from rlark.runtimes.local_ports import (
     LOOPBACK_FIRST,
@@ -396,29 +396,30 @@ def test_pick_loopback_skips_0_and_255():
 # --- local runtime command line ------------------------------------------------------------------------
 
 
-def test_worker_argv_plain():
-    assert worker_argv("/venv/bin/python") == ["/venv/bin/python", str(BOOTSTRAP_FILE)]
-    assert worker_argv("/venv/bin/python", Mode.process_group) == ["/venv/bin/python", str(BOOTSTRAP_FILE)]
+def test_keeper_argv_plain_runs_the_servers_interpreter_isolated():
+    keeper = [sys.executable, "-I", "-S", str(KEEPER_FILE)]
+    assert keeper_argv(None) == keeper
+    assert keeper_argv(Mode.process_group) == keeper
 
 
-def test_worker_argv_pid_namespace():
+def test_keeper_argv_pid_namespace():
     for mode in (Mode.pid_namespace, Mode.user_namespace):
-        argv = worker_argv("/venv/bin/python", mode)
+        argv = keeper_argv(mode)
         assert argv[0] == "unshare"
-        assert {"--pid", "--fork", "--mount-proc"} <= set(argv)
+        assert {"--pid", "--fork", "--mount-proc", "--ipc"} <= set(argv)
         assert any(a.startswith("--kill-child") for a in argv)
-        assert argv[-2:] == ["/venv/bin/python", str(BOOTSTRAP_FILE)]
-    assert "--map-current-user" in worker_argv("/p", Mode.user_namespace)
-    assert "--map-current-user" not in worker_argv("/p", Mode.pid_namespace)
+        assert argv[-4:] == [sys.executable, "-I", "-S", str(KEEPER_FILE)]
+    assert "--map-current-user" in keeper_argv(Mode.user_namespace)
+    assert "--map-current-user" not in keeper_argv(Mode.pid_namespace)
 
 
-def test_worker_argv_cgroup_joins_before_the_bootstrap_runs():
-    argv = worker_argv("/venv/bin/python", Mode.cgroup, "/sys/fs/cgroup/rlark-workers/abc-0")
+def test_keeper_argv_cgroup_joins_before_the_keeper_runs():
+    argv = keeper_argv(Mode.cgroup, "/sys/fs/cgroup/rlark-workers/abc-0")
     assert argv[:2] == ["/bin/sh", "-c"] and "exec" in argv[2]
-    assert argv[3:] == ["/sys/fs/cgroup/rlark-workers/abc-0/cgroup.procs", "/venv/bin/python",
-                        str(BOOTSTRAP_FILE)]
+    assert argv[3:] == ["/sys/fs/cgroup/rlark-workers/abc-0/cgroup.procs", sys.executable, "-I",
+                        "-S", str(KEEPER_FILE)]
     with pytest.raises(ValueError, match="cgroup directory"):
-        worker_argv("/venv/bin/python", Mode.cgroup)
+        keeper_argv(Mode.cgroup)
 
 
 def test_bootstrap_file_is_the_worker_program():
@@ -426,12 +427,10 @@ def test_bootstrap_file_is_the_worker_program():
     assert BOOTSTRAP_FILE.is_file()
 
 
-def test_bootstrap_imports_only_the_standard_library_and_ray():
-    """The same file runs in every Worker's image (ARCHITECTURE.md's bootstrap contract), where
-    RLark itself is not installed: anything but the standard library and ray breaks it there."""
+def _imported_roots(path) -> set[str]:
     import ast
 
-    tree = ast.parse(BOOTSTRAP_FILE.read_text())
+    tree = ast.parse(path.read_text())
     roots = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -439,9 +438,30 @@ def test_bootstrap_imports_only_the_standard_library_and_ray():
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0 and node.module, f"relative import at line {node.lineno}"
             roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_bootstrap_imports_only_the_standard_library_and_ray():
+    """The same file runs in every Worker's image (ARCHITECTURE.md's bootstrap contract), where
+    RLark itself is not installed: anything but the standard library and ray breaks it there."""
+    roots = _imported_roots(BOOTSTRAP_FILE)
     outside = sorted(r for r in roots if r not in sys.stdlib_module_names and r != "ray")
     assert not outside, f"bootstrap/worker.py imports {outside}"
     assert "json" in roots and "subprocess" in roots  # the walk sees the imports at all
+
+
+def test_the_keeper_imports_only_the_standard_library_and_at_the_top():
+    """The keeper runs as ``python -I -S`` and must import nothing the workload could change:
+    the standard library only, and every import at module level (before any workload runs)."""
+    import ast
+
+    roots = _imported_roots(KEEPER_FILE)
+    assert not sorted(r for r in roots if r not in sys.stdlib_module_names), roots
+    assert {"ctypes", "json", "selectors", "subprocess"} <= roots
+    tree = ast.parse(KEEPER_FILE.read_text())
+    nested = [n.lineno for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.ClassDef))
+              for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not nested, f"keeper.py imports inside a function at lines {nested}"
 
 
 def test_python_for(tmp_path):

@@ -219,9 +219,10 @@ def test_a_transition_takes_the_enums_values_and_refuses_anything_else():
 def _bootstrap_words() -> tuple[set[str], set[str]]:
     """The phases the bootstrap reports (``emit("phase", phase=...)``) and the reasons it
     reports (``BootstrapError("Reason", ...)``, ``emit(..., reason=...)``)."""
-    tree = ast.parse((SRC / "bootstrap" / "worker.py").read_text())
     phases, reasons = set(), set()
-    for node in ast.walk(tree):
+    nodes = [n for f in ("worker.py", "keeper.py")
+             for n in ast.walk(ast.parse((SRC / "bootstrap" / f).read_text()))]
+    for node in nodes:
         if not isinstance(node, ast.Call):
             continue
         name = getattr(node.func, "id", getattr(node.func, "attr", ""))
@@ -236,12 +237,15 @@ def _bootstrap_words() -> tuple[set[str], set[str]]:
 
 
 def test_bootstrap_speaks_only_known_phases_and_reasons():
-    """The bootstrap cannot import rlark (it ships alone), so its words are checked here."""
+    """The bootstrap and the keeper cannot import rlark (they ship alone), so their words are
+    checked here."""
     phases, reasons = _bootstrap_words()
     assert phases == {p.value for p in REPORTED_WORKER_PHASES}, phases
     unknown = {r for r in reasons if Reason.of(r) is None}
     assert not unknown, unknown
-    failures = reasons - {Reason.Stopped, Reason.RayWorkerPortsExhausted}  # "stopped", a warning
+    # "stopped", and the warnings
+    failures = reasons - {Reason.Stopped, Reason.RayWorkerPortsExhausted, Reason.ReportsDropped}
+    assert {"SandboxFailed", "MonitorLost", "RayTooOld"} <= reasons  # keeper.py is read too
     assert all(Phase.Failed in Reason(r).run_phases for r in failures), failures
     assert len(phases) >= 6 and len(reasons) >= 9  # the scan really read the file
 

@@ -573,6 +573,24 @@ def server(
              "process it started. Default auto: the strongest kind this server can make (probed "
              "at start; the server refuses to start when there is none). process-group is weak: "
              "a process that calls setsid() can outlive its Worker. docs/security.md."),
+    worker_identity: Optional[str] = typer.Option(
+        None, "--worker-identity", envvar="RLARK_WORKER_IDENTITY", metavar="auto|uid|server-user",
+        help="local: who Workers run as. Default auto: a uid of each Run's own (from "
+             "$RLARK_WORKER_UIDS) in a mount namespace that hides this server's files, when the "
+             "server runs as root; else this server's own user, which only a single-user server "
+             "on loopback may do (a server with more users refuses local Jobs then). "
+             "docs/security.md, \"Worker identity\"."),
+    worker_read_path: Optional[list[str]] = typer.Option(
+        None, "--worker-read-path", metavar="DIR",
+        help="local: let Workers that run under their own uid be given paths under DIR (a "
+             "workingDir, a local.python) although other users of this machine cannot read "
+             "them (repeatable; also $RLARK_WORKER_READ_PATHS). The server's own Python "
+             "installation always is; $RLARK_HOME never is."),
+    allow_unauthenticated_ray: bool = typer.Option(
+        False, "--allow-unauthenticated-ray", envvar="RLARK_ALLOW_UNAUTHENTICATED_RAY",
+        help="Let a Worker whose Ray is older than 2.52 (no token authentication) run without "
+             "it; its record says so. Default: refused, as anyone on its network could join "
+             "its Ray cluster."),
     k8s_allow_root: bool = typer.Option(
         False, "--k8s-allow-root", envvar="RLARK_K8S_ALLOW_ROOT",
         help="kubernetes: let a role run its Workers as root (kubernetes.runAsRoot; still "
@@ -623,11 +641,16 @@ def server(
     # these settings are read where they are used, from the environment, as their envvars are
     for var, given in (("RLARK_WORKER_ENV", worker_env), ("RLARK_CONFIG_ROOTS", config_root),
                        ("RLARK_K8S_HOST_PATH_PREFIXES", k8s_host_path_prefix),
-                       ("RLARK_K8S_SERVICE_ACCOUNTS", k8s_service_account)):
+                       ("RLARK_K8S_SERVICE_ACCOUNTS", k8s_service_account),
+                       ("RLARK_WORKER_READ_PATHS", worker_read_path)):
         if given:
             os.environ[var] = ",".join(settings.csv_env(var) + list(given))
     if k8s_allow_root:
         os.environ["RLARK_K8S_ALLOW_ROOT"] = "1"
+    if allow_unauthenticated_ray:
+        os.environ["RLARK_ALLOW_UNAUTHENTICATED_RAY"] = "1"
+    if worker_identity:
+        os.environ["RLARK_WORKER_IDENTITY"] = worker_identity
     if secret_key_file is not None:
         os.environ["RLARK_SECRET_KEY_FILE"] = str(secret_key_file)
     try:

@@ -33,6 +33,16 @@ class Finding(BaseModel):
         return f"{self.severity.value} {self.code} {self.path}: {self.message}{hint}"
 
 
+def error(code: str, path: str, message: str, hint: str) -> Finding:
+    """An ``error`` Finding."""
+    return Finding(code=code, severity=Severity.error, path=path, message=message, hint=hint)
+
+
+def warning(code: str, path: str, message: str, hint: str) -> Finding:
+    """A ``warning`` Finding."""
+    return Finding(code=code, severity=Severity.warning, path=path, message=message, hint=hint)
+
+
 def has_errors(findings: Iterable[Finding]) -> bool:
     """True when any Finding is an error (the Job must not be submitted)."""
     return any(f.severity == Severity.error for f in findings)

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from rlark.findings import Finding, Severity
+from rlark.findings import Finding, Severity, error, warning
 from rlark.runtimes.local_ports import (
     MAX_BLOCK_SIZE,
     PORT_RANGE_END,
@@ -67,12 +67,7 @@ _DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(/[A-Za-z0-
 MAX_CPUS = 100_000
 
 
-def _err(code: str, path: str, message: str, hint: str) -> Finding:
-    return Finding(code=code, severity=Severity.error, path=path, message=message, hint=hint)
-
-
-def _warn(code: str, path: str, message: str, hint: str) -> Finding:
-    return Finding(code=code, severity=Severity.warning, path=path, message=message, hint=hint)
+_err, _warn = error, warning
 
 
 def parse_image_reference(image: str) -> dict[str, str | None] | None:

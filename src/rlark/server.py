@@ -236,18 +236,57 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     else:
         controller = Controller(store, first, on_shutdown=lock.release, stop_runs_on_exit=stop_runs,
                                 secret_box=box)
+    policy = policy or SecurityPolicy()
+    if local_first is not None:
+        local_first.serves_many = many_users(store, server_url, policy)
+        log_identity(local_first.identity)
     service = JobService(store, controller.wake, runtime=runtime, inventory=inventory,
                          pending_timeout=pending,
                          namespace=k8s_first.namespace if k8s_first is not None else None,
                          secret_box=box, kube_secret_keys=kube_secret_keys,
                          isolation=local_first.isolation.view() if local_first is not None else None,
-                         quota_defaults=quota_defaults, pod_policy=pod_policy)
-    policy = policy or SecurityPolicy()
+                         quota_defaults=quota_defaults, pod_policy=pod_policy,
+                         runtime_checks=local_first.preflight if local_first is not None else None)
     auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),
                        login_rate=os.environ.get("RLARK_LOGIN_RATE") or "10/5 minutes")
     if policy.auth:
         bootstrap_admin(auth, admin_urls or [])
     return create_app(service, controller, policy=policy, auth=auth, secret_box=box)
+
+
+def many_users(store: Store, server_url: str | None, policy: SecurityPolicy | None):
+    """``() -> why this server serves more than one user, or None``, asked at every local launch
+    whose Workers would run as the server's own user (:mod:`rlark.runtimes.local_identity`):
+    it listens beyond loopback, or more than one user account is enabled."""
+    from urllib.parse import urlsplit
+
+    from sqlalchemy import func, select
+
+    from rlark.store import UserRow
+
+    host = urlsplit(server_url or "").hostname or "127.0.0.1"
+
+    def check() -> str | None:
+        if not is_loopback(host):
+            return f"it listens on {host}, beyond this machine"
+        if policy is not None and not policy.auth:
+            return None  # --no-auth is loopback-only: whoever reaches it is this machine's user
+        with store.session() as s:
+            n = s.scalar(select(func.count()).select_from(UserRow).where(UserRow.disabled.is_(False)))
+        return f"{n} user accounts are enabled" if n and n > 1 else None
+
+    return check
+
+
+def log_identity(identity) -> None:
+    """Say at start who local Workers run as (loudly when it is the server's own user)."""
+    if identity.own_uid:
+        log.info("%s", identity.summary())
+        return
+    log.warning("!!! WORKERS RUN AS THIS SERVER'S OWN USER (--worker-identity %s)",
+                identity.requested)
+    log.warning("!!! %s", identity.summary())
+    log.warning("!!! a server that serves more than one user refuses local Jobs so (docs/security.md)")
 
 
 def log_isolation(isolation: Isolation) -> None:

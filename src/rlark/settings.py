@@ -296,6 +296,65 @@ def worker_isolation() -> str:
     return raw
 
 
+def worker_identity() -> str:
+    """Local runtime: who Workers run as (``rlark server --worker-identity``;
+    :mod:`rlark.runtimes.local_identity`): ``$RLARK_WORKER_IDENTITY``, one of ``auto`` (the
+    default: a uid of each Run's own where this server can give one), ``uid``, ``server-user``.
+
+    Raises:
+        ValueError: another value.
+    """
+    from rlark.runtimes.local_identity import MODES
+
+    raw = os.environ.get("RLARK_WORKER_IDENTITY", "").strip() or "auto"
+    if raw not in MODES:
+        raise ValueError(f"RLARK_WORKER_IDENTITY={raw!r} is not one of {', '.join(MODES)}")
+    return raw
+
+
+def worker_uid_range():
+    """Local runtime: the uids Workers run as, ``$RLARK_WORKER_UIDS`` (``FIRST-LAST``, default
+    :data:`rlark.runtimes.local_identity.DEFAULT_RANGE`).
+
+    Raises:
+        ValueError: not such a range.
+    """
+    from rlark.runtimes.local_identity import DEFAULT_RANGE, UidRange
+
+    raw = os.environ.get("RLARK_WORKER_UIDS", "").strip()
+    return UidRange.parse(raw) if raw else UidRange(*DEFAULT_RANGE)
+
+
+def worker_read_paths() -> list[str]:
+    """Local runtime: directories under which a path other users of this machine cannot read
+    may still be given to Workers that run under their own uid (their ``workingDir``, their
+    Python): ``rlark server --worker-read-path DIR`` / ``$RLARK_WORKER_READ_PATHS``
+    (comma-separated absolute paths; :mod:`rlark.runtimes.local_sandbox`).
+
+    Raises:
+        ValueError: a path that is not absolute, or that is ``/``.
+    """
+    out = []
+    for raw in csv_env("RLARK_WORKER_READ_PATHS"):
+        if not raw.startswith("/") or os.path.normpath(raw) == "/":
+            raise ValueError(f"RLARK_WORKER_READ_PATHS: {raw!r} is not an absolute directory "
+                             "below /")
+        out.append(os.path.normpath(raw))
+    return out
+
+
+def allow_unauthenticated_ray() -> bool:
+    """``RLARK_ALLOW_UNAUTHENTICATED_RAY=1`` (``rlark server --allow-unauthenticated-ray``): a
+    Worker whose Ray is older than 2.52 (no token authentication) may run without it, which its
+    record says; by default such a Job is refused (at preflight where the Ray version can be
+    read, else when the Worker starts).
+
+    Raises:
+        ValueError: not a boolean.
+    """
+    return _bool_env("RLARK_ALLOW_UNAUTHENTICATED_RAY")
+
+
 def cgroup_parent() -> str | None:
     """Local runtime, isolation ``cgroup``: the cgroup directory Workers' cgroups are made in,
     ``$RLARK_CGROUP_PARENT`` (e.g. ``/sys/fs/cgroup/rlark``); default ``rlark-workers`` below the

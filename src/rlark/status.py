@@ -136,6 +136,10 @@ class Reason(StrEnum):
     JoinTimeout = "JoinTimeout"
     RankMismatch = "RankMismatch"
     NodeLost = "NodeLost"
+    RayTooOld = "RayTooOld"  # a Ray without token authentication where the server requires it
+    # --- Failed: reported by a Worker's keeper (bootstrap/keeper.py)
+    SandboxFailed = "SandboxFailed"  # the Worker's mount namespace could not be built
+    MonitorLost = "MonitorLost"  # the node monitor ended while the run script ran
     # --- Failed: seen by the controller
     RunFailed = "RunFailed"  # the run script exited non-zero
     HeadLost = "HeadLost"
@@ -176,6 +180,10 @@ class Reason(StrEnum):
     SpecUpdated = "SpecUpdated"
     WorkerWarning = "WorkerWarning"
     RayWorkerPortsExhausted = "RayWorkerPortsExhausted"
+    #: a lifecycle line says what the runtime's own observation contradicts (not believed)
+    LifecycleContradiction = "LifecycleContradiction"
+    ReportsDropped = "ReportsDropped"  # the keeper dropped reports of the workload (malformed, too fast)
+    WarningsSuppressed = "WarningsSuppressed"  # a Worker reported more warnings than RLark keeps
     # --- conditions only
     HeadStarting = "HeadStarting"  # HeadReady False: launched, its Ray head is not up yet
     RayHeadStarted = "RayHeadStarted"  # HeadReady True
@@ -260,7 +268,8 @@ def _status_table() -> dict[Reason, tuple[frozenset[Phase], frozenset[WorkerPhas
         R.StopFailed: (set(), {W.Failed}),
     }
     for r in (R.BadConfig, R.PrepareFailed, R.PrepareTimeout, R.RayStartFailed,
-              R.HeadUnreachable, R.JoinTimeout, R.RankMismatch, R.NodeLost, R.RunFailed,
+              R.HeadUnreachable, R.JoinTimeout, R.RankMismatch, R.NodeLost, R.RayTooOld,
+              R.SandboxFailed, R.MonitorLost, R.RunFailed,
               R.HeadLost, R.WorkerLost, R.WorkerFailed, R.LaunchFailed, R.LaunchInterrupted,
               R.SpecUnreadable, R.SecretMissing, R.SecretUnreadable, R.ImagePull, R.Unschedulable,
               R.MountFailed, R.ContainerCreateFailed, R.ContainerStartFailed, R.OOMKilled, R.Evicted,
@@ -273,7 +282,8 @@ _STATUS = _status_table()
 #: Run failures after which a retry may follow: every failure but those a new Run of the same
 #: spec repeats exactly (until someone changes the server's settings or the project's secrets)
 _RETRYABLE = frozenset(r for r, (runs, _) in _STATUS.items() if Phase.Failed in runs) - {
-    Reason.BadConfig, Reason.SpecUnreadable, Reason.SecretMissing, Reason.SecretUnreadable}
+    Reason.BadConfig, Reason.SpecUnreadable, Reason.SecretMissing, Reason.SecretUnreadable,
+    Reason.RayTooOld, Reason.SandboxFailed}
 
 
 def reported_reason(value: object, message: str = "", *,

@@ -18,8 +18,12 @@ Contract (ARCHITECTURE.md, "Worker bootstrap contract"):
   included); RLark enforces the same deadline from the Run's launch for every rank.
 * Prepare and run scripts run with ``bash -e -o pipefail -c`` (:func:`script_argv`): the first
   failing command ends the script with its exit code.
-* Progress and facts are written to stdout as lifecycle lines: ``RLARK_EVENT {json}``, one JSON
-  object per line, so every runtime learns them from the Worker's log.
+* This program runs under the Worker's keeper (``keeper.py``), the first process of every
+  Worker: progress and facts are reported to it as JSON lines (``RLARK_REPORT_FD``), and it
+  writes them, checked, as the Worker's lifecycle lines (``RLARK_EVENT {json}``), so every
+  runtime learns them from the Worker's log. The keeper starts the head's run script itself
+  when this program reports ``start_run`` (the join barrier passed) and tells it when the run
+  script ended (``RLARK_CONTROL_FD``).
 
 Fail closed: on any failure the bootstrap reports a reason and exits non-zero; it never goes on.
 """
@@ -443,6 +447,9 @@ RAY_TESTED_RANGE = ((2, 47), (2, 60))
 #: there, so nodes of one Run on one host must start one at a time
 #: (:meth:`Bootstrap._take_start_lock`)
 RAY_PER_NODE_TEMP_DIR = (2, 55)
+#: the first Ray with token authentication of its GCS and every other service (RAY_AUTH_MODE=token
+#: and RAY_AUTH_TOKEN on every node and driver): docs.ray.io/en/latest/ray-security/token-auth.html
+RAY_TOKEN_AUTH = (2, 52)
 #: RLARK_RAY_NODES=gcs|driver chooses the node-table reader (default: by version, see above)
 NODE_TABLE_METHODS = ("gcs", "driver")
 
@@ -638,22 +645,72 @@ def open_node_table(address: str, env: dict[str, str], on_spawn=None) -> "GcsNod
 # --- lifecycle lines ------------------------------------------------------------------------------
 
 _emit_lock = threading.Lock()
-#: RLARK_EVENT_TOKEN: a per-Run secret that every lifecycle line carries, so lines the run script
-#: happens to print (an old Worker log it cats, a copied line) are not taken for this Run's.
-#: The bootstrap keeps it out of its children's environment.
-_token: str | None = None
+#: the keeper's report pipe (RLARK_REPORT_FD, keeper.py): what this program reports goes there as
+#: one JSON object per line, and the keeper alone writes the Worker's lifecycle lines. Without a
+#: keeper (a test running this file alone) reports are lifecycle lines on stdout.
+_report_fd: int | None = None
 
 
 def emit(event: str, **data) -> None:
-    """Write one lifecycle line ``RLARK_EVENT {"ts": <unix seconds>, "event": ..., ...}``
-    (with ``"tok"`` when the Run has an event token)."""
+    """Report one event: a JSON line ``{"ts": <unix seconds>, "event": ..., ...}`` to the keeper
+    (which checks it and writes it as a lifecycle line), or ``RLARK_EVENT {json}`` on stdout
+    when there is no keeper."""
     body = {"ts": round(time.time(), 3), "event": event, **data}
-    if _token:
-        body["tok"] = _token
-    line = EVENT_PREFIX + json.dumps(body)
+    text = json.dumps(body)
     with _emit_lock:
-        sys.stdout.write(line + "\n")
+        if _report_fd is not None:
+            data_out = (text + "\n").encode()
+            while data_out:
+                try:
+                    data_out = data_out[os.write(_report_fd, data_out):]
+                except InterruptedError:
+                    continue
+                except OSError:  # the keeper is gone: nobody to report to
+                    return
+            return
+        sys.stdout.write(EVENT_PREFIX + text + "\n")
         sys.stdout.flush()
+
+
+class KeeperLink:
+    """What the keeper tells this program (RLARK_CONTROL_FD, keeper.py): one line
+    ``run_finished <exit status> <run start, unix seconds>`` once the head's run script ended.
+    The end of the pipe means the keeper is gone: this Worker is being torn down."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buf = b""
+
+    def wait(self, timeout: float) -> tuple[int, float] | None:
+        """``(exit status, run start)`` once said, else None after ``timeout`` seconds.
+
+        Raises:
+            BootstrapError: ``Stopped`` when the keeper is gone.
+        """
+        import select
+
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if ready:
+            try:
+                chunk = os.read(self.fd, 4096)
+            except InterruptedError:
+                return None
+            if not chunk:
+                raise BootstrapError("Stopped", "the keeper is gone", EXIT_STOPPED)
+            self.buf += chunk
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            parts = line.decode(errors="replace").split()
+            if len(parts) == 3 and parts[0] == "run_finished":
+                try:
+                    return int(parts[1]), float(parts[2])
+                except ValueError:
+                    continue
+        return None
+
+
+#: set by :func:`main` from RLARK_CONTROL_FD (None: no keeper)
+_control: KeeperLink | None = None
 
 
 def _version(dist: str) -> str | None:
@@ -940,7 +997,9 @@ def git_facts(path: str, budget: Budget, diff_cap: int = DIFF_CAP_BYTES) -> dict
     "changed", "untracked", "diffSha256", "diffBytes", "diff", "diffCut"}`` (the diff is ``git
     diff HEAD --binary`` of tracked files: what ``git apply`` restores on the commit), or
     ``{"path", "absent": why}`` when ``path`` is no checkout, git is missing or time ran out."""
-    git = ["git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off"]
+    # safe.directory: the Worker runs under its own uid, which does not own the user's checkout
+    # (git refuses such a "dubious ownership" repository otherwise; git-config(1))
+    git = ["git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", "-c", "safe.directory=*"]
     top = _probe(git + ["rev-parse", "--show-toplevel"], budget, cwd=path)
     if isinstance(top, str):
         return {"path": path, "absent": top}
@@ -1339,6 +1398,40 @@ class Bootstrap:
             )
         emit("phase", phase="Prepared", seconds=round(time.monotonic() - started, 3))
 
+    def check_ray_auth(self) -> None:
+        """Token authentication of this Run's Ray cluster (``RAY_AUTH_MODE=token`` from RLark):
+        a Ray older than :data:`RAY_TOKEN_AUTH` ignores it, so it would run with a GCS anyone
+        on its network may join. Refused (``RayTooOld``), unless the server allows
+        unauthenticated Ray (``RLARK_ALLOW_UNAUTHENTICATED_RAY=1``); a ``facts`` line says
+        which held (``ray_auth``), for the run record.
+
+        Raises:
+            BootstrapError: ``RayTooOld``.
+        """
+        if self.env.get("RAY_AUTH_MODE") != "token":
+            emit("facts", ray_auth={"mode": "none", "why": "the server gave this Run no token"})
+            return
+        version = ray_version()
+        if version is None or version >= RAY_TOKEN_AUTH:
+            emit("facts", ray_auth={"mode": "token"})
+            return
+        shown = ".".join(map(str, version))
+        want = ".".join(map(str, RAY_TOKEN_AUTH))
+        if self.env.get("RLARK_ALLOW_UNAUTHENTICATED_RAY") == "1":
+            for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
+                self.env.pop(name, None)
+            emit("facts", ray_auth={"mode": "none", "why": f"Ray {shown} has no token "
+                                    f"authentication (Ray {want}+); the server allows that"})
+            return
+        raise BootstrapError(
+            "RayTooOld",
+            f"Ray {shown} in this Worker's environment has no token authentication (Ray {want} "
+            "or later), so any process on its network could join this Run's Ray cluster; "
+            f"install ray>={want} (e.g. in the prepare script), or have the server's "
+            "administrator allow unauthenticated Ray (rlark server --allow-unauthenticated-ray)",
+            EXIT_BAD_CONFIG,
+        )
+
     def start_ray(self) -> subprocess.Popen:
         argv = build_ray_start_command(self.cfg, self._ray())
         if self.cfg.ray_temp_dir:
@@ -1615,26 +1708,36 @@ class Bootstrap:
             ) from None
 
     def run_head(self) -> int:
+        """Start the head's Ray, pass the join barrier, then have the keeper start the run script
+        (keeper.py: it starts and waits for it, so its exit status is observed, not reported)
+        and watch every rank's node until the keeper says the run script ended. Returns the
+        run script's exit status as the keeper saw it.
+
+        Raises:
+            BootstrapError: the barrier failed, a node was lost while the run script ran (the
+                keeper stops the run script when it reads the ``failed`` report), or there is no
+                keeper to start the run script (``BadConfig``).
+        """
+        if _control is None:
+            raise BootstrapError("BadConfig", "RLARK_CONTROL_FD is not set: the head's run script "
+                                 "is started by RLark's keeper (keeper.py), which is not there",
+                                 EXIT_BAD_CONFIG)
         self.start_ray()
         # Ray's Python package takes a second to import: do it while the head's Ray starts
         threading.Thread(target=lambda: __import__("ray._raylet"), daemon=True).start()
         self.join_barrier()
-        env = dict(self.env)
-        env["RAY_ADDRESS"] = self.cfg.head_address
-        run_started = time.time()
-        run = self._spawn(script_argv(self.cfg.run_script), env=env)
-        emit("running", pid=run.pid)
+        emit("start_run")
         # The barrier's connection stays open: the head keeps checking that every rank's node is
         # alive (a frozen or partitioned Worker is invisible to its process table; Ray's health
-        # checks see it), and fails the Run instead of letting RLinf wait on a dead node.
+        # checks see it), and reports a failure, which makes the keeper stop the run script,
+        # instead of letting RLinf wait on a dead node.
         next_check = time.monotonic() + NODE_CHECK_SECONDS
         try:
             while True:
-                try:
-                    code = run.wait(timeout=0.5)
+                said = _control.wait(0.5)
+                if said is not None:
+                    code, run_started = said
                     break
-                except subprocess.TimeoutExpired:
-                    pass
                 if self.stopping.is_set():
                     continue
                 failure = None
@@ -1657,21 +1760,13 @@ class Bootstrap:
                                 EXIT_NODE_LOST, missing_ranks=missing,
                             )
                 if failure is not None:
-                    run.terminate()
-                    try:
-                        run.wait(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        run.kill()
                     raise failure
         finally:
             if self.gcs is not None:
                 self.gcs.close()
             self.gcs = None
         self._check_stopped()
-        if code < 0:
-            code = 128 - code  # killed by a signal: shell convention
         self._report_hydra_outputs(run_started)
-        emit("run_finished", exit_code=code)
         return code
 
     def _report_hydra_outputs(self, since: float) -> None:
@@ -1745,13 +1840,13 @@ class Bootstrap:
                     EXIT_BAD_CONFIG,
                 )
             self.prepare()
+            self.check_ray_auth()  # after the prepare script, which may install Ray
             # after the prepare script, so what it installed is what is recorded
             emit("facts", **record_facts(self.cfg, self.budget))
             code = self.run_head() if self.cfg.is_head else self.run_worker()
         except BootstrapError as exc:
             if exc.reason == "Stopped" or self.stopping.is_set():
-                emit("stopped")
-                code = EXIT_STOPPED
+                code = EXIT_STOPPED  # the keeper reports the stop
             else:
                 emit(
                     "failed",
@@ -1765,7 +1860,6 @@ class Bootstrap:
                 code = exc.status
         finally:
             self.shutdown(self.cfg.stop_grace)
-        emit("exit", code=code)
         return code
 
     def shutdown(self, grace: float = 10.0) -> None:
@@ -1793,72 +1887,25 @@ def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def _run_as_init(main) -> int:
-    """When this process is PID 1 of a PID namespace (local runtime as root; some containers),
-    run ``main`` in a child and reap every orphan, as an init must; forward SIGTERM/SIGINT to the
-    child; when it ends, SIGTERM what is left and exit with its code (the kernel then kills the
-    rest of the namespace)."""
-    child = os.fork()
-    if child == 0:
-        os._exit(main())
-
-    def forward(signum, _frame):
-        try:
-            os.kill(child, signum)
-        except ProcessLookupError:
-            pass
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    code = 1
-    while True:
-        try:
-            pid, status = os.wait()
-        except ChildProcessError:
-            break
-        except InterruptedError:  # pragma: no cover - PEP 475 retries for us
-            continue
-        if pid == child:
-            code = os.waitstatus_to_exitcode(status)
-            code = 128 - code if code < 0 else code
-            break
-    try:
-        os.kill(-1, signal.SIGTERM)  # everything else in this namespace
-    except ProcessLookupError:
-        pass
-    end = time.monotonic() + 2  # then the kernel kills the rest of the namespace
-    while time.monotonic() < end:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            time.sleep(0.05)
-    return code
-
-
 def main() -> int:
-    """Entry point: ``python worker.py`` with the ``RLARK_*`` environment."""
-    if isinstance(sys.stdout, io.TextIOWrapper):  # lifecycle lines reach the log at once
+    """Entry point: ``python worker.py`` with the ``RLARK_*`` environment, started by the keeper
+    (keeper.py), which gives it ``RLARK_REPORT_FD`` and ``RLARK_CONTROL_FD``."""
+    global _report_fd, _control
+    if isinstance(sys.stdout, io.TextIOWrapper):  # the workload's lines reach the log at once
         sys.stdout.reconfigure(line_buffering=True)
-
-    def work() -> int:
-        global _token
-        _token = os.environ.pop("RLARK_EVENT_TOKEN", None) or None
-        try:
-            cfg = BootstrapConfig.from_env(dict(os.environ))
-        except BootstrapError as exc:
-            emit("failed", reason=exc.reason, message=exc.message)
-            emit("exit", code=exc.status)
-            return exc.status
-        boot = Bootstrap(cfg, dict(os.environ))
-        signal.signal(signal.SIGTERM, boot.on_stop_signal)
-        signal.signal(signal.SIGINT, boot.on_stop_signal)
-        return boot.run()
-
-    if os.getpid() == 1:
-        return _run_as_init(work)
-    return work()
+    fd = os.environ.pop("RLARK_REPORT_FD", "")
+    _report_fd = int(fd) if fd.isdigit() else None
+    fd = os.environ.pop("RLARK_CONTROL_FD", "")
+    _control = KeeperLink(int(fd)) if fd.isdigit() else None
+    try:
+        cfg = BootstrapConfig.from_env(dict(os.environ))
+    except BootstrapError as exc:
+        emit("failed", reason=exc.reason, message=exc.message, status=exc.status)
+        return exc.status
+    boot = Bootstrap(cfg, dict(os.environ))
+    signal.signal(signal.SIGTERM, boot.on_stop_signal)
+    signal.signal(signal.SIGINT, boot.on_stop_signal)
+    return boot.run()
 
 
 if __name__ == "__main__":

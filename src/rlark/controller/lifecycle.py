@@ -83,6 +83,55 @@ def read_new_events(path: str, offset: int, token: str | None = None,
         return events, offset
 
 
+def _int(value, lo: int = 0, hi: int = 255) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _opt_text(ev: dict, key: str, cap: int = 16384) -> bool:
+    return key not in ev or ev[key] is None or (isinstance(ev[key], str) and len(ev[key]) <= cap)
+
+
+def _status_fields(ev: dict, *keys: str) -> bool:
+    return all(k not in ev or ev[k] is None or _int(ev[k]) for k in keys)
+
+
+#: each lifecycle kind RLark reads, and what its line must hold (a line that does not is
+#: dropped: a Worker's log is the workload's to write where the channel is not the keeper's)
+_KINDS = {
+    "keeper": lambda e: isinstance(e.get("protected"), bool) and _int(e.get("uid"), 0, 2 ** 32),
+    "facts": lambda e: True,
+    "phase": lambda e: isinstance(e.get("phase"), str) and len(e["phase"]) <= 64,
+    "nodes": lambda e: (isinstance(e.get("joined", []), list)
+                        and all(isinstance(n, dict) and _int(n.get("node_rank"), 0, 1 << 20)
+                                for n in e.get("joined", []))
+                        and isinstance(e.get("missing", []), list)
+                        and all(_int(r, 0, 1 << 20) for r in e.get("missing", []))),
+    "failed": lambda e: (isinstance(e.get("reason"), str) and len(e["reason"]) <= 64
+                         and _opt_text(e, "message") and _status_fields(e, "status", "exit_code")
+                         and all(_int(r, 0, 1 << 20) for r in e.get("missing_ranks") or [])),
+    "warning": lambda e: (isinstance(e.get("reason"), str) and len(e["reason"]) <= 64
+                          and _opt_text(e, "message")),
+    "running": lambda e: "pid" not in e or _int(e["pid"], 0, 1 << 31),
+    "run_finished": lambda e: _int(e.get("exit_code")),
+    "exit": lambda e: _int(e.get("code")),
+    "stopped": lambda e: True,
+}
+
+
+def check_event(event: dict) -> dict | None:
+    """``event`` when it is a lifecycle line of a kind RLark reads, with the fields its kind
+    needs of the right types (exit statuses 0..255, text within bounds, node ranks as
+    integers) and a numeric ``ts``; None otherwise (pure)."""
+    kind = event.get("event")
+    check = _KINDS.get(kind) if isinstance(kind, str) else None
+    if check is None or not isinstance(event.get("ts", 0.0), (int, float)):
+        return None
+    try:
+        return event if check(event) else None
+    except (TypeError, AttributeError):
+        return None
+
+
 #: what a failure message carries of the failing Worker's log: at most this many lines and bytes
 TAIL_MAX_LINES = 20
 TAIL_MAX_BYTES = 4096

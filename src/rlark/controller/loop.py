@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 import threading
@@ -30,7 +31,8 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from rlark import settings
 from rlark.controller import admission
-from rlark.controller.lifecycle import merge_facts, node_table_facts, read_new_events, read_tail, with_tail
+from rlark.controller.lifecycle import (check_event, merge_facts, node_table_facts, read_new_events,
+                                       read_tail, with_tail)
 from rlark.controller.phases import (
     ACTIVE,
     ALLOWED,
@@ -138,7 +140,7 @@ def ref(w: WorkerRow) -> WorkerRef:
     """The runtime's handle on a Worker row."""
     return WorkerRef(name=w.name, pid=w.pid, pid_started=w.pid_started, handle=w.handle,
                      run_uid=w.run.uid,
-                     node_ip=w.node_ip, port_base=w.port_base)
+                     node_ip=w.node_ip, port_base=w.port_base, uid=w.run.worker_uid)
 
 
 def utcnow() -> datetime:
@@ -763,6 +765,22 @@ class Controller:
             return None
         return values
 
+    def _ray_token(self, run: RunRow) -> str:
+        """The Run's Ray GCS token: random (256 bits), made at its first launch and kept sealed
+        (``runs.ray_token``), so Workers launched later (a launch resumed after a restart) get
+        the same one. Without the server's secret box (a bare controller in a test) it is kept
+        for this launch only."""
+        if run.ray_token and self.secret_box is not None:
+            try:
+                return self.secret_box.open(run.ray_token, "the Run's Ray token")["token"]
+            except Exception:  # noqa: BLE001 - a key that changed: the Run gets a new token
+                log.warning("Run %s: its sealed Ray token could not be opened; making a new one",
+                            run.uid)
+        token = secrets.token_urlsafe(32)
+        if self.secret_box is not None:
+            run.ray_token = self.secret_box.seal({"token": token})
+        return token
+
     def _launch_workers(self, s: Session, run: RunRow) -> None:
         job = Job.model_validate(run.spec)
         secrets = self._run_secrets(s, run, job)
@@ -777,14 +795,18 @@ class Controller:
         # A block's size follows its role (ray.workerPorts, CPUs): read from the Run's spec.
         with self._session() as r:  # a read of its own: no transaction open while place() runs
             live = r.execute(
-                select(WorkerRow.node_ip, WorkerRow.port_base, WorkerRow.role, RunRow.spec)
+                select(WorkerRow.node_ip, WorkerRow.port_base, WorkerRow.role, RunRow.spec,
+                       RunRow.worker_uid)
                 .join(RunRow, WorkerRow.run_id == RunRow.id)
                 .where(WorkerRow.released.is_(False), PLANNED)
             ).all()
         taken = Taken(ips=frozenset(ip for ip, *_ in live if ip),
-                      port_ranges=taken_port_ranges((b, spec, role) for _, b, role, spec in live))
+                      port_ranges=taken_port_ranges((b, spec, role) for _, b, role, spec, _ in live),
+                      uids=frozenset(u for *_, u in live if u is not None))
         placement = self.runtime.place(job, run.uid, list(planned.values()), taken,
                                        namespace=run.namespace)
+        run.worker_uid = placement.worker_uid
+        ray_token = self._ray_token(run)
         rows = sorted(run.workers, key=lambda w: w.node_rank)
         log_dir = settings.job_logs_dir(run.job.project.name, run.job.name) / str(run.number)
         self._transition(s, run, Transition(Phase.Starting, Reason.Launching,
@@ -806,7 +828,6 @@ class Controller:
                 job,
                 planned[w.node_rank],
                 run_uid=run.uid,
-                event_token=run.event_token,
                 head_address=placement.head_address,
                 node_ip=place.node_ip,
                 ray_ports=place.ray_ports,
@@ -816,7 +837,7 @@ class Controller:
                 launched = self.runtime.launch(
                     LaunchSpec(job=job, run_uid=run.uid, worker=planned[w.node_rank], env=env,
                                log_path=log_paths[w.node_rank], place=place,
-                               namespace=run.namespace, secrets=secrets)
+                               namespace=run.namespace, secrets=secrets, ray_token=ray_token)
                 )
             except Exception as exc:  # e.g. the role's interpreter does not exist
                 w.phase, w.reason, w.message = WorkerPhase.Failed, Reason.LaunchFailed, str(exc)
@@ -847,36 +868,11 @@ class Controller:
                 continue
             events, w.log_offset = read_new_events(w.log_path, w.log_offset, run.event_token)
             life = dict(w.lifecycle or {})
-            for ev in events:
-                kind = ev.get("event")
-                if kind == "facts":
-                    w.facts = merge_facts(w.facts, ev)
-                    w.host = ev.get("hostname") or w.host
-                    w.ip = w.ip or ev.get("ip")
-                elif kind == "phase":
-                    life["phase"] = ev.get("phase")
-                    if ev.get("ray_node_id"):
-                        w.ray_node_id = ev["ray_node_id"]
-                        w.facts = {**(w.facts or {}), "ray_node_id": ev["ray_node_id"]}
-                elif kind == "nodes":
-                    self._apply_joined(s, run, by_rank, ev)
-                elif kind in ("failed", "run_finished"):
-                    life[kind] = ev
-                elif kind == "running":
-                    life["running"] = ev.get("ts")
-                elif kind == "stopped":
-                    life["stopped"] = True
-                elif kind == "exit":
-                    life["exit"] = ev.get("code")
-                elif kind == "warning":
-                    # trouble that does not end the Run, e.g. the bootstrap saw Ray's worker
-                    # ports run out ("No available ports"): a Warning Event naming the Worker
-                    add_event(s, run.job_id, str(ev.get("reason") or Reason.WorkerWarning)[:64],
-                              str(ev.get("message") or ""), run_number=run.number,
-                              worker=w.name, type=EventType.Warning)
             if events:
+                self._apply_events(s, run, w, events, life, by_rank)
                 # _apply_joined may have marked this Worker joined meanwhile: merge, keep both
                 w.lifecycle = {**(w.lifecycle or {}), **life}
+                life = dict(w.lifecycle)
             if w.launched and not life.get("gone"):
                 seen = self.runtime.observe(ref(w))
                 self._merge_runtime_facts(w, seen)
@@ -894,22 +890,96 @@ class Controller:
                     # read everything the Worker wrote before it ended
                     events, w.log_offset = read_new_events(w.log_path, w.log_offset,
                                                            run.event_token, to_end=True)
-                    for ev in events:
-                        if ev.get("event") == "facts":  # e.g. the head's Hydra output, at the end
-                            w.facts = merge_facts(w.facts, ev)
-                        elif ev.get("event") in ("failed", "run_finished"):
-                            life[ev["event"]] = ev
-                        elif ev.get("event") == "stopped":
-                            life["stopped"] = True
-                        elif ev.get("event") == "exit":
-                            life["exit"] = ev.get("code")
-                    code = seen.exit_code if seen.exit_code is not None else life.get("exit")
+                    self._apply_events(s, run, w, events, life, by_rank)
+                    code = self._observed_exit(s, run, w, seen, life)
                     if window is not None and run.phase in (Phase.Starting, Phase.Running):
                         self._lost_while_down(w, life, window)
                     life["gone"] = True
                     w.exit_code = code
                     w.lifecycle = life
                     w.finished_at = utcnow()
+
+    #: Warning Events one Worker's lifecycle lines may add to its Job; later ones are counted
+    MAX_WARNING_EVENTS = 20
+
+    def _apply_events(self, s: Session, run: RunRow, w: WorkerRow, events: list[dict],
+                      life: dict, by_rank: dict[int, WorkerRow]) -> None:
+        """Take a Worker's lifecycle lines into its row (``life``: its lifecycle, updated in
+        place). Each line is checked for its kind's shape first (:func:`check_event`); a line
+        that is not well formed is dropped, with one Warning Event per Worker saying so.
+        Warning lines become Warning Events up to :attr:`MAX_WARNING_EVENTS` per Worker."""
+        for raw in events:
+            ev = check_event(raw)
+            if ev is None:
+                if not life.get("malformed"):
+                    life["malformed"] = True
+                    add_event(s, run.job_id, Reason.ReportsDropped,
+                              f"a lifecycle line of {w.name} ({str(raw.get('event'))[:40]!r}) is "
+                              "not well formed and was ignored (and any more such lines)",
+                              run_number=run.number, worker=w.name, type=EventType.Warning)
+                continue
+            kind = ev["event"]
+            if kind == "facts":
+                w.facts = merge_facts(w.facts, ev)
+                w.host = ev.get("hostname") or w.host
+                w.ip = w.ip or ev.get("ip")
+            elif kind == "keeper":
+                life["keeper"] = {"protected": ev["protected"], "uid": ev["uid"]}
+                w.facts = {**(w.facts or {}), "keeper": {
+                    k: ev.get(k) for k in ("protected", "uid", "sandbox", "unprotected")
+                    if ev.get(k) is not None}}
+            elif kind == "phase":
+                life["phase"] = ev.get("phase")
+                if ev.get("ray_node_id"):
+                    w.ray_node_id = ev["ray_node_id"]
+                    w.facts = {**(w.facts or {}), "ray_node_id": ev["ray_node_id"]}
+            elif kind == "nodes":
+                self._apply_joined(s, run, by_rank, ev)
+            elif kind in ("failed", "run_finished"):
+                life[kind] = ev
+            elif kind == "running":
+                life["running"] = ev.get("ts")
+            elif kind == "stopped":
+                life["stopped"] = True
+            elif kind == "exit":
+                life["exit"] = ev.get("code")
+            elif kind == "warning":
+                # trouble that does not end the Run, e.g. the bootstrap saw Ray's worker ports
+                # run out ("No available ports"): a Warning Event naming the Worker
+                n = life["warnings"] = int(life.get("warnings") or 0) + 1
+                if n <= self.MAX_WARNING_EVENTS:
+                    add_event(s, run.job_id, Reason.of(ev.get("reason")) or Reason.WorkerWarning,
+                              str(ev.get("message") or ""), run_number=run.number,
+                              worker=w.name, type=EventType.Warning)
+                elif n == self.MAX_WARNING_EVENTS + 1:
+                    add_event(s, run.job_id, Reason.WarningsSuppressed,
+                              f"{w.name} reported more than {self.MAX_WARNING_EVENTS} warnings; "
+                              "the rest are not kept as Events", run_number=run.number,
+                              worker=w.name, type=EventType.Warning)
+
+    @staticmethod
+    def _observed_exit(s: Session, run: RunRow, w: WorkerRow, seen: Observed,
+                       life: dict) -> int | None:
+        """A gone Worker's exit status: what the runtime observed, else its keeper's ``exit``
+        line. A line that says otherwise than the observation is reported (a Warning Event),
+        not believed; so is a head's ``run_finished`` from a keeper whose channel is not
+        protected (:func:`rlark.controller.phases.run_result`)."""
+        said = life.get("exit")
+        if seen.exit_code is None:
+            return said
+        finished = life.get("run_finished")
+        trusted = bool((life.get("keeper") or {}).get("protected")) or run.channel != "keeper"
+        claims = []
+        if said is not None and said != seen.exit_code:
+            claims.append(f"exit status {said}")
+        if finished is not None and not trusted and finished.get("exit_code") != seen.exit_code:
+            claims.append(f"run script exit status {finished.get('exit_code')}")
+        if claims:
+            add_event(s, run.job_id, Reason.LifecycleContradiction,
+                      f"{w.name}'s lifecycle lines say {' and '.join(claims)}, but the runtime saw "
+                      f"it exit with {seen.exit_code}; the runtime's observation is kept",
+                      run_number=run.number, worker=w.name, type=EventType.Warning)
+        return seen.exit_code
 
     @staticmethod
     def _lost_while_down(w: WorkerRow, life: dict, window: tuple[float | None, float]) -> None:
@@ -973,6 +1043,8 @@ class Controller:
             stopped=bool(life.get("stopped")),
             joined=bool(life.get("joined")),
             reported_phase=worker_phase_of(life.get("phase")),
+            trusted=(w.run.channel != "keeper"
+                     or bool((life.get("keeper") or {}).get("protected"))),
         )
 
     def _view(self, run: RunRow, now: float | None = None) -> RunView:

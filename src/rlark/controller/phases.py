@@ -32,7 +32,7 @@ from rlark.status import (
 __all__ = ["ACTIVE", "ALLOWED", "TERMINAL", "Phase", "Reason", "WorkerPhase", "RunView",
            "WorkerView", "Transition", "Settled", "decide", "failure_of", "join_deadline",
            "join_timeout_of", "settle", "worker_phase", "has_joined", "is_ready", "ConditionUpdate",
-           "observed_conditions", "failure_conditions"]
+           "observed_conditions", "failure_conditions", "run_result"]
 
 #: transitions the state machine allows (from -> to); everything else is a bug
 ALLOWED: dict[Phase, frozenset[Phase]] = {
@@ -60,6 +60,10 @@ class WorkerView:
     stopped: bool = False  # the bootstrap's ``stopped`` line
     joined: bool = False  # the head saw its Ray node in the cluster
     reported_phase: WorkerPhase | None = None  # the last ``phase`` line (Preparing, StartingRay, ...)
+    #: its lifecycle lines are out of the workload's reach (its keeper said its channel is
+    #: protected, or an older Run's lines carry the Run's token): ``run_finished`` is believed
+    #: at once; else only once the runtime saw the Worker's own exit status
+    trusted: bool = True
 
     @property
     def gone(self) -> bool:
@@ -116,6 +120,19 @@ def _exit_text(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def run_result(head: WorkerView) -> int | None:
+    """The head's run script exit status as RLark believes it: its keeper's ``run_finished``
+    when the line is out of the workload's reach (:attr:`WorkerView.trusted`); otherwise the
+    exit status the runtime observed once the head is gone (the keeper exits with the run
+    script's status), so a forged line decides nothing. None: not known (yet)."""
+    if head.run_finished is None:
+        return None
+    if head.trusted:
+        code = head.run_finished.get("exit_code")
+        return code if isinstance(code, int) else None
+    return head.exit_code if head.gone else None
+
+
 def failure_of(run: RunView) -> Transition | None:
     """The failure that ends this Run, if any, in order of evidence:
 
@@ -155,7 +172,9 @@ def failure_of(run: RunView) -> Transition | None:
         return Transition(Phase.Failed, reason, message,
                           code if isinstance(code, int) else None, blamed=blame)
     if head and head.run_finished is not None:
-        code = head.run_finished.get("exit_code")
+        code = run_result(head)
+        if code is None and not head.gone:
+            return None  # the runtime has not seen the head exit yet
         if code != 0:
             return Transition(
                 Phase.Failed,
@@ -252,7 +271,7 @@ def decide(run: RunView) -> list[Transition]:
     if failure is not None:
         go(failure)
         return out
-    if phase == Phase.Running and head and head.run_finished is not None:
+    if phase == Phase.Running and head and run_result(head) == 0:
         go(Transition(Phase.Succeeded, Reason.Completed,
                       f"the run script on {head.name} exited with code 0", 0))
     return out
@@ -262,8 +281,8 @@ def worker_phase(w: WorkerView, last_reported: WorkerPhase | None, joined: bool)
     """A Worker's phase from its lifecycle lines and liveness (for display)."""
     if w.failed:
         return WorkerPhase.Failed
-    if w.run_finished is not None:
-        return WorkerPhase.Succeeded if w.run_finished.get("exit_code") == 0 else WorkerPhase.Failed
+    if w.run_finished is not None and (w.trusted or w.gone):
+        return WorkerPhase.Succeeded if run_result(w) == 0 else WorkerPhase.Failed
     if w.stopped:
         return WorkerPhase.Stopped
     if w.gone:
@@ -332,7 +351,8 @@ def settle(w: WorkerView, run_phase: Phase, run_reason: Reason | None = None,
         return Settled(WorkerPhase.Failed, reason, message,
                        code(status if isinstance(status, int) else None))
     if w.run_finished is not None:
-        ran = w.run_finished.get("exit_code")
+        believed = run_result(w)
+        ran = believed if believed is not None else w.run_finished.get("exit_code")
         ok = ran == 0
         return Settled(WorkerPhase.Succeeded if ok else WorkerPhase.Failed,
                        Reason.Completed if ok else Reason.RunFailed,

@@ -198,7 +198,6 @@ def bootstrap_env(
     *,
     run_uid: str,
     head_address: str,
-    event_token: str | None = None,
     node_ip: str | None = None,
     ray_ports: dict[str, int] | None = None,
     ray_temp_dir: str | None = None,
@@ -241,8 +240,6 @@ def bootstrap_env(
             "RLARK_STOP_GRACE_SECONDS": f"{stop_grace(job.spec.termination_grace_period_seconds):g}",
         }
     )
-    if event_token:
-        env["RLARK_EVENT_TOKEN"] = event_token
     if worker.is_head:
         env["RLARK_RUN_SCRIPT"] = job.spec.run_script
         ref = job.spec.rlinf
@@ -311,6 +308,8 @@ class WorkerRef:
     run_uid: str | None = None
     node_ip: str | None = None  # where place() put it (local runtime: its reservations)
     port_base: int | None = None
+    #: local runtime: the uid its Run's Workers run as (None: the server's own user)
+    uid: int | None = None
 
 
 @dataclass
@@ -322,14 +321,18 @@ class WorkerPlace:
     port_base: int | None = None
     ray_ports: dict[str, int] = field(default_factory=dict)
     ray_temp_dir: str | None = None
+    #: local runtime: the uid (and gid) the Worker runs as; None: the server's own user
+    uid: int | None = None
 
 
 @dataclass
 class Placement:
-    """A Run's placement: the head's GCS address and each Worker's place, by node rank."""
+    """A Run's placement: the head's GCS address and each Worker's place, by node rank;
+    ``worker_uid``: the uid the Run's Workers run as (local runtime; None: the server's user)."""
 
     head_address: str
     workers: dict[int, WorkerPlace]
+    worker_uid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -339,6 +342,8 @@ class Taken:
 
     ips: frozenset[str] = frozenset()
     port_ranges: frozenset[tuple[int, int]] = frozenset()
+    #: uids the Workers of live Runs run as (local runtime)
+    uids: frozenset[int] = frozenset()
 
 
 @dataclass

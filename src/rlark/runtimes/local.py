@@ -1,5 +1,11 @@
 """The local runtime: every Worker is its own process group on this machine.
 
+Each Worker starts as its keeper (``bootstrap/keeper.py``, run with this server's own Python in
+isolated mode), which writes the Worker's lifecycle lines and starts the workload (the bootstrap
+``worker.py`` with the role's Python, the scripts, Ray) under the Run's own uid in a mount
+namespace that hides the server's files, where this server can give that
+(:mod:`rlark.runtimes.local_identity`, :mod:`rlark.runtimes.local_sandbox`).
+
 Each Worker's processes are kept together so that ending the Worker ends all of them, also those
 that made their own session (``setsid``) or were orphaned by a double fork: in its own PID
 namespace where this server can make one, else in its own cgroup (or a PID namespace inside a user
@@ -12,15 +18,15 @@ Never ``ray stop``: it is host-wide.
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
+import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import psutil
 
@@ -32,6 +38,7 @@ from rlark.runtimes.base import (
     LaunchSpec,
     local_block_size,
     local_worker_ports,
+    ray_resources,
     Launched,
     Observed,
     Placement,
@@ -41,14 +48,21 @@ from rlark.runtimes.base import (
     secret_env,
 )
 from rlark.runtimes import local_isolation as iso
+from rlark.runtimes import local_sandbox as sandbox
+from rlark.runtimes.local_identity import Identity, UidRange, candidates, choose, many_users_message
 from rlark.runtimes.local_isolation import Isolation, Mode
 from rlark.runtimes.local_reservations import Reservations
 from rlark.runtimes.local_ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
+from rlark.findings import Finding
+from rlark.findings import error as _err
+from rlark.findings import warning as _warn
 from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job
 
 log = logging.getLogger("rlark.runtime.local")
 
 BOOTSTRAP_FILE = Path(__file__).resolve().parent.parent / "bootstrap" / "worker.py"
+#: the first process of every Worker (run by this server's own interpreter, ``-I -S``)
+KEEPER_FILE = BOOTSTRAP_FILE.parent / "keeper.py"
 
 #: what a Worker takes from the server's environment, and nothing else (the server's own
 #: secrets, its database URL, cloud credentials stay with it): where programs and the user's
@@ -91,17 +105,30 @@ def worker_environment(server_env: Mapping[str, str], launch_env: Mapping[str, s
 RAY_AUTH_MODE, RAY_AUTH_TOKEN = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"
 
 
-def ray_auth_env(run_uid: str, event_token: str | None) -> dict[str, str]:
-    """Token authentication for one Run's Ray cluster on this machine (pure): every Ray node
-    and driver of the Run gets the same token, which no other Run has, so a process of another
-    Job (local Workers share the loopback network) cannot connect to this Run's GCS and run code
-    in it. The token is HMAC-SHA256 of the Run's uid under its event token (a per-Run secret
-    of 128 bits, :attr:`rlark.store.RunRow.event_token`); nothing without an event token
-    (an old Run) gets one."""
-    if not event_token:
+def ray_auth_env(ray_token: str | None) -> dict[str, str]:
+    """Token authentication for one Run's Ray cluster (pure): every Ray node and driver of the
+    Run gets the Run's own random token (:attr:`rlark.runtimes.base.LaunchSpec.ray_token`),
+    which no other Run has, so a process of another Job (local Workers share the loopback
+    network) cannot connect to this Run's GCS and run code in it; nothing without a token (a
+    Run launched by an older server) gets one."""
+    if not ray_token:
         return {}
-    token = hmac.new(event_token.encode(), f"ray-auth:{run_uid}".encode(), hashlib.sha256).hexdigest()
-    return {RAY_AUTH_MODE: "token", RAY_AUTH_TOKEN: token}
+    return {RAY_AUTH_MODE: "token", RAY_AUTH_TOKEN: ray_token}
+
+
+def keeper_argv(mode: Mode | None, cgroup: str | None = None) -> list[str]:
+    """The command line that starts one Worker's keeper (pure): this server's interpreter in
+    isolated mode without site-packages (``-I -S``: the keeper imports the standard library
+    only, nothing the workload could change), in a PID namespace (and its own IPC namespace)
+    for the namespace modes, joining the cgroup directory ``cgroup`` first for ``cgroup``."""
+    argv = [sys.executable, "-I", "-S", str(KEEPER_FILE)]
+    if mode in (Mode.pid_namespace, Mode.user_namespace):
+        return [*iso.namespace_argv(mode), *argv]
+    if mode == Mode.cgroup:
+        if not cgroup:
+            raise ValueError("a Worker in cgroup mode needs its cgroup directory")
+        return iso.join_cgroup_argv(os.path.join(cgroup, "cgroup.procs"), argv)
+    return argv
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,6 +140,54 @@ def probed_isolation(requested: str = "auto", cgroup_parent: str | None = None) 
         ValueError: ``requested`` is unknown or cannot be given here.
     """
     return iso.probe(requested, cgroup_parent)
+
+
+def probed_identity(requested: str, isolation: Isolation, uids: UidRange) -> Identity:
+    """Who this server's Workers run as (:func:`rlark.runtimes.local_identity.choose` for what
+    this process may do: root, and PID namespaces as the isolation probe found them).
+
+    Raises:
+        ValueError: ``requested`` is unknown or cannot be given here.
+    """
+    return choose(requested, root=os.geteuid() == 0,
+                  pid_namespace=isolation.mode == Mode.pid_namespace, rng=uids)
+
+
+def server_python_roots() -> list[str]:
+    """This server's own Python installation (its virtualenv and base installation): Workers
+    that run the server's interpreter (roles without ``local.python``) may always read it."""
+    return sandbox.python_prefixes(sys.executable)
+
+
+#: the first Ray with token authentication (bootstrap/worker.py's RAY_TOKEN_AUTH)
+RAY_TOKEN_AUTH = (2, 52)
+
+
+def installed_version(prefix: str, dist: str,
+                      listdir: Callable[[str], list[str]] = os.listdir) -> tuple[int, int] | None:
+    """(major, minor) of distribution ``dist`` installed in the Python environment at ``prefix``
+    (a virtualenv or installation), read from the name of its ``<dist>-<version>.dist-info``
+    directory in ``lib/python3.*/site-packages`` (PEP 376/427): nothing of it is run. None when
+    it is not found there."""
+    try:
+        libs = [d for d in listdir(os.path.join(prefix, "lib")) if d.startswith("python3")]
+    except OSError:
+        return None
+    for lib in sorted(libs):
+        site = os.path.join(prefix, "lib", lib, "site-packages")
+        try:
+            names = listdir(site)
+        except OSError:
+            continue
+        for name in names:
+            base, sep, rest = name.partition("-")
+            if sep and base.lower().replace("_", "-") == dist and name.endswith(".dist-info"):
+                parts = rest[: -len(".dist-info")].split(".")
+                try:
+                    return int(parts[0]), int(parts[1])
+                except (IndexError, ValueError):
+                    return None
+    return None
 
 
 def use_pid_namespace() -> bool:
@@ -136,21 +211,6 @@ def _held_ips(res: Reservations) -> set[str]:
     return {name[3:] for name in res.held() if name.startswith("ip-")}
 
 
-def worker_argv(python: str, mode: Mode | None = None, cgroup: str | None = None) -> list[str]:
-    """The command line that starts one Worker's bootstrap (pure): in a PID namespace for the
-    namespace modes (:func:`~rlark.runtimes.local_isolation.namespace_argv`), joining the cgroup
-    directory ``cgroup`` first for ``cgroup`` (:func:`~rlark.runtimes.local_isolation.join_cgroup_argv`),
-    as is otherwise."""
-    argv = [python, str(BOOTSTRAP_FILE)]
-    if mode in (Mode.pid_namespace, Mode.user_namespace):
-        return [*iso.namespace_argv(mode), *argv]
-    if mode == Mode.cgroup:
-        if not cgroup:
-            raise ValueError("a Worker in cgroup mode needs its cgroup directory")
-        return iso.join_cgroup_argv(os.path.join(cgroup, "cgroup.procs"), argv)
-    return argv
-
-
 class LocalRuntime:
     """Starts and watches Worker process groups. Keeps the ``Popen`` objects of the Workers it
     started so exit codes are exact; Workers it did not start (after a server restart) are
@@ -160,9 +220,20 @@ class LocalRuntime:
 
     def __init__(self, reservations: Reservations | None = None,
                  worker_env: Iterable[str] | None = None,
-                 isolation: Isolation | None = None) -> None:
+                 isolation: Isolation | None = None,
+                 identity: Identity | None = None,
+                 read_paths: Iterable[str] | None = None,
+                 serves_many: Callable[[], str | None] | None = None,
+                 allow_unauthenticated_ray: bool | None = None) -> None:
         """``isolation``: what keeps each Worker's processes together (default: probed once for
-        ``RLARK_WORKER_ISOLATION``, :func:`probed_isolation`).
+        ``RLARK_WORKER_ISOLATION``, :func:`probed_isolation`); ``identity``: who Workers run as
+        (default: :func:`probed_identity` for ``RLARK_WORKER_IDENTITY``); ``read_paths``: roots
+        under which a path others cannot read may still be given to Workers (default
+        ``RLARK_WORKER_READ_PATHS``; the server's own Python installation always is);
+        ``serves_many``: says why this server serves more than one user (None: it serves one),
+        asked at every launch when Workers would run as the server's own user;
+        ``allow_unauthenticated_ray``: a role whose Ray is too old for token authentication
+        may run without it (default ``RLARK_ALLOW_UNAUTHENTICATED_RAY``).
 
         Raises:
             ValueError: a setting is unusable, or no isolation is available and weak isolation
@@ -172,12 +243,23 @@ class LocalRuntime:
                                                        settings.cgroup_parent())
         if self.isolation.mode is None:
             raise ValueError(iso.unavailable_message(self.isolation))
+        self.identity = identity or probed_identity(settings.worker_identity(), self.isolation,
+                                                    settings.worker_uid_range())
+        self.read_paths = tuple(dict.fromkeys(
+            [*(settings.worker_read_paths() if read_paths is None else read_paths),
+             *server_python_roots()]))
+        self.serves_many = serves_many or (lambda: None)
+        self.allow_unauthenticated_ray = (settings.allow_unauthenticated_ray()
+                                          if allow_unauthenticated_ray is None
+                                          else allow_unauthenticated_ray)
         #: names of the server's variables Workers get beyond :data:`WORKER_ENV_NAMES`
         #: (``rlark server --worker-env``; default :func:`rlark.settings.worker_env`)
         self.worker_env = tuple(settings.worker_env() if worker_env is None else worker_env)
         self._procs: dict[int, subprocess.Popen] = {}
         self.reservations = reservations or Reservations()
         self._run_places: dict[str, list[tuple[str, int]]] = {}
+        #: run uid -> the Workers' uid this runtime reserved for it
+        self._run_uids: dict[str, int] = {}
         #: port block base -> its size, for the blocks this runtime reserved (unit by unit)
         self._block_sizes: dict[int, int] = {}
         self._capacity: Capacity | None = None
@@ -208,7 +290,13 @@ class LocalRuntime:
         """Each Worker gets the lowest free loopback address from 127.0.0.2 and the lowest free
         block of ports in 20000-32767 sized to its role (:func:`rlark.runtimes.base.local_block_size`;
         free: overlapping no live Worker's range in the store, reserved host-wide unit by unit,
-        and bindable now); its Ray temp dir is ``<settings.ray_tmp_root()>/<run uid>-<rank>``."""
+        and bindable now); its Ray temp dir is ``<settings.ray_tmp_root()>/<run uid>/<rank>``.
+        With an identity of their own (:attr:`identity`), the Run's Workers get a uid no live
+        Run holds (``taken.uids``), reserved host-wide like ports.
+
+        Raises:
+            RuntimeError: no free address, port block or uid.
+        """
         ips, ranges = set(taken.ips), set(taken.port_ranges)
         host_cpus = os.cpu_count() or 1
         tmp_root = Path(settings.ray_tmp_root())
@@ -255,8 +343,9 @@ class LocalRuntime:
                     port_base=base,
                     ray_ports={k: v for k, v in port_layout(
                         base, size, local_worker_ports(role, host_cpus)).items() if k != "gcs"},
-                    ray_temp_dir=str(tmp_root / f"{run_uid}-{w.node_rank}"),
+                    ray_temp_dir=str(tmp_root / run_uid / str(w.node_rank)),
                 )
+            uid = self._reserve_uid(run_uid, taken.uids) if self.identity.own_uid else None
         except BaseException:
             for ip, base in held:
                 res.release("ip", ip)
@@ -265,9 +354,34 @@ class LocalRuntime:
         self._run_places[run_uid] = held
         if head_address is None:
             raise RuntimeError("the Run has no head Worker")
-        return Placement(head_address=head_address, workers=places)
+        for place in places.values():
+            place.uid = uid
+        return Placement(head_address=head_address, workers=places, worker_uid=uid)
+
+    def _reserve_uid(self, run_uid: str, taken: frozenset[int]) -> int:
+        """A uid of :attr:`identity`'s range for the Run, reserved host-wide (``uid-<n>``).
+
+        Raises:
+            RuntimeError: every uid of the range is held by a live Run.
+        """
+        for uid in candidates(run_uid, self.identity.uids, taken):
+            if self.reservations.try_reserve("uid", uid):
+                self._run_uids[run_uid] = uid
+                return uid
+        raise RuntimeError(f"every uid of the Workers' range {self.identity.uids.first}-"
+                           f"{self.identity.uids.last} is held by a live Run; widen "
+                           "RLARK_WORKER_UIDS or wait for Runs to end")
 
     def launch(self, spec: LaunchSpec) -> Launched:
+        """Start the Worker's keeper (:func:`keeper_argv`), which starts the bootstrap with the
+        role's Python: under the Run's uid in its own mount namespace (:meth:`_sandbox`) when
+        Workers have an identity of their own, else as this server's user (refused when this
+        server serves more than one user).
+
+        Raises:
+            FileNotFoundError: the role's interpreter does not exist.
+            RuntimeError: the Worker cannot be given what it needs (the message says what).
+        """
         role = spec.job.role(spec.worker.role)
         python = python_for(role.local.python if role else None)
         if not os.access(python, os.X_OK):
@@ -275,23 +389,35 @@ class LocalRuntime:
                 f"the Python interpreter {python!r} for role {spec.worker.role!r} does not exist "
                 "or is not executable; fix spec.roles[].local.python"
             )
+        if not self.identity.own_uid:
+            many = self.serves_many()
+            if many:
+                raise RuntimeError(many_users_message(many))
         env = worker_environment(os.environ, spec.env,
                                  secret_env(role, spec.secrets) if role is not None else {},
                                  allow=self.worker_env)
-        env.update(ray_auth_env(spec.run_uid, spec.env.get("RLARK_EVENT_TOKEN")))
+        env.update(ray_auth_env(spec.ray_token))
+        if self.allow_unauthenticated_ray:
+            env["RLARK_ALLOW_UNAUTHENTICATED_RAY"] = "1"
+        env.update({"RLARK_KEEPER_BOOTSTRAP": str(BOOTSTRAP_FILE), "RLARK_KEEPER_PYTHON": python})
+        uid = spec.place.uid
+        if uid is not None:
+            env.update(self._sandbox(spec, python, uid))
+        elif spec.place.ray_temp_dir:
+            os.makedirs(os.path.dirname(spec.place.ray_temp_dir), exist_ok=True)
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
         mode = self.isolation.mode
         cgroup = self._make_cgroup(spec) if mode == Mode.cgroup else None
         try:
             with open(spec.log_path, "ab", buffering=0) as log:
                 proc = subprocess.Popen(
-                    worker_argv(python, mode, cgroup),
+                    keeper_argv(mode, cgroup),
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    cwd=spec.env.get("RLARK_WORKING_DIR") or None,
+                    cwd="/",
                 )
         except BaseException:
             if cgroup:
@@ -304,6 +430,120 @@ class LocalRuntime:
             started = None
         return Launched(pid=proc.pid, pid_started=started,
                         handle=iso.handle_of(cgroup) if cgroup else None)
+
+    def _sandbox(self, spec: LaunchSpec, python: str, uid: int) -> dict[str, str]:
+        """Make the Worker's own directories (owned by ``uid``) and return the keeper's settings
+        for its identity and mount namespace (:func:`rlark.runtimes.local_sandbox.plan`) and the
+        Worker's own ``HOME``, ``USER`` and ``TMPDIR``.
+
+        Raises:
+            RuntimeError: a path the Worker needs may not be given to it, or the plan fails.
+        """
+        home = str(settings.rlark_home())
+        dirs = sandbox.worker_dirs(home, settings.ray_tmp_root(), spec.run_uid,
+                                   spec.worker.node_rank)
+        needed = self.worker_paths(spec.job, spec.worker.role, python)
+        problems = [p for p in (sandbox.access_problem(path, what, rlark_home=home,
+                                                       allowed=self.read_paths, stat=os.stat)
+                                for path, what in needed) if p]
+        if problems:
+            raise RuntimeError("; ".join(problems))
+        for d, owner in ((dirs.root, 0), (dirs.home, uid), (dirs.tmp, uid), (dirs.upper, uid),
+                         (dirs.work, 0), (dirs.ray_run, uid), (dirs.ray_temp, uid)):
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            os.chown(d, owner, owner)
+        wd = spec.job.spec.working_dir
+        role = spec.job.role(spec.worker.role)
+        shm = ray_resources(role).object_store_bytes if role is not None else 0
+        try:
+            plan = sandbox.plan(dirs, rlark_home=home,
+                                read_only=[p for p, what in needed if what != "spec.workingDir"],
+                                working_dir=wd if wd and os.path.isabs(wd) else None,
+                                shm_bytes=shm, stat=os.stat)
+        except sandbox.SandboxPlanError as exc:
+            raise RuntimeError(str(exc)) from None
+        return {
+            "RLARK_KEEPER_UID": str(uid), "RLARK_KEEPER_GID": str(uid),
+            "RLARK_KEEPER_SANDBOX": json.dumps(plan),
+            "RLARK_KEEPER_HOST_MNTNS": os.readlink("/proc/self/ns/mnt"),
+            "HOME": dirs.home, "USER": f"rlark-{uid}", "LOGNAME": f"rlark-{uid}",
+            "TMPDIR": "/tmp",
+        }
+
+    def preflight(self, job: Job) -> list[Finding]:
+        """What this machine's identity and sandbox say about ``job`` (Findings, as submit and
+        every launch path report them): a server whose Workers would run as itself refuses when
+        it serves more than one user (``IdentityUnavailable``) and warns otherwise
+        (``WorkersRunAsServer``); a path a Worker needs that may not be given to it is an error
+        (``NotReadableByWorkers``, :func:`rlark.runtimes.local_sandbox.access_problem`); a role
+        whose Ray has no token authentication is an error, or a warning where the server allows
+        unauthenticated Ray (``RayTooOld``)."""
+        out: list[Finding] = []
+        if not self.identity.own_uid:
+            many = self.serves_many()
+            if many:
+                out.append(_err("IdentityUnavailable", "spec.roles", many_users_message(many),
+                                "ask the server's administrator (docs/security.md, \"Worker "
+                                "identity\")"))
+            else:
+                out.append(_warn("WorkersRunAsServer", "spec.roles",
+                                 f"Workers run as this server's own user: {self.identity.why}; a "
+                                 "run script can read the server's credentials and database",
+                                 "fine for one person on their own machine; for a team run the "
+                                 "server as root so each Run gets a uid of its own"))
+        home = str(settings.rlark_home())
+        seen: set[tuple[str, str]] = set()
+        for i, role in enumerate(job.spec.roles):
+            python = python_for(role.local.python)
+            if not os.access(python, os.X_OK):
+                continue  # check_for_local_runtime says PythonNotFound
+            for path, what in self.worker_paths(job, role.name, python):
+                if (path, what) in seen or not self.identity.own_uid:
+                    continue
+                seen.add((path, what))
+                problem = sandbox.access_problem(path, what, rlark_home=home,
+                                                 allowed=self.read_paths, stat=os.stat)
+                if problem:
+                    field = what if what.startswith("spec.") else f"spec.roles[{i}].local.python"
+                    out.append(_err("NotReadableByWorkers", field, problem,
+                                    "see docs/security.md, \"Worker identity\""))
+            version = installed_version(sandbox.python_prefixes(python)[0], "ray")
+            if version is not None and version < RAY_TOKEN_AUTH:
+                shown = ".".join(map(str, version))
+                path = f"spec.roles[{i}].local.python"
+                if self.allow_unauthenticated_ray:
+                    out.append(_warn("RayTooOld", path,
+                                     f"role {role.name!r} runs Ray {shown}, which has no token "
+                                     "authentication (2.52+): its Ray cluster takes any process "
+                                     "of this machine; the server allows that, and the record "
+                                     "says so", "use ray>=2.52"))
+                else:
+                    out.append(_err("RayTooOld", path,
+                                    f"role {role.name!r} runs Ray {shown}, which has no token "
+                                    "authentication (2.52+): any process of this machine could "
+                                    "join its Ray cluster and run code there",
+                                    "use an environment with ray>=2.52 (or an administrator "
+                                    "allows it: rlark server --allow-unauthenticated-ray)"))
+        return out
+
+    def worker_paths(self, job: Job, role_name: str, python: str | None = None) -> list[tuple[str, str]]:
+        """``(path, what)`` of the paths of this machine a Worker of ``role_name`` needs besides
+        its own directories: its Python installation (:func:`~rlark.runtimes.local_sandbox.python_prefixes`)
+        and the Job's ``workingDir`` and absolute RLinf ``configDir``."""
+        role = job.role(role_name)
+        python = python or python_for(role.local.python if role else None)
+        i = next((k for k, r in enumerate(job.spec.roles) if r.name == role_name), 0)
+        what = (f"spec.roles[{i}].local.python" if role is not None and role.local.python
+                else "the server's Python")
+        out = [(p, what) for p in sandbox.python_prefixes(python)]
+        wd = job.spec.working_dir
+        if wd and os.path.isabs(wd):
+            out.append((wd, "spec.workingDir"))
+        ref = job.spec.rlinf
+        if ref is not None and ref.config_dir and os.path.isabs(ref.config_dir) and not (
+                wd and os.path.normpath(ref.config_dir).startswith(os.path.normpath(wd) + "/")):
+            out.append((ref.config_dir, "spec.rlinf.configDir"))
+        return out
 
     def _make_cgroup(self, spec: LaunchSpec) -> str:
         """The Worker's own cgroup, ``<parent>/<run uid>-<rank>``, made empty.
@@ -470,16 +710,27 @@ class LocalRuntime:
                 refused.append(f"port block unit {unit}")
         if size:
             self._block_sizes[ref.port_base] = size
+        if ref.uid is not None and ref.run_uid and ref.run_uid not in self._run_uids:
+            if f"uid-{ref.uid}" in res.held() or res.try_reserve("uid", ref.uid):
+                self._run_uids[ref.run_uid] = ref.uid
+            else:
+                refused.append(f"uid {ref.uid}")
         self._run_places.setdefault(ref.run_uid or "", []).append((ref.node_ip, ref.port_base))
         if refused:
             log.warning("Worker %s: another process holds the reservation of %s", ref.name,
                         ", ".join(refused))
 
     def end_run(self, run_uid: str, namespace: str | None = None) -> None:
-        """Free whatever of the Run is still reserved (Workers that never launched)."""
+        """Free whatever of the Run is still reserved (Workers that never launched, its uid)
+        and remove its Ray temp directory once its Workers' own are gone."""
         for ip, base in self._run_places.pop(run_uid, []):
             self.reservations.release("ip", ip)
             self._release_block(base)
+        self.reservations.release("uid", self._run_uids.pop(run_uid, None))
+        try:
+            os.rmdir(os.path.join(settings.ray_tmp_root(), run_uid))
+        except OSError:
+            pass  # kept Ray temp dirs (RLARK_KEEP_RAY_TEMP=1) or none made
 
     def _release_block(self, base: int | None) -> None:
         """Release every unit of the port block at ``base`` that this runtime reserved."""

@@ -74,14 +74,17 @@ REQUESTS = ("auto", *(m.value for m in Mode))
 
 
 def namespace_argv(mode: Mode) -> list[str]:
-    """The ``unshare`` prefix of a Worker's command line for a namespace mode (pure).
+    """The ``unshare`` prefix of a Worker's command line for a namespace mode (pure): PID, mount
+    (``--mount-proc``) and IPC namespaces of its own.
 
     ``--kill-child=SIGTERM``: if ``unshare`` itself dies, PID 1 of the namespace gets SIGTERM
     and stops the Worker; it also has a handler, so SIGTERM to the group reaches it."""
     argv = ["unshare"]
     if mode == Mode.user_namespace:
         argv.append("--map-current-user")  # implies --user; util-linux 2.38
-    return [*argv, "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM"]
+    # --ipc: System V IPC and POSIX message queues of its own (nothing one Run leaves there
+    # reaches another)
+    return [*argv, "--pid", "--fork", "--mount-proc", "--ipc", "--kill-child=SIGTERM"]
 
 
 def join_cgroup_argv(procs_file: str, argv: list[str]) -> list[str]:

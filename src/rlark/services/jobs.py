@@ -214,8 +214,12 @@ class JobService:
                  kube_secret_keys: Callable[[str | None, str], list[str] | None] | None = None,
                  isolation: dict[str, Any] | None = None,
                  quota_defaults: quotas.Quotas | None = None,
-                 pod_policy: "PodPolicy | None" = None):
+                 pod_policy: "PodPolicy | None" = None,
+                 runtime_checks: Callable[[Job], list[Finding]] | None = None):
         self.store = store
+        #: the runtime's own Findings for a Job (local: who its Workers run as, what of this
+        #: machine they may read; LocalRuntime.preflight); None: none
+        self.runtime_checks = runtime_checks
         #: kubernetes: what Worker Pods may ask for (None: rlark.settings.k8s_pod_policy() at
         #: each preflight)
         self.pod_policy = pod_policy
@@ -268,6 +272,8 @@ class JobService:
             findings = findings + self.secret_findings(job, project)
         if job is not None and self.runtime == "local":
             findings = findings + check_for_local_runtime(job, self.host)
+        if job is not None and self.runtime_checks is not None:
+            findings = findings + self.runtime_checks(job)
         if job is not None and self.runtime == "kubernetes" and not has_errors(findings):
             from rlark.runtimes.kubernetes.preflight import check_for_kubernetes
 

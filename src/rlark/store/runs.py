@@ -6,7 +6,6 @@ the controller: layers point one way (spec -> store -> controller -> runtimes).
 
 from __future__ import annotations
 
-import secrets
 import uuid
 
 from sqlalchemy.orm import Session
@@ -29,7 +28,9 @@ def new_run(job: JobRow, cause: Cause, runtime: str = "local") -> RunRow:
         job=job,
         number=number,
         uid=uuid.uuid4().hex[:12],
-        event_token=secrets.token_hex(16),
+        # lifecycle lines come from each Worker's keeper, out of the workload's reach: no token
+        # (bootstrap/keeper.py)
+        channel="keeper",
         cause=cause,
         runtime=runtime,
         spec=job.spec,

@@ -94,10 +94,21 @@ class RenderOptions:
     allow_root: bool = False
 
 
+#: the Worker's first process (bootstrap/keeper.py), beside worker.py in the ConfigMap
+KEEPER_FILE = BOOTSTRAP_FILE.parent / "keeper.py"
+KEEPER_KEY = "keeper.py"
+
+
 @lru_cache(maxsize=1)
 def bootstrap_source() -> str:
     """The text of ``bootstrap/worker.py`` (read once per process)."""
     return BOOTSTRAP_FILE.read_text()
+
+
+@lru_cache(maxsize=1)
+def keeper_source() -> str:
+    """The text of ``bootstrap/keeper.py`` (read once per process)."""
+    return KEEPER_FILE.read_text()
 
 
 def check_run_id(run_id: str) -> str:
@@ -184,15 +195,17 @@ def _meta(name: str, namespace: str, labels: dict[str, str], owner: dict | None,
 
 
 def render_config_map(job: Job, run_id: str, opts: RenderOptions) -> dict[str, Any]:
-    """The Run's ConfigMap with ``worker.py`` (key ``worker.py``, mounted at /rlark). It is the
-    Run's owner, so it has no ownerReference itself."""
-    source = bootstrap_source()
+    """The Run's ConfigMap with the bootstrap, ``worker.py``, and its keeper, ``keeper.py``
+    (keys of those names, mounted read-only at /rlark). It is the Run's owner, so it has no
+    ownerReference itself."""
+    source, keeper = bootstrap_source(), keeper_source()
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(owner_name(job, run_id), opts.namespace, run_labels(job, run_id), None,
-                          {"rlark.io/bootstrap-sha256": hashlib.sha256(source.encode()).hexdigest()}),
-        "data": {BOOTSTRAP_KEY: source},
+                          {"rlark.io/bootstrap-sha256": hashlib.sha256(source.encode()).hexdigest(),
+                           "rlark.io/keeper-sha256": hashlib.sha256(keeper.encode()).hexdigest()}),
+        "data": {BOOTSTRAP_KEY: source, KEEPER_KEY: keeper},
     }
 
 
@@ -433,7 +446,9 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
         "name": CONTAINER,
         "image": role.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python", f"{BOOTSTRAP_DIR}/{BOOTSTRAP_KEY}"],
+        # the keeper is PID 1 (bootstrap/keeper.py): it writes the lifecycle lines and starts
+        # worker.py beside it; -I -S: nothing from the image's site-packages or PYTHON* variables
+        "command": ["python", "-I", "-S", f"{BOOTSTRAP_DIR}/{KEEPER_KEY}"],
         "env": [{"name": k, "value": v} for k, v in env.items()]
         + env_from_secrets(job, role, run_id, managed)
         + [{"name": "PYTHONUNBUFFERED", "value": "1"}],

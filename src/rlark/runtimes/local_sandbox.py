@@ -1,0 +1,236 @@
+"""What a local Worker may see of this machine, when it runs under an identity of its own.
+
+A Worker whose Run has its own uid (:mod:`rlark.runtimes.local_identity`) sees the file system
+as any other user of this machine does ("others" in the permission bits), in a mount namespace
+of its own that its keeper builds (``bootstrap/keeper.py``, :func:`apply_sandbox`) from the plan
+made here:
+
+* ``$RLARK_HOME`` (database, credentials, secret key, every Run's logs) is covered by an empty
+  tmpfs, whatever its mode, and so is every directory others may not enter that lies above a
+  path RLark gives the Worker (``/root`` when the server's checkout is there): nothing below it is
+  reachable but what the plan binds back.
+* bound back, at their own paths: the Worker's home (its ``HOME``), the Run's Ray temp directory
+  (every Worker of the Run, so nodes of a Ray older than 2.55 find the head's session there),
+  the Python the role runs (read-only), and the Job's ``workingDir`` as a copy-on-write overlay
+  (the Worker reads the files, its writes land in its own directory: a working directory of its
+  own at the same path, so relative paths in the user's config hold);
+* ``/tmp`` and ``/var/tmp`` are the Worker's own directory, ``/dev/shm`` its own tmpfs (sized for
+  Ray's object store), and System V IPC its own namespace, so nothing one Run leaves in a shared
+  place reaches another.
+
+A path RLark binds for the Worker that others could not reach anyway (below a directory of mode
+0700) is given only when it lies under a root the server's administrator allowed
+(``rlark server --worker-read-path``; the server's own Python installation always is), and never
+inside ``$RLARK_HOME``: a member cannot widen what Workers read by naming a path.
+
+Everything here is pure; the stat function is passed in (``os.stat`` in the runtime, a table in
+the tests).
+"""
+
+from __future__ import annotations
+
+import os
+import stat as stat_module
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+StatFn = Callable[[str], os.stat_result]
+
+#: where the keeper stages bind mounts before it covers the hidden directories (must lie outside
+#: every one of them; /run is a tmpfs the server owns on every Linux)
+STAGE_DIR = "/run/rlark-stage"
+#: /dev/shm above Ray's object store (bytes): Ray falls back to /tmp, slower, when /dev/shm is
+#: smaller than the store
+SHM_HEADROOM = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WorkerDirs:
+    """A Worker's own directories on this machine (host paths): ``root``
+    (``$RLARK_HOME/workers/<run uid>/<rank>``) with ``home``, ``tmp`` and the overlay's
+    ``upper`` and ``work`` below it, and the Run's Ray temp directory ``ray_run``
+    (``<ray tmp root>/<run uid>``; the Worker's own is ``<ray_run>/<rank>``)."""
+
+    root: str
+    home: str
+    tmp: str
+    upper: str
+    work: str
+    ray_run: str
+    ray_temp: str
+
+
+def worker_dirs(rlark_home: str, ray_tmp_root: str, run_uid: str, rank: int) -> WorkerDirs:
+    """The directories of Worker ``rank`` of Run ``run_uid`` (pure)."""
+    root = os.path.join(rlark_home, "workers", run_uid, str(rank))
+    ray_run = os.path.join(ray_tmp_root, run_uid)
+    return WorkerDirs(root=root, home=os.path.join(root, "home"), tmp=os.path.join(root, "tmp"),
+                      upper=os.path.join(root, "upper"), work=os.path.join(root, "work"),
+                      ray_run=ray_run, ray_temp=os.path.join(ray_run, str(rank)))
+
+
+def _inside(path: str, root: str) -> bool:
+    path, root = os.path.normpath(path), os.path.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _ancestors(path: str) -> list[str]:
+    """``/``, ``/a``, ``/a/b`` for ``/a/b/c`` (not the path itself)."""
+    parts = [p for p in os.path.normpath(path).split("/") if p]
+    return ["/" + "/".join(parts[:i]) for i in range(len(parts))]
+
+
+def blocking_dir(path: str, stat: StatFn) -> str | None:
+    """The first directory above ``path`` that others may not enter (no ``o+x``), None when
+    every one may be entered (a missing one counts as blocking: nothing can be reached through
+    it)."""
+    for d in _ancestors(path):
+        try:
+            st = stat(d)
+        except OSError:
+            return d
+        if not stat_module.S_ISDIR(st.st_mode) or not st.st_mode & stat_module.S_IXOTH:
+            return d
+    return None
+
+
+def readable_by_others(path: str, stat: StatFn) -> bool:
+    """Others may reach ``path`` and read it (a directory: list and enter it)."""
+    if blocking_dir(path, stat) is not None:
+        return False
+    try:
+        st = stat(path)
+    except OSError:
+        return False
+    need = stat_module.S_IROTH | (stat_module.S_IXOTH if stat_module.S_ISDIR(st.st_mode) else 0)
+    return st.st_mode & need == need
+
+
+def _mode_text(path: str, stat: StatFn) -> str:
+    try:
+        st = stat(path)
+    except OSError as exc:
+        return f"{path} ({exc.strerror or 'missing'})"
+    return f"{path} (mode {stat_module.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid})"
+
+
+def access_problem(path: str, what: str, *, rlark_home: str, allowed: Iterable[str],
+                   stat: StatFn) -> str | None:
+    """Why a local Worker may not be given ``path`` (``what`` names it, e.g. "spec.workingDir"),
+    or None when it may: never inside (or above) ``$RLARK_HOME``; else when others can read it,
+    or it lies under one of the ``allowed`` roots. Pure; the message names the path, what blocks
+    it and the fixes."""
+    real = os.path.normpath(path)
+    if _inside(real, rlark_home) or _inside(rlark_home, real):
+        return (f"{what} {path!r} is {'inside' if _inside(real, rlark_home) else 'above'} the "
+                f"server's state directory {rlark_home} (its database, credentials and every "
+                "Run's logs): Workers never see it")
+    if readable_by_others(real, stat):
+        return None
+    if any(_inside(real, root) for root in allowed):
+        return None
+    block = blocking_dir(real, stat) or real
+    return (f"{what} {path!r} is not readable by the Workers' user (they run under a uid of "
+            f"their own and read what other users of this machine may): {_mode_text(block, stat)}. "
+            "Move it under a directory others may read, make it readable (chmod o+rx), or have "
+            "the server's administrator allow it: rlark server --worker-read-path DIR "
+            "(RLARK_WORKER_READ_PATHS)")
+
+
+class SandboxPlanError(ValueError):
+    """The plan cannot be made (the message says why)."""
+
+
+def plan(dirs: WorkerDirs, *, rlark_home: str, read_only: Iterable[str] = (),
+         working_dir: str | None = None, shm_bytes: int, stat: StatFn,
+         stage: str = STAGE_DIR) -> dict:
+    """The mount plan of one Worker, for the keeper (``bootstrap/keeper.py``, ``apply_sandbox``):
+    ``{"stage", "binds": [{source, target, readonly}], "overlays": [{lower, upper, work,
+    target}], "hide": [dir], "tmpfs": [{target, size, mode}]}`` (pure).
+
+    ``read_only``: paths bound read-only at their own path where others could not reach them
+    (the role's Python installation; checked with :func:`access_problem` before);
+    ``working_dir``: the Job's ``workingDir``, given as an overlay on ``dirs.upper``;
+    ``shm_bytes``: the size of the Worker's ``/dev/shm``.
+
+    Raises:
+        SandboxPlanError: a directory to hide is ``/``, or the stage lies in a hidden one.
+    """
+    binds = [
+        {"source": dirs.home, "target": dirs.home, "readonly": False},
+        {"source": dirs.ray_run, "target": dirs.ray_run, "readonly": False},
+        {"source": dirs.tmp, "target": "/tmp", "readonly": False},
+    ]
+    try:
+        if stat_module.S_ISDIR(stat("/var/tmp").st_mode):
+            binds.append({"source": dirs.tmp, "target": "/var/tmp", "readonly": False})
+    except OSError:
+        pass
+    for path in sorted({os.path.normpath(p) for p in read_only}):
+        if not readable_by_others(path, stat):
+            binds.append({"source": path, "target": path, "readonly": True})
+    overlays = []
+    if working_dir:
+        wd = os.path.normpath(working_dir)
+        overlays.append({"lower": wd, "upper": dirs.upper, "work": dirs.work, "target": wd})
+    for o in overlays:
+        for key in ("lower", "upper", "work"):
+            if any(c in o[key] for c in ",:\\"):
+                raise SandboxPlanError(
+                    f"{o[key]!r} holds ',', ':' or '\\', which an overlay mount cannot take; "
+                    "rename the directory")
+    hide = {os.path.normpath(rlark_home)}
+    for target in [str(b["target"]) for b in binds] + [o["target"] for o in overlays]:
+        block = blocking_dir(target, stat)
+        if block is not None and _exists(block, stat):  # a missing one: the keeper makes it
+            hide.add(block)
+    hide = {h for h in hide if not any(h != o and _inside(h, o) for o in hide)}
+    if "/" in hide:
+        raise SandboxPlanError("others may not enter / on this machine: nothing can be given to "
+                               "a Worker")
+    if any(_inside(stage, h) for h in hide):
+        raise SandboxPlanError(f"the stage directory {stage} lies in {sorted(hide)}, which "
+                               "Workers must not see")
+    return {
+        "stage": stage,
+        "binds": binds,
+        "overlays": overlays,
+        "hide": sorted(hide),
+        "tmpfs": [{"target": "/dev/shm", "size": int(shm_bytes) + SHM_HEADROOM, "mode": "1777"}],
+    }
+
+
+def _exists(path: str, stat: StatFn) -> bool:
+    try:
+        stat(path)
+    except OSError:
+        return False
+    return True
+
+
+def python_prefixes(executable: str, realpath: Callable[[str], str] = os.path.realpath,
+                    read_text: Callable[[str], str] | None = None) -> list[str]:
+    """The installation directories a Python interpreter needs to run: its virtualenv (the
+    directory above ``bin/`` holding ``pyvenv.cfg``) and the base installation (above the
+    ``bin/`` of ``pyvenv.cfg``'s ``home``, and of the interpreter's real path). Reads
+    ``pyvenv.cfg`` (PEP 405) and resolves links; nothing else."""
+    out: list[str] = []
+    read = read_text or (lambda p: open(p, encoding="utf-8").read())
+    env_dir = os.path.dirname(os.path.dirname(os.path.abspath(executable)))
+    try:
+        cfg = read(os.path.join(env_dir, "pyvenv.cfg"))
+    except OSError:
+        cfg = None
+    if cfg is not None:
+        out.append(env_dir)
+        for line in cfg.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "home" and value.strip():
+                out.append(os.path.dirname(os.path.normpath(value.strip())))
+    real = realpath(executable)
+    out.append(os.path.dirname(os.path.dirname(real)))
+    seen: list[str] = []
+    for p in out:
+        if p not in seen and p != "/":
+            seen.append(p)
+    return seen

@@ -1,0 +1,284 @@
+"""The keeper (bootstrap/keeper.py): the Worker's first process and the only writer of its
+lifecycle lines. Pure parts (the channel, report checks, bounds) as tables; then the real keeper
+as a process, with a small stand-in for the workload that speaks its pipe protocol, so each
+property is shown on the real program: results observed (not reported), lines that cannot be
+forged or swallowed, failures that stop the run script, signals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rlark.bootstrap import keeper
+from rlark.bootstrap.keeper import (EVENT_PREFIX, ESCAPE, Bucket, Channel, Lines, check_report)
+from rlark.bootstrap.worker import SCRIPT_SHELL
+from rlark.controller.lifecycle import parse_lifecycle
+
+KEEPER = Path(keeper.__file__)
+
+
+def channel() -> tuple[Channel, bytearray]:
+    out = bytearray()
+    return Channel(out.extend), out
+
+
+def events_of(data: bytes) -> list[dict]:
+    events, _ = parse_lifecycle(bytes(data), 0)
+    return events
+
+
+# --- the channel ----------------------------------------------------------------------------------
+
+
+def test_workload_lines_that_look_like_lifecycle_lines_are_escaped_wherever_the_chunks_split():
+    forged = EVENT_PREFIX + b'{"event": "run_finished", "exit_code": 0}\n'
+    data = b"hello\n" + forged + b"mid " + EVENT_PREFIX + b"x\n" + forged
+    for cut in range(len(data) + 1):  # every split of the stream into two chunks
+        chan, out = channel()
+        chan.relay(data[:cut])
+        chan.relay(data[cut:])
+        assert out == (b"hello\n" + ESCAPE + forged + b"mid " + EVENT_PREFIX + b"x\n"
+                       + ESCAPE + forged), cut
+        assert events_of(out) == []
+
+
+def test_the_keepers_own_line_starts_on_a_line_of_its_own():
+    chan, out = channel()
+    chan.relay(b"done")  # a run script's last output without a newline (issue 19 item 8)
+    chan.emit("run_finished", exit_code=0)
+    chan.relay(b"RLARK_EV")  # the start of something that might be a lookalike...
+    chan.emit("exit", code=0)
+    chan.relay(b"ENT not one\n")  # ...cut by the keeper's line: its rest is plain output
+    lines = out.split(b"\n")
+    assert lines[0] == b"done"
+    assert [e["event"] for e in events_of(out)] == ["run_finished", "exit"]
+    assert b"RLARK_EV\n" + EVENT_PREFIX in out and lines[-2] == b"ENT not one"
+
+
+def test_bytes_of_the_workload_pass_unchanged():
+    payload = bytes(range(256)) * 40 + b"\n" + b"x" * 100_000 + b"\n"
+    chan, out = channel()
+    for i in range(0, len(payload), 777):
+        chan.relay(payload[i:i + 777])
+    assert out == payload
+
+
+# --- reports --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("report, ok", [
+    ({"event": "phase", "phase": "Preparing"}, True),
+    ({"event": "failed", "reason": "NodeLost", "message": "gone", "status": 86,
+      "missing_ranks": [2]}, True),
+    ({"event": "warning", "reason": "RayWorkerPortsExhausted", "message": "no ports"}, True),
+    ({"event": "start_run"}, True),
+    ({"event": "facts", "anything": {"nested": [1, 2]}}, True),
+    # kinds only the keeper writes
+    ({"event": "run_finished", "exit_code": 0}, False),
+    ({"event": "exit", "code": 0}, False),
+    ({"event": "running", "pid": 1}, False),
+    ({"event": "keeper", "protected": True, "uid": 0}, False),
+    ({"event": "stopped"}, False),
+    # typed fields
+    ({"event": "failed", "reason": "not a code", "message": ""}, False),
+    ({"event": "failed", "reason": "NodeLost", "status": 999}, False),
+    ({"event": "failed", "reason": "NodeLost", "status": "0"}, False),
+    ({"event": "failed", "reason": "NodeLost", "missing_ranks": ["x"]}, False),
+    ({"event": "warning", "reason": "X" * 100}, False),
+    ({"event": "phase", "phase": "lower case"}, False),
+    ({"event": "nodes", "joined": "all"}, False),
+    ([1, 2], False),
+])
+def test_what_the_workload_may_report(report, ok):
+    checked, why = check_report(json.dumps(report).encode())
+    assert (checked is not None) == ok, why
+    assert ok or why
+
+
+def test_a_report_over_its_kinds_size_is_refused_and_ts_is_the_keepers():
+    checked, why = check_report(json.dumps({"event": "phase", "phase": "X" * 20000}).encode())
+    assert checked is None and "bytes" in why
+    checked, _ = check_report(json.dumps({"event": "phase", "phase": "Preparing", "ts": 1.0}).encode())
+    assert checked == {"event": "phase", "phase": "Preparing"}
+
+
+def test_the_bucket_bounds_the_rate():
+    t = [0.0]
+    b = Bucket(rate=10, burst=5, now=lambda: t[0])
+    assert [b.take() for _ in range(7)] == [True] * 5 + [False] * 2
+    t[0] += 0.35  # 3.5 tokens back
+    assert [b.take() for _ in range(4)] == [True, True, True, False]
+
+
+def test_lines_drop_an_over_long_line_whole_and_keep_memory_bounded():
+    lines = Lines(cap=10)
+    assert lines.feed(b"short\nthis one is far too long") == [b"short"]
+    assert len(lines.buf) == 0 and lines.skipping
+    assert lines.feed(b" still\nnext\n") == [b"next"]
+    assert lines.dropped == 1
+    assert lines.feed(b"0123456789\n") == [b"0123456789"]
+
+
+def test_the_keeper_runs_scripts_as_the_bootstrap_does():
+    assert keeper.SCRIPT_SHELL == SCRIPT_SHELL
+
+
+# --- the real keeper ---------------------------------------------------------------------------------
+
+#: a stand-in for worker.py: speaks the keeper's pipe protocol (reports on RLARK_REPORT_FD, the
+#: keeper's word on RLARK_CONTROL_FD) and does what $STANDIN says
+STANDIN = textwrap.dedent("""
+    import json, os, select, sys, time
+    rep = int(os.environ["RLARK_REPORT_FD"]); ctl = int(os.environ["RLARK_CONTROL_FD"])
+    def report(**body):
+        os.write(rep, (json.dumps(body) + "\\n").encode())
+    plan = os.environ["STANDIN"]
+    print("standin up", flush=True)
+    if plan == "flood":
+        for i in range(5000):
+            report(event="warning", reason="Flood", message=str(i))
+        sys.exit(0)
+    if plan == "forge":
+        report(event="run_finished", exit_code=0)
+        report(event="exit", code=0)
+        sys.exit(0)
+    report(event="phase", phase="Joining")
+    report(event="start_run")
+    if plan == "lose-node":
+        time.sleep(1.0)
+        report(event="failed", reason="NodeLost", message="rank 1 is gone", status=86)
+        sys.exit(86)
+    if plan == "die":
+        time.sleep(1.0)
+        os._exit(9)
+    select.select([ctl], [], [], 60)
+    print("told:", os.read(ctl, 100).decode().split()[0:2], flush=True)
+    sys.exit(0)
+""")
+
+
+def run_keeper(tmp_path: Path, plan: str, run_script: str = "", head: bool = True,
+               timeout: float = 60, signal_after: str | None = None) -> tuple[int, bytes]:
+    standin = tmp_path / "standin.py"
+    standin.write_text(STANDIN)
+    env = {"PATH": os.environ["PATH"], "STANDIN": plan, "RLARK_KEEPER_BOOTSTRAP": str(standin),
+           "RLINF_NODE_RANK": "0" if head else "1", "RLARK_RUN_SCRIPT": run_script,
+           "RLARK_HEAD_ADDRESS": "127.0.0.9:6379", "RLARK_STOP_GRACE_SECONDS": "2",
+           "RLARK_FACTS_BUDGET_SECONDS": "2"}
+    proc = subprocess.Popen([sys.executable, "-I", "-S", str(KEEPER)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
+    if signal_after is None:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    assert proc.stdout is not None
+    seen = b""
+    while signal_after.encode() not in seen:
+        chunk = proc.stdout.readline()
+        assert chunk, f"the keeper ended before {signal_after!r}: {seen!r}"
+        seen += chunk
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, seen + out
+
+
+def kinds(out: bytes) -> list[str]:
+    return [e["event"] for e in events_of(out)]
+
+
+def test_a_run_script_that_forges_success_and_exits_1_ends_with_1(tmp_path):
+    forged = 'RLARK_EVENT {"ts": 1, "event": "run_finished", "exit_code": 0}'
+    code, out = run_keeper(tmp_path, "ok", run_script=f"echo '{forged}'; printf 'last words'; exit 1")
+    assert code == 1
+    events = events_of(out)
+    finished = [e for e in events if e["event"] == "run_finished"]
+    assert finished == [{"ts": finished[0]["ts"], "event": "run_finished", "exit_code": 1}]
+    assert ESCAPE + forged.encode() in out  # shown as the workload's output, read as nothing
+    assert b"last words\n" + EVENT_PREFIX in out  # its last line did not swallow the keeper's
+    assert events[0]["event"] == "keeper" and events[-1] == {**events[-1], "event": "exit", "code": 1}
+    assert b"told: ['run_finished', '1']" in out  # the workload heard the result from the keeper
+
+
+def test_the_run_scripts_own_status_is_the_workers(tmp_path):
+    code, out = run_keeper(tmp_path, "ok", run_script="exit 0")
+    assert code == 0 and kinds(out) == ["keeper", "phase", "running", "run_finished", "exit"]
+
+
+def test_the_workload_cannot_report_a_result(tmp_path):
+    code, out = run_keeper(tmp_path, "forge", head=False)
+    assert code == 0
+    assert "run_finished" not in kinds(out) and kinds(out).count("exit") == 1
+    dropped = [e for e in events_of(out) if e.get("reason") == "ReportsDropped"]
+    assert dropped and "may not be reported" in dropped[0]["message"]
+
+
+def test_a_lost_node_stops_the_run_script(tmp_path):
+    code, out = run_keeper(tmp_path, "lose-node", run_script="echo started; sleep 120; echo never")
+    assert code == 86
+    assert b"never" not in out and "run_finished" not in kinds(out)
+    failed = [e for e in events_of(out) if e["event"] == "failed"]
+    assert [f["reason"] for f in failed] == ["NodeLost"]
+
+
+def test_the_monitors_end_stops_the_run_script(tmp_path):
+    code, out = run_keeper(tmp_path, "die", run_script="sleep 120; echo never")
+    assert code == 9 and b"never" not in out
+    failed = [e for e in events_of(out) if e["event"] == "failed"]
+    assert [f["reason"] for f in failed] == ["MonitorLost"] and failed[0]["status"] == 86
+
+
+def test_a_flood_of_reports_is_bounded(tmp_path):
+    code, out = run_keeper(tmp_path, "flood", head=False)
+    warnings = [e for e in events_of(out) if e["event"] == "warning"]
+    kept = [w for w in warnings if w["reason"] == "Flood"]
+    assert code == 0 and len(kept) == keeper.MAX_WARNINGS
+    assert any(w["reason"] == "ReportsDropped" for w in warnings)
+    assert len(warnings) < keeper.MAX_WARNINGS + 10
+
+
+def test_sigterm_stops_everything_and_says_so(tmp_path):
+    code, out = run_keeper(tmp_path, "ok", run_script="echo run-up; sleep 120",
+                           signal_after="run-up")
+    assert code == keeper.EXIT_STOPPED
+    assert kinds(out)[-2:] == ["stopped", "exit"] and "run_finished" not in kinds(out)
+
+
+def test_the_keeper_cannot_be_read_by_its_own_uids_other_processes(tmp_path):
+    """Non-dumpable (prctl): a process of the keeper's own uid can read neither its environment
+    nor its descriptors, where the keeper shares its uid with the workload (a Pod; a server
+    that is not root). Run as an unprivileged uid (root may read any process), with the
+    system's Python; the run script's own environment stays readable to it (the control)."""
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="rlark-keeper-"))
+    try:
+        where.chmod(0o755)
+        standin = where / "standin.py"
+        standin.write_text(STANDIN)
+        keeper_copy = where / "keeper.py"
+        keeper_copy.write_text(KEEPER.read_text())
+        probe = ("for f in /proc/$PPID/environ /proc/$PPID/fd/1 /proc/$$/environ; do "
+                 "cat $f >/dev/null 2>&1 && echo READ $f || echo DENIED $f; done; exit 0")
+        env = {"PATH": "/usr/bin:/bin", "STANDIN": "ok", "RLARK_KEEPER_BOOTSTRAP": str(standin),
+               "RLINF_NODE_RANK": "0", "RLARK_RUN_SCRIPT": probe, "RLARK_STOP_GRACE_SECONDS": "2",
+               "RLARK_FACTS_BUDGET_SECONDS": "2", "SECRETISH": "only-the-keeper-holds-this"}
+        identity = {"user": 65534, "group": 65534, "extra_groups": []} if os.geteuid() == 0 else {}
+        done = subprocess.run(["/usr/bin/python3", "-I", "-S", str(keeper_copy)], env=env,
+                              capture_output=True, timeout=60, cwd=where, **identity)
+        out = done.stdout
+        assert done.returncode == 0, out + done.stderr
+        lines = [ln for ln in out.decode().splitlines() if ln.startswith(("READ", "DENIED"))]
+        assert [ln.split()[0] for ln in lines] == ["DENIED", "DENIED", "READ"], lines
+        keeper_line = events_of(out)[0]
+        assert keeper_line["event"] == "keeper" and keeper_line["protected"] is True
+    finally:
+        import shutil
+
+        shutil.rmtree(where, ignore_errors=True)
