@@ -19,7 +19,7 @@ from rlark.runtimes.local import LocalRuntime
 from rlark.runtimes.local_reservations import Reservations
 from tests.k8s_testbed import wait_for
 from tests.server import RlarkServer, assert_nothing_left, ray_tmp_dir
-from tests.test_local_runtime import job_yaml
+from tests.test_local_runtime import exchange_dir, job_yaml
 
 pytestmark = pytest.mark.ray
 
@@ -56,8 +56,10 @@ def test_a_run_that_finishes_while_the_server_is_down_gets_its_true_result(serve
     line of the log once, lifecycle events once, the record written, nothing left."""
     n = 40
     run = f'for i in $(seq 1 {n}); do echo "line-$i"; sleep 0.05; done; while [ ! -e "$GATE" ]; do sleep 0.1; done; echo done-all'
-    gate = server.home / "gate-finish"
-    server.submit(job_yaml("finish", run=run, pool_workers=0, head_env={"GATE": str(gate)}))
+    gates = exchange_dir(server.home.parent / "gates")  # never under $RLARK_HOME: Workers see none of it
+    gate = gates / "gate-finish"
+    server.submit(job_yaml("finish", run=run, pool_workers=0, head_env={"GATE": str(gate)},
+                           shared=gates))
     job = server.wait_phase("finish", {"Running"}, timeout=120)
     server.crash()
     log = Path(job["currentRun"]["workers"][0]["log"])
@@ -135,11 +137,13 @@ def test_a_crash_while_starting_and_while_stopping(server):
     """kill -9 while the head is still in its prepare script: the adopted Run goes on to
     Running. kill -9 again while it is Stopping (its run script takes its time on SIGTERM): the
     next server finishes the stop; nothing is left."""
-    gate, slow = server.home / "gate-prepare", server.home / "gate-stop"
+    gates = exchange_dir(server.home.parent / "gates")
+    gate, slow = gates / "gate-prepare", gates / "gate-stop"
     prepare = f'while [ ! -e {gate} ]; do sleep 0.1; done'
     run = (f'trap "while [ ! -e {slow} ]; do sleep 0.1; done; exit 0" TERM; '
            'echo running; sleep 600 & wait')
-    server.submit(job_yaml("phases", run=run, head_prepare=prepare, pool_workers=0, grace=60))
+    server.submit(job_yaml("phases", run=run, head_prepare=prepare, pool_workers=0, grace=60,
+                           shared=gates))
     wait_for("the head to be preparing", lambda: (server.job("phases")["currentRun"] or {}).get("workers")
              and server.job("phases")["currentRun"]["workers"][0]["phase"] == "Preparing", timeout=120)
     server.crash()

@@ -96,12 +96,18 @@ def server(request, tmp_path_factory):
 def hidden_process(server: RlarkServer, uid: str) -> psutil.Process:
     """The run script's detached ``/bin/sleep 604``, once it exists (bounded)."""
     deadline = time.monotonic() + 30
+    def cmdline(p: psutil.Process) -> list[str]:
+        try:
+            return p.cmdline()
+        except psutil.Error:  # ended (or a zombie) since it was listed
+            return []
+
     while True:  # the run script has just started: wait for its detached child
-        hidden = [p for p in run_processes(uid) if p.cmdline()[:2] == ["/bin/sleep", "604"]]
+        hidden = [p for p in run_processes(uid) if cmdline(p)[:2] == ["/bin/sleep", "604"]]
         if hidden:
             (proc,) = hidden
             return proc
-        assert time.monotonic() < deadline, [p.cmdline() for p in run_processes(uid)]
+        assert time.monotonic() < deadline, [cmdline(p) for p in run_processes(uid)]
         time.sleep(0.2)
 
 

@@ -31,10 +31,8 @@ def job(role_extra: dict):
      "MountNotAppliedLocally", "spec.roles[0].mounts[0]", "warning"),
     ({"mounts": [{"name": "d", "type": "hostPath", "source": "/nonexistent-dir", "mountPath": "/data"}]},
      "MountSourceMissing", "spec.roles[0].mounts[0].source", "warning"),
-    ({"mounts": [{"name": "d", "type": "hostPath", "source": "/tmp", "mountPath": "/data"}]},
-     "MountNotAppliedLocally", "spec.roles[0].mounts[0].mountPath", "warning"),
     ({"nodeSelector": {"gpu": "h100"}}, "NodeSelectorIgnoredLocally", "spec.roles[0].nodeSelector", "warning"),
-], ids=["python-missing", "venv-missing", "pvc", "hostpath-missing", "hostpath-elsewhere", "node-selector"])
+], ids=["python-missing", "venv-missing", "pvc", "hostpath-missing", "node-selector"])
 def test_local_runtime_findings(extra, code, path, severity):
     findings = check_for_local_runtime(job(extra))
     assert [(f.code, f.path, f.severity.value) for f in findings] == [(code, path, severity)]
@@ -49,6 +47,29 @@ def test_local_runtime_findings(extra, code, path, severity):
 ], ids=["python-exe", "venv-dir", "hostpath-same-path", "plain"])
 def test_local_runtime_accepts(extra):
     assert check_for_local_runtime(job(extra)) == []
+
+
+def test_hostpath_mounts_are_bound_for_workers_with_their_own_uid_only(tmp_path):
+    from rlark.runtimes.local import LocalRuntime
+    from rlark.runtimes.local_identity import DEFAULT_RANGE, Identity, UidRange
+
+    shared, private = tmp_path / "shared", tmp_path / "private"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o1777)
+    private.mkdir(mode=0o755)
+    mounts = {"mounts": [
+        {"name": "s", "type": "hostPath", "source": str(shared), "mountPath": "/data"},
+        {"name": "p", "type": "hostPath", "source": str(private), "mountPath": str(private)},
+        {"name": "r", "type": "hostPath", "source": str(private), "mountPath": "/ro", "readOnly": True}]}
+    own = LocalRuntime(identity=Identity("uid", uids=UidRange(*DEFAULT_RANGE)))
+    found = [(f.code, f.path) for f in own._mount_findings(0, job(mounts).spec.roles[0])]
+    # bound at mountPath; the uid of a Run may not write a directory only its owner may
+    assert found == [("HostPathNotWritable", "spec.roles[0].mounts[1].source")]
+    solo = LocalRuntime(identity=Identity("server-user", why="not root", uids=UidRange(*DEFAULT_RANGE)))
+    found = [(f.code, f.path) for f in solo._mount_findings(0, job(mounts).spec.roles[0])]
+    # as the server's own user nothing is bound: a mount elsewhere than its source is not there
+    assert found == [("MountNotAppliedLocally", "spec.roles[0].mounts[0].mountPath"),
+                     ("MountNotAppliedLocally", "spec.roles[0].mounts[2].mountPath")]
 
 
 def test_submit_refuses_a_missing_interpreter_and_keeps_warnings(rlark_home):

@@ -12,6 +12,7 @@ import signal
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import EXAMPLES
@@ -20,17 +21,29 @@ from tests.server import assert_nothing_left, run_processes, serve
 pytestmark = pytest.mark.ray
 
 
+def exchange_dir(path: Path) -> Path:
+    """A directory the test and its Workers share (made, mode 1777 as /tmp: Workers run under a
+    uid of their own), to be given to them as a hostPath mount (:func:`job_yaml` ``shared``)."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o1777)
+    return path
+
+
 def job_yaml(name: str, *, run: str = "echo hello from the head", head_prepare: str = "",
              pool_prepare: str = "", pool_workers: int = 1, join_timeout: int = 180,
              grace: int = 5, prepare_timeout: int = 120, head_env: dict | None = None,
-             cpu: int = 1) -> str:
-    """A Job: role ``head`` (1 Worker) and, unless ``pool_workers`` is 0, role ``pool``."""
+             cpu: int = 1, shared: Path | None = None) -> str:
+    """A Job: role ``head`` (1 Worker) and, unless ``pool_workers`` is 0, role ``pool``;
+    ``shared``: a directory of this machine both roles get at its own path (a hostPath mount)."""
     env = json.dumps([{"name": k, "value": v} for k, v in (head_env or {}).items()])
+    mounts = json.dumps([{"name": "shared", "type": "hostPath", "source": str(shared),
+                          "mountPath": str(shared)}] if shared else [])
     pool = f"""
     - name: pool
       workers: {pool_workers}
       image: docker.io/rlinf/rlinf:0.3.0
       resources: {{cpu: 1, memory: 1Gi}}
+      mounts: {mounts}
       prepareScript: {json.dumps(pool_prepare)}""" if pool_workers else ""
     return f"""
 apiVersion: rlark.io/v1
@@ -46,6 +59,7 @@ spec:
       image: docker.io/rlinf/rlinf:0.3.0
       resources: {{cpu: {cpu}, memory: 1Gi}}
       prepareScript: {json.dumps(head_prepare)}
+      mounts: {mounts}
       env: {env}{pool}
   runScript: {json.dumps(run)}
 """
@@ -324,6 +338,21 @@ def test_quickstart_runs_real_rlinf_placement(server):
     assert not run_processes(job["currentRun"]["uid"])
 
 
+def worker_processes(pid: int) -> list[psutil.Process]:
+    """Every process of the Worker whose ``unshare`` is ``pid``: those in the PID namespace of
+    its keeper (the workload runs in sessions of its own, so its process group is not all)."""
+    keeper = psutil.Process(pid).children()[0]
+    ns = os.readlink(f"/proc/{keeper.pid}/ns/pid")
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.readlink(f"/proc/{p.pid}/ns/pid") == ns:
+                out.append(p)
+        except OSError:
+            continue
+    return out
+
+
 def test_frozen_worker_fails_the_run_with_node_lost(server):
     """A Worker whose processes are all alive but frozen (SIGSTOP) is invisible to the process
     table; Ray's health checks see its node die, and the head fails the Run (fail closed)."""
@@ -334,11 +363,18 @@ def test_frozen_worker_fails_the_run_with_node_lost(server):
     server.submit(job_yaml("frozen", run="sleep 600", grace=3, head_env=fast_health_check))
     job = server.wait_phase("frozen", {"Running"}, timeout=120)
     pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
-    os.killpg(pool["pid"], signal.SIGSTOP)
+    frozen = worker_processes(pool["pid"])
+    assert len(frozen) > 3  # the keeper, the bootstrap, ray start, Ray's own processes
+    for p in frozen:
+        p.send_signal(signal.SIGSTOP)
     try:
         job = server.wait_phase("frozen", {"Failed"}, timeout=90)
     finally:
-        os.killpg(pool["pid"], signal.SIGCONT)
+        for p in frozen:
+            try:
+                p.send_signal(signal.SIGCONT)
+            except psutil.NoSuchProcess:
+                pass
     assert job["reason"] == "NodeLost"
     assert "rank 1" in job["message"]
     assert_nothing_left(server.wait_released("frozen"))

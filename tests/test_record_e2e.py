@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
+from tests.test_local_runtime import exchange_dir
 from tests.server import assert_nothing_left, serve
 
 pytestmark = pytest.mark.ray
@@ -70,8 +71,7 @@ def test_the_quickstarts_record_holds_every_item(server, tmp_path):
     script.write_text(script.read_text() + "\n# an uncommitted change the record must keep\n")
     diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=work, check=True,
                           capture_output=True).stdout
-    out = tmp_path / "outputs"
-    out.mkdir()
+    out = exchange_dir(tmp_path / "outputs")  # Workers run under a uid of their own: writable by others
     override = f"+runner.output_dir={out}/run1"
     doc = yaml.safe_load((work / "job.yaml").read_text())
     doc["spec"]["workingDir"] = str(work)
@@ -164,6 +164,9 @@ def test_a_worker_whose_environment_differs_fails_the_packages_check(server, tmp
                     "failurePolicy": {"joinTimeoutSeconds": 180},
                     "roles": [{"name": "head", "workers": 2, "image": "docker.io/rlinf/rlinf:0.3.0",
                                "resources": {"cpu": 1, "memory": "1Gi"},
+                               # Workers see the machine's files only as mounts give them
+                               "mounts": [{"name": "site", "type": "hostPath", "source": str(extra),
+                                           "mountPath": str(extra), "readOnly": True}],
                                "env": [{"name": "PYTHONPATH", "value": str(extra)}]}]}}
     server.submit(yaml.safe_dump(doc))
     job = server.wait_phase("envdiff", {"Succeeded", "Failed"}, timeout=180)

@@ -157,6 +157,8 @@ def facts(rank: int, role: str, *, gpus: int = 0, packages=("ray==2.60.0", "rlin
         "ray_node_table": {"labels": {"rlark.io/node-rank": str(rank), "rlark.io/role": role},
                            "resources": {"CPU": 1.0, "GPU": float(gpus)}},
         "factsSeconds": 0.2,
+        "keeper": {"protected": True, "uid": 1879048200, "sandbox": True},
+        "ray_auth": {"mode": "token"},
     }
 
 
@@ -272,6 +274,24 @@ def test_the_resolved_config_rlinf_wrote_wins():
         "hydra-output", "/w/outputs/1", ["runner.max_steps=4"])
     assert resolved["data"]["runner"]["max_steps"] == 4
     assert "hydra_output" not in rec["workers"]["items"][0]["facts"]
+
+
+def test_the_isolation_check_says_what_each_worker_ran_as():
+    rows_ = rows()
+    workers = rows_[2]
+    workers[1].facts = {**workers[1].facts, "ray_auth": {"mode": "none", "why": "Ray 2.47 has no "
+                                                                               "token authentication"}}
+    workers[2].facts = {**workers[2].facts, "keeper": {"protected": False, "uid": 1000,
+                                                       "unprotected": "prctl failed"}}
+    check = {c["id"]: c for c in build_record(*rows_, composed=COMPOSED, probes=PROBES)
+             ["checks"]["items"]}["isolation"]
+    assert check["status"] == "warn"
+    assert any("rank 1" in e and "without token authentication" in e for e in check["evidence"])
+    assert any("rank 2" in e and "prctl failed" in e for e in check["evidence"])
+    workers[0].facts = {k: v for k, v in workers[0].facts.items() if k != "keeper"}
+    check = {c["id"]: c for c in build_record(*rows_, composed=COMPOSED, probes=PROBES)
+             ["checks"]["items"]}["isolation"]
+    assert check["status"] == "fail" and "rank 0" in check["evidence"][0]
 
 
 def test_run_checks_on_an_empty_record_say_what_is_missing():

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.server import RlarkServer, ray_tmp_dir
-from tests.test_local_runtime import job_yaml
+from tests.test_local_runtime import exchange_dir, job_yaml
 
 pytestmark = pytest.mark.ray
 
@@ -81,8 +81,9 @@ def test_a_secret_reaches_the_run_script_and_no_reader(server, tmp_path):
     set_it = cli(server, "secret", "set", "wandb", "api_key", stdin=VALUE + "\n")
     assert set_it.returncode == 0, set_it.stderr
     assert VALUE not in set_it.stdout + set_it.stderr and "set api_key" in set_it.stdout
-    env_file = tmp_path / "worker-env.txt"
-    doc = yaml.safe_load(job_yaml("sec", pool_workers=0, run=(
+    shared = exchange_dir(tmp_path / "shared")
+    env_file = shared / "worker-env.txt"
+    doc = yaml.safe_load(job_yaml("sec", pool_workers=0, shared=shared, run=(
         f"printenv > {env_file}; echo the key is $WANDB_API_KEY; exit 3")))
     doc["spec"]["roles"][0]["env"] = [
         {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api_key"}}},

@@ -790,6 +790,13 @@ def nodes(
                            + ("" if iso.get("strong") else " (WEAK: a process that calls setsid() "
                               "can outlive its Worker)")
                            + (f" [{detail}]" if detail else ""), style=style))
+            who = iso.get("identity") or {}
+            if who.get("mode") == "uid":
+                out.print(Text(f"Worker identity: a uid of each Run's own ({who.get('uids')}), "
+                               "a mount namespace that hides this server's files"))
+            elif who:
+                out.print(Text(f"Worker identity: this server's own user ({who.get('why')}); a "
+                               "run script can read the server's files", style="yellow"))
 
 
 get_app.command("nodes")(nodes)

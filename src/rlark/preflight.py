@@ -799,10 +799,10 @@ def _local_ports(job: Job, host_cpus: int) -> Iterator[Finding]:
 
 
 def check_for_local_runtime(job: Job, host: dict[str, float] | None = None) -> list[Finding]:
-    """What the local runtime cannot honour: it runs every Worker on this machine with this
-    machine's filesystem, so mounts are not applied (a hostPath source is visible at its own
-    path, not at mountPath) and node selectors mean nothing (warnings); a role's
-    ``local.python`` must exist here (error). ``host`` is the machine's capacity as
+    """What the local runtime cannot honour: pvc and objectStorage mounts are not applied, a
+    hostPath source must exist, and node selectors mean nothing (warnings); a role's
+    ``local.python`` must exist here (error). Whether a hostPath mount is bound at its
+    ``mountPath`` depends on the Workers' identity: ``LocalRuntime.preflight`` says. ``host`` is the machine's capacity as
     :func:`host_capacity` returns it (default: measured now)."""
     findings: list[Finding] = list(_host_capacity(job, host))
     findings.extend(_local_ports(job, int((host or {}).get("cpu") or os.cpu_count() or 1)))
@@ -828,13 +828,6 @@ def check_for_local_runtime(job: Job, host: dict[str, float] | None = None) -> l
                     "MountSourceMissing", f"{path}.source",
                     f"{path}.source = {mount.source!r} does not exist on this machine",
                     "create it or fix the path",
-                ))
-            elif os.path.normpath(mount.source) != os.path.normpath(mount.mount_path):
-                findings.append(_warn(
-                    "MountNotAppliedLocally", f"{path}.mountPath",
-                    f"{path}.mountPath = {mount.mount_path!r}: the local runtime does not bind "
-                    f"mounts; Workers see {mount.source!r} at its own path",
-                    "point your scripts at the source path, or make mountPath equal to it",
                 ))
         python = role.local.python
         if python and os.path.isabs(python):

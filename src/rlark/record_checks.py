@@ -32,6 +32,10 @@ id                     what it verifies (fail / warn)
                        a missing log, warn for one without its lifecycle lines
 ``outputs-readable``   after the Run, the output locations can be read again (the server looked):
                        fail when one is missing or unreadable, warn when not looked at
+``isolation``          who each Worker ran as and whether its Ray cluster took only the Run's
+                       token: warn when a keeper's channel was not protected or Ray ran without
+                       token authentication (a server policy); fail for a joined Worker that
+                       says nothing of it
 =====================  ==========================================================================
 """
 
@@ -59,6 +63,7 @@ ITEMS: dict[str, str] = {
     "node-rank": "RLINF_NODE_RANK is as intended",
     "logs": "logs that show start, progress and failure",
     "outputs-readable": "outputs can be read again",
+    "isolation": "the Run's own identity, lifecycle channel and Ray token",
 }
 STATUSES = ("pass", "warn", "fail")
 
@@ -456,13 +461,37 @@ def check_outputs(rec: dict[str, Any], probes: dict[str, Any] | None) -> dict[st
     return _check("outputs-readable", fails, warns, passes)
 
 
+def check_isolation(rec: dict[str, Any]) -> dict[str, Any]:
+    """From each Worker's ``keeper`` and ``ray_auth`` facts (bootstrap/keeper.py, worker.py)."""
+    fails, warns, passes = [], [], []
+    for w in _workers(rec):
+        facts = w.get("facts") or {}
+        keeper, auth = facts.get("keeper"), facts.get("ray_auth")
+        if not isinstance(keeper, dict) or not isinstance(auth, dict):
+            if w.get("joined"):
+                fails.append(f"{_who(w)} reported no {'keeper' if not isinstance(keeper, dict) else 'Ray authentication'} "
+                             "line (a Worker started by an older RLark, or its log lost it)")
+            continue
+        if not keeper.get("protected"):
+            warns.append(f"{_who(w)}: its lifecycle channel was within the workload's reach "
+                         f"({keeper.get('unprotected') or 'the keeper could not protect itself'}); "
+                         "its result was taken from what the runtime observed")
+        if auth.get("mode") != "token":
+            warns.append(f"{_who(w)}: Ray without token authentication ({auth.get('why')})")
+        else:
+            passes.append(f"{_who(w)}: uid {keeper.get('uid')}"
+                          f"{', own file system view' if keeper.get('sandbox') else ''}, "
+                          "Ray token authentication")
+    return _check("isolation", fails, warns, passes)
+
+
 def run_checks(rec: dict[str, Any], probes: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every check of the module table on a record (version 2 layout): ``{"status": worst,
     "items": [{"id", "item", "status", "evidence": [str]}]}``, in the table's order."""
     items = [check_code(rec), check_versions(rec), check_packages(rec), check_images(rec),
              check_configs(rec), check_locations(rec), check_workers(rec), check_resources(rec),
              check_node_grouping(rec), check_ray_nodes(rec), check_node_rank(rec),
-             check_logs(rec, probes), check_outputs(rec, probes)]
+             check_logs(rec, probes), check_outputs(rec, probes), check_isolation(rec)]
     worst = max((STATUSES.index(i["status"]) for i in items), default=0)
     return {"status": STATUSES[worst], "items": items}
 

@@ -244,7 +244,9 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
                          pending_timeout=pending,
                          namespace=k8s_first.namespace if k8s_first is not None else None,
                          secret_box=box, kube_secret_keys=kube_secret_keys,
-                         isolation=local_first.isolation.view() if local_first is not None else None,
+                         isolation={**local_first.isolation.view(),
+                                    "identity": local_first.identity.view()}
+                         if local_first is not None else None,
                          quota_defaults=quota_defaults, pod_policy=pod_policy,
                          runtime_checks=local_first.preflight if local_first is not None else None)
     auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),

@@ -12,6 +12,7 @@ import json
 import os
 import re
 
+from rlark.bootstrap.keeper import ESCAPE
 from rlark.bootstrap.worker import EVENT_PREFIX
 from rlark.loglines import MAX_LINE_BYTES
 
@@ -149,11 +150,16 @@ _RAY_STARTUP_NOTICE = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+\tWARNING authenticat
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+#: a workload line that looked like a lifecycle line, as the keeper relays it (keeper.py ESCAPE)
+_ESCAPED_EVENT = ESCAPE.decode() + EVENT_PREFIX
+
+
 def is_noise(line: str) -> bool:
     """A line that never explains a failure: a lifecycle line (any, with or without this Run's
-    token), ``ray start``'s progress output, or a blank line."""
-    return (not line.strip() or line.startswith(EVENT_PREFIX) or bool(_RAY_PROGRESS.match(line))
-            or bool(_RAY_STARTUP_NOTICE.match(line)))
+    token, or one the workload printed, relayed escaped), ``ray start``'s progress output, or a
+    blank line."""
+    return (not line.strip() or line.startswith((EVENT_PREFIX, _ESCAPED_EVENT))
+            or bool(_RAY_PROGRESS.match(line)) or bool(_RAY_STARTUP_NOTICE.match(line)))
 
 
 def tail_lines(data: bytes, max_lines: int = TAIL_MAX_LINES, max_bytes: int = TAIL_MAX_BYTES,

@@ -56,7 +56,7 @@ from rlark.runtimes.local_ports import block_units, can_bind, pick_loopback, pic
 from rlark.findings import Finding
 from rlark.findings import error as _err
 from rlark.findings import warning as _warn
-from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job
+from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job, MountType, Role
 
 log = logging.getLogger("rlark.runtime.local")
 
@@ -205,6 +205,13 @@ def python_for(spec_python: str | None) -> str:
     if path.is_dir():
         return str(path / "bin" / "python")
     return str(path)
+
+
+def host_mounts(role: Role) -> list[tuple[str, str, bool]]:
+    """A role's ``hostPath`` mounts as ``(source, mountPath, readOnly)`` (pure): what the local
+    runtime binds into each Worker's mount namespace, as Kubernetes mounts a hostPath volume."""
+    return [(m.source, m.mount_path, m.read_only) for m in role.mounts
+            if m.type == MountType.host_path]
 
 
 def _held_ips(res: Reservations) -> set[str]:
@@ -445,7 +452,7 @@ class LocalRuntime:
         needed = self.worker_paths(spec.job, spec.worker.role, python)
         problems = [p for p in (sandbox.access_problem(path, what, rlark_home=home,
                                                        allowed=self.read_paths, stat=os.stat)
-                                for path, what in needed) if p]
+                                for path, what, _ in needed) if p]
         if problems:
             raise RuntimeError("; ".join(problems))
         for d, owner in ((dirs.root, 0), (dirs.home, uid), (dirs.tmp, uid), (dirs.upper, uid),
@@ -457,9 +464,10 @@ class LocalRuntime:
         shm = ray_resources(role).object_store_bytes if role is not None else 0
         try:
             plan = sandbox.plan(dirs, rlark_home=home,
-                                read_only=[p for p, what in needed if what != "spec.workingDir"],
+                                read_only=[p for p, _, kind in needed if kind in ("python", "config")],
                                 working_dir=wd if wd and os.path.isabs(wd) else None,
-                                shm_bytes=shm, stat=os.stat)
+                                shm_bytes=shm, stat=os.stat,
+                                host_mounts=host_mounts(role) if role is not None else ())
         except sandbox.SandboxPlanError as exc:
             raise RuntimeError(str(exc)) from None
         return {
@@ -494,10 +502,11 @@ class LocalRuntime:
         home = str(settings.rlark_home())
         seen: set[tuple[str, str]] = set()
         for i, role in enumerate(job.spec.roles):
+            out.extend(self._mount_findings(i, role))
             python = python_for(role.local.python)
             if not os.access(python, os.X_OK):
                 continue  # check_for_local_runtime says PythonNotFound
-            for path, what in self.worker_paths(job, role.name, python):
+            for path, what, _ in self.worker_paths(job, role.name, python):
                 if (path, what) in seen or not self.identity.own_uid:
                     continue
                 seen.add((path, what))
@@ -526,23 +535,56 @@ class LocalRuntime:
                                     "allows it: rlark server --allow-unauthenticated-ray)"))
         return out
 
-    def worker_paths(self, job: Job, role_name: str, python: str | None = None) -> list[tuple[str, str]]:
-        """``(path, what)`` of the paths of this machine a Worker of ``role_name`` needs besides
-        its own directories: its Python installation (:func:`~rlark.runtimes.local_sandbox.python_prefixes`)
-        and the Job's ``workingDir`` and absolute RLinf ``configDir``."""
+    def _mount_findings(self, i: int, role: Role) -> list[Finding]:
+        """hostPath mounts: bound at ``mountPath`` in a Worker's own mount namespace (identity
+        ``uid``), where writing needs its uid to be allowed (``HostPathNotWritable`` when others
+        may not write there); not applied at all where Workers run as the server's user
+        (``MountNotAppliedLocally``: they see the source at its own path)."""
+        out = []
+        for j, m in enumerate(role.mounts):
+            if m.type != MountType.host_path or not os.path.isdir(m.source):
+                continue
+            path = f"spec.roles[{i}].mounts[{j}]"
+            if not self.identity.own_uid:
+                if os.path.normpath(m.source) != os.path.normpath(m.mount_path):
+                    out.append(_warn(
+                        "MountNotAppliedLocally", f"{path}.mountPath",
+                        f"{path}.mountPath = {m.mount_path!r}: Workers that run as this server's "
+                        f"own user get no mounts; they see {m.source!r} at its own path",
+                        "point your scripts at the source path, or make mountPath equal to it"))
+            elif not m.read_only and not os.stat(m.source).st_mode & 0o002:
+                out.append(_warn(
+                    "HostPathNotWritable", f"{path}.source",
+                    f"{path}.source = {m.source!r}: Workers run under a uid of their own, which "
+                    "may not write there (only its owner and group may)",
+                    "use a directory others may write (chmod o+w, or 1777 like /tmp), or set "
+                    "readOnly: true if the Job only reads it"))
+        return out
+
+    def worker_paths(self, job: Job, role_name: str,
+                     python: str | None = None) -> list[tuple[str, str, str]]:
+        """``(path, what, kind)`` of the paths of this machine a Worker of ``role_name`` needs
+        besides its own directories (``what`` names the field; ``kind``: ``python``,
+        ``workingDir``, ``config`` or ``mount``): its Python installation
+        (:func:`~rlark.runtimes.local_sandbox.python_prefixes`), the Job's ``workingDir`` and
+        absolute RLinf ``configDir``, and the sources of its ``hostPath`` mounts."""
         role = job.role(role_name)
         python = python or python_for(role.local.python if role else None)
         i = next((k for k, r in enumerate(job.spec.roles) if r.name == role_name), 0)
         what = (f"spec.roles[{i}].local.python" if role is not None and role.local.python
                 else "the server's Python")
-        out = [(p, what) for p in sandbox.python_prefixes(python)]
+        out = [(p, what, "python") for p in sandbox.python_prefixes(python)]
         wd = job.spec.working_dir
         if wd and os.path.isabs(wd):
-            out.append((wd, "spec.workingDir"))
+            out.append((wd, "spec.workingDir", "workingDir"))
         ref = job.spec.rlinf
         if ref is not None and ref.config_dir and os.path.isabs(ref.config_dir) and not (
                 wd and os.path.normpath(ref.config_dir).startswith(os.path.normpath(wd) + "/")):
-            out.append((ref.config_dir, "spec.rlinf.configDir"))
+            out.append((ref.config_dir, "spec.rlinf.configDir", "config"))
+        if role is not None:
+            for j, m in enumerate(role.mounts):
+                if m.type == MountType.host_path:
+                    out.append((m.source, f"spec.roles[{i}].mounts[{j}].source", "mount"))
         return out
 
     def _make_cgroup(self, spec: LaunchSpec) -> str:

@@ -143,6 +143,7 @@ class SandboxPlanError(ValueError):
 
 def plan(dirs: WorkerDirs, *, rlark_home: str, read_only: Iterable[str] = (),
          working_dir: str | None = None, shm_bytes: int, stat: StatFn,
+         host_mounts: Iterable[tuple[str, str, bool]] = (),
          stage: str = STAGE_DIR) -> dict:
     """The mount plan of one Worker, for the keeper (``bootstrap/keeper.py``, ``apply_sandbox``):
     ``{"stage", "binds": [{source, target, readonly}], "overlays": [{lower, upper, work,
@@ -151,7 +152,9 @@ def plan(dirs: WorkerDirs, *, rlark_home: str, read_only: Iterable[str] = (),
     ``read_only``: paths bound read-only at their own path where others could not reach them
     (the role's Python installation; checked with :func:`access_problem` before);
     ``working_dir``: the Job's ``workingDir``, given as an overlay on ``dirs.upper``;
-    ``shm_bytes``: the size of the Worker's ``/dev/shm``.
+    ``shm_bytes``: the size of the Worker's ``/dev/shm``; ``host_mounts``: the role's
+    ``hostPath`` mounts as ``(source, mountPath, readOnly)``, bound at ``mountPath`` (checked
+    with :func:`access_problem` before; the Worker writes there only where its uid may).
 
     Raises:
         SandboxPlanError: a directory to hide is ``/``, or the stage lies in a hidden one.
@@ -169,6 +172,9 @@ def plan(dirs: WorkerDirs, *, rlark_home: str, read_only: Iterable[str] = (),
     for path in sorted({os.path.normpath(p) for p in read_only}):
         if not readable_by_others(path, stat):
             binds.append({"source": path, "target": path, "readonly": True})
+    for source, target, ro in host_mounts:
+        binds.append({"source": os.path.normpath(source), "target": os.path.normpath(target),
+                      "readonly": bool(ro)})
     overlays = []
     if working_dir:
         wd = os.path.normpath(working_dir)
