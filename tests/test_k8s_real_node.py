@@ -59,6 +59,12 @@ def phase(tb, namespace: str, name: str) -> str | None:
     return pod and (pod.get("status") or {}).get("phase")
 
 
+def wait_phase(tb, namespace: str, name: str, phases: tuple[str, ...], timeout: float = WAIT) -> str:
+    """The Pod's phase once it is one of ``phases`` (fails naming the last phase seen)."""
+    return wait_until(f"Pod {name} to be {' or '.join(phases)}",
+                      lambda: (p := phase(tb, namespace, name)) in phases and p, timeout)
+
+
 def describe(tb, namespace: str, name: str) -> str:
     """The Pod's status and Events, for a failure message."""
     pod = pod_dict(tb, namespace, name) or {}
@@ -103,15 +109,14 @@ def test_restricted_pod_runs_and_its_log_comes_back_through_the_api_server(k8s_r
     body = worker_pod(tb, "plain", ["python", "-c", probe])
     created = time.monotonic()
     tb.core_v1().create_namespaced_pod(real_ns, body)  # as RLark's ServiceAccount
-    running = wait_until("Pod plain to start", lambda: phase(tb, real_ns, "plain") in ("Running", "Succeeded", "Failed"))
+    wait_phase(tb, real_ns, "plain", ("Running", "Succeeded", "Failed"))
     record_property("pod_started_seconds", round(time.monotonic() - created, 2))
-    assert running
-    ended = wait_until("Pod plain to end", lambda: phase(tb, real_ns, "plain") in ("Succeeded", "Failed"))
+    ended = wait_phase(tb, real_ns, "plain", ("Succeeded", "Failed"))
     assert ended == "Succeeded", describe(tb, real_ns, "plain")
 
     log = tb.core_v1().read_namespaced_pod_log("plain", real_ns, container="worker")
     probes = [json.loads(line.split(" ", 1)[1]) for line in log.splitlines() if line.startswith("PROBE ")]
-    assert probes == [{"uid": 1000, "gid": 0, "cap_eff": "0000000000000000", "seccomp": "2",
+    assert probes == [{"uid": 1000, "gid": 1000, "cap_eff": "0000000000000000", "seccomp": "2",
                        "no_new_privs": "1", "hostname": "plain"}], log
     pod = pod_dict(tb, real_ns, "plain")
     assert pod["spec"]["nodeName"] == REAL_NODE
@@ -148,7 +153,7 @@ def test_ray_cluster_forms_across_two_pods_through_the_headless_service(k8s_real
     host = head_address(job, real_ns).rsplit(":", 1)[0]
     assert host == f"{job.name}-head.{real_ns}.svc"
 
-    ended = wait_until(f"head Pod {head} to end", lambda: phase(tb, real_ns, head) in ("Succeeded", "Failed"), timeout=300)
+    ended = wait_phase(tb, real_ns, head, ("Succeeded", "Failed"), timeout=300)
     head_log = tb.core_v1().read_namespaced_pod_log(head, real_ns, container="worker")
     assert ended == "Succeeded", f"{describe(tb, real_ns, head)}\nhead log:\n{head_log[-4000:]}\n" \
         f"other log:\n{tb.core_v1().read_namespaced_pod_log(other, real_ns, container='worker')[-4000:]}"
@@ -172,7 +177,7 @@ def test_pod_status_names_the_image_digest_pod_ip_and_node(k8s_real_node, real_n
 
     tb = k8s_real_node
     tb.core_v1().create_namespaced_pod(real_ns, worker_pod(tb, "facts", ["python", "-c", "print('ok')"]))
-    ended = wait_until("Pod facts to end", lambda: phase(tb, real_ns, "facts") in ("Succeeded", "Failed"))
+    ended = wait_phase(tb, real_ns, "facts", ("Succeeded", "Failed"))
     assert ended == "Succeeded", describe(tb, real_ns, "facts")
     facts = facts_of(pod_dict(tb, real_ns, "facts"))
     assert facts["image"] == tb.image
@@ -206,7 +211,7 @@ def test_container_killed_from_outside_ends_with_a_non_zero_exit_code(k8s_real_n
     wait_until("Pod victim to print READY", ready)
     tb.kill_container(real_ns, "victim", "worker", signal.SIGKILL)
 
-    ended = wait_until("Pod victim to fail", lambda: phase(tb, real_ns, "victim") in ("Succeeded", "Failed"), timeout=60)
+    ended = wait_phase(tb, real_ns, "victim", ("Succeeded", "Failed"), timeout=60)
     pod = pod_dict(tb, real_ns, "victim")
     assert ended == "Failed", describe(tb, real_ns, "victim")
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
