@@ -122,6 +122,40 @@ def test_restricted_pod_runs_and_its_log_comes_back_through_the_api_server(k8s_r
     assert pod["spec"]["nodeName"] == REAL_NODE
 
 
+def test_cluster_dns_answers_a_headless_services_names_inside_pods(k8s_real_node, real_ns):
+    """CoreDNS (the kubelet's clusterDNS, the Pods' resolv.conf search list): a headless
+    Service's short and namespaced names and its Pod's own name (hostname.subdomain) answer the
+    Pod's IP from another Pod; a name nobody has does not resolve."""
+    tb = k8s_real_node
+    admin = tb.admin()
+    admin.create_namespaced_service(real_ns, {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "hl"},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"app": "hl"},
+                 "ports": [{"name": "gcs", "port": 6379}]}})
+    member = worker_pod(tb, "member", ["python", "-c", "import time; time.sleep(600)"])
+    member["metadata"]["labels"] = {"app": "hl"}
+    member["spec"].update(hostname="m0", subdomain="hl")
+    admin.create_namespaced_pod(real_ns, member)
+    wait_phase(tb, real_ns, "member", ("Running",))
+    member_ip = pod_dict(tb, real_ns, "member")["status"]["podIP"]
+    names = ["hl", f"hl.{real_ns}.svc", f"hl.{real_ns}.svc.cluster.local", "m0.hl",
+             f"m0.hl.{real_ns}.svc.cluster.local", f"nosuch.{real_ns}.svc"]
+    # bounded retries inside the Pod: the EndpointSlice reaches CoreDNS a moment after the Pod's IP
+    lookup = ("import json, socket, sys, time\n"
+              "def ip(n):\n"
+              "    try: return socket.gethostbyname(n)\n"
+              "    except OSError: return None\n"
+              "deadline = time.time() + 60\n"
+              "while not ip(sys.argv[1]) and time.time() < deadline: time.sleep(0.2)\n"
+              "print('DNS ' + json.dumps({n: ip(n) for n in sys.argv[1:]}))\n")
+    admin.create_namespaced_pod(real_ns, worker_pod(tb, "asker", ["python", "-c", lookup, *names]))
+    ended = wait_phase(tb, real_ns, "asker", ("Succeeded", "Failed"))
+    log = tb.core_v1().read_namespaced_pod_log("asker", real_ns, container="worker")
+    assert ended == "Succeeded", log
+    answers = [json.loads(line[4:]) for line in log.splitlines() if line.startswith("DNS ")]
+    assert answers == [{**{n: member_ip for n in names[:-1]}, names[-1]: None}], log
+
+
 def test_ray_cluster_forms_across_two_pods_through_the_headless_service(k8s_real_node, real_ns):
     """RLark's rendered Run (as ``rlark render`` makes it, created as RLark's ServiceAccount):
     the bootstrap starts Ray's head in one Pod; the other Pod's ``ray start`` finds it through

@@ -381,8 +381,9 @@ node_up() {  # start containerd, import the images, start CoreDNS and the kubele
         # imageID (an import records only the tag: the imageID would be the config's digest)
         ctr_ -n k8s.io images tag "$name" "${name%:*}@$digest" >>"$DIR/logs/import.log" 2>&1 \
             || { tail -n 20 "$DIR/logs/import.log" >&2; die "could not name $name by its digest $digest"; }
-        ctr_ -n k8s.io images ls -q 2>>"$DIR/logs/import.log" | grep -qx "$name" \
-            || die "containerd has no $name after importing $img/image.tar"
+        local names
+        names=$(ctr_ -n k8s.io images ls -q 2>>"$DIR/logs/import.log") || die "ctr images ls failed"
+        grep -qx "$name" <<<"$names" || die "containerd has no $name after importing $img/image.tar"
         say "real node: imported $name ($digest) in $(elapsed "$t0") s"
     done
 
@@ -408,7 +409,18 @@ node_down() {  # stop the kubelet, CoreDNS, every container and containerd; undo
     [ -d "$n" ] || return 0
     stop_component kubelet
     stop_component coredns
-    # SIGTERM leaves the shims and containers running (by design): the cgroup takes them all
+    # every container killed and deleted through containerd while it runs, so each shim exits
+    # and removes its socket (under /run/containerd/s whatever containerd's state directory)
+    if alive containerd; then
+        local t
+        for t in $(timeout 20 "$CONTAINERD_DIR/bin/ctr" --address "$n/containerd/containerd.sock" \
+                   -n k8s.io tasks ls -q 2>/dev/null); do
+            timeout 20 "$CONTAINERD_DIR/bin/ctr" --address "$n/containerd/containerd.sock" \
+                -n k8s.io tasks delete --force "$t" >/dev/null 2>&1 || true
+        done
+    fi
+    # SIGTERM leaves the shims and containers running (by design): what is left, the cgroup
+    # takes
     stop_component containerd
     if [ -n "${CGROUP_ROOT:-}" ]; then
         kill_cgroup "$CGROUP_ROOT" || rc=1
@@ -440,12 +452,21 @@ node_down() {  # stop the kubelet, CoreDNS, every container and containerd; undo
             case $p in
                 /var/lib/kubelet) rm -rf /var/lib/kubelet ;;
                 /var/log/containers) rmdir /var/log/containers 2>/dev/null || true ;;
-                # only its empty directories: anything else there is not the test bed's
-                /run/containerd) find /run/containerd -depth -type d -empty -delete 2>/dev/null || true ;;
+                # the sockets of shims that were killed (no process has them open: not in
+                # /proc/net/unix), then its empty directories; anything else is not the test bed's
+                /run/containerd)
+                    local sock
+                    for sock in /run/containerd/s/*; do
+                        [ -S "$sock" ] && ! grep -qF " $sock" /proc/net/unix && rm -f "$sock"
+                    done
+                    find /run/containerd -depth -type d -empty -delete 2>/dev/null || true ;;
             esac
         done <"$n/host-paths"
     fi
-    [ -f "$REAL_NODE_MARKER" ] && [ "$(cat "$REAL_NODE_MARKER")" = "$DIR" ] && rm -f "$REAL_NODE_MARKER"
+    if [ -f "$REAL_NODE_MARKER" ] && [ "$(cat "$REAL_NODE_MARKER")" = "$DIR" ]; then
+        rm -f "$REAL_NODE_MARKER"
+        rmdir "$(dirname "$REAL_NODE_MARKER")" 2>/dev/null || true
+    fi
     if [ "$rc" = 0 ]; then
         rm -rf "$n"
     else
