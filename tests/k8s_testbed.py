@@ -20,6 +20,12 @@ A module that needs other Nodes makes its own fixture (a second test bed, on its
     from tests.k8s_testbed import make_k8s_testbed_fixture
     big_cluster = make_k8s_testbed_fixture("--nodes", "8", "--node-gpus", "8")
 
+A test bed whose one Node runs Pods for real (a kubelet with containerd, runc, a CNI bridge and
+CoreDNS; the Worker image ``k8s_real_node.image``: docs/kubernetes.md, "Real node")::
+
+    def test_pods(k8s_real_node):            # up --real-node --nodes 0; needs root and cgroup v1
+        k8s_real_node.kill_container(ns, pod)  # SIGKILL to the container's process on the node
+
 Fixtures with the same ``up`` arguments share one test bed for the whole session, whichever
 module imported them. When the test bed cannot be built or started, the fixture **fails** with the
 reason under CI (``CI=true``, or ``RLARK_TESTBED_REQUIRED=1``) and skips with the reason elsewhere.
@@ -29,7 +35,8 @@ cores takes tens of minutes), ``RLARK_TESTBED_UP_TIMEOUT`` (default 300), ``RLAR
 (leave the test bed running after the session and print its export lines; stop it with
 ``scripts/k8s-testbed down --dir DIR``), ``RLARK_TESTBED_ATTACH=DIR`` (use the test bed running in
 DIR, started with the default fixture's arguments, e.g. one kept by ``RLARK_TESTBED_KEEP=1``,
-instead of starting one: saves its start-up when running a few tests again and again),
+instead of starting one: saves its start-up when running a few tests again and again;
+``RLARK_TESTBED_ATTACH_REAL_NODE=DIR`` the same for ``k8s_real_node``),
 ``RLARK_TESTBED_CACHE`` (the script's binary cache).
 
 Tests isolate themselves in a fresh namespace each (:meth:`K8sTestbed.project_namespace`: set up
