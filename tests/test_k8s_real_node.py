@@ -54,9 +54,17 @@ def pod_dict(tb, namespace: str, name: str) -> dict | None:
     return KubeClient(tb.core_v1(), namespace).get("Pod", name)
 
 
+def existing_pod(tb, namespace: str, name: str) -> dict:
+    """:func:`pod_dict` of a Pod that must exist (fails naming it otherwise)."""
+    pod = pod_dict(tb, namespace, name)
+    if pod is None:
+        pytest.fail(f"Pod {namespace}/{name} does not exist", pytrace=False)
+    return pod
+
+
 def phase(tb, namespace: str, name: str) -> str | None:
     pod = pod_dict(tb, namespace, name)
-    return pod and (pod.get("status") or {}).get("phase")
+    return None if pod is None else (pod.get("status") or {}).get("phase")
 
 
 def wait_phase(tb, namespace: str, name: str, phases: tuple[str, ...], timeout: float = WAIT) -> str:
@@ -118,8 +126,7 @@ def test_restricted_pod_runs_and_its_log_comes_back_through_the_api_server(k8s_r
     probes = [json.loads(line.split(" ", 1)[1]) for line in log.splitlines() if line.startswith("PROBE ")]
     assert probes == [{"uid": 1000, "gid": 1000, "cap_eff": "0000000000000000", "seccomp": "2",
                        "no_new_privs": "1", "hostname": "plain"}], log
-    pod = pod_dict(tb, real_ns, "plain")
-    assert pod["spec"]["nodeName"] == REAL_NODE
+    assert existing_pod(tb, real_ns, "plain")["spec"]["nodeName"] == REAL_NODE
 
 
 def test_cluster_dns_answers_a_headless_services_names_inside_pods(k8s_real_node, real_ns):
@@ -137,7 +144,7 @@ def test_cluster_dns_answers_a_headless_services_names_inside_pods(k8s_real_node
     member["spec"].update(hostname="m0", subdomain="hl")
     admin.create_namespaced_pod(real_ns, member)
     wait_phase(tb, real_ns, "member", ("Running",))
-    member_ip = pod_dict(tb, real_ns, "member")["status"]["podIP"]
+    member_ip = existing_pod(tb, real_ns, "member")["status"]["podIP"]
     names = ["hl", f"hl.{real_ns}.svc", f"hl.{real_ns}.svc.cluster.local", "m0.hl",
              f"m0.hl.{real_ns}.svc.cluster.local", f"nosuch.{real_ns}.svc"]
     # bounded retries inside the Pod: the EndpointSlice reaches CoreDNS a moment after the Pod's IP
@@ -192,7 +199,7 @@ def test_ray_cluster_forms_across_two_pods_through_the_headless_service(k8s_real
     assert ended == "Succeeded", f"{describe(tb, real_ns, head)}\nhead log:\n{head_log[-4000:]}\n" \
         f"other log:\n{tb.core_v1().read_namespaced_pod_log(other, real_ns, container='worker')[-4000:]}"
 
-    ips = {name: facts_of(pod_dict(tb, real_ns, name))["podIP"] for name in pods}
+    ips = {name: facts_of(existing_pod(tb, real_ns, name))["podIP"] for name in pods}
     assert len(set(ips.values())) == 2, ips
     nodes = [json.loads(line.split(" ", 1)[1]) for line in head_log.splitlines() if line.startswith("NODES ")]
     assert nodes == [sorted(ips.values())], head_log[-4000:]
@@ -213,7 +220,7 @@ def test_pod_status_names_the_image_digest_pod_ip_and_node(k8s_real_node, real_n
     tb.core_v1().create_namespaced_pod(real_ns, worker_pod(tb, "facts", ["python", "-c", "print('ok')"]))
     ended = wait_phase(tb, real_ns, "facts", ("Succeeded", "Failed"))
     assert ended == "Succeeded", describe(tb, real_ns, "facts")
-    facts = facts_of(pod_dict(tb, real_ns, "facts"))
+    facts = facts_of(existing_pod(tb, real_ns, "facts"))
     assert facts["image"] == tb.image
     assert facts["imageDigest"] == tb.image_digest
     assert facts["imageID"].endswith("@" + tb.image_digest)
@@ -246,7 +253,7 @@ def test_container_killed_from_outside_ends_with_a_non_zero_exit_code(k8s_real_n
     tb.kill_container(real_ns, "victim", "worker", signal.SIGKILL)
 
     ended = wait_phase(tb, real_ns, "victim", ("Succeeded", "Failed"), timeout=60)
-    pod = pod_dict(tb, real_ns, "victim")
+    pod = existing_pod(tb, real_ns, "victim")
     assert ended == "Failed", describe(tb, real_ns, "victim")
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert terminated["exitCode"] == 137, terminated
