@@ -107,7 +107,11 @@ def real_ns(k8s_real_node):
         k8s_real_node.delete_namespace(name)
 
 
-def test_restricted_pod_runs_and_its_log_comes_back_through_the_api_server(k8s_real_node, real_ns, record_property):
+def test_restricted_pod_runs_and_its_log_comes_back_through_the_api_server(k8s_real_node, real_ns):
+    """A Pod as restricted as RLark's (uid 1000, no capabilities, seccomp RuntimeDefault, no
+    privilege escalation), created as RLark's ServiceAccount in a namespace enforcing Pod Security
+    "restricted", runs its command on the real node in the test bed's image; what the process saw
+    of itself comes back as its log through the API server (and the kubelet)."""
     tb = k8s_real_node
     # what the container itself sees of its identity and confinement
     probe = ("import json, os; s = dict(l.split(':', 1) for l in open('/proc/self/status'));"
@@ -115,10 +119,7 @@ def test_restricted_pod_runs_and_its_log_comes_back_through_the_api_server(k8s_r
              " 'cap_eff': s['CapEff'].strip(), 'seccomp': s['Seccomp'].strip(),"
              " 'no_new_privs': s['NoNewPrivs'].strip(), 'hostname': os.uname().nodename}))")
     body = worker_pod(tb, "plain", ["python", "-c", probe])
-    created = time.monotonic()
     tb.core_v1().create_namespaced_pod(real_ns, body)  # as RLark's ServiceAccount
-    wait_phase(tb, real_ns, "plain", ("Running", "Succeeded", "Failed"))
-    record_property("pod_started_seconds", round(time.monotonic() - created, 2))
     ended = wait_phase(tb, real_ns, "plain", ("Succeeded", "Failed"))
     assert ended == "Succeeded", describe(tb, real_ns, "plain")
 
