@@ -20,6 +20,12 @@ A module that needs other Nodes makes its own fixture (a second test bed, on its
     from tests.k8s_testbed import make_k8s_testbed_fixture
     big_cluster = make_k8s_testbed_fixture("--nodes", "8", "--node-gpus", "8")
 
+A test bed whose one Node runs Pods for real (a kubelet with containerd, runc, a CNI bridge and
+CoreDNS; the Worker image ``k8s_real_node.image``: docs/kubernetes.md, "Real node")::
+
+    def test_pods(k8s_real_node):            # up --real-node --nodes 0; needs root and cgroup v1
+        k8s_real_node.kill_container(ns, pod)  # SIGKILL to the container's process on the node
+
 Fixtures with the same ``up`` arguments share one test bed for the whole session, whichever
 module imported them. When the test bed cannot be built or started, the fixture **fails** with the
 reason under CI (``CI=true``, or ``RLARK_TESTBED_REQUIRED=1``) and skips with the reason elsewhere.
@@ -29,7 +35,8 @@ cores takes tens of minutes), ``RLARK_TESTBED_UP_TIMEOUT`` (default 300), ``RLAR
 (leave the test bed running after the session and print its export lines; stop it with
 ``scripts/k8s-testbed down --dir DIR``), ``RLARK_TESTBED_ATTACH=DIR`` (use the test bed running in
 DIR, started with the default fixture's arguments, e.g. one kept by ``RLARK_TESTBED_KEEP=1``,
-instead of starting one: saves its start-up when running a few tests again and again),
+instead of starting one: saves its start-up when running a few tests again and again;
+``RLARK_TESTBED_ATTACH_REAL_NODE=DIR`` the same for ``k8s_real_node``),
 ``RLARK_TESTBED_CACHE`` (the script's binary cache).
 
 Tests isolate themselves in a fresh namespace each (:meth:`K8sTestbed.project_namespace`: set up
@@ -107,7 +114,13 @@ def restricted(pod: dict) -> dict:
     return pod
 
 PORT_RANGE = (16000, 19990)  # below 32768; PostgreSQL's tests use 15432-15999, RLark's API 8470
-PORTS_PER_TESTBED = 6
+PORTS_PER_TESTBED = 10  # six for the control plane, four more for a real node (--port-base)
+
+#: `up` arguments of the test bed with a real node alone: a kubelet that runs Pods (containerd,
+#: runc, a CNI bridge, CoreDNS) and no kwok Node, so every Pod lands on it (docs/kubernetes.md,
+#: "Real node"); the fixture ``k8s_real_node``
+REAL_NODE_UP_ARGS: tuple[str, ...] = ("--real-node", "--nodes", "0")
+REAL_NODE = "real-node"
 
 
 class TestbedUnavailable(RuntimeError):
@@ -155,33 +168,36 @@ def _script(*args: str, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def build(timeout: float | None = None) -> str:
-    """Build (or find cached) binaries; returns the script's report. Raises TestbedUnavailable."""
+def build(timeout: float | None = None, real_node: bool = False) -> str:
+    """Build (or find cached) binaries (``real_node``: also the real node's parts and images);
+    returns the script's report. Raises TestbedUnavailable."""
     timeout = timeout or float(os.environ.get("RLARK_TESTBED_BUILD_TIMEOUT", "5400"))
-    proc = _script("build", timeout=timeout)
+    proc = _script("build", *(("--real-node",) if real_node else ()), timeout=timeout)
     if proc.returncode != 0:
         hint = "" if shutil.which("go") else " (no `go` on PATH: install Go >= 1.26)"
         raise TestbedUnavailable(
-            f"scripts/k8s-testbed build failed (exit {proc.returncode}){hint}:\n{_tail(proc.stderr)}")
+            f"scripts/k8s-testbed build{' --real-node' if real_node else ''} failed "
+            f"(exit {proc.returncode}){hint}:\n{_tail(proc.stderr)}")
     return proc.stderr.strip()
 
 
-def is_built() -> bool:
-    """Whether ``scripts/k8s-testbed build`` has nothing left to do (no Go toolchain needed)."""
+def is_built(real_node: bool = False) -> bool:
+    """Whether ``scripts/k8s-testbed build [--real-node]`` has nothing left to do (no Go
+    toolchain needed to tell)."""
     try:
-        proc = _script("path", timeout=30)
+        proc = _script("built", *(("--real-node",) if real_node else ()), timeout=30)
     except TestbedUnavailable:
         return False
-    return proc.returncode == 0 and (Path(proc.stdout.strip()) / ".complete").exists()
+    return proc.returncode == 0
 
 
-def setup_timeout() -> int:
+def setup_timeout(real_node: bool = False) -> int:
     """A pytest-timeout for tests using the fixture: their setup may include a cold build
     (``pytestmark = pytest.mark.timeout(setup_timeout())``)."""
-    if is_built():
-        return 600
+    if is_built(real_node):
+        return 900 if real_node else 600
     return int(float(os.environ.get("RLARK_TESTBED_BUILD_TIMEOUT", "5400"))
-               + float(os.environ.get("RLARK_TESTBED_UP_TIMEOUT", "300")) + 600)
+               + float(os.environ.get("RLARK_TESTBED_UP_TIMEOUT", "300")) + 900)
 
 
 @dataclass
@@ -194,6 +210,13 @@ class K8sTestbed:
     namespace: str = "rlark"
     up_output: str = ""
     up_seconds: float = 0.0
+    #: with ``--real-node``: the Node that runs Pods, the Worker image ``up`` imported (its name
+    #: and manifest digest), and containerd's ctr and socket (for what only the node can do)
+    real_node: str | None = None
+    image: str | None = None
+    image_digest: str | None = None
+    ctr_path: Path | None = None
+    containerd_address: Path | None = None
     _stopped: bool = field(default=False, repr=False)
     #: attached to a test bed someone else started (RLARK_TESTBED_ATTACH): never stopped here
     attached: bool = False
@@ -204,7 +227,7 @@ class K8sTestbed:
     @classmethod
     def start(cls, *up_args: str, base_dir: Path | None = None, timeout: float | None = None) -> "K8sTestbed":
         """``build`` then ``up`` on free ports in a new directory. Raises TestbedUnavailable."""
-        build()
+        build(real_node="--real-node" in up_args)
         timeout = timeout or float(os.environ.get("RLARK_TESTBED_UP_TIMEOUT", "300"))
         parent = Path(base_dir) if base_dir else None
         last_error = ""
@@ -226,7 +249,8 @@ class K8sTestbed:
                 try:
                     tb = cls(dir=Path(env["RLARK_TESTBED_DIR"]), kubeconfig=Path(env["KUBECONFIG"]),
                              rlark_kubeconfig=Path(env["RLARK_TESTBED_KUBECONFIG"]),
-                             up_output=proc.stderr, up_seconds=time.monotonic() - started)
+                             up_output=proc.stderr, up_seconds=time.monotonic() - started,
+                             **_real_node_fields(env, "--real-node" in up_args))
                 except KeyError as e:
                     _script("down", "--dir", str(tb_dir), timeout=120)
                     raise TestbedUnavailable(f"`up` printed no export line for {e}:\n{proc.stdout}") from None
@@ -239,15 +263,20 @@ class K8sTestbed:
         raise TestbedUnavailable(last_error)
 
     @classmethod
-    def attach(cls, directory: str) -> "K8sTestbed":
+    def attach(cls, directory: str, real_node: bool = False) -> "K8sTestbed":
         """The test bed already running in ``directory`` (started with the default fixture's
-        ``up`` arguments, DEFAULT_UP_ARGS). Raises TestbedUnavailable."""
+        ``up`` arguments, DEFAULT_UP_ARGS; ``real_node``: with REAL_NODE_UP_ARGS). Raises
+        TestbedUnavailable."""
         proc = _script("env", "--dir", directory, timeout=30)
         env = _parse_exports(proc.stdout)
         if proc.returncode != 0 or "KUBECONFIG" not in env:
-            raise TestbedUnavailable(f"RLARK_TESTBED_ATTACH={directory}: no test bed there:\n{_tail(proc.stderr)}")
+            raise TestbedUnavailable(f"no test bed in {directory}:\n{_tail(proc.stderr)}")
+        try:
+            extra = _real_node_fields(env, real_node)
+        except KeyError as e:
+            raise TestbedUnavailable(f"the test bed in {directory} has no real node (no {e} exported)") from None
         return cls(dir=Path(env["RLARK_TESTBED_DIR"]), kubeconfig=Path(env["KUBECONFIG"]),
-                   rlark_kubeconfig=Path(env["RLARK_TESTBED_KUBECONFIG"]), attached=True)
+                   rlark_kubeconfig=Path(env["RLARK_TESTBED_KUBECONFIG"]), attached=True, **extra)
 
     def down(self) -> None:
         with self._lock:
@@ -288,6 +317,45 @@ class K8sTestbed:
 
     def status(self) -> str:
         return self._run("status", timeout=60)
+
+    # -- the real node ---------------------------------------------------------------------------
+    def ctr(self, *args: str, timeout: float = 60) -> str:
+        """containerd's own client on the real node's containerd, namespace ``k8s.io`` (the
+        CRI's); returns stdout. Raises RuntimeError (not a real-node test bed, or ctr failed)."""
+        if self.ctr_path is None or self.containerd_address is None:
+            raise RuntimeError("this test bed has no real node (up --real-node)")
+        proc = subprocess.run([str(self.ctr_path), "--address", str(self.containerd_address),
+                               "--namespace", "k8s.io", *args], capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ctr {' '.join(args)} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+        return proc.stdout
+
+    def container_pid(self, namespace: str, pod: str, container: str | None = None) -> int:
+        """The host PID of a running container's first process on the real node (its
+        ``containerID`` in the Pod's status, looked up in containerd's task list)."""
+        status = self.admin().read_namespaced_pod(pod, namespace).status
+        found = [c for c in status.container_statuses or [] if container in (None, c.name)]
+        if not found or not found[0].container_id:
+            raise RuntimeError(f"Pod {namespace}/{pod} has no started container {container or ''}")
+        runtime, _, cid = found[0].container_id.partition("://")
+        if runtime != "containerd":
+            raise RuntimeError(f"container {found[0].container_id} does not run in containerd")
+        for line in self.ctr("tasks", "ls").splitlines()[1:]:  # TASK PID STATUS
+            fields = line.split()
+            if len(fields) >= 3 and fields[0] == cid:
+                if fields[2] != "RUNNING":
+                    raise RuntimeError(f"container {cid} is {fields[2]}, not running")
+                return int(fields[1])
+        raise RuntimeError(f"containerd has no task for container {cid} of Pod {namespace}/{pod}")
+
+    def kill_container(self, namespace: str, pod: str, container: str | None = None,
+                       sig: int = signal.SIGKILL) -> int:
+        """Kill a container's first process from outside (as the OOM killer or an operator on
+        the node would: a signal to its host PID, not through the API); returns the PID."""
+        pid = self.container_pid(namespace, pod, container)
+        os.kill(pid, sig)
+        return pid
 
     def kubectl(self, *args: str, admin: bool = True, timeout: float = 60, check: bool = True) -> str:
         """Run the test bed's own kubectl (same version as the API server) as the admin or as
@@ -502,6 +570,15 @@ class PodLog:
         self.write(EVENT_PREFIX + json.dumps(body))
 
 
+def _real_node_fields(env: dict[str, str], real_node: bool) -> dict:
+    """The K8sTestbed fields of a real node, from ``up``'s export lines (KeyError: one missing)."""
+    if not real_node:
+        return {}
+    return {"real_node": env["RLARK_TESTBED_REAL_NODE"], "image": env["RLARK_TESTBED_IMAGE"],
+            "image_digest": env["RLARK_TESTBED_IMAGE_DIGEST"], "ctr_path": Path(env["RLARK_TESTBED_CTR"]),
+            "containerd_address": Path(env["RLARK_TESTBED_CONTAINERD_ADDRESS"])}
+
+
 def _parse_exports(stdout: str) -> dict[str, str]:
     env = {}
     for line in stdout.splitlines():
@@ -536,8 +613,11 @@ def _acquire(up_args: tuple[str, ...], base_dir: Path) -> K8sTestbed:
         else:
             try:
                 attach = os.environ.get("RLARK_TESTBED_ATTACH")
+                attach_real = os.environ.get("RLARK_TESTBED_ATTACH_REAL_NODE")
                 if attach and up_args == DEFAULT_UP_ARGS:
                     tb = K8sTestbed.attach(attach)
+                elif attach_real and up_args == REAL_NODE_UP_ARGS:
+                    tb = K8sTestbed.attach(attach_real, real_node=True)
                 else:
                     tb = K8sTestbed.start(*up_args, base_dir=base_dir)
             except TestbedUnavailable as e:
@@ -584,6 +664,13 @@ def make_k8s_testbed_fixture(*up_args: str):
 
 #: The default test bed: see DEFAULT_UP_ARGS for its Nodes.
 k8s_testbed = make_k8s_testbed_fixture(*DEFAULT_UP_ARGS)
+
+#: A test bed whose one Node is real (REAL_NODE_UP_ARGS): Pods run in containers, with the Worker
+#: image ``k8s_real_node.image`` (imagePullPolicy IfNotPresent: no registry). Needs root, cgroup v1
+#: and `build --real-node`; fails under CI when it cannot start, is skipped with the reason
+#: elsewhere. A module using it starts containers: mark it ``pytest.mark.ray`` so it runs in the
+#: serial group (tests/xdist_groups.py), one real node at a time.
+k8s_real_node = make_k8s_testbed_fixture(*REAL_NODE_UP_ARGS)
 
 
 # -- RLark on the test bed ----------------------------------------------------------------------
