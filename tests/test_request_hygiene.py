@@ -424,3 +424,84 @@ def test_refused_changes_are_audited_as_denied(served):
         ("vera", "/api/v1/jobs/demo/stop", "denied", "default"),
         ("otto", "/api/v1/jobs/demo", "denied", "default")]
     assert served.jobs.get("demo")["desired"] == "Running"
+
+
+# --- one cross-site check for the API and the console ------------------------------------------------
+
+APP_ORIGIN = "https://app.example.com"
+
+
+def cross_site_rows(port: str) -> list[tuple[str, dict[str, str]]]:
+    """(row, headers): what a browser (or a client) may send with a state-changing request."""
+    here = f"127.0.0.1:{port}"
+    return [
+        ("no browser headers (the CLI)", {}),
+        ("same-origin", {"Origin": f"http://{here}", "Sec-Fetch-Site": "same-origin"}),
+        ("Sec-Fetch-Site: none", {"Sec-Fetch-Site": "none"}),
+        ("same origin, spelled in capitals", {"Origin": f"HTTP://LOCALHOST:{port}",
+                                              "Host": f"localhost:{port}"}),
+        ("same origin, default port written out", {"Origin": "http://localhost:80",
+                                                   "Host": "localhost"}),
+        ("same-site, other port", {"Origin": f"http://127.0.0.1:{int(port) + 1}",
+                                   "Sec-Fetch-Site": "same-site"}),
+        ("Sec-Fetch-Site: same-site alone", {"Sec-Fetch-Site": "same-site"}),
+        ("another port, Origin alone", {"Origin": f"http://127.0.0.1:{int(port) + 1}"}),
+        ("cross-site", {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}),
+        ("Sec-Fetch-Site: cross-site alone", {"Sec-Fetch-Site": "cross-site"}),
+        ("Origin: null", {"Origin": "null"}),
+        # a TLS proxy in front that RLark does not trust: the browser is on https, RLark sees
+        # http; the same host and port cannot serve both, so it is this server
+        ("https, same host and port", {"Origin": f"https://{here}"}),
+        ("a configured CORS origin, with a token", {"Origin": APP_ORIGIN,
+                                                    "Sec-Fetch-Site": "cross-site"}),
+        ("a Host not allowed", {"Host": "evil.example"}),
+        ("a Host not allowed, same-origin", {"Host": "evil.example",
+                                             "Origin": "http://evil.example",
+                                             "Sec-Fetch-Site": "same-origin"}),
+    ]
+
+
+def verdict(r: httpx.Response) -> str:
+    """What became of a request: refused at the door (and why), or let through to the route."""
+    if r.status_code == 400 and "HostNotAllowed" in r.text:
+        return "host refused"
+    if r.status_code == 403 and ("CrossSiteRefused" in r.text or "another site" in r.text):
+        return "cross-site refused"
+    return f"passed ({r.status_code})"
+
+
+def test_the_api_and_the_console_judge_cross_site_requests_alike(rlark_home):
+    """The same requests against a state-changing API route and a console form post get the same
+    verdict: one check decides for both."""
+    s = Served(rlark_home, SecurityPolicy(cors_origins=(APP_ORIGIN,)))
+    try:
+        port = s.url.rsplit(":", 1)[1]
+        table, disagree = [], []
+        for row, headers in cross_site_rows(port):
+            api = s.http.post("/api/v1/jobs/demo/stop",
+                              headers={**bearer(s.admin), **YAML, **headers})
+            console = s.http.post("/jobs/demo/stop", content="next=%2Fjobs",
+                                  headers={**bearer(s.admin), **headers,
+                                           "Content-Type": "application/x-www-form-urlencoded"})
+            table.append((row, verdict(api).split(" (")[0], verdict(console).split(" (")[0]))
+            if table[-1][1] != table[-1][2]:
+                disagree.append(f"{row}: API {verdict(api)}, console {verdict(console)}")
+        assert not disagree, "rows where the API and the console disagree:\n" + "\n".join(disagree)
+        expected = {"no browser headers (the CLI)": "passed", "same-origin": "passed",
+                    "Sec-Fetch-Site: none": "passed", "same origin, spelled in capitals": "passed",
+                    "same origin, default port written out": "passed",
+                    "https, same host and port": "passed",
+                    "a configured CORS origin, with a token": "passed",
+                    "a Host not allowed": "host refused",
+                    "a Host not allowed, same-origin": "host refused"}
+        assert {row: api for row, api, _ in table} == {
+            row: expected.get(row, "cross-site refused") for row, _ in cross_site_rows(port)}
+        # a configured origin is for API tokens: a page there riding on a session cookie is
+        # refused at the door, by the API and the console alike
+        cookie, _ = AuthService(s.store).login("127.0.0.1", name="mia", password=MIA_PASSWORD)
+        for url in ("/api/v1/jobs/demo/stop", "/jobs/demo/stop"):
+            r = s.http.post(url, cookies={SESSION_COOKIE: cookie},
+                            headers={"Origin": APP_ORIGIN, "Sec-Fetch-Site": "cross-site"})
+            assert verdict(r) == "cross-site refused", (url, r.status_code, r.text[:200])
+    finally:
+        s.close()

@@ -4,9 +4,10 @@
 
 1. ``Host`` must be on the allow-list (loopback names by default): a page on a name that resolves
    to this server (DNS rebinding) gets nowhere. ``/healthz`` is exempt, for probes.
-2. State-changing methods refuse cross-site requests: ``Sec-Fetch-Site`` other than
-   ``same-origin``/``none``, an ``Origin`` other than this server's (or a configured CORS
-   origin), or ``Origin: null``.
+2. State-changing methods refuse cross-site requests (:func:`cross_site_reason`, the one
+   cross-site check of the API and the console's forms alike): ``Sec-Fetch-Site`` other than
+   ``same-origin``/``none``, an ``Origin`` other than this server's (a configured CORS origin
+   only with an ``Authorization`` header), or ``Origin: null``.
 3. API request bodies must be JSON or YAML (a browser cannot send those cross-site without a CORS
    preflight, which RLark never grants unless configured to).
 4. Authentication: ``Authorization: Bearer <API token>``, or the console's session cookie. The
@@ -121,15 +122,21 @@ def _netloc(scheme: str, host: str | None) -> str:
 
 
 def cross_site_reason(headers: Headers, scheme: str, cors_origins: tuple[str, ...]) -> str | None:
-    """Why a state-changing request looks cross-site (None: it does not).
+    """Why a state-changing request looks cross-site (None: it does not). The one cross-site
+    check: :class:`RequestGuard` applies it to every state-changing request, the API's and the
+    console's forms alike, before any route runs.
 
     Browsers send ``Sec-Fetch-Site`` (``cross-site``/``same-site`` refused: another port of the
-    same host is the same *site* but not the same *origin*) and ``Origin``; non-browser clients
-    send neither and must bring a token instead.
+    same host is the same *site* but not the same *origin*) and ``Origin`` (compared with
+    ``Host`` by scheme-default port and case, as RFC 6454 serialises origins); non-browser
+    clients send neither and must bring a token instead. ``cors_origins`` (lower case, no
+    trailing slash) pass only with an ``Authorization`` header: CORS is for API tokens, never
+    for a request riding on the console's cookie.
     """
     site = headers.get("sec-fetch-site")
     origin = headers.get("origin")
-    if origin is not None and origin.rstrip("/").lower() in cors_origins:
+    if (origin is not None and origin.rstrip("/").lower() in cors_origins
+            and "authorization" in headers):
         return None
     if site is not None and site not in ("same-origin", "none"):
         return f"Sec-Fetch-Site: {site}"
@@ -137,7 +144,7 @@ def cross_site_reason(headers: Headers, scheme: str, cors_origins: tuple[str, ..
         if origin == "null":
             return "Origin: null"
         parts = urlsplit(origin)
-        if _netloc(parts.scheme or scheme, parts.netloc) != _netloc(scheme, headers.get("host")):
+        if _netloc(parts.scheme.lower() or scheme, parts.netloc) != _netloc(scheme, headers.get("host")):
             return f"Origin {origin!r} is not this server's"
     return None
 
