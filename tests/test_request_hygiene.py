@@ -505,3 +505,43 @@ def test_the_api_and_the_console_judge_cross_site_requests_alike(rlark_home):
             assert verdict(r) == "cross-site refused", (url, r.status_code, r.text[:200])
     finally:
         s.close()
+
+
+# --- security headers ------------------------------------------------------------------------------
+
+
+def test_every_answer_carries_the_security_headers(served):
+    """Pages, API answers, assets and every refusal at the door: none may be framed, sniffed or
+    leak its URL to another origin; the console's CSP allows no inline or eval'd script."""
+    from rlark.api.security import CONTENT_SECURITY_POLICY
+
+    answers = {
+        "console page": served.http.get("/jobs", headers=bearer(served.admin)),
+        "login page": served.http.get("/login"),
+        "asset": served.http.get("/static/console.js"),
+        "API": served.http.get("/api/v1/jobs", headers=bearer(served.admin)),
+        "no such route": served.http.get("/api/v1/nothing", headers=bearer(served.admin)),
+        "unauthenticated": served.http.get("/api/v1/jobs"),
+        "unauthenticated page": served.http.get("/jobs"),
+        "host refused": served.http.get("/api/v1/jobs", headers={"Host": "evil.example"}),
+        "cross-site refused": served.http.post("/api/v1/jobs", headers={
+            **bearer(served.admin), **YAML, "Sec-Fetch-Site": "cross-site"}),
+        "health": served.http.get("/healthz"),
+        "docs": served.http.get("/docs", headers=bearer(served.admin)),
+    }
+    for what, r in answers.items():
+        assert r.headers.get("x-frame-options") == "DENY", (what, r.status_code, r.headers)
+        assert r.headers.get("x-content-type-options") == "nosniff", what
+        assert r.headers.get("referrer-policy") == "same-origin", what
+        csp = r.headers.get("content-security-policy", "")
+        assert "frame-ancestors 'none'" in csp and "'unsafe-eval'" not in csp, (what, csp)
+        assert csp == CONTENT_SECURITY_POLICY or what == "docs", (what, csp)
+        assert r.headers.get_list("content-security-policy") == [csp], what  # one policy
+    # the docs page's one inline script runs by a nonce made for that answer alone
+    docs = answers["docs"]
+    nonce = re.search(r"'nonce-([^']+)'", docs.headers["content-security-policy"]).group(1)
+    assert f'<script nonce="{nonce}">' in docs.text and "<script>" not in docs.text
+    again = served.http.get("/docs", headers=bearer(served.admin)).headers["content-security-policy"]
+    assert nonce not in again
+    assert "script-src 'self' 'nonce-" in docs.headers["content-security-policy"]
+    assert "'unsafe-inline'" not in docs.headers["content-security-policy"].split("script-src")[1].split(";")[0]

@@ -14,6 +14,9 @@
    cookie is accepted by the console and by the API's read-only (GET/HEAD) routes only, so no
    state-changing API call can ride on a browser's cookie. Only :data:`PUBLIC_PATHS` pass
    without; others get 401 (API, as JSON) or a redirect to the login page (console).
+5. Every response it lets out, refusals included, carries :data:`SECURITY_HEADERS` (a
+   response that sets its own ``Content-Security-Policy``, such as the API docs pages, keeps
+   it).
 
 Routes then declare who may call them with one of :func:`allow_public`, :func:`allow_user`,
 :func:`allow_project` (viewer / member / admin of the project named by the ``project`` query or
@@ -35,7 +38,7 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rlark.services import audit
 from rlark.services.audit import Actor
@@ -55,6 +58,25 @@ BODY_TYPES = frozenset({"application/json", "application/yaml", "application/x-y
                         "text/x-yaml"})
 #: paths served without authentication (exact, or a prefix when they end with "/")
 PUBLIC_PATHS = ("/healthz", "/login", "/api/v1/login", "/static/", "/static-docs/", "/lang/")
+
+#: what the console's pages may load and run: scripts and styles from this server's files only
+#: (no inline script, style or eval: htmx runs with ``allowEval`` off), no plugins, forms posted
+#: only here, and no page of another origin may frame it (clickjacking)
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'")
+#: headers every response carries (docs/security.md): no framing by any page (the older
+#: ``X-Frame-Options`` and CSP's ``frame-ancestors``), no content-type sniffing, and the
+#: ``Referer`` (console URLs name Jobs and projects) only to this origin
+SECURITY_HEADERS: dict[str, str] = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+}
+_RAW_SECURITY_HEADERS = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                         for k, v in SECURITY_HEADERS.items()]
 
 
 @dataclass(frozen=True)
@@ -178,6 +200,20 @@ async def _send_redirect(send: Send, location: str, htmx: bool) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
+def _with_security_headers(send: Send) -> Send:
+    """``send`` that adds each of :data:`SECURITY_HEADERS` a response does not set itself."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers") or [])
+            present = {name.lower() for name, _ in headers}
+            headers += [(k, v) for k, v in _RAW_SECURITY_HEADERS if k not in present]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
+
+
 class RequestGuard:
     """The middleware described in the module docstring. ``auth``: returns the app's
     :class:`AuthService` (read per request, so tests can swap the store behind an app)."""
@@ -195,6 +231,7 @@ class RequestGuard:
                 return
             await self.app(scope, receive, send)
             return
+        send = _with_security_headers(send)
         headers = Headers(scope=scope)
         path: str = scope["path"]
         method: str = scope["method"]
