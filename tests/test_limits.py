@@ -207,7 +207,8 @@ class Follows:
                       self.streams)
 
     def health(self) -> dict:
-        return httpx.get(self.server.url + "/healthz", timeout=10).json()
+        return httpx.get(self.server.url + "/api/v1/server", timeout=10,
+                         headers={"Authorization": f"Bearer {self.server.token}"}).json()
 
     def __exit__(self, *exc):
         for s in self.streams:

@@ -86,8 +86,9 @@ FOREIGN_HOSTS = ["evil.example", "evil.example:80", "127.0.0.1.evil.example", "l
 
 
 @pytest.mark.parametrize("path", ["/api/v1/jobs", "/api/v1/jobs/demo", "/jobs", "/jobs/demo",
-                                  "/docs", "/redoc", "/openapi.json", "/login", "/static/app.css"])
-def test_a_foreign_host_is_refused_everywhere_but_healthz(served, path):
+                                  "/docs", "/redoc", "/openapi.json", "/login", "/static/app.css",
+                                  "/healthz", "/api/v1/server"])
+def test_a_foreign_host_is_refused_everywhere(served, path):
     """DNS rebinding: a page on a name that resolves to this server reaches it with its own
     name in Host. A token does not help (the browser of a logged-in user would send a cookie)."""
     for host in FOREIGN_HOSTS:
@@ -101,9 +102,19 @@ def test_a_foreign_host_is_refused_everywhere_but_healthz(served, path):
         assert r.status_code != 400, (host, r.text[:200])
 
 
-def test_healthz_answers_any_host(served):
+def test_healthz_tells_a_probe_it_is_up_and_nobody_anything_about_the_server(served):
+    """``/healthz`` goes through the Host allow-list like every route (a probe names an allowed
+    host) and answers no name, version or leader; the server's state is the site
+    administrator's."""
     r = served.http.get("/healthz", headers={"Host": "kubelet-probe.internal"})
-    assert r.status_code == 200 and r.json()["ok"] is True
+    assert r.status_code == 400 and r.json()["detail"]["code"] == "HostNotAllowed"
+    r = served.http.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"ok": True}
+    assert served.http.get("/api/v1/server").status_code == 401
+    r = served.http.get("/api/v1/server", headers=bearer(served.mia))
+    assert r.status_code == 403, r.text
+    r = served.http.get("/api/v1/server", headers=bearer(served.admin))
+    assert r.status_code == 200 and {"version", "controller", "workerIsolation"} <= set(r.json())
 
 
 def test_a_foreign_host_cannot_change_anything(served):

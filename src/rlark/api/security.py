@@ -3,7 +3,7 @@
 :class:`RequestGuard` (ASGI middleware) runs before any route, in this order:
 
 1. ``Host`` must be on the allow-list (loopback names by default): a page on a name that resolves
-   to this server (DNS rebinding) gets nowhere. ``/healthz`` is exempt, for probes.
+   to this server (DNS rebinding) gets nowhere. ``/healthz`` too: a probe names an allowed host.
 2. State-changing methods refuse cross-site requests (:func:`cross_site_reason`, the one
    cross-site check of the API and the console's forms alike): ``Sec-Fetch-Site`` other than
    ``same-origin``/``none``, an ``Origin`` other than this server's (a configured CORS origin
@@ -235,7 +235,7 @@ class RequestGuard:
         headers = Headers(scope=scope)
         path: str = scope["path"]
         method: str = scope["method"]
-        if path != "/healthz" and not host_allowed(headers.get("host"), self.policy.allowed_hosts):
+        if not host_allowed(headers.get("host"), self.policy.allowed_hosts):
             await _send_json(send, 400, "HostNotAllowed",
                              f"Host {headers.get('host')!r} is not one this server answers to; "
                              "an administrator can add it with `rlark server --allowed-host NAME`")
