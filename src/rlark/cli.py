@@ -1207,9 +1207,8 @@ def logs(
         return
     many = len(data["workers"]) > 1
     for w in data["workers"]:
-        if w.get("truncated"):
-            err.print(f"[dim]{w['name']}: the log is long; showing its last 16 MiB "
-                      "(use --tail N, or read the file named by `rlark describe job`)[/dim]")
+        # a log longer than the server answers whole starts with the server's own line saying
+        # what it left out (services/logs.py, left_out_mark)
         for line in w["lines"]:
             _emit_line(w["name"], line, prefix=many)
 
