@@ -772,14 +772,16 @@ def test_schema(client):
     assert schema["title"] == "RLark Job"
 
 
-def test_healthz(client):
+def test_healthz_and_the_server_state(client):
     r = client.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"ok": True}  # a probe's answer, nothing more
+    r = client.get("/api/v1/server")  # the site administrator's
     assert r.status_code == 200
     # no controller in this app; a server's says whether it reconciles (leader election: who
     # leads, tests/test_k8s_leader.py)
     # workerIsolation: what the local runtime probed (none without one: a JobService alone);
     # logFollows: log streams open now and the server's limit
-    assert r.json() == {"ok": True, "version": __version__, "runtime": "local", "controller": None,
+    assert r.json() == {"version": __version__, "runtime": "local", "controller": None,
                         "workerIsolation": None, "logFollows": {"open": 0, "max": 64}}
 
 
@@ -791,7 +793,7 @@ EXPECTED_ROUTES = {
     ("get", "/api/v1/jobs/{name}/runs"), ("get", "/api/v1/jobs/{name}/workers"),
     ("get", "/api/v1/jobs/{name}/events"), ("get", "/api/v1/jobs/{name}/logs"),
     ("get", "/api/v1/jobs/{name}/record"), ("post", "/api/v1/validate"),
-    ("get", "/api/v1/schema"), ("get", "/healthz"),
+    ("get", "/api/v1/schema"), ("get", "/healthz"), ("get", "/api/v1/server"),
 }
 
 

@@ -15,8 +15,8 @@ import yaml
 from rlark.api.security import host_allowed
 from rlark.server import security_policy
 from rlark.services.accounts import AccountService
-from rlark.services.auth import OPEN_PRINCIPAL, AuthService
-from rlark.services.errors import Invalid, Unauthenticated
+from rlark.services.auth import OPEN_PRINCIPAL, AuthService, LoginLimiter
+from rlark.services.errors import Invalid, TooManyRequests, Unauthenticated
 from rlark.services.jobs import JobService
 from rlark.store import Store
 from tests.access import admin_token, api_client, make_user
@@ -103,6 +103,63 @@ def test_a_password_change_ends_the_password_sessions(app_store):
     AccountService(auth).update_user(OPEN_PRINCIPAL, None, "mia", password=PASSWORD + "-new")
     with pytest.raises(Unauthenticated):
         auth.from_session(cookie)
+
+
+def test_changing_your_own_password_takes_the_current_one(app_store):
+    """A stolen token or a console left open must not be enough to take over the account's
+    password: the current one is asked for, a wrong one is refused, audited and counted by the
+    login rate limit; a site administrator still sets another user's password without it."""
+    from sqlalchemy import select
+
+    from rlark.store import AuditRow
+
+    app, store = app_store
+    auth: AuthService = app.state.auth
+    admin = api_client(app, admin_token(store))
+    mia = api_client(app, make_user(store, "mia", "default", "member", password=PASSWORD))
+    new = PASSWORD + "-new"
+    auth.limiter = LoginLimiter("2/5 minutes")
+
+    for body in ({"password": new}, {"password": new, "currentPassword": "not-her-password"},
+                 {"password": new, "currentPassword": ""}):
+        r = mia.patch("/api/v1/users/mia", json=body)
+        assert r.status_code == 403, (body, r.status_code, r.text)
+        assert "current password" in r.json()["detail"]["message"], r.text
+    auth.check_password("mia", PASSWORD, "10.0.0.9")  # unchanged
+    with store.session() as s:
+        failed = s.scalars(select(AuditRow).where(AuditRow.action == "user.password",
+                                                  AuditRow.outcome == "failed")).all()
+        # the two wrong ones (none given is no guess)
+        assert [(a.actor, a.target) for a in failed] == [("mia", "mia")] * 2
+    # the wrong guesses count as failed logins do: the third try waits, even a right one
+    r = mia.patch("/api/v1/users/mia", json={"password": new, "currentPassword": PASSWORD})
+    assert r.status_code == 429 and "Retry-After" in r.headers, r.text
+    with pytest.raises(TooManyRequests):
+        auth.login("testclient", name="mia", password=PASSWORD)
+    auth.limiter = LoginLimiter()  # time passes
+
+    r = mia.patch("/api/v1/users/mia", json={"password": new, "currentPassword": PASSWORD})
+    assert r.status_code == 200, r.text
+    auth.check_password("mia", new, "10.0.0.9")
+    # a site administrator sets another user's password without knowing it (audited) ...
+    r = admin.patch("/api/v1/users/mia", json={"password": PASSWORD})
+    assert r.status_code == 200, r.text
+    auth.check_password("mia", PASSWORD, "10.0.0.9")
+    # ... and their own first one; a later change, like anyone's, takes the current one
+    assert admin.patch("/api/v1/users/admin", json={"password": new}).status_code == 200
+    r = admin.patch("/api/v1/users/admin", json={"password": PASSWORD})
+    assert r.status_code == 403 and "current password" in r.text
+    with store.session() as s:
+        changes = [(a.actor, a.target, a.detail) for a in s.scalars(
+            select(AuditRow).where(AuditRow.action == "user.update").order_by(AuditRow.id))]
+    assert changes[-3:] == [("mia", "mia", "password changed (current password given)"),
+                            ("admin", "mia", "password set by a site administrator"),
+                            ("admin", "admin", "first password set")]
+    # a user without a password cannot give herself one with just a token: a site
+    # administrator sets the first one
+    otto = api_client(app, make_user(store, "otto", "default", "member"))
+    r = otto.patch("/api/v1/users/otto", json={"password": new})
+    assert r.status_code == 403 and "site administrator" in r.json()["detail"]["message"], r.text
 
 
 def _after_next_commit(store: Store, do) -> None:

@@ -356,9 +356,19 @@ def test_users_end_to_end(site):
     login = site.person("frank", "login", "-s", site.url, "--user", "frank", "--password-stdin",
                         input=PASSWORD + "\n")
     assert login.returncode == 0, login.stderr
-    # frank may set his own password (no NAME: yourself), not see others
-    own = site.person("frank", "user", "passwd", "--password-stdin", input=PASSWORD + "!\n")
+    # frank may change his own password (no NAME: yourself) with his current one, not see
+    # others
+    wrong = site.person("frank", "user", "passwd", "--password-stdin",
+                        input="not-his-password\n" + PASSWORD + "!\n")
+    assert wrong.returncode == 1 and "current password is wrong" in error_line(wrong)
+    none = site.person("frank", "user", "passwd", "--password-stdin", input=PASSWORD + "!\n")
+    assert none.returncode == 1 and "no password on standard input" in error_line(none)
+    own = site.person("frank", "user", "passwd", "--password-stdin",
+                      input=PASSWORD + "\n" + PASSWORD + "!\n")
     assert own.returncode == 0 and "password of frank set" in own.stdout
+    relogin = site.person("frank", "login", "-s", site.url, "--user", "frank", "--password-stdin",
+                          input=PASSWORD + "!\n")
+    assert relogin.returncode == 0, relogin.stderr
     other = site.person("frank", "user", "get", "admin")
     assert other.returncode == 1 and "only a site administrator may see other users" in error_line(other)
     refused = site.person("frank", "user", "list")

@@ -275,7 +275,7 @@ def elect_a_leader(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
             return (status["error"] or (status["reconciling"] and renewed())) and status
         status = wait_for("the Lease to be created and renewed, or a Lease call to fail",
                           renewed_or_failed)
-        if status["error"]:  # what /healthz and the log say
+        if status["error"]:  # what /api/v1/server and the log say
             return f"LeaderElection: {status['error']}"
     finally:
         leadership.shutdown()

@@ -46,7 +46,7 @@ spec:
     {rest}
 """
 
-#: the servers under test: (id, isolation shown by /healthz, wrapper, environment)
+#: the servers under test: (id, isolation shown by /api/v1/server, wrapper, environment)
 SERVERS = {
     "pid-namespace": ("pid-namespace", [], {}),
     "cgroup": ("cgroup", [], {"RLARK_WORKER_ISOLATION": "cgroup"}),
@@ -121,7 +121,7 @@ def gone(proc: psutil.Process, timeout: float = 30) -> bool:
 
 
 def test_the_server_says_what_isolation_its_workers_get(server):
-    health = server.http.get("/healthz").json()
+    health = server.http.get("/api/v1/server").json()
     assert health["workerIsolation"] == server.mode
     node = server.http.get("/api/v1/nodes").json()["items"][0]
     assert node["isolation"]["mode"] == server.mode and node["isolation"]["strong"] is True
@@ -173,7 +173,7 @@ def test_an_adopted_cgroup_worker_is_ended_whole_by_a_server_without_cap_sys_adm
     later.wrap = NO_SYS_ADMIN
     later.start()
     try:
-        assert later.http.get("/healthz").json()["workerIsolation"] == "cgroup"
+        assert later.http.get("/api/v1/server").json()["workerIsolation"] == "cgroup"
         assert not gone(proc, timeout=0)  # still running after the crash
         assert later.cli("stop", "adopted").returncode == 0
         later.wait_phase("adopted", {"Stopped"}, timeout=60)

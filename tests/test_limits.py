@@ -169,6 +169,98 @@ def test_the_kubernetes_log_follower_cuts_a_100_mib_line_once_also_after_a_recon
     assert again == b""
 
 
+def _stamped_logs(tmp_path, workers: int, size: int) -> list[dict]:
+    """``workers`` Worker logs of ``size`` bytes each, as :meth:`JobService.worker_logs` names
+    them: lines of 2 KiB stamped a few milliseconds apart, Worker ``w``'s ``i``-th line at
+    ``4 i + w`` ms, so merged by time they alternate; Worker 1 also writes a line of 3 MiB."""
+    from datetime import datetime, timedelta
+
+    start = datetime(2026, 1, 2, 3, 4, 5)
+    chosen = []
+    for w in range(workers):
+        path = tmp_path / f"w{w}.log"
+        with open(path, "wb") as f:
+            i = 0
+            while f.tell() < size:
+                stamp = (start + timedelta(milliseconds=4 * i + w)).strftime("%Y-%m-%d %H:%M:%S.%f")
+                f.write(f"{stamp} w{w} line {i} ".encode() + b"." * 2000 + b"\n")
+                if w == 1 and i == 1000:
+                    f.write(b"3 MiB without a break " + b"z" * (3 * MiB) + b"\n")
+                i += 1
+        chosen.append({"name": f"job-w-{w}", "role": "w", "log": str(path), "mask": None,
+                       "lines": i})
+    return chosen
+
+
+def test_a_log_download_ordered_by_time_streams_every_line_with_bounded_memory(tmp_path,
+                                                                                monkeypatch):
+    """Four Workers' logs of 20 MiB each (more than the 16 MiB a log answered in one piece
+    holds): the download merged by time has every line of each, in time order, the long line
+    cut with its mark, and takes a few MiB, not the logs' size."""
+    from rlark.console import logview
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    workers = _stamped_logs(tmp_path, 4, 20 * MiB)
+
+    def download() -> dict:
+        seen = {"lines": 0, "cut": 0, "first": set(), "out_of_order": 0, "pieces": 0}
+        last = ""
+        for piece in logview.stream(workers, None, "txt", order="time"):
+            seen["pieces"] += 1
+            for line in piece.splitlines():
+                seen["lines"] += 1
+                worker, text = line.split(" ", 1)
+                if text.endswith(CUT_MARK.decode()):
+                    seen["cut"] += 1
+                    continue
+                stamp = text[:26]
+                seen["out_of_order"] += stamp < last
+                last = stamp
+                if text.endswith(" line 0 " + "." * 2000):
+                    seen["first"].add(worker)
+        return seen
+
+    seen, peak = peak_of(download)
+    print(f"\n4 x 20 MiB merged by time: {seen['lines']} lines in {seen['pieces']} pieces, "
+          f"peak {peak / MiB:.1f} MiB")
+    assert seen["lines"] == sum(w["lines"] for w in workers) + 1
+    assert seen["first"] == {f"[job-w-{w}]" for w in range(4)}  # the first lines are there
+    assert seen["out_of_order"] == 0 and seen["cut"] == 1
+    assert peak < 8 * MiB, peak
+
+
+def test_an_answer_that_leaves_the_start_of_a_log_out_says_so(store):
+    """A log answered in one piece is its last 16 MiB: the first line says what was left out,
+    and so does a tail that found fewer lines than asked in those 16 MiB (here: lines hidden
+    behind 17 MiB of lifecycle-looking lines)."""
+    with api_client(create_app(JobService(store)), admin_token(store)) as client:
+        create(client, "demo")
+        paths = set_worker_logs(store, "demo", {"demo-head-0": ["the first line"],
+                                                "demo-pool-0": ["before"]})
+        with open(paths["demo-head-0"], "ab") as f:
+            f.write((b"y" * 1023 + b"\n") * (17 * 1024))  # 17 MiB of lines
+            f.write(b"the last line\n")
+        with open(paths["demo-pool-0"], "ab") as f:
+            line = event_line("phase", "t0k", phase="noise", pad="p" * 1000)
+            for _ in range(17 * MiB // len(line)):
+                f.write(line)
+            f.write(b"after\n")
+        r = client.get("/api/v1/jobs/demo/logs", params={"worker": "demo-head-0"})
+        head = r.json()["workers"][0]
+        assert head["truncated"] is True and head["lines"][-1] == "the last line"
+        assert "the first line" not in head["lines"]
+        mark = head["lines"][0]
+        assert mark.startswith("[RLark: the first ") and "last 16 MiB" in mark, mark[:200]
+        assert "download" in mark
+        r = client.get("/api/v1/jobs/demo/logs", params={"worker": "demo-pool-0", "tail": 5})
+        lines = r.json()["workers"][0]["lines"]
+        assert lines[0].startswith("[RLark: the first ") and lines[1:] == ["after"], lines[0][:200]
+        # a tail found whole says nothing
+        r = client.get("/api/v1/jobs/demo/logs", params={"worker": "demo-head-0", "tail": 2})
+        assert r.json()["workers"][0]["lines"] == ["y" * 1023, "the last line"]
+
+
 def test_the_api_follow_of_a_100_mib_line(store):
     with api_client(create_app(JobService(store)), admin_token(store)) as client:
         create(client, "demo")
@@ -207,7 +299,8 @@ class Follows:
                       self.streams)
 
     def health(self) -> dict:
-        return httpx.get(self.server.url + "/healthz", timeout=10).json()
+        return httpx.get(self.server.url + "/api/v1/server", timeout=10,
+                         headers={"Authorization": f"Bearer {self.server.token}"}).json()
 
     def __exit__(self, *exc):
         for s in self.streams:

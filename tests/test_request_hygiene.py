@@ -86,8 +86,9 @@ FOREIGN_HOSTS = ["evil.example", "evil.example:80", "127.0.0.1.evil.example", "l
 
 
 @pytest.mark.parametrize("path", ["/api/v1/jobs", "/api/v1/jobs/demo", "/jobs", "/jobs/demo",
-                                  "/docs", "/redoc", "/openapi.json", "/login", "/static/app.css"])
-def test_a_foreign_host_is_refused_everywhere_but_healthz(served, path):
+                                  "/docs", "/redoc", "/openapi.json", "/login", "/static/app.css",
+                                  "/healthz", "/api/v1/server"])
+def test_a_foreign_host_is_refused_everywhere(served, path):
     """DNS rebinding: a page on a name that resolves to this server reaches it with its own
     name in Host. A token does not help (the browser of a logged-in user would send a cookie)."""
     for host in FOREIGN_HOSTS:
@@ -101,9 +102,19 @@ def test_a_foreign_host_is_refused_everywhere_but_healthz(served, path):
         assert r.status_code != 400, (host, r.text[:200])
 
 
-def test_healthz_answers_any_host(served):
+def test_healthz_tells_a_probe_it_is_up_and_nobody_anything_about_the_server(served):
+    """``/healthz`` goes through the Host allow-list like every route (a probe names an allowed
+    host) and answers no name, version or leader; the server's state is the site
+    administrator's."""
     r = served.http.get("/healthz", headers={"Host": "kubelet-probe.internal"})
-    assert r.status_code == 200 and r.json()["ok"] is True
+    assert r.status_code == 400 and r.json()["detail"]["code"] == "HostNotAllowed"
+    r = served.http.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"ok": True}
+    assert served.http.get("/api/v1/server").status_code == 401
+    r = served.http.get("/api/v1/server", headers=bearer(served.mia))
+    assert r.status_code == 403, r.text
+    r = served.http.get("/api/v1/server", headers=bearer(served.admin))
+    assert r.status_code == 200 and {"version", "controller", "workerIsolation"} <= set(r.json())
 
 
 def test_a_foreign_host_cannot_change_anything(served):
@@ -424,3 +435,124 @@ def test_refused_changes_are_audited_as_denied(served):
         ("vera", "/api/v1/jobs/demo/stop", "denied", "default"),
         ("otto", "/api/v1/jobs/demo", "denied", "default")]
     assert served.jobs.get("demo")["desired"] == "Running"
+
+
+# --- one cross-site check for the API and the console ------------------------------------------------
+
+APP_ORIGIN = "https://app.example.com"
+
+
+def cross_site_rows(port: str) -> list[tuple[str, dict[str, str]]]:
+    """(row, headers): what a browser (or a client) may send with a state-changing request."""
+    here = f"127.0.0.1:{port}"
+    return [
+        ("no browser headers (the CLI)", {}),
+        ("same-origin", {"Origin": f"http://{here}", "Sec-Fetch-Site": "same-origin"}),
+        ("Sec-Fetch-Site: none", {"Sec-Fetch-Site": "none"}),
+        ("same origin, spelled in capitals", {"Origin": f"HTTP://LOCALHOST:{port}",
+                                              "Host": f"localhost:{port}"}),
+        ("same origin, default port written out", {"Origin": "http://localhost:80",
+                                                   "Host": "localhost"}),
+        ("same-site, other port", {"Origin": f"http://127.0.0.1:{int(port) + 1}",
+                                   "Sec-Fetch-Site": "same-site"}),
+        ("Sec-Fetch-Site: same-site alone", {"Sec-Fetch-Site": "same-site"}),
+        ("another port, Origin alone", {"Origin": f"http://127.0.0.1:{int(port) + 1}"}),
+        ("cross-site", {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}),
+        ("Sec-Fetch-Site: cross-site alone", {"Sec-Fetch-Site": "cross-site"}),
+        ("Origin: null", {"Origin": "null"}),
+        # a TLS proxy in front that RLark does not trust: the browser is on https, RLark sees
+        # http; the same host and port cannot serve both, so it is this server
+        ("https, same host and port", {"Origin": f"https://{here}"}),
+        ("a configured CORS origin, with a token", {"Origin": APP_ORIGIN,
+                                                    "Sec-Fetch-Site": "cross-site"}),
+        ("a Host not allowed", {"Host": "evil.example"}),
+        ("a Host not allowed, same-origin", {"Host": "evil.example",
+                                             "Origin": "http://evil.example",
+                                             "Sec-Fetch-Site": "same-origin"}),
+    ]
+
+
+def verdict(r: httpx.Response) -> str:
+    """What became of a request: refused at the door (and why), or let through to the route."""
+    if r.status_code == 400 and "HostNotAllowed" in r.text:
+        return "host refused"
+    if r.status_code == 403 and ("CrossSiteRefused" in r.text or "another site" in r.text):
+        return "cross-site refused"
+    return f"passed ({r.status_code})"
+
+
+def test_the_api_and_the_console_judge_cross_site_requests_alike(rlark_home):
+    """The same requests against a state-changing API route and a console form post get the same
+    verdict: one check decides for both."""
+    s = Served(rlark_home, SecurityPolicy(cors_origins=(APP_ORIGIN,)))
+    try:
+        port = s.url.rsplit(":", 1)[1]
+        table, disagree = [], []
+        for row, headers in cross_site_rows(port):
+            api = s.http.post("/api/v1/jobs/demo/stop",
+                              headers={**bearer(s.admin), **YAML, **headers})
+            console = s.http.post("/jobs/demo/stop", content="next=%2Fjobs",
+                                  headers={**bearer(s.admin), **headers,
+                                           "Content-Type": "application/x-www-form-urlencoded"})
+            table.append((row, verdict(api).split(" (")[0], verdict(console).split(" (")[0]))
+            if table[-1][1] != table[-1][2]:
+                disagree.append(f"{row}: API {verdict(api)}, console {verdict(console)}")
+        assert not disagree, "rows where the API and the console disagree:\n" + "\n".join(disagree)
+        expected = {"no browser headers (the CLI)": "passed", "same-origin": "passed",
+                    "Sec-Fetch-Site: none": "passed", "same origin, spelled in capitals": "passed",
+                    "same origin, default port written out": "passed",
+                    "https, same host and port": "passed",
+                    "a configured CORS origin, with a token": "passed",
+                    "a Host not allowed": "host refused",
+                    "a Host not allowed, same-origin": "host refused"}
+        assert {row: api for row, api, _ in table} == {
+            row: expected.get(row, "cross-site refused") for row, _ in cross_site_rows(port)}
+        # a configured origin is for API tokens: a page there riding on a session cookie is
+        # refused at the door, by the API and the console alike
+        cookie, _ = AuthService(s.store).login("127.0.0.1", name="mia", password=MIA_PASSWORD)
+        for url in ("/api/v1/jobs/demo/stop", "/jobs/demo/stop"):
+            r = s.http.post(url, cookies={SESSION_COOKIE: cookie},
+                            headers={"Origin": APP_ORIGIN, "Sec-Fetch-Site": "cross-site"})
+            assert verdict(r) == "cross-site refused", (url, r.status_code, r.text[:200])
+    finally:
+        s.close()
+
+
+# --- security headers ------------------------------------------------------------------------------
+
+
+def test_every_answer_carries_the_security_headers(served):
+    """Pages, API answers, assets and every refusal at the door: none may be framed, sniffed or
+    leak its URL to another origin; the console's CSP allows no inline or eval'd script."""
+    from rlark.api.security import CONTENT_SECURITY_POLICY
+
+    answers = {
+        "console page": served.http.get("/jobs", headers=bearer(served.admin)),
+        "login page": served.http.get("/login"),
+        "asset": served.http.get("/static/console.js"),
+        "API": served.http.get("/api/v1/jobs", headers=bearer(served.admin)),
+        "no such route": served.http.get("/api/v1/nothing", headers=bearer(served.admin)),
+        "unauthenticated": served.http.get("/api/v1/jobs"),
+        "unauthenticated page": served.http.get("/jobs"),
+        "host refused": served.http.get("/api/v1/jobs", headers={"Host": "evil.example"}),
+        "cross-site refused": served.http.post("/api/v1/jobs", headers={
+            **bearer(served.admin), **YAML, "Sec-Fetch-Site": "cross-site"}),
+        "health": served.http.get("/healthz"),
+        "docs": served.http.get("/docs", headers=bearer(served.admin)),
+    }
+    for what, r in answers.items():
+        assert r.headers.get("x-frame-options") == "DENY", (what, r.status_code, r.headers)
+        assert r.headers.get("x-content-type-options") == "nosniff", what
+        assert r.headers.get("referrer-policy") == "same-origin", what
+        csp = r.headers.get("content-security-policy", "")
+        assert "frame-ancestors 'none'" in csp and "'unsafe-eval'" not in csp, (what, csp)
+        assert csp == CONTENT_SECURITY_POLICY or what == "docs", (what, csp)
+        assert r.headers.get_list("content-security-policy") == [csp], what  # one policy
+    # the docs page's one inline script runs by a nonce made for that answer alone
+    docs = answers["docs"]
+    nonce = re.search(r"'nonce-([^']+)'", docs.headers["content-security-policy"]).group(1)
+    assert f'<script nonce="{nonce}">' in docs.text and "<script>" not in docs.text
+    again = served.http.get("/docs", headers=bearer(served.admin)).headers["content-security-policy"]
+    assert nonce not in again
+    assert "script-src 'self' 'nonce-" in docs.headers["content-security-policy"]
+    assert "'unsafe-inline'" not in docs.headers["content-security-policy"].split("script-src")[1].split(";")[0]

@@ -7,6 +7,8 @@ Playwright) whose user IS logged in to the console.
 * (c) a page on ``http://localhost:<other port>/`` -- the same *site* as the console on
   ``http://localhost:<rlark port>/``, so the browser does send the session cookie -- posts a
   form to a Job's stop action;
+* (e) a page of another origin (another site, or the same site on another port, whose frame
+  gets the session cookie) puts the console in a frame (clickjacking);
 * (d) DNS rebinding: a forward proxy (every request of the browser goes through it) answers the
   first request for ``http://rebind.test:<rlark port>/`` with the hostile page, then "rebinds"
   the name to RLark (127.0.0.1) -- the page's same-origin requests reach RLark with
@@ -99,7 +101,10 @@ window.results = {{}};
   window.results.done = true;
 }})();
 </script></body></html>"""
-    return {"/": cross_site, "/same-site": same_site, "/rebind": rebind}
+    # clickjacking: the console under an invisible frame of a page that invites clicks
+    frame = head + f"""
+<iframe id="console" src="http://localhost:{rlark_port}/jobs"></iframe></body></html>"""
+    return {"/": cross_site, "/same-site": same_site, "/rebind": rebind, "/frame": frame}
 
 
 def _attr(text: str) -> str:
@@ -159,6 +164,8 @@ class _Proxy(BaseHTTPRequestHandler):
             return
         finally:
             conn.close()
+        with self.server.lock:
+            self.server.answers.append((self.command, self.path, resp.status, data))
         self.send_response(resp.status, resp.reason)
         for k, v in resp.getheaders():
             if k.lower() not in HOP_BY_HOP and k.lower() != "content-length":
@@ -184,6 +191,8 @@ class ProxyServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.rebound = False
         self.rebound_requests: list[tuple[str, str, str | None]] = []
+        #: (method, URL, status, body) of every answer it passed on
+        self.answers: list[tuple[str, str, int, bytes]] = []
 
 
 def _start(server: ThreadingHTTPServer) -> ThreadingHTTPServer:
@@ -258,10 +267,16 @@ def server_state(server: RlarkServer) -> dict:
             "job audit": [(a["id"], a["action"]) for a in changes]}
 
 
-def _refusal(response) -> dict:
+def _refusal(response, proxy: "ProxyServer") -> dict:
+    """The error RLark answered ``response`` with, as the proxy passed it on: the browser does
+    not keep the body of an answer it refused to show in a frame (``frame-ancestors``) or of an
+    opaque response."""
+    with proxy.lock:
+        bodies = [body for method, url, _, body in proxy.answers
+                  if method == response.request.method and url == response.url]
     try:
-        return json.loads(response.text())["detail"]
-    except Exception:  # noqa: BLE001 - an opaque response's body may not be readable
+        return json.loads(bodies[-1])["detail"]
+    except (IndexError, ValueError, KeyError):
         return {}
 
 
@@ -282,7 +297,7 @@ def test_another_site_cannot_post_a_job_or_submit_console_forms(victim, server, 
         assert response.request.method == "POST"
         assert response.status == 403, (response.url, response.status)  # RLark said no
     for response in (form_api.value, form_delete.value):
-        assert _refusal(response)["code"] == "CrossSiteRefused"
+        assert _refusal(response, hostile["proxy"])["code"] == "CrossSiteRefused"
     assert "text/plain" in fetched.value.request.headers.get("content-type", "")
     assert server_state(server) == before
 
@@ -296,7 +311,8 @@ def test_a_same_site_page_with_the_session_cookie_cannot_stop_a_job(victim, serv
     # the browser did send the console's session cookie (same site): the server refused anyway
     assert "rlark_session=" in response.request.all_headers().get("cookie", "")
     assert response.request.all_headers().get("sec-fetch-site") == "same-site"
-    assert response.status == 403 and _refusal(response)["code"] == "CrossSiteRefused"
+    assert response.status == 403
+    assert _refusal(response, hostile["proxy"])["code"] == "CrossSiteRefused"
     assert server_state(server) == before
 
 
@@ -316,3 +332,128 @@ def test_dns_rebinding_reaches_rlark_with_a_foreign_host_and_is_refused(victim, 
                                                ("GET", "/jobs")]
     assert {h for _, _, h in proxied} == {f"{REBIND_HOST}:{server.port}"}
     assert server_state(server) == before
+
+
+def test_no_page_of_another_origin_can_frame_the_console(victim, server, hostile):
+    """RLark answers the framed request (the same-site page's frame even carries the session
+    cookie: the Jobs page; the other site's gets the login page), and Chromium refuses to show
+    it: ``frame-ancestors 'none'`` (and ``X-Frame-Options: DENY``)."""
+    page = victim
+    console = f"http://localhost:{server.port}/"
+    for origin, shown in ((hostile["same_site"], "/jobs"), (hostile["other"], "/login")):
+        with page.expect_console_message(lambda m: "frame-ancestors" in m.text) as refused, \
+                page.expect_response(lambda r: r.url.startswith(console) and r.status == 200) as framed:
+            page.goto(origin + "/frame")
+        response = framed.value
+        assert response.url.startswith(console + shown.lstrip("/")), response.url
+        assert response.headers["x-frame-options"] == "DENY"
+        assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+        assert "blocked" in refused.value.text, refused.value.text
+        child = next(f for f in page.frames if f is not page.main_frame)
+        assert not child.url.startswith(f"http://localhost:{server.port}"), child.url
+        assert child.evaluate("document.querySelector('#logout, #login-token') === null")
+    page.goto("about:blank")
+
+
+#: the console's pages, each with what shows it works (a selector that must become visible)
+CONSOLE_PAGES = [
+    ("/jobs", f"tr[data-job={EXISTING}]"),
+    (f"/jobs/{EXISTING}", "#workers-table"),
+    (f"/jobs/{EXISTING}?tab=events", "#tab-events [data-reason]"),
+    (f"/jobs/{EXISTING}?tab=logs", "#log-lines"),
+    (f"/jobs/{EXISTING}?tab=record", "[data-download=json]"),
+    (f"/jobs/{EXISTING}?tab=spec", "#tab-spec"),
+    ("/create", "#wizard"),
+    ("/nodes", "#nodes-table"),
+    ("/secrets", "main"),
+    ("/tokens", "#tokens-table"),
+    ("/admin/users", "tr[data-user=admin]"),
+    ("/admin/projects", "section[data-project=default]"),
+    ("/admin/audit", "#audit-table"),
+    ("/docs", ".opblock-summary-path"),
+]
+
+_REPORT_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", function (e) {
+  window.cspViolation([document.location.pathname, e.violatedDirective, e.blockedURI,
+                       e.sourceFile + ":" + e.lineNumber].join(" "));
+});
+"""
+
+
+def _watch(page) -> list[str]:
+    """Every CSP violation (the page's own ``securitypolicyviolation`` events) and every console
+    error of ``page`` from now on."""
+    problems: list[str] = []
+    page.expose_function("cspViolation", lambda text: problems.append(f"violation: {text}"))
+    page.add_init_script(_REPORT_VIOLATIONS)
+    page.on("console", lambda m: problems.append(f"console.{m.type}: {m.text}")
+            if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
+    page.set_default_timeout(20_000)
+    return problems
+
+
+def test_the_console_works_under_its_content_security_policy(victim, server):
+    """Every main page, logged in and not, loads with the security headers and works (htmx
+    polls and posts, the wizard steps, the log follow streams) with no CSP violation at all."""
+    from rlark.api.security import CONTENT_SECURITY_POLICY
+
+    browser = victim.context.browser
+    anonymous = browser.new_context()
+    try:
+        page = anonymous.new_page()
+        problems = _watch(page)
+        response = page.goto(server.url + "/login")
+        assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        page.fill("#login-token", server.token)
+        page.click("#token-submit")
+        page.wait_for_url(server.url + "/jobs")
+
+        for path, works in CONSOLE_PAGES:
+            response = page.goto(server.url + path)
+            assert response.status == 200, (path, response.status)
+            headers = response.headers
+            assert headers["x-frame-options"] == "DENY", path
+            assert headers["x-content-type-options"] == "nosniff", path
+            assert headers["referrer-policy"] == "same-origin", path
+            assert "frame-ancestors 'none'" in headers["content-security-policy"], path
+            if path != "/docs":
+                assert headers["content-security-policy"] == CONTENT_SECURITY_POLICY, path
+            expect(page.locator(works).first).to_be_visible()
+
+        # htmx at work: the Jobs table polls, and its filter asks the server as one types
+        page.goto(server.url + "/jobs")
+        with page.expect_response(lambda r: "/jobs/_table" in r.url and r.status == 200):
+            pass
+        with page.expect_response(lambda r: "q=exist" in r.url and r.status == 200):
+            page.fill("#filter-q", "exist")
+        expect(page.locator(f"tr[data-job={EXISTING}]")).to_be_visible()
+        # the wizard posts each step with htmx (the CSRF token in its header)
+        page.goto(server.url + "/create")
+        page.click("#wizard-next")
+        expect(page.locator("[data-code=InvalidName]")).to_have_count(1)
+        page.fill("#f-name", "csp-check")
+        page.click("#wizard-next")
+        expect(page.locator("#wizard")).to_have_attribute("data-step", "2")
+        # ... and from a YAML document to its review, then back. htmx carries some attributes
+        # of the fields both steps have over to the new ones: never a style attribute (which
+        # the CSP refuses to set), even where a browser extension styled a field (allowed: it
+        # goes through CSSOM) as password managers do
+        page.goto(server.url + "/create")
+        page.locator(".yaml-start summary").click()
+        page.fill("#yaml-text", attack_job("csp-yaml"))
+        page.get_by_role("button", name="Load into the wizard").click()
+        expect(page.locator("#wizard")).to_have_attribute("data-step", "4")
+        page.evaluate("document.querySelector('#f-name').style.outline = '1px solid red'")
+        for step in ("3", "2", "1"):
+            page.get_by_role("button", name="Back").click()
+            expect(page.locator("#wizard")).to_have_attribute("data-step", step)
+        # the log follow: a Server-Sent Events stream of the API
+        page.goto(server.url + f"/jobs/{EXISTING}?tab=logs")
+        page.click("#log-follow")
+        expect(page.locator("#log-status")).to_have_text(
+            "The Workers have ended; every line is shown.")
+        assert not problems, problems
+    finally:
+        anonymous.close()

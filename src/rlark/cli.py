@@ -80,7 +80,8 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _options(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print RLark's version and exit (the server's: `/healthz`)."),
+                                 help="Print RLark's version and exit (the server's: "
+                                      "`GET /api/v1/server`)."),
 ) -> None:
     # options of `rlark` itself, before the command (the help text is HELP above)
     pass
@@ -620,7 +621,7 @@ def server(
     store. Ctrl-C stops the server; active Runs keep running and the next `rlark server` on the
     same store adopts them (--stop-runs-on-exit stops them instead). With --runtime kubernetes the
     server uses the in-cluster ServiceAccount or your kubeconfig, and replicas elect a leader
-    (--leader-elect; /healthz says who leads); docs/kubernetes.md.
+    (--leader-elect; GET /api/v1/server says who leads); docs/kubernetes.md.
 
     \b
     Every request is authenticated (docs/security.md). On its first start the server creates
@@ -1236,9 +1237,8 @@ def logs(
         return
     many = len(data["workers"]) > 1
     for w in data["workers"]:
-        if w.get("truncated"):
-            err.print(f"[dim]{w['name']}: the log is long; showing its last 16 MiB "
-                      "(use --tail N, or read the file named by `rlark describe job`)[/dim]")
+        # a log longer than the server answers whole starts with the server's own line saying
+        # what it left out (services/logs.py, left_out_mark)
         for line in w["lines"]:
             _emit_line(w["name"], line, prefix=many)
 

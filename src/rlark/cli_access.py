@@ -457,23 +457,33 @@ def user_set_admin(name: str = typer.Argument(..., metavar="NAME", help="User na
 @user_app.command("passwd")
 def user_passwd(name: Optional[str] = typer.Argument(None, metavar="[NAME]",
                                                      help="User name (default: you)."),
-                password_stdin: bool = typer.Option(False, "--password-stdin",
-                                                    help="Read the new password from standard input."),
+                password_stdin: bool = typer.Option(
+                    False, "--password-stdin",
+                    help="Read the passwords from standard input: the new one; for your own, "
+                         "the current one on the line before it."),
                 server: Optional[str] = ServerOpt) -> None:
-    """Set a password (yours; anyone's for site administrators), for `rlark login --user` and
-    the console. Asks twice, hidden.
+    """Set a password, for `rlark login --user` and the console: your own (asks for the current
+    one first; a wrong one counts as a failed login), or anyone's as a site administrator
+    (without theirs; a site administrator also sets a user's first password). Asks hidden,
+    the new one twice.
 
     \b
     Examples:
       rlark user passwd
       rlark user passwd alice
+      printf '%s\\n%s\\n' "$OLD" "$NEW" | rlark user passwd --password-stdin
     """
     client = _client(server)
-    if name is None:
-        name = _call(client.get, "/api/v1/me")["name"]
-    password = (_stdin_line("password") if password_stdin else
-                typer.prompt(f"New password for {name}", hide_input=True, confirmation_prompt=True))
-    _call(client.send_json, "PATCH", f"/api/v1/users/{name}", {"password": password})
+    me = _call(client.get, "/api/v1/me")["name"]
+    name = name or me
+    body: dict[str, str] = {}
+    if name == me and _call(client.get, f"/api/v1/users/{name}").get("hasPassword"):
+        body["currentPassword"] = (_stdin_line("current password") if password_stdin else
+                                   typer.prompt(f"Current password of {name}", hide_input=True))
+    body["password"] = (_stdin_line("password") if password_stdin else
+                        typer.prompt(f"New password for {name}", hide_input=True,
+                                     confirmation_prompt=True))
+    _call(client.send_json, "PATCH", f"/api/v1/users/{name}", body)
     _print(Text(f"password of {name} set"))
 
 

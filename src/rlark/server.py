@@ -148,7 +148,7 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     ``RLARK_K8S_ALLOW_ROOT``, ``RLARK_K8S_HOST_PATH_PREFIXES``, ``RLARK_K8S_SERVICE_ACCOUNTS``,
     ``RLARK_K8S_RUN_AS_USER``). ``worker_isolation``: local runtime, how each Worker's
     processes are kept together (default :func:`rlark.settings.worker_isolation`; probed once
-    here, logged, and shown by ``/healthz`` and ``rlark nodes``). ``quota_defaults``: the
+    here, logged, and shown by ``GET /api/v1/server`` and ``rlark nodes``). ``quota_defaults``: the
     per-project quotas (:class:`rlark.services.quotas.Quotas`; default from the environment).
 
     Raises:

@@ -15,6 +15,7 @@ from rlark import __version__
 from rlark.api.docs import mount_docs
 from rlark.api.routers import access, jobs, logs, meta, nodes, records, secrets
 from rlark.api.security import (
+    SECURITY_HEADERS,
     RequestGuard,
     SecurityPolicy,
     check_every_route_has_a_rule,
@@ -113,7 +114,8 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
     async def unexpected(_request: Request, exc: Exception):
         # never a traceback or a plain-text page: say what happened in the error shape
         logging.getLogger("rlark.api").exception("unexpected error")
-        return SafeJSONResponse(status_code=500, content={"detail": {
+        # answered by Starlette's outermost middleware, outside RequestGuard: its headers here
+        return SafeJSONResponse(status_code=500, headers=SECURITY_HEADERS, content={"detail": {
             "code": "InternalError",
             "message": f"the server failed ({type(exc).__name__}); the server log has the details "
                        "(a damaged database or a bug - please report it)"}})

@@ -3,16 +3,20 @@
 :class:`RequestGuard` (ASGI middleware) runs before any route, in this order:
 
 1. ``Host`` must be on the allow-list (loopback names by default): a page on a name that resolves
-   to this server (DNS rebinding) gets nowhere. ``/healthz`` is exempt, for probes.
-2. State-changing methods refuse cross-site requests: ``Sec-Fetch-Site`` other than
-   ``same-origin``/``none``, an ``Origin`` other than this server's (or a configured CORS
-   origin), or ``Origin: null``.
+   to this server (DNS rebinding) gets nowhere. ``/healthz`` too: a probe names an allowed host.
+2. State-changing methods refuse cross-site requests (:func:`cross_site_reason`, the one
+   cross-site check of the API and the console's forms alike): ``Sec-Fetch-Site`` other than
+   ``same-origin``/``none``, an ``Origin`` other than this server's (a configured CORS origin
+   only with an ``Authorization`` header), or ``Origin: null``.
 3. API request bodies must be JSON or YAML (a browser cannot send those cross-site without a CORS
    preflight, which RLark never grants unless configured to).
 4. Authentication: ``Authorization: Bearer <API token>``, or the console's session cookie. The
    cookie is accepted by the console and by the API's read-only (GET/HEAD) routes only, so no
    state-changing API call can ride on a browser's cookie. Only :data:`PUBLIC_PATHS` pass
    without; others get 401 (API, as JSON) or a redirect to the login page (console).
+5. Every response it lets out, refusals included, carries :data:`SECURITY_HEADERS` (a
+   response that sets its own ``Content-Security-Policy``, such as the API docs pages, keeps
+   it).
 
 Routes then declare who may call them with one of :func:`allow_public`, :func:`allow_user`,
 :func:`allow_project` (viewer / member / admin of the project named by the ``project`` query or
@@ -34,7 +38,7 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rlark.services import audit
 from rlark.services.audit import Actor
@@ -54,6 +58,25 @@ BODY_TYPES = frozenset({"application/json", "application/yaml", "application/x-y
                         "text/x-yaml"})
 #: paths served without authentication (exact, or a prefix when they end with "/")
 PUBLIC_PATHS = ("/healthz", "/login", "/api/v1/login", "/static/", "/static-docs/", "/lang/")
+
+#: what the console's pages may load and run: scripts and styles from this server's files only
+#: (no inline script, style or eval: htmx runs with ``allowEval`` off), no plugins, forms posted
+#: only here, and no page of another origin may frame it (clickjacking)
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'")
+#: headers every response carries (docs/security.md): no framing by any page (the older
+#: ``X-Frame-Options`` and CSP's ``frame-ancestors``), no content-type sniffing, and the
+#: ``Referer`` (console URLs name Jobs and projects) only to this origin
+SECURITY_HEADERS: dict[str, str] = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+}
+_RAW_SECURITY_HEADERS = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                         for k, v in SECURITY_HEADERS.items()]
 
 
 @dataclass(frozen=True)
@@ -121,15 +144,21 @@ def _netloc(scheme: str, host: str | None) -> str:
 
 
 def cross_site_reason(headers: Headers, scheme: str, cors_origins: tuple[str, ...]) -> str | None:
-    """Why a state-changing request looks cross-site (None: it does not).
+    """Why a state-changing request looks cross-site (None: it does not). The one cross-site
+    check: :class:`RequestGuard` applies it to every state-changing request, the API's and the
+    console's forms alike, before any route runs.
 
     Browsers send ``Sec-Fetch-Site`` (``cross-site``/``same-site`` refused: another port of the
-    same host is the same *site* but not the same *origin*) and ``Origin``; non-browser clients
-    send neither and must bring a token instead.
+    same host is the same *site* but not the same *origin*) and ``Origin`` (compared with
+    ``Host`` by scheme-default port and case, as RFC 6454 serialises origins); non-browser
+    clients send neither and must bring a token instead. ``cors_origins`` (lower case, no
+    trailing slash) pass only with an ``Authorization`` header: CORS is for API tokens, never
+    for a request riding on the console's cookie.
     """
     site = headers.get("sec-fetch-site")
     origin = headers.get("origin")
-    if origin is not None and origin.rstrip("/").lower() in cors_origins:
+    if (origin is not None and origin.rstrip("/").lower() in cors_origins
+            and "authorization" in headers):
         return None
     if site is not None and site not in ("same-origin", "none"):
         return f"Sec-Fetch-Site: {site}"
@@ -137,7 +166,7 @@ def cross_site_reason(headers: Headers, scheme: str, cors_origins: tuple[str, ..
         if origin == "null":
             return "Origin: null"
         parts = urlsplit(origin)
-        if _netloc(parts.scheme or scheme, parts.netloc) != _netloc(scheme, headers.get("host")):
+        if _netloc(parts.scheme.lower() or scheme, parts.netloc) != _netloc(scheme, headers.get("host")):
             return f"Origin {origin!r} is not this server's"
     return None
 
@@ -171,6 +200,20 @@ async def _send_redirect(send: Send, location: str, htmx: bool) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
+def _with_security_headers(send: Send) -> Send:
+    """``send`` that adds each of :data:`SECURITY_HEADERS` a response does not set itself."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers") or [])
+            present = {name.lower() for name, _ in headers}
+            headers += [(k, v) for k, v in _RAW_SECURITY_HEADERS if k not in present]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
+
+
 class RequestGuard:
     """The middleware described in the module docstring. ``auth``: returns the app's
     :class:`AuthService` (read per request, so tests can swap the store behind an app)."""
@@ -188,10 +231,11 @@ class RequestGuard:
                 return
             await self.app(scope, receive, send)
             return
+        send = _with_security_headers(send)
         headers = Headers(scope=scope)
         path: str = scope["path"]
         method: str = scope["method"]
-        if path != "/healthz" and not host_allowed(headers.get("host"), self.policy.allowed_hosts):
+        if not host_allowed(headers.get("host"), self.policy.allowed_hosts):
             await _send_json(send, 400, "HostNotAllowed",
                              f"Host {headers.get('host')!r} is not one this server answers to; "
                              "an administrator can add it with `rlark server --allowed-host NAME`")

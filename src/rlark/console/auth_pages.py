@@ -29,7 +29,6 @@ from rlark.console.routes import (
     _form,
     _locale,
     _BadForm,
-    _cross_site,
     _refuse,
     _render,
     _safe_next,
@@ -81,8 +80,6 @@ async def login(request: Request) -> Response:
     """Start a console session: 303 to ``next`` with the session cookie; the form again with
     an error (401) when the name, password or token do not hold; 429 with ``Retry-After`` after
     too many failed attempts."""
-    if _cross_site(request):
-        return _refuse(request, 403, "error.crossSite")
     try:
         form = dict(await _form(request))
     except _BadForm:

@@ -15,6 +15,13 @@ write local time; local Workers run here, and Kubernetes nodes usually keep UTC,
 
 ``order="time"`` merges the chosen Workers' lines by that time (each Worker's own order kept),
 each line named by its Worker.
+
+The Logs tab shows the last lines of each Worker (:func:`collect`); a download
+(:func:`stream`) is every line of every chosen Worker, read from the files in bounded chunks and
+merged as it goes (``heapq.merge`` over one line iterator per Worker), so its memory does not
+grow with the size of the logs. Where RLark leaves something out it says so in a line of its
+own (:func:`rlark.services.logs.left_out_mark`) or at the cut
+(:data:`rlark.loglines.CUT_MARK`).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import csv
 import heapq
 import html
 import io
+import itertools
 import json
 import re
 from datetime import datetime, timezone
@@ -30,7 +38,7 @@ from typing import Iterable, Iterator, NamedTuple
 
 from markupsafe import Markup
 
-from rlark.services.logs import is_lifecycle, is_user_line, redact, tail_lines
+from rlark.services.logs import CHUNK, is_lifecycle, is_user_line, read_lines, redact, tail_lines
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 EVENT_PREFIX = "RLARK_EVENT "
@@ -41,6 +49,11 @@ ERROR_LINE = re.compile(
     r"Traceback \(most recent call last\)|\b(?:ERROR|FATAL|CRITICAL)\b"
     r"|^\s*[\w.]*(?:Error|Exception)\b(?::|$)|exited with code [1-9]")
 ORDERS = ("worker", "time")
+#: what a download holds in read-ahead across all its Workers (each reads ``this / Workers``
+#: bytes at a time, between 4 KiB and 64 KiB)
+DOWNLOAD_READ_AHEAD = 4 * 1024 * 1024
+#: a download is sent in pieces of about this many characters
+DOWNLOAD_PIECE = 64 * 1024
 
 
 class LogLine(NamedTuple):
@@ -90,20 +103,29 @@ def worker_lines(worker: dict, n: int | None, lifecycle: bool = False) -> list[L
     only with ``lifecycle`` (``n`` counts the lines shown), without the Run's event token; the
     values of the Job's secrets masked (the item's ``mask``)."""
     lines, _ = tail_lines(worker["log"], n, None if lifecycle else is_user_line, drop=False)
+    return list(_with_times(worker, lines, lifecycle))
+
+
+def _with_times(worker: dict, raw_lines: Iterable[str], lifecycle: bool) -> Iterator[LogLine]:
+    """One Worker's raw lines as :class:`LogLine` (see :func:`worker_lines`)."""
     name, role = worker["name"], worker["role"]
     mask = worker.get("mask")
-    out = []
     last: str | None = None
-    for raw in lines:
+    for raw in raw_lines:
         text = ANSI.sub("", raw) if "\x1b" in raw else raw
         last = stamp_of(text) or last
         if is_lifecycle(text) and not lifecycle:
             continue
-        out.append(LogLine(name, role, last, redact(text, mask)))
-    return out
+        yield LogLine(name, role, last, redact(text, mask))
 
 
-def _by_time(lines: list[LogLine]) -> Iterator[tuple[str, LogLine]]:
+def every_line(worker: dict, lifecycle: bool = False, chunk: int = CHUNK) -> Iterator[LogLine]:
+    """Every line of one Worker's log, first to last, as :func:`worker_lines` gives the last
+    ones, read ``chunk`` bytes at a time (:func:`rlark.services.logs.read_lines`)."""
+    return _with_times(worker, read_lines(worker["log"], chunk), lifecycle)
+
+
+def _by_time(lines: Iterable[LogLine]) -> Iterator[tuple[str, LogLine]]:
     """A Worker's lines keyed for merging: the latest time so far (never going back)."""
     key = ""
     for line in lines:
@@ -162,15 +184,33 @@ def as_csv(lines: list[LogLine], header: bool = True) -> str:
 
 def stream(workers: list[dict], q: str | None, fmt: str, lifecycle: bool = False,
            order: str = "worker") -> Iterator[str]:
-    """A whole download (``csv`` or ``txt``): one Worker at a time (logs can be large), or all
-    of them merged by time (``order="time"``)."""
+    """A whole download (``csv`` or ``txt``): every line of each Worker in turn, or of all of
+    them merged by time (``order="time"``), filtered by ``q`` as :func:`collect` does; in pieces
+    of about :data:`DOWNLOAD_PIECE` characters. Memory stays bounded whatever the logs' sizes:
+    :data:`DOWNLOAD_READ_AHEAD` of read-ahead, one pending line per Worker while merging
+    (lines are cut at :data:`rlark.loglines.MAX_LINE_BYTES`), and one piece."""
     if fmt == "csv":
         yield "worker,role,time,line\n"
     prefix = len(workers) > 1
+    chunk = max(4096, min(CHUNK, DOWNLOAD_READ_AHEAD // max(1, len(workers))))
+    needle = q.casefold() if q else None
+
+    def lines_of(w: dict) -> Iterator[LogLine]:
+        lines = every_line(w, lifecycle, chunk)
+        return lines if needle is None else (x for x in lines if needle in x.text.casefold())
+
     if order == "time":
-        lines = collect(workers, None, q, lifecycle, "time")
-        yield as_csv(lines, header=False) if fmt == "csv" else as_text(lines, prefix)
-        return
-    for w in workers:
-        lines = collect([w], None, q, lifecycle)
-        yield as_csv(lines, header=False) if fmt == "csv" else as_text(lines, prefix)
+        merged = heapq.merge(*(_by_time(lines_of(w)) for w in workers), key=lambda item: item[0])
+        lines: Iterator[LogLine] = (line for _, line in merged)
+    else:
+        lines = itertools.chain.from_iterable(lines_of(w) for w in workers)
+    piece: list[LogLine] = []
+    size = 0
+    for line in lines:
+        piece.append(line)
+        size += len(line.text) + 40
+        if size >= DOWNLOAD_PIECE:
+            yield as_csv(piece, header=False) if fmt == "csv" else as_text(piece, prefix)
+            piece, size = [], 0
+    if piece:
+        yield as_csv(piece, header=False) if fmt == "csv" else as_text(piece, prefix)

@@ -282,10 +282,9 @@ async def _form(request: Request) -> list[tuple[str, str]]:
 
 
 async def _accepted_form(request: Request) -> list[tuple[str, str]] | HTMLResponse:
-    """The form of a console POST, or the page refusing it: 403 when it comes from another
-    site or lacks the session's CSRF token, 413 when it is too large or not a form."""
-    if _cross_site(request):
-        return _refuse(request, 403, "error.crossSite")
+    """The form of a console POST, or the page refusing it: 403 when it lacks the session's
+    CSRF token, 413 when it is too large or not a form. (A form from another site never gets
+    here: :class:`rlark.api.security.RequestGuard` refuses it first, as it does for the API.)"""
     try:
         pairs = await _form(request)
     except _BadForm:
@@ -302,8 +301,8 @@ def csrf_ok(request: Request, pairs: list[tuple[str, str]]) -> bool:
     Only a session needs one: a browser sends its session cookie with a form another site
     submits, so the token is what proves the form came from a console page. An API token in
     ``Authorization`` is never sent by a browser on its own, and a server without
-    authentication (``--no-auth``, loopback only) has no session; both still pass the
-    cross-site check.
+    authentication (``--no-auth``, loopback only) has no session; both still go through the
+    cross-site check (:func:`rlark.api.security.cross_site_reason`).
     """
     principal = principal_of_page(request)
     if principal is None:
@@ -315,17 +314,6 @@ def csrf_ok(request: Request, pairs: list[tuple[str, str]]) -> bool:
         (v for k, v in pairs if k == "csrf_token"), "")
     return bool(expected) and hmac.compare_digest(sent.encode("utf-8", "replace"),
                                                   expected.encode("utf-8"))
-
-
-def _cross_site(request: Request) -> bool:
-    """A form posted from another site (the console has no session to protect, but nothing
-    another site shows should act on this server)."""
-    if request.headers.get("sec-fetch-site") == "cross-site":
-        return True
-    origin = request.headers.get("origin")
-    if origin and origin != "null":
-        return urlsplit(origin).netloc != request.headers.get("host", "")
-    return False
 
 
 def _refuse(request: Request, status: int, key: str, **args: Any) -> HTMLResponse:

@@ -207,17 +207,24 @@ class AccountService:
 
     def update_user(self, principal: Principal, client: str | None, name: str, *,
                     disabled: bool | None = None, admin: bool | None = None,
-                    password: str | None = None) -> dict[str, Any]:
+                    password: str | None = None,
+                    current_password: str | None = None) -> dict[str, Any]:
         """Disable or enable a user, make or unmake a site administrator (site administrators
-        only), or set a password (yours, or anyone's as site administrator). Disabling a user
-        also ends their console sessions (their tokens stop working while disabled).
+        only), or set a password: your own with ``current_password`` (checked as a login is:
+        :meth:`AuthService.check_current_password`), anyone else's as site administrator
+        without theirs. Disabling a user also ends their console sessions (their tokens stop
+        working while disabled).
 
         Raises:
-            Forbidden, NotFound, Invalid; Conflict: it would leave no enabled site administrator.
+            Forbidden, NotFound, Invalid, TooManyRequests; Conflict: it would leave no enabled
+            site administrator.
         """
-        if name != principal.name or disabled is not None or admin is not None:
+        own = name == principal.name and principal.user_id is not None
+        if not own or disabled is not None or admin is not None:
             forbid_unless_admin(principal, "change other users, or anyone's admin or disabled state")
         pw_hash = self._password(password) if password is not None else None
+        if pw_hash is not None and own:
+            self.auth.check_current_password(principal, current_password, client)
         with self.store.session() as s:
             user = self._user(s, name)
             changes = []
@@ -228,8 +235,10 @@ class AccountService:
                 user.is_admin = admin
                 changes.append("made site administrator" if admin else "no longer site administrator")
             if pw_hash is not None:
+                changes.append("password set by a site administrator" if not own
+                               else "first password set" if user.password_hash is None
+                               else "password changed (current password given)")
                 user.password_hash = pw_hash
-                changes.append("password set")
                 # console sessions opened with the old password end (tokens stay: revoke them)
                 s.execute(delete(SessionRow).where(SessionRow.user_id == user.id,
                                                    SessionRow.token_id.is_(None)))

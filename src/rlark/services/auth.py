@@ -319,6 +319,39 @@ class AuthService:
         self.limiter.failed(client, name)
         raise Unauthenticated("wrong user name or password")
 
+    def check_current_password(self, principal: Principal, password: str | None,
+                               client: str | None) -> None:
+        """Before ``principal`` changes their own password: the current one, checked as a login
+        would be (rate limited per client and per name; a wrong one audited as
+        ``user.password`` ``failed`` and counted), so a stolen token or a console left open is
+        not enough to take the account's password over.
+
+        Raises:
+            TooManyRequests: too many failed attempts lately. Forbidden: none given, a wrong
+                one, or the user has no password yet (a site administrator sets the first:
+                anyone's, theirs too).
+        """
+        with self.store.session() as s:
+            user = s.get(UserRow, principal.user_id) if principal.user_id is not None else None
+            if user is not None and user.password_hash is None and principal.is_admin:
+                return  # a site administrator sets anyone's first password, theirs too
+            if user is None or user.password_hash is None:
+                raise Forbidden("you have no password yet to change: a site administrator sets "
+                                "the first one (`rlark user passwd NAME`)")
+            if password is None:
+                raise Forbidden("give your current password (`currentPassword`) to change it")
+            self.limiter.check(client, principal.name)
+            try:
+                self.hasher.verify(user.password_hash, password)  # a mismatch raises
+                return
+            except (VerificationError, InvalidHashError):
+                pass
+            audit.record(s, Actor(user.name, client), "user.password", target=user.name,
+                         outcome="failed", detail="wrong current password")
+        self.limiter.failed(client, principal.name)
+        raise Forbidden("the current password is wrong (failed attempts count as failed "
+                        "logins)")
+
     def login(self, client: str | None, *, name: str = "", password: str = "",
               token: str = "") -> tuple[str, Principal]:
         """A console login with a password or an API token: ``(session cookie value,

@@ -24,8 +24,17 @@ if TYPE_CHECKING:
 CHUNK = 64 * 1024
 
 
-#: a log answered whole is cut to its last 16 MiB (a Worker may write gigabytes)
+#: a log answered in one piece (the API's lines, the Logs tab) is read from its last 16 MiB at
+#: most (a Worker may write gigabytes); downloads stream it whole (:func:`read_lines`)
 MAX_WHOLE_BYTES = 16 * 1024 * 1024
+
+
+def left_out_mark(skipped: int) -> str:
+    """The line RLark puts first where it answers with the end of a log only: how much it left
+    out, why, and where the rest is."""
+    return (f"[RLark: the first {skipped:,} bytes of this log are left out here: an answer holds "
+            f"at most a log's last {MAX_WHOLE_BYTES // (1024 * 1024)} MiB. The console's log "
+            "download (logs.txt, logs.csv) has every line]")
 
 
 #: a lifecycle line's event token (``"tok": "<hex>"``), for lines that are not valid JSON
@@ -77,10 +86,12 @@ def tail_lines(path: str | None, n: int | None,
     :data:`MAX_WHOLE_BYTES` when it is bigger) and the file size in bytes (the offset to follow
     from). At most :data:`MAX_WHOLE_BYTES` of the file are read, whatever ``n`` is (a line
     longer than that is not found whole), and every line is cut at
-    :data:`rlark.loglines.MAX_LINE_BYTES`. With ``keep`` (e.g. :func:`is_user_line`) only lines it accepts are counted: ``n``
-    of them, however many other lines lie between; they alone are returned, or with
-    ``drop=False`` every line from the first of them on (a reader that wants the others for
-    context, such as the times lifecycle lines carry). A missing file has no lines."""
+    :data:`rlark.loglines.MAX_LINE_BYTES`. With ``keep`` (e.g. :func:`is_user_line`) only lines
+    it accepts are counted: ``n`` of them, however many other lines lie between; they alone are
+    returned, or with ``drop=False`` every line from the first of them on (a reader that wants
+    the others for context, such as the times lifecycle lines carry). When that window left
+    lines out (fewer than ``n`` found in it, or ``n`` None and the file bigger), the first line
+    returned is :func:`left_out_mark`. A missing file has no lines."""
     if not path or not os.path.exists(path):
         return [], 0
     with open(path, "rb") as f:
@@ -104,18 +115,53 @@ def tail_lines(path: str | None, n: int | None,
                 step = min(step * 2, 16 * CHUNK)  # many skipped lines: read faster
             if pos > 0 and len(data) >= MAX_WHOLE_BYTES:
                 data = data.split(b"\n", 1)[-1]  # the window starts inside a line: drop it
+    skipped = size - len(data)  # bytes before the window (0: it starts at the file's start)
     data = b"\n".join(cut_line(line) for line in data.split(b"\n"))
     lines = data.decode("utf-8", errors="replace").splitlines()
     if keep is not None and not drop:
-        if n is None:
-            return lines, size
-        kept = [i for i, line in enumerate(lines) if keep(line)][-n:] if n > 0 else []
-        return (lines[kept[0]:] if kept else []), size
-    if keep is not None:
-        lines = [line for line in lines if keep(line)]
-    if n is not None:
-        lines = lines[-n:] if n > 0 else []
+        if n is not None:
+            kept = [i for i, line in enumerate(lines) if keep(line)][-n:] if n > 0 else []
+            lines = lines[kept[0]:] if kept else []
+    else:
+        if keep is not None:
+            lines = [line for line in lines if keep(line)]
+        if n is not None:
+            lines = lines[-n:] if n > 0 else []
+    if skipped and (n is None or sum(1 for line in lines if keep is None or keep(line)) < n):
+        lines.insert(0, left_out_mark(skipped))
     return lines, size
+
+
+def read_lines(path: str | None, chunk: int = CHUNK) -> Iterator[str]:
+    """Every line of the file from its start to the size it had when reading began (a Worker
+    may go on writing), read ``chunk`` bytes at a time: the memory held is at most a chunk and
+    one line of :data:`rlark.loglines.MAX_LINE_BYTES` (longer lines come cut, with
+    :data:`rlark.loglines.CUT_MARK`), however big the file. The file is opened for each chunk,
+    so many of these at once hold no file descriptor while they wait. A missing file has no
+    lines."""
+    if not path:
+        return
+    try:
+        end = os.path.getsize(path)
+    except OSError:
+        return
+    lines = LineSplitter()
+    offset = 0
+    while offset < end:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(min(chunk, end - offset))
+        except FileNotFoundError:  # the Job was deleted meanwhile
+            break
+        if not data:  # cut shorter meanwhile
+            break
+        offset += len(data)
+        for line in lines.feed(data):
+            yield line.decode("utf-8", errors="replace")
+    last = lines.flush()
+    if last is not None:
+        yield last.decode("utf-8", errors="replace")
 
 
 def _count(data: bytes, partial_first: bool, keep: Callable[[str], bool] | None) -> int:

@@ -66,6 +66,9 @@ class UserPatch(_Body):
     disabled: StrictBool | None = None
     admin: StrictBool | None = None
     password: Annotated[str | None, Field(max_length=1024)] = None
+    current_password: Annotated[str | None, Field(
+        max_length=1024, alias="currentPassword",
+        description="your current password, to change your own")] = None
 
 
 class ProjectBody(_Body):
@@ -151,9 +154,13 @@ def get_user(name: str, svc: Accounts, access: User) -> dict:
 
 @router.patch("/users/{name}", summary="Disable/enable, make admin, or set a password")
 def update_user(name: str, body: UserPatch, svc: Accounts, access: User) -> dict:
-    """Anyone may set their own password; everything else is for site administrators."""
+    """Anyone may change their own password, giving the current one (``currentPassword``; a
+    wrong one is refused with 403, audited and counted as a failed login: 429 with
+    ``Retry-After`` after too many); site administrators set other users' passwords without
+    theirs. Everything else is for site administrators."""
     return svc.update_user(access.principal, access.client, name, disabled=body.disabled,
-                           admin=body.admin, password=body.password)
+                           admin=body.admin, password=body.password,
+                           current_password=body.current_password)
 
 
 @router.delete("/users/{name}", summary="Delete a user (site administrators)")

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from rlark import __version__
 from rlark.api.deps import job_service
 from rlark.api.routers.jobs import JOB_BODY, read_document
-from rlark.api.security import Access, ProjectAccess, allow_project, allow_public, allow_user
+from rlark.api.security import ProjectAccess, allow_admin, allow_project, allow_public, allow_user
 from rlark.store import ProjectRole
 from rlark.findings import has_errors
 from rlark.services.jobs import JobService
@@ -58,19 +58,31 @@ def schema() -> dict:
 
 
 @router.get("/healthz", summary="Liveness", dependencies=[allow_public()])
-def healthz(request: Request) -> dict:
-    """Every replica answers ``ok`` (each serves the API and the console). ``controller`` says
-    whether this server reconciles: ``leaderElection`` (replicas on Kubernetes), ``leading``
-    (this server holds the Lease, or is the only server), ``leader`` (the Lease's holder, when
-    known), ``identity`` (this server's name in the Lease), ``lease``, ``error`` (the last failed
-    Lease call), ``reconciling`` (its controller's loop runs). ``workerIsolation``: local
-    runtime, what keeps each Worker's processes together (``pid-namespace``, ``cgroup``,
-    ``user-namespace`` or the weak ``process-group``; ``rlark nodes`` says why). ``logFollows``:
-    followed logs being streamed now (``open``) and the server's limit (``max``)."""
+def healthz() -> dict:
+    """``{"ok": true}`` from every replica that serves requests (each serves the API and the
+    console): what a probe needs, and nothing about the server (its name, leader, version) for
+    callers without credentials. Like every route it answers only the ``Host`` names the server
+    allows (a Kubernetes probe names one in ``httpHeaders``). A site administrator reads the
+    server's state at ``GET /api/v1/server``."""
+    return {"ok": True}
+
+
+@router.get("/api/v1/server", summary="This server: version, runtime, leader election, Worker "
+            "isolation, followed logs (site administrators)", dependencies=[allow_admin()])
+def server_status(request: Request) -> dict:
+    """``controller`` says whether this server reconciles: ``leaderElection`` (replicas on
+    Kubernetes), ``leading`` (this server holds the Lease, or is the only server), ``leader``
+    (the Lease's holder, when known), ``identity`` (this server's name in the Lease),
+    ``lease``, ``error`` (the last failed Lease call), ``reconciling`` (its controller's loop
+    runs). ``workerIsolation``: local runtime, what keeps each Worker's processes together
+    (``pid-namespace``, ``cgroup``, ``user-namespace`` or the weak ``process-group``; ``rlark
+    nodes`` says why). ``logFollows``: followed logs being streamed now (``open``) and the
+    server's limit (``max``). Site administrators only: a replica's name and the leader's are
+    the host names and process ids of the server's machines."""
     controller = request.app.state.controller
     status = getattr(controller, "status", None)
     isolation = getattr(request.app.state.jobs, "isolation", None)
-    return {"ok": True, "version": __version__, "runtime": request.app.state.jobs.runtime,
+    return {"version": __version__, "runtime": request.app.state.jobs.runtime,
             "controller": status() if status is not None else None,
             "workerIsolation": isolation["mode"] if isolation else None,
             "logFollows": {"open": request.app.state.follow_limits.open,

@@ -4,7 +4,10 @@
  *  - the Logs tab follows new lines over Server-Sent Events (the REST API's log stream),
  *    marking error lines as the server does;
  *  - the project switcher goes to the chosen project as soon as one is chosen;
- *  - a newly made API token is selected when its box gets focus, ready to copy.
+ *  - a newly made API token is selected when its box gets focus, ready to copy;
+ *  - a polling element with data-poll-hold (a CSS selector) skips its refresh while something
+ *    matches it (a menu being used), in place of an htmx trigger filter: those are eval'd,
+ *    which the Content-Security-Policy forbids.
  */
 (function () {
   "use strict";
@@ -127,6 +130,12 @@
   document.addEventListener("htmx:afterRequest", function (e) {
     var box = document.getElementById("conn-notice");
     if (box && e.detail && e.detail.successful) box.remove();
+  });
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail && event.detail.elt;
+    var hold = elt && elt.getAttribute && elt.getAttribute("data-poll-hold");
+    if (hold && document.querySelector(hold)) event.preventDefault();
   });
 
   document.addEventListener("DOMContentLoaded", setupFollow);
