@@ -17,8 +17,8 @@ import pytest
 from rlark import settings
 from rlark.findings import has_errors
 from rlark.runtimes.kubernetes import render
-from rlark.runtimes.kubernetes.podpolicy import (PodPolicy, check_pod_policy, normalise_host_path,
-                                                 system_path)
+from rlark.runtimes.kubernetes.podpolicy import (PodPolicy, PolicyDenied, check_pod_policy,
+                                                 normalise_host_path, system_path)
 from rlark.runtimes.kubernetes.preflight import check_for_kubernetes, check_name_collisions
 from rlark.services.jobs import JobService
 from rlark.spec import Job, job_to_dict
@@ -86,10 +86,9 @@ def test_root_is_refused_unless_the_server_allows_it():
     (f,) = errors(check_pod_policy(job, PodPolicy()), "RootNotAllowed")
     assert f.path == "spec.roles[0].kubernetes.runAsRoot"
     assert "--k8s-allow-root" in f.hint and "RLARK_K8S_ALLOW_ROOT" in f.hint
-    # the same Job rendered by a server that does not allow root still runs as non-root
-    (pod,) = pods(job)
-    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
-    assert pod["spec"]["securityContext"]["runAsUser"] == 1000
+    # the renderer refuses it too: no path renders a Pod the policy forbids
+    with pytest.raises(PolicyDenied, match="RootNotAllowed: spec.roles.0..kubernetes.runAsRoot"):
+        pods(job)
     # allowed: user 0, still without capabilities or privilege escalation
     assert not check_pod_policy(job, PodPolicy(allow_root=True))
     (pod,) = pods(job, render.RenderOptions(allow_root=True))
@@ -150,7 +149,7 @@ def test_no_host_path_at_all_by_default():
 def test_a_host_path_under_an_allowed_prefix_is_rendered_normalised(source, rendered):
     job = host_path_job(source)
     assert not check_pod_policy(job, DATA)
-    (pod,) = pods(job)
+    (pod,) = pods(job, render.RenderOptions(policy=DATA))
     vol = next(v for v in pod["spec"]["volumes"] if "hostPath" in v)
     assert vol["hostPath"] == {"path": rendered, "type": "Directory"}
 
@@ -203,7 +202,7 @@ def test_a_service_account_must_be_on_the_servers_allow_list():
     assert errors(check_pod_policy(job, allowed), "ServiceAccountNotAllowed")
     ok = make_job(kubernetes={"serviceAccountName": "rl-worker"})
     assert not check_pod_policy(ok, allowed)
-    (pod,) = pods(ok)
+    (pod,) = pods(ok, render.RenderOptions(policy=allowed))
     assert pod["spec"]["serviceAccountName"] == "rl-worker"
 
 
@@ -276,8 +275,8 @@ def k8s_service(tmp_path):
     from rlark.store import ProjectRow, Store
 
     store = Store(f"sqlite:///{tmp_path / 'rlark.db'}")
-    with store.session() as s:  # team-b shares the server's namespace; team-c has its own
-        s.add(ProjectRow(name="team-b", namespace="rl"))
+    with store.session() as s:  # team-b shares default's namespace; team-c has its own
+        s.add(ProjectRow(name="team-b", namespace="rl-default"))
         s.add(ProjectRow(name="team-c"))
     yield JobService(store, runtime="kubernetes", namespace="rl", pod_policy=PodPolicy())
     store.dispose()

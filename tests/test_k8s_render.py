@@ -13,11 +13,7 @@ from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.podpolicy import PodPolicy
 from rlark.runtimes.kubernetes.preflight import check_spec_for_kubernetes
 from rlark.spec import Job
-from tests.k8s_jobs import job
-
-#: what the full test Job (k8s_jobs.FULL_ROLES) needs a server to allow: a hostPath under
-#: /data and the ServiceAccount rl-worker
-FULL_POLICY = PodPolicy(host_path_prefixes=("/data",), service_accounts=("rl-worker",))
+from tests.k8s_jobs import FULL_POLICY, job
 
 OWNER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "ppo-run-r1",
          "uid": "6f1c2a52-1f0e-4f5e-9d0c-3a4b5c6d7e8f"}
@@ -40,7 +36,7 @@ def test_test_jobs_pass_preflight():
 
 def test_one_run_is_a_configmap_a_service_a_network_policy_claims_and_a_pod_per_worker():
     j = job(8, full=True)
-    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl"))
+    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl", policy=FULL_POLICY))
     assert [o["kind"] for o in objs[:4]] == ["ConfigMap", "Service", "NetworkPolicy",
                                             "PersistentVolumeClaim"]
     pods = by_kind(objs, "Pod")
@@ -53,7 +49,7 @@ def test_one_run_is_a_configmap_a_service_a_network_policy_claims_and_a_pod_per_
 
 def test_pod_labels_env_and_ranks():
     j = job(6, full=True)
-    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl"))
+    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl", policy=FULL_POLICY))
     for rank, pod in enumerate(by_kind(objs, "Pod")):
         labels = pod["metadata"]["labels"]
         env = env_of(pod)
@@ -93,7 +89,7 @@ def test_pod_spec_safety_and_lifecycle_settings():
 
 
 def test_resources_gpus_devices_and_scheduling():
-    objs = render.render_run(job(6, full=True), "r1")
+    objs = render.render_run(job(6, full=True), "r1", render.RenderOptions(policy=FULL_POLICY))
     actor = next(p for p in by_kind(objs, "Pod") if p["metadata"]["name"] == "ppo-actor-0")
     env_pod = next(p for p in by_kind(objs, "Pod") if p["metadata"]["name"] == "ppo-env-0")
     res = actor["spec"]["containers"][0]["resources"]
@@ -119,7 +115,7 @@ def test_resources_gpus_devices_and_scheduling():
 
 def test_every_mount_kind():
     j = job(4, full=True)
-    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl"))
+    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl", policy=FULL_POLICY))
     actor = next(p for p in by_kind(objs, "Pod") if p["metadata"]["name"] == "ppo-actor-0")
     vols = {v["name"]: v for v in actor["spec"]["volumes"]}
     assert vols["m0-data"]["hostPath"] == {"path": "/data/datasets", "type": "Directory"}
@@ -165,8 +161,8 @@ def test_object_storage_driver_settings_are_checked_before_a_run_starts(k8s, cod
     data = job(1).model_dump(by_alias=True, mode="json")
     data["spec"]["roles"][0]["mounts"] = [{"name": "m", "type": "objectStorage",
                                            "source": "s3://b/p", "mountPath": "/m", "kubernetes": k8s}]
-    findings = check_spec_for_kubernetes(Job.model_validate(data))
-    (f,) = [f for f in findings if f.severity == "error"]
+    findings = check_spec_for_kubernetes(Job.model_validate(data), PodPolicy())
+    (f,) = [f for f in findings if f.severity == "error" and f.code.startswith("Invalid")]
     assert (f.code, f.path) == (code, f"spec.roles[0].mounts[0].kubernetes.{field}")
     assert f.message.startswith(f.path + " = ") and f.hint
 
@@ -179,7 +175,10 @@ def test_good_object_storage_driver_settings_pass(k8s):
     data = job(1).model_dump(by_alias=True, mode="json")
     data["spec"]["roles"][0]["mounts"] = [{"name": "m", "type": "objectStorage",
                                            "source": "s3://b/p", "mountPath": "/m", "kubernetes": k8s}]
-    assert not [f for f in check_spec_for_kubernetes(Job.model_validate(data)) if f.severity == "error"]
+    allowing = PodPolicy.checked(storage_classes=[k8s["storageClass"]] if "storageClass" in k8s else [],
+                                 csi_drivers=[k8s["csiDriver"]] if "csiDriver" in k8s else [])
+    assert not [f for f in check_spec_for_kubernetes(Job.model_validate(data), allowing)
+                if f.severity == "error"]
 
 
 def test_service_configmap_and_owner_references():
@@ -219,7 +218,7 @@ def test_cpu_quantities(value, expected):
 
 
 def test_yaml_stream_round_trips_and_has_no_anchors():
-    objs = render.render_run(job(5, full=True), "r1")
+    objs = render.render_run(job(5, full=True), "r1", render.RenderOptions(policy=FULL_POLICY))
     text = render.dump_stream(objs, "line one\nline two")
     assert text.startswith("# line one\n# line two\n---\n")
     assert "&id" not in text and "*id" not in text
