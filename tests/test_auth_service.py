@@ -573,6 +573,27 @@ def test_no_project_gets_the_servers_namespace(rlark_home):
         store.dispose()
 
 
+def test_an_automatic_retry_runs_in_the_namespace_of_the_run_it_retries(rlark_home):
+    """The controller makes a retry with store.runs.new_run: it must not come out without a
+    namespace (which the Kubernetes runtime reads as the server's own)."""
+    from rlark.status import Cause
+    from rlark.store import JobRow
+    from rlark.store.runs import new_run
+
+    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    try:
+        World(store, server_namespace="rlark")
+        JobService(store, runtime="kubernetes", namespace="rlark").create(small("job"), project="other")
+        with store.session() as s:
+            job = s.scalar(select(JobRow).where(JobRow.name == "job"))
+            retry = new_run(job, Cause.Retry, "kubernetes")
+            assert [r.namespace for r in job.runs] == ["rlark-other", "rlark-other"]
+            assert retry.number == 2
+            s.rollback()
+    finally:
+        store.dispose()
+
+
 def test_a_kubernetes_run_records_its_projects_namespace(rlark_home):
     store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
     try:

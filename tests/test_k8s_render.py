@@ -264,3 +264,52 @@ def test_render_benchmark_runs(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = _json.loads(out.read_text())
     assert data["objects"] == 103 and data["total_s"] < 1.0
+
+
+# --- Ray token authentication ---------------------------------------------------------------------------
+
+
+def test_a_run_with_a_ray_token_has_a_secret_and_every_pod_takes_it_from_there():
+    import base64
+    import json
+
+    token = "tok-" + "x" * 40
+    j = job(4, full=True)
+    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl", owner=OWNER,
+                                                           policy=FULL_POLICY), ray_token=token)
+    assert [o["kind"] for o in objs[:3]] == ["ConfigMap", "Secret", "Service"]  # before any Pod
+    secret = objs[1]
+    assert secret["metadata"]["name"] == "ppo-run-r1-ray" == render.ray_secret_name(j, "r1")
+    assert secret["metadata"]["ownerReferences"] == [OWNER]
+    assert secret["metadata"]["labels"] == render.run_labels(j, "r1")
+    assert base64.b64decode(secret["data"]["token"]).decode() == token
+    pods = by_kind(objs, "Pod")
+    assert len(pods) == 4
+    for pod in pods:
+        env = pod["spec"]["containers"][0]["env"]
+        mode = [e for e in env if e["name"] == "RAY_AUTH_MODE"]
+        ref = [e for e in env if e["name"] == "RAY_AUTH_TOKEN"]
+        assert mode == [{"name": "RAY_AUTH_MODE", "value": "token"}]
+        assert ref == [{"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": "ppo-run-r1-ray", "key": "token"}}}]
+        assert token not in json.dumps(pod)
+
+
+def test_a_roles_own_ray_auth_variables_never_replace_the_runs():
+    data = job(1).model_dump(by_alias=True, mode="json")
+    data["spec"]["roles"][0]["env"] = [
+        {"name": "RAY_AUTH_MODE", "value": "disabled"},
+        {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "mine", "key": "t"}}}]
+    (pod,) = by_kind(render.render_run(Job.model_validate(data), "r1", ray_token="t0k"), "Pod")
+    env = pod["spec"]["containers"][0]["env"]
+    assert [e for e in env if e["name"].startswith("RAY_AUTH")] == render.ray_auth_env(
+        Job.model_validate(data), "r1")
+
+
+def test_a_run_without_a_ray_token_renders_no_ray_secret():
+    objs = render.render_run(job(2), "r1")
+    assert not by_kind(objs, "Secret")
+    for pod in by_kind(objs, "Pod"):
+        assert not [e for e in pod["spec"]["containers"][0]["env"] if e["name"].startswith("RAY_AUTH")]
+    with pytest.raises(ValueError, match="cannot be empty"):
+        render.render_ray_secret(job(1), "r1", render.RenderOptions(), "")

@@ -784,7 +784,7 @@ class JobService:
         self.wake()
         return out
 
-    def launch_findings(self, job: Job, project: str) -> list[Finding]:
+    def launch_findings(self, job: Job, project: str) -> builtins.list[Finding]:
         """What would refuse a new Run of the stored ``job`` on this server today: on
         Kubernetes the Pod policy (:func:`rlark.runtimes.kubernetes.podpolicy.check_pod_policy`:
         a policy made stricter since the Job was stored applies) and the secrets its env names
