@@ -3,7 +3,7 @@
 # someone who has one: the quickstart example as Pods, then three named failures.
 #
 #   scripts/k8s-smoke.sh            # uses the current kubectl context
-#   scripts/k8s-smoke.sh --keep     # keep the namespace and the server's logs afterwards
+#   scripts/k8s-smoke.sh --keep     # keep the namespaces and the server's logs afterwards
 #
 # Needs: kubectl pointing at the cluster; .venv (scripts/setup-env); a Worker image whose `python`
 # has ray 2.60 and rlinf 0.3.0 (RLARK_SMOKE_IMAGE; pull it into kind with `kind load docker-image`
@@ -16,7 +16,7 @@
 #  2. `rlark nodes` reads the node inventory
 #  3. the quickstart Run succeeds: 3 Pods, Ray cluster, RLinf placement check (exit 0)
 #  4. its record has an image digest for each Worker and 3 of 3 Workers joined
-#  5. the Run's Pods, Service and ConfigMap are deleted after it ended; its logs stay
+#  5. the Run's Pods, Service, ConfigMap and Secrets are deleted after it ended; its logs stay
 #  6. a Worker asking for more GPUs than any node has is refused at submit (capacity preflight)
 #  7. an image that does not exist fails the Run as ImagePull
 #  8. a hostPath that does not exist fails the Run as MountFailed
@@ -25,6 +25,7 @@ cd "$(dirname "$0")/.."
 KEEP=0
 [ "${1:-}" = "--keep" ] && KEEP=1
 NS=${RLARK_SMOKE_NAMESPACE:-rlark-smoke}
+PNS="$NS-default"  # project default's Pods: never in the server's namespace
 IMAGE=${RLARK_SMOKE_IMAGE:-docker.io/rlinf/rlinf:0.3.0}
 PORT=${RLARK_SMOKE_PORT:-18470}
 TIMEOUT=${RLARK_SMOKE_TIMEOUT:-900}
@@ -43,9 +44,9 @@ SERVER_PID=
 cleanup() {
     [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
     if [ "$KEEP" = 1 ]; then
-        say "kept namespace $NS and $WORK"
+        say "kept namespaces $NS, $PNS and $WORK"
     else
-        kubectl delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
+        kubectl delete namespace "$NS" "$PNS" --wait=false >/dev/null 2>&1 || true
         rm -rf "$WORK"
     fi
 }
@@ -54,7 +55,9 @@ trap cleanup EXIT
 [ -x "$PY" ] || { say "no .venv: run scripts/setup-env first"; exit 2; }
 command -v kubectl >/dev/null || { say "kubectl is not installed"; exit 2; }
 say "cluster: $(kubectl config current-context) ($(kubectl get nodes --no-headers | wc -l) nodes)"
-kubectl get namespace "$NS" >/dev/null 2>&1 || kubectl create namespace "$NS" >/dev/null
+for ns in "$NS" "$PNS"; do
+    kubectl get namespace "$ns" >/dev/null 2>&1 || kubectl create namespace "$ns" >/dev/null
+done
 
 # The quickstart as a Kubernetes Job: its code and config travel in an env variable (the Pods do
 # not see this machine's files) and are unpacked by the prepare script; the image provides python,
@@ -98,11 +101,12 @@ variant("smoke-mount", resources={"cpu": 0.1, "memory": "256Mi"},
 EOF
 
 check "1 server-side dry run of the rendered objects" \
-    bash -c "rlark() { \"$PY\" -m rlark.cli \"\$@\"; }; rlark render '$WORK/quickstart.yaml' -n '$NS' --run-id smoke 2>/dev/null \
+    bash -c "rlark() { \"$PY\" -m rlark.cli \"\$@\"; }; rlark render '$WORK/quickstart.yaml' -n '$PNS' --run-id smoke 2>/dev/null \
              | kubectl apply --dry-run=server -f - >/dev/null"
 
 say "starting rlark server --runtime kubernetes --namespace $NS on port $PORT (log: $WORK/server.log)"
-rlark server --runtime kubernetes --namespace "$NS" --port "$PORT" >"$WORK/server.log" 2>&1 &
+rlark server --runtime kubernetes --namespace "$NS" --port "$PORT" \
+    --k8s-host-path-prefix /rlark-smoke >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 100); do
     curl -fs "$RLARK_SERVER/healthz" >/dev/null 2>&1 && break
@@ -124,10 +128,10 @@ sys.exit(0 if all(d and d.startswith("sha256:") for d in digests)
 EOF
 gone() {
     for _ in $(seq 60); do
-        [ -z "$(kubectl get pods,services,configmaps -n "$NS" -l rlark.io/job=quickstart -o name)" ] && return 0
+        [ -z "$(kubectl get pods,services,configmaps,secrets -n "$PNS" -l rlark.io/job=quickstart -o name)" ] && return 0
         sleep 1
     done
-    kubectl get pods,services,configmaps -n "$NS" -l rlark.io/job=quickstart
+    kubectl get pods,services,configmaps,secrets -n "$PNS" -l rlark.io/job=quickstart
     return 1
 }
 check "5 the Run's objects are deleted" gone

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+from rlark.runtimes.kubernetes.podpolicy import PodPolicy
 from rlark.spec import Job
 
 BASE = {
@@ -48,6 +49,14 @@ FULL_ROLES = [
         "resources": {"cpu": "500m", "memory": 2147483648},
     },
 ]
+
+
+#: what the full test Job (FULL_ROLES) needs a server to allow: a hostPath under /data, the
+#: ServiceAccount rl-worker, its two tolerations, the StorageClass csi-s3 and the gcsfuse driver
+FULL_POLICY = PodPolicy.checked(
+    host_path_prefixes=("/data",), service_accounts=("rl-worker",),
+    tolerations=("nvidia.com/gpu:NoSchedule", "dedicated=rl:NoExecute"),
+    storage_classes=("csi-s3",), csi_drivers=("gcsfuse.csi.storage.gke.io",))
 
 
 def job(workers: int = 1, full: bool = False, name: str = "ppo") -> Job:

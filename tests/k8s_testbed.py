@@ -759,38 +759,64 @@ class RlarkOnK8s:
     ``policy``: the runtime's graces, short by default so named failures come within seconds.
     ``kube``: the API layer (default: a KubeClient as RLark's ServiceAccount in ``namespace``).
     ``stop_runs_on_exit``: :meth:`close` stops the active Runs (False: they carry on, as through
-    a server upgrade, and the next RlarkOnK8s on ``home`` adopts them).
+    a server upgrade, and the next RlarkOnK8s on ``home`` adopts them). ``pod_policy``: the
+    server's Pod policy (default: from the environment, as ``rlark server`` reads it).
+
+    Project ``default`` runs its Pods in ``namespace`` (as ``rlark project create --namespace``
+    would give it); the server's own namespace is another one, :attr:`server_namespace`
+    (``<namespace>-srv``, never created: no Run may go there).
     """
 
     def __init__(self, tb: K8sTestbed, namespace: str, home: Path, *, policy=None,
-                 preflight: bool = True, kube=None, stop_runs_on_exit: bool = True):
+                 preflight: bool = True, kube=None, stop_runs_on_exit: bool = True,
+                 pod_policy=None):
+        from sqlalchemy import select
+
         from rlark.controller.loop import Controller
         from rlark.runtimes.kubernetes.client import KubeClient
-        from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
+        from rlark import settings
+        from rlark.runtimes.kubernetes.runtime import KubernetesRuntime, read_secret_info
         from rlark.runtimes.kubernetes.status import StatusPolicy
         from rlark.secretbox import SecretBox
+        from rlark.services.accounts import projects_in_namespace
         from rlark.services.jobs import JobService
-        from rlark.store import Store
+        from rlark.store import ProjectRow, Store
 
         self.tb, self.namespace, self.home = tb, namespace, home
+        self.server_namespace = f"{namespace}-srv"
         self._closed = False
         self.policy = policy or StatusPolicy(image_pull_grace_seconds=1.0, mount_grace_seconds=1.0,
                                              pending_timeout_seconds=2.0)
+        self.pod_policy = pod_policy or settings.k8s_pod_policy()
         self.kube = kube or KubeClient(tb.core_v1(), namespace)
-        self.rt = KubernetesRuntime(kube=self.kube, policy=self.policy)  # KubeError: RBAC refuses
         self.store = Store(f"sqlite:///{home / 'rlark.db'}")
+        with self.store.session() as s:
+            default = s.scalar(select(ProjectRow).where(ProjectRow.name == "default"))
+            default.namespace = default.namespace or namespace
+
+        def projects():  # as server.build_app tells each namespace's runtime its projects
+            with self.store.session() as s:
+                return projects_in_namespace(s, namespace, self.server_namespace)
+
+        try:  # KubeError: RBAC refuses the watches
+            self.rt = KubernetesRuntime(kube=self.kube, policy=self.policy,
+                                        pod_policy=self.pod_policy, secret_projects=projects)
+        except Exception:
+            self.store.dispose()
+            raise
         self.box = SecretBox.from_settings(create=True)  # $RLARK_HOME/secret.key, as a server's
         self.ctl = Controller(self.store, self.rt, stop_runs_on_exit=stop_runs_on_exit,
                               secret_box=self.box)
 
-        def kube_secret_keys(ns, name):  # as server.build_app reads a Kubernetes Secret's keys
-            found = KubeClient(self.kube.api, ns or namespace).get("Secret", name)
-            return None if found is None else sorted(found.get("data") or {})
+        def kube_secret_info(ns, name):  # as server.build_app reads a Kubernetes Secret
+            return read_secret_info(KubeClient(self.kube.api, ns or namespace), name)
 
-        self.jobs = JobService(self.store, self.ctl.wake, runtime="kubernetes", namespace=namespace,
+        self.jobs = JobService(self.store, self.ctl.wake, runtime="kubernetes",
+                               namespace=self.server_namespace,
                                inventory=self.rt.inventory if preflight else None,
                                pending_timeout=self.policy.pending_timeout_seconds,
-                               secret_box=self.box, kube_secret_keys=kube_secret_keys)
+                               secret_box=self.box, kube_secret_info=kube_secret_info,
+                               pod_policy=self.pod_policy)
         self.ctl.start()
 
     def set_secret(self, name: str, data: dict[str, str], project: str = "default") -> dict:

@@ -31,6 +31,7 @@ from rlark.store import (
     MembershipRow,
     ProjectRole,
     ProjectRow,
+    RunRow,
     SessionRow,
     Store,
     TokenRow,
@@ -501,7 +502,8 @@ def test_projects_are_deleted_only_when_empty_and_never_default(world):
 
 
 def test_project_namespace_mapping():
-    assert project_namespace("default", None, "rlark") == "rlark"
+    # no project shares the server's namespace, default included (it holds RLark's Secrets)
+    assert project_namespace("default", None, "rlark") == "rlark-default"
     assert project_namespace("team-a", None, "rlark") == "rlark-team-a"
     assert project_namespace("team-a", "ml-prod", "rlark") == "ml-prod"  # its own wins
     assert project_namespace("default", "elsewhere", "rlark") == "elsewhere"
@@ -518,9 +520,9 @@ def test_two_projects_never_share_a_namespace(rlark_home):
         w = World(store, server_namespace="rlark")
         admin = w.who("admin")
         assert w.accounts.get_project(admin, "other")["namespace"] == "rlark-other"
-        assert w.accounts.get_project(admin, "default")["namespace"] == "rlark"
+        assert w.accounts.get_project(admin, "default")["namespace"] == "rlark-default"
         with pytest.raises(Conflict, match="already belongs to project 'default'"):
-            w.accounts.create_project(admin, None, "stolen", namespace="rlark")
+            w.accounts.create_project(admin, None, "stolen", namespace="rlark-default")
         made = w.accounts.create_project(admin, None, "team-x", namespace="rlark-team-y")
         assert made["namespace"] == "rlark-team-y"
         with pytest.raises(Conflict, match="already belongs to project 'team-x'"):
@@ -538,13 +540,68 @@ def test_two_projects_never_share_a_namespace(rlark_home):
         store.dispose()
 
 
+def test_no_project_gets_the_servers_namespace(rlark_home):
+    """The server's namespace holds RLark's own Secrets: a project given it explicitly, or
+    whose derived name is cut down to it, is refused at create; a store that has one already
+    (made before this was refused) stops the Kubernetes server's start and names it; a Job of
+    it gets no new Run there."""
+    from rlark.services.accounts import check_projects_for
+
+    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    try:
+        w = World(store, server_namespace="rlark")
+        admin = w.who("admin")
+        with pytest.raises(Invalid, match="namespace 'rlark', the RLark server's own") as refused:
+            w.accounts.create_project(admin, None, "sneaky", namespace="rlark")
+        assert "--namespace, e.g. rlark-sneaky" in refused.value.message
+        long_server = "n" * 62  # "<server>-<project>" cut at 63, '-' stripped: the server's own
+        cut = AccountService(w.auth, server_namespace=long_server)
+        with pytest.raises(Invalid, match="the RLark server's own"):
+            cut.create_project(admin, None, "x")
+        assert "sneaky" not in {p["name"] for p in w.accounts.list_projects(admin)}
+        check_projects_for(store, "rlark")  # default maps to rlark-default: nothing to refuse
+        with store.session() as s:  # as an older server let an administrator make it
+            s.add(ProjectRow(name="legacy", namespace="rlark"))
+        with pytest.raises(ValueError, match="project 'legacy' runs Pods in namespace 'rlark'"):
+            check_projects_for(store, "rlark")
+        jobs = JobService(store, runtime="kubernetes", namespace="rlark")
+        with pytest.raises(Invalid, match="the RLark server's own"):
+            jobs.create(small("job"), project="legacy")
+        with store.session() as s:
+            assert s.scalar(select(func.count()).select_from(RunRow)) == 0
+    finally:
+        store.dispose()
+
+
+def test_an_automatic_retry_runs_in_the_namespace_of_the_run_it_retries(rlark_home):
+    """The controller makes a retry with store.runs.new_run: it must not come out without a
+    namespace (which the Kubernetes runtime reads as the server's own)."""
+    from rlark.status import Cause
+    from rlark.store import JobRow
+    from rlark.store.runs import new_run
+
+    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    try:
+        World(store, server_namespace="rlark")
+        JobService(store, runtime="kubernetes", namespace="rlark").create(small("job"), project="other")
+        with store.session() as s:
+            job = s.scalar(select(JobRow).where(JobRow.name == "job"))
+            retry = new_run(job, Cause.Retry, "kubernetes")
+            assert [r.namespace for r in job.runs] == ["rlark-other", "rlark-other"]
+            assert retry.number == 2
+            s.rollback()
+    finally:
+        store.dispose()
+
+
 def test_a_kubernetes_run_records_its_projects_namespace(rlark_home):
     store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
     try:
         w = World(store, server_namespace="rlark")
         w.accounts.create_project(w.who("admin"), None, "own", namespace="ml-own")
         jobs = JobService(store, runtime="kubernetes", namespace="rlark")
-        for project, namespace in [("default", "rlark"), ("other", "rlark-other"), ("own", "ml-own")]:
+        for project, namespace in [("default", "rlark-default"), ("other", "rlark-other"),
+                                   ("own", "ml-own")]:
             jobs.create(small("job"), project=project)
             from rlark.store import JobRow, RunRow
 

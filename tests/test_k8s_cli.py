@@ -3,6 +3,7 @@ subprocess; ``nodes`` against a real HTTP server)."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -24,14 +25,26 @@ def test_render_prints_a_yaml_stream_kubectl_can_apply():
                  "--run-id", "abc123")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("# RLark Job quickstart, run abc123: 3 Workers in namespace rl\n")
-    assert "# remove: kubectl delete pods,services,networkpolicies,configmaps,pvc -n rl -l rlark.io/run=abc123" in proc.stdout
+    assert ("# remove: kubectl delete pods,services,networkpolicies,configmaps,secrets,pvc -n rl "
+            "-l rlark.io/run=abc123") in proc.stdout
     docs = list(yaml.safe_load_all(proc.stdout))
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
-        ("ConfigMap", "quickstart-run-abc123"), ("Service", "quickstart-head"),
-        ("NetworkPolicy", "quickstart-run-abc123"), ("Pod", "quickstart-head-0"), ("Pod", "quickstart-pool-0"), ("Pod", "quickstart-pool-1")]
-    ranks = [{e["name"]: e["value"] for e in d["spec"]["containers"][0]["env"]}["RLINF_NODE_RANK"]
-             for d in docs[3:]]
+        ("ConfigMap", "quickstart-run-abc123"), ("Secret", "quickstart-run-abc123-ray"),
+        ("Service", "quickstart-head"), ("NetworkPolicy", "quickstart-run-abc123"),
+        ("Pod", "quickstart-head-0"), ("Pod", "quickstart-pool-0"), ("Pod", "quickstart-pool-1")]
+    ranks = [{e["name"]: e.get("value") for e in d["spec"]["containers"][0]["env"]}["RLINF_NODE_RANK"]
+             for d in docs[4:]]
     assert ranks == ["0", "1", "2"]
+    # a Ray token of the Run's own, which every Pod takes from its Secret (never in a Pod)
+    token = base64.b64decode(docs[1]["data"]["token"]).decode()
+    assert len(token) >= 32 and token not in "".join(yaml.safe_dump(d) for d in docs[4:])
+    for pod in docs[4:]:
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert env["RAY_AUTH_MODE"]["value"] == "token"
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"] == {
+            "secretKeyRef": {"name": "quickstart-run-abc123-ray", "key": "token"}}
+    again = rlark("render", str(QUICKSTART), "--run-id", "abc123")
+    assert list(yaml.safe_load_all(again.stdout))[1]["data"] != docs[1]["data"]  # new each time
     assert all(d["metadata"]["namespace"] == "rl" for d in docs)
     # the resolved workingDir is a path of this machine: said, not refused
     assert "WorkingDirInImage" in proc.stderr
@@ -86,6 +99,7 @@ def test_server_refuses_a_host_path_prefix_on_the_system(tmp_path):
     (("nodes", "--help"), ["--format", "--show-labels", "allocatable", "GPUs", "devices"]),
     (("server", "--help"), ["--runtime", "kubernetes", "--namespace", "--no-auth", "--allowed-host",
                             "--k8s-allow-root", "--k8s-host-path-prefix", "--k8s-service-account",
+                            "--k8s-csi-driver", "--k8s-storage-class", "--k8s-toleration",
                             "$RLARK_HOME/credentials", "--leader-elect", "--no-leader-elect",
                             "rlark-controller", "takes over"]),
 ])

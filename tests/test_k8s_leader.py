@@ -46,9 +46,19 @@ TAKEOVER_BOUND = 15.0
 
 @pytest.fixture
 def lease_ns(k8s_testbed, k8s_namespace):
-    """A fresh namespace where RLark's ServiceAccount has the leader election Role."""
+    """A fresh namespace where RLark's ServiceAccount has the leader election Role (the
+    server's), and ``<it>-default``, where project default's Pods run (:func:`default_ns`)."""
     k8s_testbed.grant_leader_election(k8s_namespace)
-    return k8s_namespace
+    k8s_testbed.project_namespace(default_ns(k8s_namespace))
+    try:
+        yield k8s_namespace
+    finally:
+        k8s_testbed.delete_namespace(default_ns(k8s_namespace))
+
+
+def default_ns(server_ns: str) -> str:
+    """Project default's namespace on a server in ``server_ns`` (never the server's own)."""
+    return f"{server_ns}-default"
 
 
 def elector(tb, ns: str, identity: str, leases: LeaseClient | None = None) -> LeaderElector:
@@ -240,7 +250,7 @@ def test_a_leader_whose_lease_is_taken_stops_reconciling_at_once_and_leads_a_new
     watch_until = time.monotonic() + RENEW_PERIOD + 1
     while time.monotonic() < watch_until:  # a bounded window in which nothing may happen
         assert jobs.get("late")["phase"] == "Pending"
-        assert not k8s_testbed.admin().list_namespaced_pod(lease_ns).items
+        assert not k8s_testbed.admin().list_namespaced_pod(default_ns(lease_ns)).items
         time.sleep(0.2)
     # the intruder never renews: the Lease expires and this replica leads a fresh term, which
     # acts on the Job
@@ -294,7 +304,7 @@ def test_two_servers_a_job_through_the_follower_the_leader_killed_the_follower_t
         assert server_state(b)["controller"]["identity"].startswith("replica-b_")
 
         text = job_yaml(pool=1)
-        workers = KwokWorkers(k8s_testbed, lease_ns, load_job(text)[0], tmp_path / "kwok")
+        workers = KwokWorkers(k8s_testbed, default_ns(lease_ns), load_job(text)[0], tmp_path / "kwok")
         submitted = time.monotonic()
         b.submit(text)  # through the follower: the leader finds it on its next pass
         b.wait_phase("ppo", {"Starting"}, timeout=30)

@@ -17,8 +17,8 @@ import pytest
 from rlark import settings
 from rlark.findings import has_errors
 from rlark.runtimes.kubernetes import render
-from rlark.runtimes.kubernetes.podpolicy import (PodPolicy, check_pod_policy, normalise_host_path,
-                                                 system_path)
+from rlark.runtimes.kubernetes.podpolicy import (PodPolicy, PolicyDenied, check_pod_policy,
+                                                 normalise_host_path, system_path)
 from rlark.runtimes.kubernetes.preflight import check_for_kubernetes, check_name_collisions
 from rlark.services.jobs import JobService
 from rlark.spec import Job, job_to_dict
@@ -86,10 +86,9 @@ def test_root_is_refused_unless_the_server_allows_it():
     (f,) = errors(check_pod_policy(job, PodPolicy()), "RootNotAllowed")
     assert f.path == "spec.roles[0].kubernetes.runAsRoot"
     assert "--k8s-allow-root" in f.hint and "RLARK_K8S_ALLOW_ROOT" in f.hint
-    # the same Job rendered by a server that does not allow root still runs as non-root
-    (pod,) = pods(job)
-    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
-    assert pod["spec"]["securityContext"]["runAsUser"] == 1000
+    # the renderer refuses it too: no path renders a Pod the policy forbids
+    with pytest.raises(PolicyDenied, match="RootNotAllowed: spec.roles.0..kubernetes.runAsRoot"):
+        pods(job)
     # allowed: user 0, still without capabilities or privilege escalation
     assert not check_pod_policy(job, PodPolicy(allow_root=True))
     (pod,) = pods(job, render.RenderOptions(allow_root=True))
@@ -150,7 +149,7 @@ def test_no_host_path_at_all_by_default():
 def test_a_host_path_under_an_allowed_prefix_is_rendered_normalised(source, rendered):
     job = host_path_job(source)
     assert not check_pod_policy(job, DATA)
-    (pod,) = pods(job)
+    (pod,) = pods(job, render.RenderOptions(policy=DATA))
     vol = next(v for v in pod["spec"]["volumes"] if "hostPath" in v)
     assert vol["hostPath"] == {"path": rendered, "type": "Directory"}
 
@@ -203,7 +202,7 @@ def test_a_service_account_must_be_on_the_servers_allow_list():
     assert errors(check_pod_policy(job, allowed), "ServiceAccountNotAllowed")
     ok = make_job(kubernetes={"serviceAccountName": "rl-worker"})
     assert not check_pod_policy(ok, allowed)
-    (pod,) = pods(ok)
+    (pod,) = pods(ok, render.RenderOptions(policy=allowed))
     assert pod["spec"]["serviceAccountName"] == "rl-worker"
 
 
@@ -276,8 +275,8 @@ def k8s_service(tmp_path):
     from rlark.store import ProjectRow, Store
 
     store = Store(f"sqlite:///{tmp_path / 'rlark.db'}")
-    with store.session() as s:  # team-b shares the server's namespace; team-c has its own
-        s.add(ProjectRow(name="team-b", namespace="rl"))
+    with store.session() as s:  # team-b shares default's namespace; team-c has its own
+        s.add(ProjectRow(name="team-b", namespace="rl-default"))
         s.add(ProjectRow(name="team-c"))
     yield JobService(store, runtime="kubernetes", namespace="rl", pod_policy=PodPolicy())
     store.dispose()
@@ -304,3 +303,250 @@ def test_the_job_service_refuses_a_job_whose_names_another_job_of_the_namespace_
     # a Job is not its own neighbour: a new spec of Job a-b keeps its names
     svc.replace("a-b", doc("a-b", "c"))
     assert not has_errors(svc.preflight(doc("a-b", "c"), rlinf=False)[1])
+
+
+# --- CSI drivers, StorageClasses, tolerations: allow-lists, none allowed by default -------------------
+
+
+def object_storage_job(**k8s) -> Job:
+    return make_job(mounts=[{"name": "m", "type": "objectStorage", "source": "s3://b/p",
+                             "mountPath": "/m", "kubernetes": k8s}])
+
+
+def test_an_inline_csi_driver_must_be_on_the_servers_allow_list():
+    job = object_storage_job(csiDriver="smb.csi.k8s.io", volumeAttributes={"source": "//fs/share"})
+    (f,) = errors(check_pod_policy(job, PodPolicy()), "CsiDriverNotAllowed")
+    assert f.path == "spec.roles[0].mounts[0].kubernetes.csiDriver"
+    assert "'smb.csi.k8s.io'" in f.message and "(allowed: none)" in f.message
+    assert "--k8s-csi-driver" in f.hint and "RLARK_K8S_CSI_DRIVERS" in f.hint
+    assert errors(check_pod_policy(job, PodPolicy(csi_drivers=("gcsfuse.csi.storage.gke.io",))),
+                  "CsiDriverNotAllowed")
+    allowed = PodPolicy(csi_drivers=("smb.csi.k8s.io",))
+    assert not check_pod_policy(job, allowed)
+    (pod,) = pods(job, render.RenderOptions(policy=allowed))
+    assert next(v for v in pod["spec"]["volumes"] if "csi" in v)["csi"]["driver"] == "smb.csi.k8s.io"
+
+
+def test_a_storage_class_must_be_on_the_servers_allow_list_and_render_makes_no_claim_of_another():
+    job = object_storage_job(storageClass="premium-rwx", size="10Ti")
+    (f,) = errors(check_pod_policy(job, PodPolicy()), "StorageClassNotAllowed")
+    assert f.path == "spec.roles[0].mounts[0].kubernetes.storageClass"
+    assert "'premium-rwx'" in f.message and "--k8s-storage-class" in f.hint
+    with pytest.raises(PolicyDenied, match="StorageClassNotAllowed"):
+        render.render_claims(job, "r1", render.RenderOptions())
+    allowed = PodPolicy(storage_classes=("premium-rwx",))
+    (claim,) = render.render_claims(job, "r1", render.RenderOptions(policy=allowed))
+    assert claim["spec"]["storageClassName"] == "premium-rwx"
+    # a pvc mount names a claim that exists already: its class was chosen by whoever made it
+    assert not check_pod_policy(make_job(mounts=[{"name": "c", "type": "pvc", "source": "ckpt",
+                                                  "mountPath": "/c"}]), PodPolicy())
+
+
+@pytest.mark.parametrize("toleration,rule,allowed", [
+    ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, "nvidia.com/gpu", True),
+    ({"key": "nvidia.com/gpu", "operator": "Exists"}, "nvidia.com/gpu", True),
+    ({"key": "nvidia.com/gpu", "operator": "Exists"}, "nvidia.com/gpu:NoSchedule", False),  # every effect
+    ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}, "nvidia.com/gpu:NoSchedule", False),
+    ({"key": "pool", "value": "rl", "effect": "NoSchedule"}, "pool=rl:NoSchedule", True),
+    ({"key": "pool", "value": "other", "effect": "NoSchedule"}, "pool=rl:NoSchedule", False),
+    ({"key": "pool", "operator": "Exists", "effect": "NoSchedule"}, "pool=rl", False),  # every value
+    ({"key": "pool", "value": "rl"}, "pool=rl", True),
+    ({"operator": "Exists"}, "nvidia.com/gpu", False),  # an empty key tolerates every taint
+    ({"operator": "Exists"}, "*", True),
+    ({"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}, "nvidia.com/gpu", False),
+])
+def test_a_toleration_must_be_covered_by_the_servers_allow_list(toleration, rule, allowed):
+    job = make_job(kubernetes={"tolerations": [toleration]})
+    policy = PodPolicy.checked(tolerations=(rule,))
+    found = errors(check_pod_policy(job, policy), "TolerationNotAllowed")
+    assert bool(found) is not allowed
+    if found:
+        assert found[0].path == "spec.roles[0].kubernetes.tolerations[0]"
+        assert f"(allowed: {rule})" in found[0].message and "--k8s-toleration" in found[0].hint
+
+
+def test_no_toleration_at_all_by_default_and_the_renderer_refuses_one():
+    job = make_job(kubernetes={"tolerations": [{"key": "rlark.io/reserved", "operator": "Exists"}]})
+    (f,) = errors(check_pod_policy(job, PodPolicy()), "TolerationNotAllowed")
+    assert "rlark.io/reserved (Exists) (every effect)" in f.message and "(allowed: none)" in f.message
+    with pytest.raises(PolicyDenied, match="TolerationNotAllowed"):
+        pods(job)
+    (pod,) = pods(job, render.RenderOptions(policy=PodPolicy.checked(tolerations=("rlark.io/reserved",))))
+    assert pod["spec"]["tolerations"] == [{"key": "rlark.io/reserved", "operator": "Exists"}]
+
+
+def test_the_allow_lists_from_the_servers_settings(monkeypatch):
+    monkeypatch.setenv("RLARK_K8S_CSI_DRIVERS", "gcsfuse.csi.storage.gke.io, s3.csi.aws.com")
+    monkeypatch.setenv("RLARK_K8S_STORAGE_CLASSES", "csi-s3")
+    monkeypatch.setenv("RLARK_K8S_TOLERATIONS", "nvidia.com/gpu:NoSchedule,pool=rl,*")
+    policy = settings.k8s_pod_policy()
+    assert policy.csi_drivers == ("gcsfuse.csi.storage.gke.io", "s3.csi.aws.com")
+    assert policy.storage_classes == ("csi-s3",)
+    assert [str(r) for r in policy.tolerations] == ["nvidia.com/gpu:NoSchedule", "pool=rl", "*"]
+    for var, value in (("RLARK_K8S_CSI_DRIVERS", "-bad"), ("RLARK_K8S_STORAGE_CLASSES", "Not A Class"),
+                       ("RLARK_K8S_TOLERATIONS", "gpu:Sometimes"),
+                       ("RLARK_K8S_TOLERATIONS", "bad key!")):
+        with monkeypatch.context() as m:
+            m.setenv(var, value)
+            with pytest.raises(ValueError, match=var):
+                settings.k8s_pod_policy()
+
+
+def test_the_allow_lists_are_part_of_the_kubernetes_preflight():
+    job = make_job(kubernetes={"tolerations": [{"key": "x", "operator": "Exists"}]},
+                   mounts=[{"name": "a", "type": "objectStorage", "source": "s3://b/p",
+                            "mountPath": "/a", "kubernetes": {"csiDriver": "s3.csi.aws.com"}},
+                           {"name": "b", "type": "objectStorage", "source": "s3://b/q",
+                            "mountPath": "/b", "kubernetes": {"storageClass": "csi-s3"}}])
+    codes = {f.code for f in check_for_kubernetes(job, None, policy=PodPolicy())}
+    assert {"TolerationNotAllowed", "CsiDriverNotAllowed", "StorageClassNotAllowed"} <= codes
+
+
+# --- no path renders a forbidden Pod ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head,code", [
+    ({"mounts": [{"name": "r", "type": "hostPath", "source": "/", "mountPath": "/host"}]},
+     "HostPathNotAllowed"),
+    ({"kubernetes": {"serviceAccountName": "cluster-admin-sa"}}, "ServiceAccountNotAllowed"),
+    ({"kubernetes": {"runAsRoot": True}}, "RootNotAllowed"),
+    ({"kubernetes": {"tolerations": [{"operator": "Exists"}]}}, "TolerationNotAllowed"),
+])
+def test_every_render_path_refuses_a_job_beyond_the_policy(head, code):
+    """render_run (`rlark render`), render_pod (the runtime's launch, one Pod at a time) and
+    the runtime's own check before it creates anything all raise, naming the field."""
+    from rlark.ranks import plan_workers
+    from rlark.runtimes.kubernetes.podpolicy import enforce
+
+    job = make_job(**head)
+    opts = render.RenderOptions(namespace="rl", owner=OWNER)
+    for attempt in (lambda: render.render_run(job, "r1", opts),
+                    lambda: render.render_pod(job, plan_workers(job)[0], {}, "r1", opts),
+                    lambda: enforce(job, PodPolicy())):
+        with pytest.raises(PolicyDenied) as refused:
+            attempt()
+        assert [f.code for f in refused.value.findings] == [code]
+        assert str(refused.value).startswith("PolicyDenied: ") and "nothing was created" in str(refused.value)
+
+
+# --- Kubernetes Secrets a Job may name ---------------------------------------------------------------
+
+
+def secret_job() -> Job:
+    return make_job(env=[
+        {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api_key"}}},
+        {"name": "STOLEN", "valueFrom": {"secretKeyRef": {"name": "rlark-secret-key", "key": "nope"}}},
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+        {"name": "RLARK_X", "valueFrom": {"secretKeyRef": {"name": "ignored", "key": "k"}}},
+    ])
+
+
+def test_a_kubernetes_secret_is_allowed_only_when_labelled_for_the_project():
+    from rlark.runtimes.kubernetes.podpolicy import SecretInfo, check_secret_refs
+
+    secrets = {
+        # RLark's own Secret: exists, not labelled; its keys must never show
+        "rlark-secret-key": SecretInfo({"app": "rlark"}, frozenset({"key", "fernet-old"})),
+        "hf": SecretInfo({"rlark.io/project": "team-a"}, frozenset({"token"})),
+    }
+    looked: list[str] = []
+
+    def lookup(name):
+        looked.append(name)
+        return secrets.get(name)
+
+    managed = {("wandb", "api_key")}  # RLark's own secret of the project: not looked up
+    found = check_secret_refs(secret_job(), managed, "team-a", "rlark-team-a", lookup)
+    assert [(f.code, f.path) for f in found] == [
+        ("SecretNotAllowed", "spec.roles[0].env[1].valueFrom.secretKeyRef.name")]
+    assert looked == ["rlark-secret-key", "hf"]  # each once; RLARK_X is never rendered
+    found = check_secret_refs(secret_job(), managed, "team-b", "rlark-team-b", secrets.get)
+    assert [f.path for f in found] == ["spec.roles[0].env[1].valueFrom.secretKeyRef.name",
+                                       "spec.roles[0].env[2].valueFrom.secretKeyRef.name"]
+    # a namespace's runtime knows the projects mapped there, not the Job's: any of them will do
+    assert check_secret_refs(secret_job(), managed, "team-a", "ns", secrets.get,
+                             projects=["team-b", "team-a"])[0].path.endswith("env[1].valueFrom.secretKeyRef.name")
+
+
+def test_an_unlabelled_secret_reads_exactly_like_a_missing_one():
+    from rlark.runtimes.kubernetes.podpolicy import SecretInfo, check_secret_refs
+
+    job = make_job(env=[{"name": "STOLEN", "valueFrom": {"secretKeyRef": {
+        "name": "rlark-secret-key", "key": "nope"}}}])
+    exists = {"rlark-secret-key": SecretInfo({}, frozenset({"key", "fernet-old"}))}
+    (a,) = check_secret_refs(job, (), "default", "rlark-default", exists.get)
+    (b,) = check_secret_refs(job, (), "default", "rlark-default", lambda name: None)
+    labelled_elsewhere = {"rlark-secret-key": SecretInfo({"rlark.io/project": "other"},
+                                                         frozenset({"key"}))}
+    (c,) = check_secret_refs(job, (), "default", "rlark-default", labelled_elsewhere.get)
+    assert a == b == c
+    assert (a.code, a.severity, a.path) == ("SecretNotAllowed", "error",
+                                            "spec.roles[0].env[0].valueFrom.secretKeyRef.name")
+    text = a.message + a.hint
+    assert "'rlark-secret-key'" in text and "fernet-old" not in text and "'key'" not in text
+    assert "kubectl label secret rlark-secret-key -n rlark-default rlark.io/project=default" in a.hint
+    assert "rlark secret set rlark-secret-key" in a.hint
+
+
+def test_an_allowed_secret_must_have_the_key_but_its_keys_are_not_listed():
+    from rlark.runtimes.kubernetes.podpolicy import SecretInfo, check_secret_refs
+
+    job = make_job(env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "tokn"}}}])
+    allowed = {"hf": SecretInfo({"rlark.io/project": "default"}, frozenset({"token", "other"}))}
+    (f,) = check_secret_refs(job, (), "default", "rlark-default", allowed.get)
+    assert (f.code, f.path) == ("SecretNotFound", "spec.roles[0].env[0].valueFrom.secretKeyRef.key")
+    assert "'tokn'" in f.message
+    assert "token" not in f.message + f.hint and "other" not in f.message + f.hint  # no key listed
+    ok = make_job(env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}])
+    assert check_secret_refs(ok, (), "default", "rlark-default", allowed.get) == []
+
+
+def test_a_secret_rlark_could_not_read_is_not_allowed():
+    from rlark.runtimes.kubernetes.client import KubeError
+    from rlark.runtimes.kubernetes.podpolicy import check_secret_refs
+
+    def refused(name):
+        raise KubeError('secrets "hf" is forbidden', 403)
+
+    job = make_job(env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "t"}}}])
+    with pytest.raises(KubeError):
+        check_secret_refs(job, (), "default", "rlark-default", refused)
+
+
+# --- the policy at every launch path of the JobService -------------------------------------------------
+
+
+def test_start_and_restart_hold_the_stored_spec_to_todays_policy(tmp_path):
+    """A Job stored while a laxer policy held (or written into the store directly) is refused
+    at start and restart under the server's policy now, and no Run is made."""
+    from sqlalchemy import func, select
+
+    from rlark.services.errors import Invalid
+    from rlark.store import JobRow, RunRow, Store
+
+    store = Store(f"sqlite:///{tmp_path / 'rlark.db'}")
+    try:
+        lax = JobService(store, runtime="kubernetes", namespace="rl",
+                         pod_policy=PodPolicy.checked(tolerations=("*",)))
+        tolerant = job_to_dict(make_job("tolerant", kubernetes={"tolerations": [{"operator": "Exists"}]}))
+        lax.create(tolerant)
+        with store.session() as s:  # hostPath / can never pass a submit: written directly
+            row = s.scalar(select(JobRow).where(JobRow.name == "tolerant"))
+            evil = job_to_dict(make_job("evil", mounts=[{"name": "r", "type": "hostPath",
+                                                          "source": "/", "mountPath": "/host"}]))
+            s.add(JobRow(project_id=row.project_id, name="evil", spec=evil, labels={},
+                         findings=[], phase="Stopped"))
+        strict = JobService(store, runtime="kubernetes", namespace="rl", pod_policy=PodPolicy())
+        with store.session() as s:
+            runs = s.scalar(select(func.count()).select_from(RunRow))
+        for name, code in (("tolerant", "TolerationNotAllowed"), ("evil", "HostPathNotAllowed")):
+            for action in (strict.start, strict.restart):
+                with pytest.raises(Invalid) as refused:
+                    action(name)
+                assert [f.code for f in refused.value.findings] == [code], (name, action)
+                assert "cannot start a new Run on this server" in refused.value.message
+        with store.session() as s:
+            assert s.scalar(select(func.count()).select_from(RunRow)) == runs
+        assert lax.restart("tolerant")["currentRun"]["number"] == 2  # the lax server still may
+    finally:
+        store.dispose()

@@ -25,6 +25,7 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 from rlark.ranks import plan_workers  # noqa: E402
 from rlark.runtimes.base import LaunchSpec, WorkerPlace  # noqa: E402
 from rlark.runtimes.kubernetes import render  # noqa: E402
+from rlark.runtimes.kubernetes.podpolicy import PodPolicy  # noqa: E402
 from rlark.runtimes.kubernetes.client import KubeClient  # noqa: E402
 from rlark.runtimes.kubernetes.runtime import KubernetesRuntime  # noqa: E402
 from rlark.spec import load_job  # noqa: E402
@@ -89,7 +90,8 @@ def test_a_runs_pods_are_admitted_under_restricted_and_pods_with_the_old_default
         lambda: admin.create_namespaced_pod(k8s_namespace, root, dry_run="All"))
     mounted = JOB.replace("{runAsUser: 4242}", "{}, mounts: [{name: d, type: hostPath, source: /data, "
                                                 "mountPath: /d}]")
-    host = render.render_run(load_job(mounted)[0], "r2", render.RenderOptions(namespace=k8s_namespace))[-1]
+    host = render.render_run(load_job(mounted)[0], "r2", render.RenderOptions(
+        namespace=k8s_namespace, policy=PodPolicy.checked(host_path_prefixes=("/data",))))[-1]
     assert 'uses restricted volume type "hostPath"' in refusal(
         lambda: admin.create_namespaced_pod(k8s_namespace, host, dry_run="All"))
     # and what RLark renders now passes the same admission as the admin too

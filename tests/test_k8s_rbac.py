@@ -37,6 +37,7 @@ from rlark.ranks import plan_workers  # noqa: E402
 from rlark.runtimes.base import LaunchSpec, WorkerPlace  # noqa: E402
 from rlark.runtimes.kubernetes import render  # noqa: E402
 from rlark.runtimes.kubernetes.client import KubeClient, KubeError  # noqa: E402
+from rlark.runtimes.kubernetes.podpolicy import PodPolicy  # noqa: E402
 from rlark.runtimes.kubernetes.runtime import KubernetesRuntime  # noqa: E402
 from rlark.runtimes.kubernetes.status import StatusPolicy  # noqa: E402
 from rlark.spec import load_job  # noqa: E402
@@ -124,7 +125,7 @@ def run_a_job(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
     """The server's whole path for one Run: start the watches, preflight, launch (ConfigMap,
     the Run's Secret, Service, PVC, Pods), follow the head's log, stop, end (delete by label)."""
     try:
-        r = RlarkOnK8s(tb, ns, home, policy=POLICY)
+        r = RlarkOnK8s(tb, ns, home, policy=POLICY, pod_policy=PodPolicy.checked(storage_classes=("csi-s3",)))
     except KubeError as exc:  # the watches were refused: the server does not start
         return f"start: {exc}"
     try:
@@ -188,14 +189,15 @@ def run_a_job(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
 
 def launch_again(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
     """A launch tried again (the server stopped mid-launch): every object of the Run exists
-    already and is read to be kept."""
+    already and is read to be kept (its Ray Secret too)."""
     job = load_job(JOB)[0]
     pool = plan_workers(job)[1]
     spec = LaunchSpec(job=job, run_uid="r1", worker=pool, env={"RLINF_NODE_RANK": "1"},
                       log_path=str(tmp_path / "pool.log"), place=WorkerPlace(),
-                      secrets={("wandb", "api_key"): "wb-value"})
+                      secrets={("wandb", "api_key"): "wb-value"}, ray_token="ray-token-of-r1")
     for attempt in ("first", "again"):
-        rt = KubernetesRuntime(kube=KubeClient(tb.core_v1(), ns), policy=POLICY)
+        rt = KubernetesRuntime(kube=KubeClient(tb.core_v1(), ns), policy=POLICY,
+                               pod_policy=PodPolicy.checked(storage_classes=("csi-s3",)))
         try:
             rt.place(job, "r1", [pool], None)
             rt.launch(spec)
@@ -348,6 +350,20 @@ def test_the_project_namespace_role_is_the_servers_role():
     rbac.yaml gives it in its own."""
     assert (_role(PROJECT_TEMPLATE, "Role", "rlark")["rules"]
             == _role(DEPLOY / "rbac.yaml", "Role", "rlark")["rules"])
+
+
+def test_project_default_has_its_own_namespace_in_the_deploy_files():
+    """No project runs in the server's namespace (rlark, where RLark's own Secrets are): the
+    deploy files make project default's namespace, rlark-default, exactly as the template
+    makes any project's, and kustomize moves nothing into rlark."""
+    template = yaml.safe_dump_all(_docs(PROJECT_TEMPLATE)).replace(PROJECT_TEMPLATE_NS, "rlark-default")
+    assert _docs(DEPLOY / "project-default.yaml") == list(yaml.safe_load_all(template))
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    assert "project-default.yaml" in kustomization["resources"] and "namespace" not in kustomization
+    for name in kustomization["resources"]:  # every object names its namespace itself
+        for doc in _docs(DEPLOY / name):
+            if doc["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+                assert doc["metadata"]["namespace"] in ("rlark", "rlark-default"), (name, doc["kind"])
 
 
 def test_every_granted_verb_has_a_scenario_that_needs_it():

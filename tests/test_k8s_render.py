@@ -13,11 +13,7 @@ from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.podpolicy import PodPolicy
 from rlark.runtimes.kubernetes.preflight import check_spec_for_kubernetes
 from rlark.spec import Job
-from tests.k8s_jobs import job
-
-#: what the full test Job (k8s_jobs.FULL_ROLES) needs a server to allow: a hostPath under
-#: /data and the ServiceAccount rl-worker
-FULL_POLICY = PodPolicy(host_path_prefixes=("/data",), service_accounts=("rl-worker",))
+from tests.k8s_jobs import FULL_POLICY, job
 
 OWNER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "ppo-run-r1",
          "uid": "6f1c2a52-1f0e-4f5e-9d0c-3a4b5c6d7e8f"}
@@ -40,7 +36,7 @@ def test_test_jobs_pass_preflight():
 
 def test_one_run_is_a_configmap_a_service_a_network_policy_claims_and_a_pod_per_worker():
     j = job(8, full=True)
-    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl"))
+    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl", policy=FULL_POLICY))
     assert [o["kind"] for o in objs[:4]] == ["ConfigMap", "Service", "NetworkPolicy",
                                             "PersistentVolumeClaim"]
     pods = by_kind(objs, "Pod")
@@ -53,7 +49,7 @@ def test_one_run_is_a_configmap_a_service_a_network_policy_claims_and_a_pod_per_
 
 def test_pod_labels_env_and_ranks():
     j = job(6, full=True)
-    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl"))
+    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl", policy=FULL_POLICY))
     for rank, pod in enumerate(by_kind(objs, "Pod")):
         labels = pod["metadata"]["labels"]
         env = env_of(pod)
@@ -93,7 +89,7 @@ def test_pod_spec_safety_and_lifecycle_settings():
 
 
 def test_resources_gpus_devices_and_scheduling():
-    objs = render.render_run(job(6, full=True), "r1")
+    objs = render.render_run(job(6, full=True), "r1", render.RenderOptions(policy=FULL_POLICY))
     actor = next(p for p in by_kind(objs, "Pod") if p["metadata"]["name"] == "ppo-actor-0")
     env_pod = next(p for p in by_kind(objs, "Pod") if p["metadata"]["name"] == "ppo-env-0")
     res = actor["spec"]["containers"][0]["resources"]
@@ -119,7 +115,7 @@ def test_resources_gpus_devices_and_scheduling():
 
 def test_every_mount_kind():
     j = job(4, full=True)
-    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl"))
+    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl", policy=FULL_POLICY))
     actor = next(p for p in by_kind(objs, "Pod") if p["metadata"]["name"] == "ppo-actor-0")
     vols = {v["name"]: v for v in actor["spec"]["volumes"]}
     assert vols["m0-data"]["hostPath"] == {"path": "/data/datasets", "type": "Directory"}
@@ -165,8 +161,8 @@ def test_object_storage_driver_settings_are_checked_before_a_run_starts(k8s, cod
     data = job(1).model_dump(by_alias=True, mode="json")
     data["spec"]["roles"][0]["mounts"] = [{"name": "m", "type": "objectStorage",
                                            "source": "s3://b/p", "mountPath": "/m", "kubernetes": k8s}]
-    findings = check_spec_for_kubernetes(Job.model_validate(data))
-    (f,) = [f for f in findings if f.severity == "error"]
+    findings = check_spec_for_kubernetes(Job.model_validate(data), PodPolicy())
+    (f,) = [f for f in findings if f.severity == "error" and f.code.startswith("Invalid")]
     assert (f.code, f.path) == (code, f"spec.roles[0].mounts[0].kubernetes.{field}")
     assert f.message.startswith(f.path + " = ") and f.hint
 
@@ -179,7 +175,10 @@ def test_good_object_storage_driver_settings_pass(k8s):
     data = job(1).model_dump(by_alias=True, mode="json")
     data["spec"]["roles"][0]["mounts"] = [{"name": "m", "type": "objectStorage",
                                            "source": "s3://b/p", "mountPath": "/m", "kubernetes": k8s}]
-    assert not [f for f in check_spec_for_kubernetes(Job.model_validate(data)) if f.severity == "error"]
+    allowing = PodPolicy.checked(storage_classes=[k8s["storageClass"]] if "storageClass" in k8s else [],
+                                 csi_drivers=[k8s["csiDriver"]] if "csiDriver" in k8s else [])
+    assert not [f for f in check_spec_for_kubernetes(Job.model_validate(data), allowing)
+                if f.severity == "error"]
 
 
 def test_service_configmap_and_owner_references():
@@ -220,7 +219,7 @@ def test_cpu_quantities(value, expected):
 
 
 def test_yaml_stream_round_trips_and_has_no_anchors():
-    objs = render.render_run(job(5, full=True), "r1")
+    objs = render.render_run(job(5, full=True), "r1", render.RenderOptions(policy=FULL_POLICY))
     text = render.dump_stream(objs, "line one\nline two")
     assert text.startswith("# line one\n# line two\n---\n")
     assert "&id" not in text and "*id" not in text
@@ -266,3 +265,52 @@ def test_render_benchmark_runs(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = _json.loads(out.read_text())
     assert data["objects"] == 103 and data["total_s"] < 1.0
+
+
+# --- Ray token authentication ---------------------------------------------------------------------------
+
+
+def test_a_run_with_a_ray_token_has_a_secret_and_every_pod_takes_it_from_there():
+    import base64
+    import json
+
+    token = "tok-" + "x" * 40
+    j = job(4, full=True)
+    objs = render.render_run(j, "r1", render.RenderOptions(namespace="rl", owner=OWNER,
+                                                           policy=FULL_POLICY), ray_token=token)
+    assert [o["kind"] for o in objs[:3]] == ["ConfigMap", "Secret", "Service"]  # before any Pod
+    secret = objs[1]
+    assert secret["metadata"]["name"] == "ppo-run-r1-ray" == render.ray_secret_name(j, "r1")
+    assert secret["metadata"]["ownerReferences"] == [OWNER]
+    assert secret["metadata"]["labels"] == render.run_labels(j, "r1")
+    assert base64.b64decode(secret["data"]["token"]).decode() == token
+    pods = by_kind(objs, "Pod")
+    assert len(pods) == 4
+    for pod in pods:
+        env = pod["spec"]["containers"][0]["env"]
+        mode = [e for e in env if e["name"] == "RAY_AUTH_MODE"]
+        ref = [e for e in env if e["name"] == "RAY_AUTH_TOKEN"]
+        assert mode == [{"name": "RAY_AUTH_MODE", "value": "token"}]
+        assert ref == [{"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": "ppo-run-r1-ray", "key": "token"}}}]
+        assert token not in json.dumps(pod)
+
+
+def test_a_roles_own_ray_auth_variables_never_replace_the_runs():
+    data = job(1).model_dump(by_alias=True, mode="json")
+    data["spec"]["roles"][0]["env"] = [
+        {"name": "RAY_AUTH_MODE", "value": "disabled"},
+        {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "mine", "key": "t"}}}]
+    (pod,) = by_kind(render.render_run(Job.model_validate(data), "r1", ray_token="t0k"), "Pod")
+    env = pod["spec"]["containers"][0]["env"]
+    assert [e for e in env if e["name"].startswith("RAY_AUTH")] == render.ray_auth_env(
+        Job.model_validate(data), "r1")
+
+
+def test_a_run_without_a_ray_token_renders_no_ray_secret():
+    objs = render.render_run(job(2), "r1")
+    assert not by_kind(objs, "Secret")
+    for pod in by_kind(objs, "Pod"):
+        assert not [e for e in pod["spec"]["containers"][0]["env"] if e["name"].startswith("RAY_AUTH")]
+    with pytest.raises(ValueError, match="cannot be empty"):
+        render.render_ray_secret(job(1), "r1", render.RenderOptions(), "")

@@ -39,6 +39,7 @@ from rlark.ranks import plan_workers  # noqa: E402
 from rlark.runtimes.base import LaunchSpec, WorkerPlace  # noqa: E402
 from rlark.runtimes.kubernetes import render  # noqa: E402
 from rlark.runtimes.kubernetes.client import KubeClient  # noqa: E402
+from rlark.runtimes.kubernetes.podpolicy import PodPolicy  # noqa: E402
 from rlark.runtimes.kubernetes.runtime import KubernetesRuntime  # noqa: E402
 from rlark.runtimes.kubernetes.status import StatusPolicy  # noqa: E402
 from rlark.services.errors import Invalid  # noqa: E402
@@ -115,7 +116,8 @@ def test_a_run_creates_its_configmap_then_owned_objects_then_pods_and_the_garbag
         rlark, k8s_testbed, k8s_namespace):
     kube = Recording(k8s_testbed.core_v1(), k8s_namespace)
     # a long pending timeout: the PVC of a StorageClass nobody provisions keeps the pool unscheduled
-    r = rlark(kube=kube, policy=StatusPolicy(pending_timeout_seconds=600))
+    r = rlark(kube=kube, policy=StatusPolicy(pending_timeout_seconds=600),
+              pod_policy=PodPolicy.checked(storage_classes=("csi-s3",)))
     r.submit(job_yaml(pool_extra=PVC_MOUNT))
     r.wait_phase("ppo", "Starting")
     # the Run is Starting once its plan is committed, before its launch calls: wait for them
@@ -246,7 +248,7 @@ def test_node_selector_and_tolerations_are_honoured(rlark, k8s_testbed, k8s_name
     selector = f"      nodeSelector: {{{RESERVED_LABEL[0]}: {RESERVED_LABEL[1]}}}\n"
     tolerate = (f"      kubernetes:\n        tolerations: [{{key: {key!r}, operator: Equal, "
                 f"value: {value!r}, effect: {effect}}}]\n")
-    r = rlark()
+    r = rlark(pod_policy=PodPolicy.checked(tolerations=(f"{key}={value}:{effect}",)))
     r.submit(job_yaml(pool=1, pool_extra=selector + tolerate))
     pod = wait_for("ppo-pool-0 bound", lambda: (p := pod_named(k8s_testbed, k8s_namespace, "ppo-pool-0"))
                    and p.spec.node_name and p)

@@ -1,8 +1,9 @@
 """Secrets on Kubernetes (issue 13 item 1), against the test bed's real API server as RLark's
 own ServiceAccount: an RLark-managed secret becomes a Secret of the Run, owned by its ConfigMap,
 labelled and deleted with it; the Pods take their values with ``valueFrom.secretKeyRef`` and no
-Pod holds a value; a name RLark does not manage is a Kubernetes Secret of the namespace, whose
-existence and keys the submit checks.
+Pod holds a value; a name RLark does not manage must be a Kubernetes Secret of the namespace that
+an administrator allowed for the project (label ``rlark.io/project``), with the key; the submit
+checks both (issue 18: tests/test_k8s_isolation.py has the attacks).
 """
 
 from __future__ import annotations
@@ -51,30 +52,34 @@ def rlark(k8s_testbed, k8s_namespace, rlark_home, caplog):
     r.close()
 
 
-def kube_secret(tb, ns: str, name: str, data: dict[str, str]) -> None:
+def kube_secret(tb, ns: str, name: str, data: dict[str, str], project: str | None = None) -> None:
+    """A Kubernetes Secret, as the admin; ``project``: allowed for that project (its label)."""
+    labels = {"rlark.io/project": project} if project else {}
     tb.admin().create_namespaced_secret(ns, {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "labels": labels},
         "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}})
 
 
-def test_a_kubernetes_secret_the_job_names_must_exist_with_its_key(rlark, k8s_testbed, k8s_namespace):
+def test_a_kubernetes_secret_the_job_names_must_be_allowed_and_have_its_key(rlark, k8s_testbed, k8s_namespace):
     rlark.set_secret("wandb", {"api_key": VALUE})
     with pytest.raises(Invalid) as exc:
         rlark.submit(JOB)
-    found = [f for f in exc.value.findings if f.code == "SecretNotFound"]
-    assert [f.path for f in found] == ["spec.roles[0].env[1].valueFrom.secretKeyRef.name"]
-    assert k8s_namespace in found[0].message
-    kube_secret(k8s_testbed, k8s_namespace, "hf", {"other": "x"})
+    found = [f for f in exc.value.findings if f.severity == "error"]
+    assert [(f.code, f.path) for f in found] == [
+        ("SecretNotAllowed", "spec.roles[0].env[1].valueFrom.secretKeyRef.name")]
+    assert k8s_namespace in found[0].hint and "rlark.io/project=default" in found[0].hint
+    kube_secret(k8s_testbed, k8s_namespace, "hf", {"other": "x"}, project="default")
     with pytest.raises(Invalid) as exc:
         rlark.submit(JOB)
-    found = [f for f in exc.value.findings if f.code == "SecretNotFound"]
-    assert [f.path for f in found] == ["spec.roles[0].env[1].valueFrom.secretKeyRef.key"]
-    assert "other" in found[0].hint
+    found = [f for f in exc.value.findings if f.severity == "error"]
+    assert [(f.code, f.path) for f in found] == [
+        ("SecretNotFound", "spec.roles[0].env[1].valueFrom.secretKeyRef.key")]
+    assert "other" not in found[0].message + found[0].hint  # an allowed Secret's keys are not listed either
 
 
 def test_a_run_has_its_own_secret_and_its_pods_only_refer_to_it(rlark, k8s_testbed, k8s_namespace, tmp_path):
     rlark.set_secret("wandb", {"api_key": VALUE})
-    kube_secret(k8s_testbed, k8s_namespace, "hf", {"token": "hf-of-the-namespace"})
+    kube_secret(k8s_testbed, k8s_namespace, "hf", {"token": "hf-of-the-namespace"}, project="default")
     workers = KwokWorkers(k8s_testbed, k8s_namespace, load_job(JOB)[0], tmp_path)
     rlark.submit(JOB)
     workers.wait_running()

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from rlark.runtimes.kubernetes import render
-from tests.k8s_jobs import big_job, job
+from tests.k8s_jobs import FULL_POLICY, big_job, job
 
 VERSIONS = [f"1.{minor}" for minor in range(29, 38)]
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
@@ -38,9 +38,10 @@ def shape(node):
 def rendered_objects():
     jobs = [job(1), job(3), job(8, full=True), job(64, full=True), big_job(64)]
     for j in jobs:
-        for owner in (None, OWNER):
-            yield from render.render_run(j, "r1", render.RenderOptions(namespace="rl", owner=owner,
-                                                                      ray_dashboard=True))
+        for owner, token in ((None, None), (OWNER, "a-run-s-ray-token")):
+            yield from render.render_run(j, "r1", render.RenderOptions(
+                namespace="rl", owner=owner, ray_dashboard=True, policy=FULL_POLICY),
+                ray_token=token)
     # env from secrets: the Run's Secret, and Pods that refer to it and to a Kubernetes Secret
     from rlark.ranks import plan_workers
     from rlark.spec import EnvVar
@@ -113,5 +114,7 @@ def test_strict_mode_catches_an_unknown_field():
 
 
 def test_a_whole_64_worker_stream_is_valid_for_the_newest_version():
-    for obj in render.render_run(job(64, full=True), "r1", render.RenderOptions(owner=OWNER)):
+    for obj in render.render_run(job(64, full=True), "r1",
+                                 render.RenderOptions(owner=OWNER, policy=FULL_POLICY),
+                                 ray_token="a-run-s-ray-token"):
         kubernetes_validate.validate(obj, VERSIONS[-1], strict=True)

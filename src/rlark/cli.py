@@ -607,6 +607,20 @@ def server(
         help="kubernetes: let roles name the ServiceAccount NAME (kubernetes.serviceAccountName; "
              "repeatable; also $RLARK_K8S_SERVICE_ACCOUNTS). Default: none, Workers use the "
              "namespace's default."),
+    k8s_csi_driver: Optional[list[str]] = typer.Option(
+        None, "--k8s-csi-driver", metavar="NAME",
+        help="kubernetes: let objectStorage mounts use the CSI driver NAME inline "
+             "(kubernetes.csiDriver; repeatable; also $RLARK_K8S_CSI_DRIVERS). Default: none "
+             "(the driver acts on the node with the node's credentials)."),
+    k8s_storage_class: Optional[list[str]] = typer.Option(
+        None, "--k8s-storage-class", metavar="NAME",
+        help="kubernetes: let objectStorage mounts make claims of the StorageClass NAME "
+             "(kubernetes.storageClass; repeatable; also $RLARK_K8S_STORAGE_CLASSES). Default: none."),
+    k8s_toleration: Optional[list[str]] = typer.Option(
+        None, "--k8s-toleration", metavar="KEY[=VALUE][:EFFECT]",
+        help="kubernetes: let roles tolerate taints of KEY (only VALUE, only EFFECT when given; "
+             "* for any; kubernetes.tolerations; repeatable; also $RLARK_K8S_TOLERATIONS). "
+             "Default: none, so tainted nodes stay out of reach."),
     max_jobs_per_project: int = typer.Option(
         500, "--max-jobs-per-project", min=1, max=1_000_000, envvar="RLARK_MAX_JOBS_PER_PROJECT",
         help="Quota: Jobs a project may keep (`rlark project set-quota` sets a project's own)."),
@@ -643,7 +657,10 @@ def server(
     for var, given in (("RLARK_WORKER_ENV", worker_env), ("RLARK_CONFIG_ROOTS", config_root),
                        ("RLARK_K8S_HOST_PATH_PREFIXES", k8s_host_path_prefix),
                        ("RLARK_K8S_SERVICE_ACCOUNTS", k8s_service_account),
-                       ("RLARK_WORKER_READ_PATHS", worker_read_path)):
+                       ("RLARK_WORKER_READ_PATHS", worker_read_path),
+                       ("RLARK_K8S_CSI_DRIVERS", k8s_csi_driver),
+                       ("RLARK_K8S_STORAGE_CLASSES", k8s_storage_class),
+                       ("RLARK_K8S_TOLERATIONS", k8s_toleration)):
         if given:
             os.environ[var] = ",".join(settings.csv_env(var) + list(given))
     if k8s_allow_root:
@@ -682,18 +699,21 @@ def render(
                                        help="Start Ray's dashboard on the head (needs ray[default])."),
 ) -> None:
     """Print the Kubernetes objects of one Run of a Job as a YAML stream: a ConfigMap carrying the
-    bootstrap, the head's headless Service, a NetworkPolicy (only the Run's own Pods reach
+    bootstrap, a Secret with a new Ray token for the Run (Ray >= 2.52 then takes only its own
+    Pods), the head's headless Service, a NetworkPolicy (only the Run's own Pods reach
     them), PVCs for objectStorage mounts with a StorageClass, and one Pod per Worker
     (<job>-<role>-<index>, RLINF_NODE_RANK and the other variables set explicitly; non-root,
     no capabilities). The Kubernetes Pod policy of this machine's settings applies
-    (RLARK_K8S_HOST_PATH_PREFIXES, RLARK_K8S_SERVICE_ACCOUNTS, RLARK_K8S_ALLOW_ROOT). Nothing is started; `kubectl apply -f -` of the output runs the Job without the
+    (RLARK_K8S_HOST_PATH_PREFIXES, RLARK_K8S_SERVICE_ACCOUNTS, RLARK_K8S_ALLOW_ROOT,
+    RLARK_K8S_CSI_DRIVERS, RLARK_K8S_STORAGE_CLASSES, RLARK_K8S_TOLERATIONS). Nothing is started; `kubectl apply -f -` of the output runs the Job without the
     RLark server (which adds status, logs, records and stop).
 
     \b
     Examples:
       rlark render job.yaml --namespace rl | kubectl apply -f -
-      kubectl delete pods,services,networkpolicies,configmaps,pvc -n rl -l rlark.io/run=<id>   # clean up
+      kubectl delete pods,services,networkpolicies,configmaps,secrets,pvc -n rl -l rlark.io/run=<id>   # clean up
     """
+    import secrets
     import uuid
 
     from rlark.findings import Severity, has_errors
@@ -717,15 +737,16 @@ def render(
     rid = run_id or uuid.uuid4().hex[:12]
     try:
         k8s.check_run_id(rid)
+        # a Ray token of its own, as the server gives each Run: only its Pods join its cluster
         objs = k8s.render_run(job, rid, k8s.RenderOptions(
             namespace=namespace, ray_dashboard=ray_dashboard, run_as_user=policy.run_as_user,
-            allow_root=policy.allow_root))
+            allow_root=policy.allow_root, policy=policy), ray_token=secrets.token_urlsafe(32))
     except ValueError as exc:
         _fail(str(exc))
     header = (f"RLark Job {job.name}, run {rid}: {job.total_workers} Workers in namespace {namespace}\n"
               f"apply:  kubectl apply -f <this file>\n"
-              f"remove: kubectl delete pods,services,networkpolicies,configmaps,pvc -n {namespace} "
-              f"-l {k8s.LABEL_RUN}={rid}")
+              f"remove: kubectl delete pods,services,networkpolicies,configmaps,secrets,pvc -n "
+              f"{namespace} -l {k8s.LABEL_RUN}={rid}")
     sys.stdout.write(k8s.dump_stream(objs, header))
 
 

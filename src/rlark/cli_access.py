@@ -589,7 +589,8 @@ def token_revoke(token_id: int = typer.Argument(..., metavar="ID", min=1,
 def project_create(name: str = typer.Argument(..., metavar="NAME", help="Project name (a DNS label)."),
                    namespace: Optional[str] = typer.Option(
                        None, "--namespace", "-n",
-                       help="Kubernetes namespace of its Pods (default: <server namespace>-NAME)."),
+                       help="Kubernetes namespace of its Pods (default: <server namespace>-NAME; never "
+                            "the server's own namespace, which holds RLark's Secrets)."),
                    server: Optional[str] = ServerOpt) -> None:
     """Create a project (site administrators). Then give people roles in it with
     `rlark project add-member`.

@@ -146,7 +146,9 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     ``RLARK_K8S_IMAGE_PULL_GRACE``, ``RLARK_K8S_MOUNT_GRACE`` (seconds),
     ``RLARK_K8S_RAY_DASHBOARD=1``, and the Worker Pod policy (:func:`rlark.settings.k8s_pod_policy`:
     ``RLARK_K8S_ALLOW_ROOT``, ``RLARK_K8S_HOST_PATH_PREFIXES``, ``RLARK_K8S_SERVICE_ACCOUNTS``,
-    ``RLARK_K8S_RUN_AS_USER``). ``worker_isolation``: local runtime, how each Worker's
+    ``RLARK_K8S_RUN_AS_USER``, ``RLARK_K8S_CSI_DRIVERS``, ``RLARK_K8S_STORAGE_CLASSES``,
+    ``RLARK_K8S_TOLERATIONS``). No project may map to ``namespace`` itself (it holds RLark's
+    own Secrets): a store with such a project is refused here. ``worker_isolation``: local runtime, how each Worker's
     processes are kept together (default :func:`rlark.settings.worker_isolation`; probed once
     here, logged, and shown by ``GET /api/v1/server`` and ``rlark nodes``). ``quota_defaults``: the
     per-project quotas (:class:`rlark.services.quotas.Quotas`; default from the environment).
@@ -154,7 +156,8 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     Raises:
         ValueError: a setting is unusable (e.g. ``RLARK_RAY_TMP`` too long, an unknown runtime,
             no Kubernetes configuration, leader election without Kubernetes, RBAC refusing the
-            watches or the Lease), before anything runs.
+            watches or the Lease, a project mapped to the server's namespace), before anything
+            runs.
         StoreBusy: another server already runs on this store (a replica with leader election
             shares it only with other replicas).
     """
@@ -172,8 +175,9 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
                          "Lease); on the local runtime one server serves a store")
     inventory = None
     pod_policy = None
-    kube_secret_keys = None
+    kube_secret_info = None
     pending = None
+    stores: list[Store] = []  # the store, once made: the runtimes read projects from it
     first: Runtime  # the runtime of the (first) controller
     k8s_first: ProjectNamespaces | None = None  # the same, on Kubernetes
     local_first: LocalRuntime | None = None  # the same, on the local runtime
@@ -192,9 +196,18 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
         except KubeError as exc:
             raise ValueError(str(exc)) from None
 
+        def projects_in(ns: str) -> list[str]:
+            """The projects whose Runs go to namespace ``ns`` (whose Secrets labelled for them
+            their Jobs may name)."""
+            from rlark.services.accounts import projects_in_namespace
+
+            with stores[0].session() as s:
+                return projects_in_namespace(s, ns, kube.namespace)
+
         def runtime_for(ns: str) -> KubernetesRuntime:
             return KubernetesRuntime(kube=KubeClient(kube.api, ns), policy=k8s_policy,
-                                     ray_dashboard=dashboard, pod_policy=pod_policy)
+                                     ray_dashboard=dashboard, pod_policy=pod_policy,
+                                     secret_projects=lambda: projects_in(ns))
 
         def namespaces() -> ProjectNamespaces:
             """Every namespace's runtime (watches started: RBAC refusing them raises)."""
@@ -207,11 +220,12 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
         inventory = KubernetesRuntime(kube=kube, policy=k8s_policy, start=False).inventory
         api_client = kube.api.api_client
 
-        def kube_secret_keys(ns: str | None, name: str) -> list[str] | None:
-            """The keys of Kubernetes Secret ``name`` in ``ns`` (None: it does not exist); its
-            values are read by the API call and dropped here."""
-            found = KubeClient(kube.api, ns or kube.namespace).get("Secret", name)
-            return None if found is None else sorted((found.get("data") or {}))
+        def kube_secret_info(ns: str | None, name: str):
+            """The labels and key names of Kubernetes Secret ``name`` in ``ns`` (None: it does
+            not exist); its values are read by the API call and dropped there."""
+            from rlark.runtimes.kubernetes.runtime import read_secret_info
+
+            return read_secret_info(KubeClient(kube.api, ns or kube.namespace), name)
     else:
         settings.ray_tmp_root()
         from rlark.runtimes.local import probed_isolation
@@ -220,9 +234,14 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
             worker_isolation or settings.worker_isolation(), settings.cgroup_parent()))
         log_isolation(local_first.isolation)
     store = Store(database_url)
+    stores.append(store)
     try:
         box = server_box(store)  # before the controller: a Run must never launch without it
-    except SecretKeyError:
+        if k8s_first is not None:  # no project may run its Pods beside RLark's own Secrets
+            from rlark.services.accounts import check_projects_for
+
+            check_projects_for(store, k8s_first.namespace)
+    except (SecretKeyError, ValueError):
         if k8s_first is not None:
             k8s_first.shutdown()
         store.dispose()
@@ -243,7 +262,7 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     service = JobService(store, controller.wake, runtime=runtime, inventory=inventory,
                          pending_timeout=pending,
                          namespace=k8s_first.namespace if k8s_first is not None else None,
-                         secret_box=box, kube_secret_keys=kube_secret_keys,
+                         secret_box=box, kube_secret_info=kube_secret_info,
                          isolation={**local_first.isolation.view(),
                                     "identity": local_first.identity.view()}
                          if local_first is not None else None,

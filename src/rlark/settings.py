@@ -393,11 +393,18 @@ def k8s_pod_policy():
       ``kubernetes.serviceAccountName`` (``--k8s-service-account NAME``; default none: the
       namespace's ``default``);
     * ``RLARK_K8S_RUN_AS_USER``: the user id Workers run as when their role names none
-      (default 1000).
+      (default 1000);
+    * ``RLARK_K8S_CSI_DRIVERS``: comma-separated CSI drivers an objectStorage mount may name in
+      ``kubernetes.csiDriver`` (``--k8s-csi-driver NAME``; default none: no inline CSI volumes);
+    * ``RLARK_K8S_STORAGE_CLASSES``: comma-separated StorageClasses an objectStorage mount may
+      name in ``kubernetes.storageClass`` (``--k8s-storage-class NAME``; default none);
+    * ``RLARK_K8S_TOLERATIONS``: comma-separated ``KEY[=VALUE][:EFFECT]`` entries (or ``*``)
+      covering the tolerations a role may have (``--k8s-toleration``; default none).
 
     Raises:
         ValueError: a value is unusable (a prefix that is relative or a system directory, a
-            ServiceAccount name that is not a DNS-1123 subdomain, a user id below 1).
+            ServiceAccount or StorageClass name that is not a DNS-1123 subdomain, a CSI driver
+            or toleration entry that is not one, a user id below 1).
     """
     from rlark.runtimes.kubernetes.podpolicy import PodPolicy
 
@@ -406,4 +413,7 @@ def k8s_pod_policy():
         host_path_prefixes=tuple(csv_env("RLARK_K8S_HOST_PATH_PREFIXES")),
         service_accounts=tuple(csv_env("RLARK_K8S_SERVICE_ACCOUNTS")),
         run_as_user=positive_int_env("RLARK_K8S_RUN_AS_USER", 1000),
+        csi_drivers=tuple(csv_env("RLARK_K8S_CSI_DRIVERS")),
+        storage_classes=tuple(csv_env("RLARK_K8S_STORAGE_CLASSES")),
+        tolerations=tuple(csv_env("RLARK_K8S_TOLERATIONS")),
     )

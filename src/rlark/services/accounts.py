@@ -51,17 +51,57 @@ MAX_TOKEN_DAYS = 3650
 
 
 def project_namespace(project: ProjectRow | str, explicit: str | None, server_namespace: str | None) -> str | None:
-    """The Kubernetes namespace of a project's Pods: its own when set; else the server's
-    namespace for ``default`` and ``<server namespace>-<project>`` for the others (so two
-    projects never share object names); None when the server has no namespace (local runtime)."""
+    """The Kubernetes namespace of a project's Pods: its own when set; else
+    ``<server namespace>-<project>`` (``rlark-default`` for ``default``: no project shares the
+    server's namespace, which holds RLark's own Secrets), cut at 63 characters; None when the
+    server has no namespace (local runtime). The answer can still be the server's namespace (an
+    explicit one, or a cut); :func:`check_not_server_namespace` refuses that."""
     name = project.name if isinstance(project, ProjectRow) else project
     if explicit:
         return explicit
     if server_namespace is None:
         return None
-    if name == DEFAULT_PROJECT:
-        return server_namespace
     return f"{server_namespace}-{name}"[:63].rstrip("-")
+
+
+def check_not_server_namespace(project: str, namespace: str | None,
+                               server_namespace: str | None) -> None:
+    """Refuse a project whose Pods would run in the server's own namespace.
+
+    Raises:
+        Invalid: ``namespace`` is ``server_namespace``: every Pod there may name RLark's own
+            Secrets (the database URL, the secret key, the admin token) in ``secretKeyRef``.
+    """
+    if server_namespace is not None and namespace == server_namespace:
+        raise Invalid(f"project {project!r} would run its Pods in namespace {namespace!r}, the "
+                      "RLark server's own, which holds RLark's Secrets (database URL, secret "
+                      "key, admin token); give the project a namespace of its own "
+                      f"(--namespace, e.g. {f'{server_namespace}-{project}'[:63]})")
+
+
+def projects_in_namespace(s: Session, namespace: str, server_namespace: str | None) -> list[str]:
+    """Names of the projects whose Runs go to ``namespace`` (:func:`project_namespace`)."""
+    return sorted(p.name for p in s.scalars(select(ProjectRow))
+                  if project_namespace(p, p.namespace, server_namespace) == namespace)
+
+
+def check_projects_for(store: Any, server_namespace: str) -> None:
+    """At a Kubernetes server's start: refuse to run while any project maps to the server's own
+    namespace (one given with ``--namespace`` before this was refused).
+
+    Raises:
+        ValueError: naming each such project and the fix.
+    """
+    with store.session() as s:
+        bad = projects_in_namespace(s, server_namespace, server_namespace)
+    if bad:
+        names = ", ".join(repr(n) for n in bad)
+        raise ValueError(
+            f"project{'s' if len(bad) > 1 else ''} {names} run{'' if len(bad) > 1 else 's'} "
+            f"Pods in namespace {server_namespace!r}, this server's own, which holds RLark's "
+            "Secrets (database URL, secret key, admin token) that any Pod there could name; "
+            "run the server in a namespace of its own (--namespace / RLARK_NAMESPACE), or "
+            "delete the project once its Jobs are gone and create it again with --namespace")
 
 
 def user_view(u: UserRow, roles: dict[str, str] | None = None) -> dict[str, Any]:
@@ -390,7 +430,8 @@ class AccountService:
     def create_project(self, principal: Principal, client: str | None, name: str,
                        namespace: str | None = None) -> dict[str, Any]:
         """A new project (site administrators only). ``namespace``: its Kubernetes namespace
-        (default: see :func:`project_namespace`); no two projects share one.
+        (default: see :func:`project_namespace`); no two projects share one, and none is the
+        server's own (:func:`check_not_server_namespace`).
 
         Raises:
             Forbidden, Invalid, Conflict.
@@ -402,6 +443,8 @@ class AccountService:
             if namespace.startswith("kube-"):
                 raise Invalid(f"namespace {namespace!r} belongs to Kubernetes itself; give the "
                               "project a namespace of its own")
+        check_not_server_namespace(name, project_namespace(name, namespace, self.server_namespace),
+                                   self.server_namespace)
         with self.store.session() as s:
             if s.scalar(select(ProjectRow.id).where(ProjectRow.name == name)) is not None:
                 raise Conflict(f"a project named {name!r} exists")

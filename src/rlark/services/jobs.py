@@ -30,7 +30,7 @@ from rlark.rlinf_config import preflight_job
 from rlark.record import iso as _iso
 from rlark.spec import DNS1123_LABEL, Job, job_to_dict, secret_refs
 from rlark.services import audit
-from rlark.services.accounts import project_namespace
+from rlark.services.accounts import check_not_server_namespace, project_namespace
 from rlark.services.audit import SYSTEM, Actor
 from rlark.services.auth import DEFAULT_PROJECT
 from rlark.services import quotas
@@ -45,7 +45,7 @@ from rlark.store.db import retry_on_conflict
 from rlark.store.runs import add_event, new_run
 
 if TYPE_CHECKING:
-    from rlark.runtimes.kubernetes.podpolicy import PodPolicy
+    from rlark.runtimes.kubernetes.podpolicy import PodPolicy, SecretInfo
     from rlark.secretbox import SecretBox
 
 log = logging.getLogger("rlark.jobs")
@@ -211,7 +211,7 @@ class JobService:
                  host: dict[str, float] | None = None, inventory: Callable[[], tuple] | None = None,
                  pending_timeout: float | None = None, namespace: str | None = None,
                  secret_box: "SecretBox | None" = None,
-                 kube_secret_keys: Callable[[str | None, str], list[str] | None] | None = None,
+                 kube_secret_info: Callable[[str | None, str], "SecretInfo | None"] | None = None,
                  isolation: dict[str, Any] | None = None,
                  quota_defaults: quotas.Quotas | None = None,
                  pod_policy: "PodPolicy | None" = None,
@@ -231,9 +231,10 @@ class JobService:
         #: ``secret_source`` when a Job refers to one; neither: nothing is masked)
         self.secret_box = secret_box
         self.secret_source: Callable[[], "SecretBox"] | None = None
-        #: kubernetes: ``(namespace, name)`` -> the keys of that Kubernetes Secret, None when it
-        #: does not exist (raises KubeError when RLark may not read it); None: not checked
-        self.kube_secret_keys = kube_secret_keys
+        #: kubernetes: ``(namespace, name)`` -> the labels and key names of that Kubernetes
+        #: Secret (podpolicy.SecretInfo), None when it does not exist (raises KubeError when
+        #: RLark may not read it); None: no Kubernetes Secret can be checked, so none is allowed
+        self.kube_secret_info = kube_secret_info
         #: kubernetes: the server's namespace (projects map to namespaces: accounts.project_namespace)
         self.namespace = namespace
         self.wake = wake
@@ -333,11 +334,15 @@ class JobService:
         return config_roots(job_to_dict(job), self.runtime)
 
     def secret_findings(self, job: Job, project: str) -> list[Finding]:
-        """``SecretNotFound`` errors for the ``valueFrom.secretKeyRef`` references ``project``
-        has no value for: on the local runtime every reference must name an RLark-managed
-        secret and key (``rlark secret set``); on Kubernetes a name RLark does not manage is a
-        Kubernetes Secret of the Run's namespace, checked where RLark may read it (else an info
-        Finding says it was not). Never opens a secret; never names a value."""
+        """Errors for the ``valueFrom.secretKeyRef`` references ``project`` may not use: on the
+        local runtime every reference must name an RLark-managed secret and key (``rlark secret
+        set``; ``SecretNotFound``); on Kubernetes a name RLark does not manage must be a
+        Kubernetes Secret of the project's namespace that an administrator allowed for the
+        project (label ``rlark.io/project=<project>``), else ``SecretNotAllowed``, worded the
+        same whether such a Secret exists or not
+        (:func:`rlark.runtimes.kubernetes.podpolicy.check_secret_refs`); a read RLark could not
+        make is ``SecretNotChecked`` (an error: nothing is allowed unseen). Never opens a
+        secret; never names a value, nor a key of a Secret the project may not use."""
         from rlark.services.secrets import managed_names, missing_refs
 
         refs = secret_refs(job)
@@ -353,58 +358,50 @@ class JobService:
             namespace = (project_namespace(prow, prow.namespace, self.namespace)
                          if self.runtime == "kubernetes" else None)
         out: list[Finding] = []
-        kube_keys: dict[str, list[str] | None | Exception] = {}
         for i, role in enumerate(job.spec.roles):
             for j, env in enumerate(role.env):
                 ref = env.secret_ref
-                if ref is None:
+                if ref is None or (ref.name not in managed and self.runtime == "kubernetes"):
                     continue
                 path = f"spec.roles[{i}].env[{j}].valueFrom.secretKeyRef"
-                if ref.name in managed or self.runtime != "kubernetes":
-                    if ref.name not in managed:
-                        out.append(Finding(
-                            code="SecretNotFound", severity=Severity.error, path=f"{path}.name",
-                            message=f"{path}.name = {ref.name!r}: project {project!r} has no "
-                                    f"secret of that name ({env.name} would have no value)",
-                            hint=f"create it: `rlark secret set {ref.name} {ref.key} -p "
-                                 f"{project}` (reads the value from stdin)"))
-                    elif (ref.name, ref.key) in missing:
-                        out.append(Finding(
-                            code="SecretNotFound", severity=Severity.error, path=f"{path}.key",
-                            message=f"{path}.key = {ref.key!r}: secret {ref.name!r} has no such "
-                                    f"key ({env.name} would have no value)",
-                            hint=f"add it: `rlark secret set {ref.name} {ref.key} -p {project}`, "
-                                 "or use one of the keys `rlark secret list` shows"))
-                    continue
-                if self.kube_secret_keys is None:
-                    continue
-                if ref.name not in kube_keys:
-                    try:
-                        kube_keys[ref.name] = self.kube_secret_keys(namespace, ref.name)
-                    except Exception as exc:  # noqa: BLE001 - RBAC, an API server away: not checked
-                        kube_keys[ref.name] = exc
-                found = kube_keys[ref.name]
-                if isinstance(found, Exception):
-                    out.append(Finding(
-                        code="SecretNotChecked", severity=Severity.info, path=f"{path}.name",
-                        message=f"{path}.name = {ref.name!r} is not an RLark secret of project "
-                                f"{project!r}, so it names a Kubernetes Secret of namespace "
-                                f"{namespace}; RLark could not check it: {found}",
-                        hint="make sure it exists there, or set it in RLark: `rlark secret set`"))
-                elif found is None:
+                if ref.name not in managed:
                     out.append(Finding(
                         code="SecretNotFound", severity=Severity.error, path=f"{path}.name",
-                        message=f"{path}.name = {ref.name!r}: neither project {project!r} nor "
-                                f"namespace {namespace} has a secret of that name",
-                        hint=f"create it in RLark: `rlark secret set {ref.name} {ref.key} -p "
-                             f"{project}`, or as a Kubernetes Secret in {namespace}"))
-                elif ref.key not in found:
+                        message=f"{path}.name = {ref.name!r}: project {project!r} has no "
+                                f"secret of that name ({env.name} would have no value)",
+                        hint=f"create it: `rlark secret set {ref.name} {ref.key} -p "
+                             f"{project}` (reads the value from stdin)"))
+                elif (ref.name, ref.key) in missing:
                     out.append(Finding(
                         code="SecretNotFound", severity=Severity.error, path=f"{path}.key",
-                        message=f"{path}.key = {ref.key!r}: the Kubernetes Secret {ref.name!r} "
-                                f"of namespace {namespace} has no such key",
-                        hint="use one of its keys: " + ", ".join(found[:20])))
+                        message=f"{path}.key = {ref.key!r}: secret {ref.name!r} has no such "
+                                f"key ({env.name} would have no value)",
+                        hint=f"add it: `rlark secret set {ref.name} {ref.key} -p {project}`, "
+                             "or use one of the keys `rlark secret list` shows"))
+        if self.runtime == "kubernetes":
+            out += self._kube_secret_findings(job, project, namespace,
+                                              {r for r in refs if r[0] in managed})
         return out
+
+    def _kube_secret_findings(self, job: Job, project: str, namespace: str | None,
+                              managed: set[tuple[str, str]]) -> list[Finding]:
+        """Kubernetes: the Findings for the references that name no RLark-managed secret
+        (see :meth:`secret_findings`)."""
+        from rlark.runtimes.kubernetes.podpolicy import check_secret_refs
+
+        lookup = self.kube_secret_info
+        try:
+            return check_secret_refs(
+                job, managed, project, namespace,
+                (lambda name: lookup(namespace, name)) if lookup is not None else (lambda name: None))
+        except Exception as exc:  # noqa: BLE001 - RBAC, an API server away: refused, said why
+            return [Finding(
+                code="SecretNotChecked", severity=Severity.error, path="spec.roles",
+                message=f"spec.roles: the Job's env names Kubernetes Secrets of namespace "
+                        f"{namespace}, and RLark could not check that project {project!r} may "
+                        f"use them: {str(exc)[:300]}",
+                hint="try again; if it persists, the administrator checks RLark's access to "
+                     "the namespace (RBAC: get secrets, deploy/kubernetes/)")]
 
     def _checked(self, document: str | bytes | dict,
                  project: str = DEFAULT_PROJECT) -> tuple[Job, list[Finding]]:
@@ -471,9 +468,15 @@ class JobService:
         return out
 
     def _make_run(self, job: JobRow, cause: Cause) -> RunRow:
+        """A new Run of ``job``, in its project's namespace on Kubernetes.
+
+        Raises:
+            Invalid: that namespace is the server's own (:func:`check_not_server_namespace`).
+        """
         run = new_run(job, cause, self.runtime)
         if self.runtime == "kubernetes":
             run.namespace = project_namespace(job.project, job.project.namespace, self.namespace)
+            check_not_server_namespace(job.project.name, run.namespace, self.namespace)
         return run
 
     # node inventory ---------------------------------------------------------------------------
@@ -746,7 +749,10 @@ class JobService:
 
         Raises:
             Conflict: the current Run is still active (use restart).
+            Invalid: the stored spec asks for what the server's policy no longer allows
+                (:meth:`launch_findings`).
         """
+        self._refuse_unlaunchable(name, project)
         with self._quota_audited(actor, "job.start", project, name), self.store.session() as s:
             job = self._job(s, name, project)
             if job.delete_requested:
@@ -765,7 +771,13 @@ class JobService:
 
     @retry_on_conflict
     def restart(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
-        """Stop the current Run if active, then start a new Run with the same spec."""
+        """Stop the current Run if active, then start a new Run with the same spec.
+
+        Raises:
+            Invalid: the stored spec asks for what the server's policy no longer allows
+                (:meth:`launch_findings`); the current Run is left as it is.
+        """
+        self._refuse_unlaunchable(name, project)
         with self._quota_audited(actor, "job.restart", project, name), self.store.session() as s:
             job = self._job(s, name, project)
             if job.delete_requested:
@@ -777,6 +789,40 @@ class JobService:
                          detail=f"run {out['currentRun']['number']}")
         self.wake()
         return out
+
+    def launch_findings(self, job: Job, project: str) -> builtins.list[Finding]:
+        """What would refuse a new Run of the stored ``job`` on this server today: on
+        Kubernetes the Pod policy (:func:`rlark.runtimes.kubernetes.podpolicy.check_pod_policy`:
+        a policy made stricter since the Job was stored applies) and the secrets its env names
+        (:meth:`secret_findings`). Errors only. The runtime checks both again at launch, so an
+        automatic retry is held to them too."""
+        if self.runtime != "kubernetes":
+            return []
+        from rlark.runtimes.kubernetes.podpolicy import check_pod_policy
+
+        policy = self.pod_policy if self.pod_policy is not None else settings.k8s_pod_policy()
+        found = check_pod_policy(job, policy) + self.secret_findings(job, project)
+        return [f for f in found if f.severity == Severity.error]
+
+    def _refuse_unlaunchable(self, name: str, project: str) -> None:
+        """Refuse a start or restart of Job ``name`` that :meth:`launch_findings` refuses (read
+        in a session of its own, closed before any Kubernetes API call).
+
+        Raises:
+            NotFound: no such Job. Invalid: with the Findings.
+        """
+        with self.store.session() as s:
+            spec = self._job(s, name, project).spec
+        try:
+            job = Job.model_validate(spec)
+        except ValueError:  # a spec this version cannot read: the controller says so (SpecUnreadable)
+            return
+        found = self.launch_findings(job, project)
+        if found:
+            n = len(found)
+            raise Invalid(f"Job {name!r} cannot start a new Run on this server: its stored spec "
+                          f"has {n} error{'s' if n != 1 else ''} under the server's policy; "
+                          "replace it (`rlark apply`) with one that passes `rlark check`", found)
 
     def _check_run_quota(self, s: Session, job: JobRow, workers: int | None = None) -> None:
         """Room in the Job's project for a new Run of it (``workers``: default its stored spec's).

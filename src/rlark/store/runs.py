@@ -20,10 +20,15 @@ def new_run(job: JobRow, cause: Cause, runtime: str = "local") -> RunRow:
     """A Pending Run of ``job`` with the Job's current spec snapshot, a fresh uid, its Tasks and
     its Workers (names and node ranks fixed by the spec). The caller adds it to a session.
 
+    A retry (``Cause.Retry``) runs where the Run it retries ran: it takes the Job's latest Run's
+    namespace (Kubernetes), so a project's retries never land in the server's namespace (None
+    there). Other causes are given their namespace by the caller (the project's, now).
+
     Raises:
         pydantic.ValidationError: the Job's stored spec does not parse.
     """
-    number = max((r.number for r in job.runs), default=0) + 1
+    latest = max(job.runs, key=lambda r: r.number, default=None)
+    number = latest.number + 1 if latest is not None else 1
     run = RunRow(
         job=job,
         number=number,
@@ -37,6 +42,8 @@ def new_run(job: JobRow, cause: Cause, runtime: str = "local") -> RunRow:
         phase=Phase.Pending,
         conditions=[],
     )
+    if cause == Cause.Retry and latest is not None and latest.runtime == runtime:
+        run.namespace = latest.namespace
     spec = Job.model_validate(job.spec)
     planned = plan_workers(spec)
     for role, (lo, hi) in rank_ranges(planned).items():

@@ -6,6 +6,12 @@ Runs of each project in that project's namespace (services/accounts.py: ``projec
 been asked to use, started on first use, and sends each call to the one that owns the Worker: a
 Worker's handle is ``<namespace>/<pod>``; a new Run names its namespace in ``place`` and
 ``LaunchSpec.namespace``; None means the server's own namespace.
+
+No new Run starts in the server's own namespace: it holds RLark's own Secrets (the database
+URL, the key the project secrets are sealed with, the first administrator's token), which any
+Pod there could name. ``place`` and ``launch`` refuse it (:class:`ServerNamespaceRefused`)
+before anything is created. Runs that already live there (made before projects stopped mapping
+to it) are still observed, stopped, adopted and cleaned up there.
 """
 
 from __future__ import annotations
@@ -17,6 +23,20 @@ from rlark.ranks import PlannedWorker
 from rlark.runtimes.base import AdoptSpec, LaunchSpec, Launched, Observed, Placement, Taken, WorkerRef
 from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
 from rlark.spec import Job
+
+
+class ServerNamespaceRefused(ValueError):
+    """A new Run would start in the server's own namespace (see the module docstring)."""
+
+    reason = "ServerNamespace"
+
+    def __init__(self, namespace: str):
+        super().__init__(
+            f"ServerNamespace: namespace {namespace} is the RLark server's own (it holds RLark's "
+            "Secrets: the database URL, the secret key, the admin token), so no Run starts "
+            "there; nothing was created. A Run made before projects stopped mapping to the "
+            "server's namespace ends here: start the Job again and its new Run goes to its "
+            "project's namespace (`rlark project get` shows it)")
 
 
 class ProjectNamespaces:
@@ -59,12 +79,32 @@ class ProjectNamespaces:
 
     # --- the Runtime protocol -------------------------------------------------------------------
 
+    def _for_new_run(self, namespace: str | None) -> KubernetesRuntime:
+        """The runtime a new Run's objects go to; never the server's namespace.
+
+        Raises:
+            ServerNamespaceRefused: ``namespace`` is the server's (or None).
+        """
+        if (namespace or self.namespace) == self.namespace:
+            raise ServerNamespaceRefused(self.namespace)
+        return self.runtime_for(namespace)
+
     def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken,
               namespace: str | None = None) -> Placement:
-        return self.runtime_for(namespace).place(job, run_uid, workers, taken)
+        """:meth:`KubernetesRuntime.place` in ``namespace``.
+
+        Raises:
+            ServerNamespaceRefused: ``namespace`` is the server's (or None).
+        """
+        return self._for_new_run(namespace).place(job, run_uid, workers, taken)
 
     def launch(self, spec: LaunchSpec) -> Launched:
-        return self.runtime_for(spec.namespace).launch(spec)
+        """:meth:`KubernetesRuntime.launch` in ``spec.namespace``.
+
+        Raises:
+            ServerNamespaceRefused: ``spec.namespace`` is the server's (or None).
+        """
+        return self._for_new_run(spec.namespace).launch(spec)
 
     def observe(self, ref: WorkerRef) -> Observed:
         return self._owner(ref).observe(ref)

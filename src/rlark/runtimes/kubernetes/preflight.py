@@ -3,17 +3,13 @@ refuses (:mod:`.podpolicy`), object names another Job already has, and the capac
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable, Iterator
 
 from rlark.findings import Finding, Severity
 from rlark.runtimes.kubernetes.capacity import NodeInfo, check_capacity
-from rlark.runtimes.kubernetes.podpolicy import DNS1123_SUBDOMAIN, PodPolicy, check_pod_policy
+from rlark.runtimes.kubernetes.podpolicy import (CSI_DRIVER, DNS1123_SUBDOMAIN, PodPolicy,
+                                                 check_pod_policy)
 from rlark.spec import Job, Mount, head_service_name, worker_name
-
-#: a CSI driver name: at most 63 characters, alphanumeric at both ends, '-' and '.' inside
-#: (Kubernetes API, CSIDriver.metadata.name / csi volume driver validation)
-CSI_DRIVER = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$")
 
 
 def _check_mount_driver(mount: Mount, path: str) -> Iterator[Finding]:

@@ -2,9 +2,14 @@
 
 One Run is: a ConfigMap carrying ``bootstrap/worker.py`` (the Run's *owner*: every other object
 points at it with an ownerReference when its uid is known, so deleting it removes the Run), a
-headless Service ``<job>-head`` selecting the Run's rank-0 Pod, a NetworkPolicy letting only the
-Run's own Pods reach them, a PersistentVolumeClaim per ``objectStorage`` mount that names a
-StorageClass, and one Pod per Worker named ``<job>-<role>-<index>``.
+Secret with the Run's Ray token when it has one, a headless Service ``<job>-head`` selecting the
+Run's rank-0 Pod, a NetworkPolicy letting only the Run's own Pods reach them, a
+PersistentVolumeClaim per ``objectStorage`` mount that names a StorageClass, and one Pod per
+Worker named ``<job>-<role>-<index>``.
+
+Nothing forbidden is ever rendered: every Pod and claim is checked against the server's Pod
+policy (:mod:`.podpolicy`) here, whoever asks for it, and a Job beyond it raises
+:class:`.podpolicy.PolicyDenied`.
 
 Every Pod runs with the Pod Security Standards' ``restricted`` settings
 (https://kubernetes.io/docs/concepts/security/pod-security-standards/): no Linux capabilities
@@ -28,7 +33,12 @@ Kubernetes facts relied on (core/v1, https://kubernetes.io/docs/reference/kubern
 
 Ray facts: the head's GCS listens on 6379 (``ray start --head`` default port), the dashboard on
 8265, the Ray client server on 10001 (Ray 2.60 defaults); a Pod has its own network namespace,
-so Ray's default ports and the Pod IP are right and no port pinning is needed.
+so Ray's default ports and the Pod IP are right and no port pinning is needed. Token
+authentication (Ray 2.52 and later; https://docs.ray.io/en/latest/ray-security/token-auth.html
+and .../ray-core/internals/token-authentication.html): with ``RAY_AUTH_MODE=token`` in the
+environment of every node and driver of a cluster, Ray's GCS, dashboard and other control-plane
+services take only requests that carry the token, read from ``RAY_AUTH_TOKEN`` first (KubeRay
+sets that variable from a Secret with ``valueFrom.secretKeyRef`` too). An older Ray ignores both.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
@@ -47,7 +57,8 @@ import yaml
 from rlark.preflight import parse_cpu
 from rlark.ranks import PlannedWorker, plan_workers
 from rlark.runtimes.base import bootstrap_env
-from rlark.runtimes.kubernetes.podpolicy import DEFAULT_RUN_AS_USER, normalise_host_path
+from rlark.runtimes.kubernetes.podpolicy import (DEFAULT_RUN_AS_USER, PodPolicy, PolicyDenied,
+                                                 check_role_policy, enforce, normalise_host_path)
 from rlark.spec import Job, Mount, Role, head_service_name
 
 BOOTSTRAP_FILE = Path(__file__).resolve().parent.parent.parent / "bootstrap" / "worker.py"
@@ -68,6 +79,9 @@ RAY_DASHBOARD_PORT = 8265
 RAY_CLIENT_PORT = 10001
 
 GPU_RESOURCE = "nvidia.com/gpu"
+#: Ray's token authentication: the mode variable, the token variable, and the key of the Run's
+#: Ray Secret that holds the token
+RAY_AUTH_MODE, RAY_AUTH_TOKEN, RAY_TOKEN_KEY = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "token"
 #: a run id becomes a label value and part of object names
 RUN_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 
@@ -79,12 +93,16 @@ class RenderOptions:
     ``owner``: the Run's owner object as ``{"apiVersion", "kind", "name", "uid"}``; every object
     but the owner gets an ownerReference to it. It is known only once the owner exists in the
     cluster (the server creates the ConfigMap first); ``rlark render`` has none, so its objects are
-    removed by label (``kubectl delete pods,services,networkpolicies,configmaps,pvc -l rlark.io/run=ID``).
+    removed by label (``kubectl delete pods,services,networkpolicies,configmaps,secrets,pvc -l rlark.io/run=ID``).
     ``ray_dashboard``: start Ray's dashboard on the head (needs ``ray[default]`` in the image).
     ``run_as_user``: the user id of Workers whose role names none (``kubernetes.runAsUser``).
-    ``allow_root``: a role's ``kubernetes.runAsRoot`` is honoured (the server's policy,
-    :class:`.podpolicy.PodPolicy`; preflight refuses the Job otherwise, and a Run rendered
-    without it runs as ``run_as_user`` all the same: fail closed).
+    ``allow_root``: a role's ``kubernetes.runAsRoot`` is allowed.
+    ``policy``: the server's Pod policy (:class:`.podpolicy.PodPolicy`) every Pod and claim is
+    checked against; when given, its ``run_as_user`` and ``allow_root`` are the ones used. None:
+    the strictest policy with ``run_as_user`` and ``allow_root`` (no hostPath, ServiceAccount,
+    CSI driver, StorageClass or toleration).
+    ``ray_auth``: the Run has a Ray Secret (:func:`render_ray_secret`); every Worker container
+    gets ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` from it.
     """
 
     namespace: str = "default"
@@ -92,6 +110,14 @@ class RenderOptions:
     ray_dashboard: bool = False
     run_as_user: int = DEFAULT_RUN_AS_USER
     allow_root: bool = False
+    policy: PodPolicy | None = None
+    ray_auth: bool = False
+
+    def pod_policy(self) -> PodPolicy:
+        """The policy rendered objects are checked against (see ``policy``)."""
+        if self.policy is not None:
+            return self.policy
+        return PodPolicy(allow_root=self.allow_root, run_as_user=self.run_as_user)
 
 
 #: the Worker's first process (bootstrap/keeper.py), beside worker.py in the ConfigMap
@@ -266,6 +292,50 @@ def env_from_secrets(job: Job, role: Role, run_id: str,
     return out
 
 
+def ray_secret_name(job: Job, run_id: str) -> str:
+    """Name of the Run's Secret holding its Ray token (:func:`render_ray_secret`)."""
+    return f"{owner_name(job, run_id)}-ray"
+
+
+def render_ray_secret(job: Job, run_id: str, opts: RenderOptions, token: str) -> dict[str, Any]:
+    """The Run's Ray Secret: ``token`` (the Run's Ray GCS token, random per Run) under key
+    ``token``, owned by the Run's ConfigMap and labelled like the Run's other objects, so the
+    garbage collector and the Run's end remove it. Every Worker container takes it with
+    ``valueFrom.secretKeyRef`` (:func:`ray_auth_env`); the value is never written into a Pod.
+
+    Raises:
+        ValueError: ``token`` is empty.
+    """
+    import base64
+
+    if not token:
+        raise ValueError("a Run's Ray token cannot be empty")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _meta(ray_secret_name(job, run_id), opts.namespace, run_labels(job, run_id),
+                          opts.owner),
+        "data": {RAY_TOKEN_KEY: base64.b64encode(token.encode("utf-8")).decode("ascii")},
+    }
+
+
+def ray_auth_env(job: Job, run_id: str) -> list[dict[str, Any]]:
+    """The container ``env`` entries that turn on Ray's token authentication for a Worker of a
+    Run with a Ray Secret: ``RAY_AUTH_MODE=token``, and ``RAY_AUTH_TOKEN`` from the Secret's key
+    ``token`` (``valueFrom.secretKeyRef``: the token is in no Pod spec)."""
+    return [{"name": RAY_AUTH_MODE, "value": "token"},
+            {"name": RAY_AUTH_TOKEN, "valueFrom": {"secretKeyRef": {
+                "name": ray_secret_name(job, run_id), "key": RAY_TOKEN_KEY}}}]
+
+
+def _with_ray_auth(env: list[dict[str, Any]], job: Job, run_id: str) -> list[dict[str, Any]]:
+    """``env`` without any entry of its own for Ray's auth variables (a role's env may name
+    them), then :func:`ray_auth_env`: the Run's token is the only one a Worker can have."""
+    kept = [e for e in env if e["name"] not in (RAY_AUTH_MODE, RAY_AUTH_TOKEN)]
+    return kept + ray_auth_env(job, run_id)
+
+
 def render_service(job: Job, run_id: str, opts: RenderOptions) -> dict[str, Any]:
     """The headless Service ``<job>-head`` selecting this Run's rank-0 Pod: a DNS name for the
     head, and its GCS port (what the Workers connect to). Ray's dashboard and client ports are
@@ -320,7 +390,13 @@ def render_network_policy(job: Job, run_id: str, opts: RenderOptions) -> dict[st
 
 def render_claims(job: Job, run_id: str, opts: RenderOptions) -> list[dict[str, Any]]:
     """One PVC per ``objectStorage`` mount whose ``kubernetes.storageClass`` is set (access mode
-    ReadOnlyMany for read-only mounts, else ReadWriteMany: all Workers of the role share it)."""
+    ReadOnlyMany for read-only mounts, else ReadWriteMany: all Workers of the role share it).
+
+    Raises:
+        PolicyDenied: the Job asks for what ``opts``' policy does not allow (a StorageClass
+            not on its list...).
+    """
+    enforce(job, opts.pod_policy())
     out = []
     for role in job.spec.roles:
         for mount in role.mounts:
@@ -382,7 +458,17 @@ class _RoleParts:
     pod_extra: dict[str, Any]
 
 
-def _role_parts(job: Job, role: Role, run_id: str, cm_name: str) -> _RoleParts:
+def _role_parts(job: Job, role: Role, run_id: str, cm_name: str,
+                policy: PodPolicy | None = None) -> _RoleParts:
+    """What every Pod of ``role`` shares, once ``role`` is within ``policy`` (None: the
+    strictest).
+
+    Raises:
+        PolicyDenied: ``role`` asks for what ``policy`` does not allow.
+    """
+    found = check_role_policy(job.spec.roles.index(role), role, policy or PodPolicy())
+    if found:
+        raise PolicyDenied(found)
     res = role.resources
     requests: dict[str, str] = {}
     if res.cpu is not None:
@@ -433,14 +519,16 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
             rendered as explicit ``env`` entries in its order; then the role's variables from
             secrets as ``valueFrom.secretKeyRef`` (:func:`env_from_secrets`, ``managed``: the
             references the Run's Secret holds); ``PYTHONUNBUFFERED=1`` is added.
-        parts: the role's shared parts (internal; computed when not given).
+        parts: the role's shared parts (internal; computed, and checked against ``opts``'
+            policy, when not given).
     Raises:
+        PolicyDenied: the role asks for what ``opts``' policy does not allow.
         ValueError: an objectStorage mount has neither storageClass nor csiDriver.
     """
     role = job.role(worker.role)
     assert role is not None, worker.role
     if parts is None:
-        parts = _role_parts(job, role, run_id, owner_name(job, run_id))
+        parts = _role_parts(job, role, run_id, owner_name(job, run_id), opts.pod_policy())
     labels = {**run_labels(job, run_id), LABEL_ROLE: worker.role, LABEL_RANK: str(worker.node_rank)}
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -457,6 +545,8 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
                             "capabilities": {"drop": ["ALL"]}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    if opts.ray_auth:
+        container["env"] = _with_ray_auth(container["env"], job, run_id)
     if parts.resources:
         container["resources"] = {k: dict(v) for k, v in parts.resources.items()}
     if worker.is_head:
@@ -483,14 +573,15 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
 
 def pod_security_context(role: Role, opts: RenderOptions) -> dict[str, Any]:
     """The Pod's ``securityContext``: seccomp ``RuntimeDefault``, and ``runAsNonRoot: true`` with
-    the role's ``kubernetes.runAsUser`` (else ``opts.run_as_user``); user 0 and
-    ``runAsNonRoot: false`` only for a role with ``kubernetes.runAsRoot`` when
-    ``opts.allow_root``."""
+    the role's ``kubernetes.runAsUser`` (else the policy's ``run_as_user``); user 0 and
+    ``runAsNonRoot: false`` only for a role with ``kubernetes.runAsRoot`` when the policy
+    allows root (:meth:`RenderOptions.pod_policy`)."""
     k8s = role.kubernetes
-    if k8s.run_as_root and opts.allow_root:
+    policy = opts.pod_policy()
+    if k8s.run_as_root and policy.allow_root:
         user, non_root = 0, False
     else:
-        user, non_root = k8s.run_as_user or opts.run_as_user, True
+        user, non_root = k8s.run_as_user or policy.run_as_user, True
     return {"runAsNonRoot": non_root, "runAsUser": user,
             "seccompProfile": {"type": "RuntimeDefault"}}
 
@@ -509,25 +600,37 @@ def worker_env(job: Job, worker: PlannedWorker, run_id: str, opts: RenderOptions
                          extra=extra)
 
 
-def render_run(job: Job, run_id: str, opts: RenderOptions | None = None) -> list[dict[str, Any]]:
-    """Every object of one Run, in creation order: ConfigMap (owner), Service, NetworkPolicy,
-    PVCs, Pods (rank order). Self-sufficient: ``kubectl apply -f`` of them runs the Job without the server.
+def render_run(job: Job, run_id: str, opts: RenderOptions | None = None,
+               ray_token: str | None = None) -> list[dict[str, Any]]:
+    """Every object of one Run, in creation order: ConfigMap (owner), the Ray Secret (with
+    ``ray_token``), Service, NetworkPolicy, PVCs, Pods (rank order). Self-sufficient:
+    ``kubectl apply -f`` of them runs the Job without the server.
 
     Args:
         job: a Job that passed preflight.
         run_id: the Run's id (label ``rlark.io/run``), see :func:`check_run_id`.
+        ray_token: the Run's Ray token: its Secret is rendered and every Pod takes it
+            (:func:`render_ray_secret`); None: Ray without authentication.
     Returns:
-        JSON-ready dicts (camelCase, as the API server takes them). 3 + PVCs + N objects.
+        JSON-ready dicts (camelCase, as the API server takes them). 3 + PVCs + N objects, and
+        the Ray Secret with ``ray_token``.
     Raises:
+        PolicyDenied: the Job asks for what ``opts``' policy does not allow (nothing rendered).
         ValueError: a bad run id, or an objectStorage mount Kubernetes cannot provide.
     """
     opts = opts or RenderOptions()
     check_run_id(run_id)
+    enforce(job, opts.pod_policy())
+    if ray_token is not None:
+        opts = replace(opts, ray_auth=True)
     cm = render_config_map(job, run_id, opts)
-    objs: list[dict[str, Any]] = [cm, render_service(job, run_id, opts),
-                                  render_network_policy(job, run_id, opts),
-                                  *render_claims(job, run_id, opts)]
-    parts = {r.name: _role_parts(job, r, run_id, cm["metadata"]["name"]) for r in job.spec.roles}
+    objs: list[dict[str, Any]] = [cm]
+    if ray_token is not None:
+        objs.append(render_ray_secret(job, run_id, opts, ray_token))
+    objs += [render_service(job, run_id, opts), render_network_policy(job, run_id, opts),
+             *render_claims(job, run_id, opts)]
+    parts = {r.name: _role_parts(job, r, run_id, cm["metadata"]["name"], opts.pod_policy())
+             for r in job.spec.roles}
     for w in plan_workers(job):
         env = worker_env(job, w, run_id, opts)
         objs.append(render_pod(job, w, env, run_id, opts, parts[w.role]))

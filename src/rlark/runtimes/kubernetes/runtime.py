@@ -5,9 +5,16 @@
   starts, the names it needs must be free: Pods and the Service an earlier Run of the same Job
   left are deleted, and while such an object is still there (a finalizer of another controller
   holds it) :class:`NamesBusy` keeps the Run Pending (the controller tries again).
-* ``launch``: on a Run's first Worker, create its ConfigMap (the owner), then the Secret with the
-  values of the RLark-managed secrets its env refers to (when it refers to any), the Service,
-  the NetworkPolicy and PVCs (owned by it); then the Worker's Pod (owned by it), and a thread
+* ``launch``: first the Job is held against the server's Pod policy (:func:`.podpolicy.enforce`)
+  and, on a Run's first Worker, every Kubernetes Secret its env names must be one an
+  administrator allowed for the namespace's project (:func:`.podpolicy.check_secret_refs`): a
+  Job beyond either raises :class:`.podpolicy.PolicyDenied` before anything is created (the
+  controller fails the Run with that message), whichever path launched it (submit, start,
+  restart, an automatic retry). Then, on a Run's first Worker, create its ConfigMap (the owner),
+  then the Secret with the values of the RLark-managed secrets its env refers to (when it
+  refers to any), the Secret with the Run's Ray token (when it has one:
+  ``LaunchSpec.ray_token``), the Service, the NetworkPolicy and PVCs (owned by it); then the
+  Worker's Pod (owned by it), and a thread
   that follows the Pod's log into ``LaunchSpec.log_path`` (the controller reads lifecycle lines
   there; the file outlives the Pod). A name held by another Job's object or by something RLark did not create
   is never deleted or adopted: the launch fails and names the holder.
@@ -41,7 +48,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.base import (
@@ -58,7 +65,8 @@ from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.capacity import NodeInfo, parse_nodes
 from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream, abort, release
 from rlark.runtimes.kubernetes.logcursor import LogCursor, restore
-from rlark.runtimes.kubernetes.podpolicy import PodPolicy
+from rlark.runtimes.kubernetes.podpolicy import (PodPolicy, PolicyDenied, SecretInfo,
+                                                 check_secret_refs, enforce)
 from rlark.runtimes.kubernetes.status import (PodPhase, PodState, PodStatus, StatusPolicy, interpret,
                                              parse_time)
 from rlark.spec import Job, head_service_name
@@ -106,6 +114,21 @@ class NamesBusy(KubeError):
     def __init__(self, message: str, retry_after: float = NAMES_RETRY_SECONDS):
         super().__init__(message, 409)
         self.retry_after = retry_after
+
+
+def read_secret_info(kube: KubeClient, name: str) -> SecretInfo | None:
+    """The labels and key names of Kubernetes Secret ``name`` in ``kube``'s namespace (None: it
+    does not exist). The values come with the API's answer and are dropped here.
+
+    Raises:
+        KubeError: the API refused (RBAC: get secrets) or failed the read.
+    """
+    found = kube.get("Secret", name)
+    if found is None:
+        return None
+    meta = found.get("metadata") or {}
+    return SecretInfo(labels=dict(meta.get("labels") or {}),
+                      keys=frozenset(found.get("data") or {}) | frozenset(found.get("stringData") or {}))
 
 
 def cursor_path(log_path: str) -> str:
@@ -253,8 +276,12 @@ class KubernetesRuntime:
         kube: the API layer (default: :meth:`KubeClient.connect` with ``namespace``).
         policy: graces and pending timeout of :func:`.status.interpret`.
         ray_dashboard: start Ray's dashboard on each head (``ray[default]`` in the image).
-        pod_policy: the server's policy for Worker Pods (:class:`.podpolicy.PodPolicy`: the
-            user id of Workers, whether a role may run as root).
+        pod_policy: the server's policy for Worker Pods (:class:`.podpolicy.PodPolicy`),
+            enforced at every launch and in every render.
+        secret_projects: the projects whose Runs go to this namespace (read at each Run's
+            launch): a Kubernetes Secret a Job names must be labelled for one of them
+            (:func:`.podpolicy.secret_allowed`). None: no Kubernetes Secret is allowed (the
+            Run's own, RLark-managed ones always are).
         start: start the watches now (:meth:`start`).
 
     Raises:
@@ -266,8 +293,10 @@ class KubernetesRuntime:
 
     def __init__(self, namespace: str | None = None, kube: KubeClient | None = None,
                  policy: StatusPolicy = StatusPolicy(), ray_dashboard: bool = False,
-                 start: bool = True, pod_policy: PodPolicy = PodPolicy()):
+                 start: bool = True, pod_policy: PodPolicy = PodPolicy(),
+                 secret_projects: Callable[[], Iterable[str]] | None = None):
         self.kube = kube or KubeClient.connect(namespace)
+        self.secret_projects = secret_projects
         self.namespace = self.kube.namespace
         self.policy = policy
         self.ray_dashboard = ray_dashboard
@@ -622,14 +651,17 @@ class KubernetesRuntime:
         raise KubeError(self._taken(kind, name, existing, job), 409)
 
     def _ensure_run(self, job: Job, run_uid: str,
-                    secrets: dict[tuple[str, str], str] | None = None) -> render.RenderOptions:
+                    secrets: dict[tuple[str, str], str] | None = None,
+                    ray_token: str | None = None) -> render.RenderOptions:
         with self._lock:
             opts = self._runs.get(run_uid)
         if opts is not None:
             return opts
+        self.check_secret_refs(job, (secrets or {}).keys())
         base = render.RenderOptions(namespace=self.namespace, ray_dashboard=self.ray_dashboard,
                                     run_as_user=self.pod_policy.run_as_user,
-                                    allow_root=self.pod_policy.allow_root)
+                                    allow_root=self.pod_policy.allow_root, policy=self.pod_policy,
+                                    ray_auth=bool(ray_token))
         cm = render.render_config_map(job, run_uid, base)
         stored = self._create(cm, job.name, run_uid)
         uid = (stored.get("metadata") or {}).get("uid")
@@ -640,6 +672,8 @@ class KubernetesRuntime:
         secret = render.render_secret(job, run_uid, opts, secrets or {})
         if secret is not None:  # before any Pod that refers to it
             self._create(secret, job.name, run_uid)
+        if ray_token:  # likewise: every Pod of the Run takes its token from it
+            self._create(render.render_ray_secret(job, run_uid, opts, ray_token), job.name, run_uid)
         self._create(render.render_service(job, run_uid, opts), job.name, run_uid)
         self._create(render.render_network_policy(job, run_uid, opts), job.name, run_uid)
         for claim in render.render_claims(job, run_uid, opts):
@@ -648,9 +682,34 @@ class KubernetesRuntime:
             self._runs[run_uid] = opts
         return opts
 
+    def check_secret_refs(self, job: Job, managed: Iterable[tuple[str, str]]) -> None:
+        """Refuse a Run whose env names a Kubernetes Secret of this namespace that no
+        administrator allowed for the namespace's projects (``secret_projects``;
+        :func:`.podpolicy.check_secret_refs`), or a key such a Secret lacks. One read per
+        Secret named; the refusal reads the same whether the Secret exists or not.
+
+        Raises:
+            PolicyDenied: naming each such variable and the fix.
+            KubeError: RLark may not read (RBAC: get secrets) or could not read a Secret.
+        """
+        projects = sorted(self.secret_projects()) if self.secret_projects is not None else []
+        found = check_secret_refs(job, managed, " or ".join(projects) or "(none)", self.namespace,
+                                  lambda name: read_secret_info(self.kube, name), projects)
+        if found:
+            raise PolicyDenied(found, "the server's secret policy")
+
     def launch(self, spec: LaunchSpec) -> Launched:
-        """Create the Run's shared objects once, then this Worker's Pod; follow its log."""
-        opts = self._ensure_run(spec.job, spec.run_uid, spec.secrets)
+        """Hold the Job against the Pod policy (and, on the Run's first Worker, its Secret
+        references), create the Run's shared objects once, then this Worker's Pod; follow its
+        log.
+
+        Raises:
+            PolicyDenied: the Job asks for what the server's policy does not allow; nothing
+                was created.
+            KubeError: an API call was refused or failed (the message names it).
+        """
+        enforce(spec.job, self.pod_policy)
+        opts = self._ensure_run(spec.job, spec.run_uid, spec.secrets, spec.ray_token)
         env = dict(spec.env)
         if self.ray_dashboard and spec.worker.is_head:
             env["RLARK_RAY_DASHBOARD"] = "1"
