@@ -215,7 +215,7 @@ def test_workers_as_the_servers_own_user_only_while_it_serves_one_user(tmp_path)
         srv.wait_phase("later", {"Stopped"}, timeout=120)
         assert srv.cli("start", "later").returncode == 0
         end = srv.wait_phase("later", {"Succeeded", "Failed"}, timeout=120)
-        assert (end["phase"], end["reason"]) == ("Failed", "LaunchFailed")
+        assert (end["phase"], end["reason"]) == ("Failed", "PolicyDenied")
         assert "serves more than one user" in end["message"]
     finally:
         srv.stop()

@@ -150,6 +150,10 @@ class Reason(StrEnum):
     SpecUnreadable = "SpecUnreadable"
     SecretMissing = "SecretMissing"  # the Job's env takes a value its project's secrets lack
     SecretUnreadable = "SecretUnreadable"  # this server cannot open its project's secrets
+    #: the server's policy refuses the launch, nothing was started (a Pod policy, Workers that
+    #: would run as the server's user on a server of several users, a path Workers may not read)
+    PolicyDenied = "PolicyDenied"
+    ServerNamespace = "ServerNamespace"  # kubernetes: a Run made for the server's own namespace
     # --- Failed: known to the runtime (Kubernetes: runtimes/kubernetes/status.py)
     ImagePull = "ImagePull"
     Unschedulable = "Unschedulable"
@@ -271,7 +275,8 @@ def _status_table() -> dict[Reason, tuple[frozenset[Phase], frozenset[WorkerPhas
               R.HeadUnreachable, R.JoinTimeout, R.RankMismatch, R.NodeLost, R.RayTooOld,
               R.SandboxFailed, R.MonitorLost, R.RunFailed,
               R.HeadLost, R.WorkerLost, R.WorkerFailed, R.LaunchFailed, R.LaunchInterrupted,
-              R.SpecUnreadable, R.SecretMissing, R.SecretUnreadable, R.ImagePull, R.Unschedulable,
+              R.SpecUnreadable, R.SecretMissing, R.SecretUnreadable, R.PolicyDenied,
+              R.ServerNamespace, R.ImagePull, R.Unschedulable,
               R.MountFailed, R.ContainerCreateFailed, R.ContainerStartFailed, R.OOMKilled, R.Evicted,
               R.CrashLoop, R.AdmissionRejected, R.Forbidden):
         table[r] = failed
@@ -283,7 +288,7 @@ _STATUS = _status_table()
 #: spec repeats exactly (until someone changes the server's settings or the project's secrets)
 _RETRYABLE = frozenset(r for r, (runs, _) in _STATUS.items() if Phase.Failed in runs) - {
     Reason.BadConfig, Reason.SpecUnreadable, Reason.SecretMissing, Reason.SecretUnreadable,
-    Reason.RayTooOld, Reason.SandboxFailed}
+    Reason.RayTooOld, Reason.SandboxFailed, Reason.PolicyDenied, Reason.ServerNamespace}
 
 
 def reported_reason(value: object, message: str = "", *,

@@ -136,6 +136,14 @@ def role_demands(spec: dict) -> dict[str, admission.Amounts]:
     return out
 
 
+def launch_failure(exc: Exception) -> Reason:
+    """The Run failure a launch error means: the ``reason`` the runtime's error names when it is
+    a failure this version knows (``PolicyDenied``, ``SecretMissing``...: a retry of the same
+    spec is refused too, see :attr:`rlark.status.Reason.retryable`), else ``LaunchFailed``."""
+    reason = Reason.of(getattr(exc, "reason", None))
+    return reason if reason is not None and Phase.Failed in reason.run_phases else Reason.LaunchFailed
+
+
 def ref(w: WorkerRow) -> WorkerRef:
     """The runtime's handle on a Worker row."""
     return WorkerRef(name=w.name, pid=w.pid, pid_started=w.pid_started, handle=w.handle,
@@ -731,7 +739,7 @@ class Controller:
                 self._launch_later(s, run, exc, float(retry))
                 return
             log.exception("launching run %s failed", run.id)
-            self._transition(s, run, Transition(Phase.Failed, Reason.LaunchFailed, str(exc)))
+            self._transition(s, run, Transition(Phase.Failed, launch_failure(exc), str(exc)))
 
     def _run_secrets(self, s: Session, run: RunRow, job: Job) -> dict[tuple[str, str], str] | None:
         """The values of the RLark-managed secrets ``job``'s env refers to, ``(secret, key)`` ->
@@ -840,16 +848,16 @@ class Controller:
                                namespace=run.namespace, secrets=secrets, ray_token=ray_token)
                 )
             except Exception as exc:  # e.g. the role's interpreter does not exist
-                w.phase, w.reason, w.message = WorkerPhase.Failed, Reason.LaunchFailed, str(exc)
+                why = launch_failure(exc)
+                w.phase, w.reason, w.message = WorkerPhase.Failed, why, str(exc)
                 w.lifecycle = {**(w.lifecycle or {}), "failed": {
-                    "reason": Reason.LaunchFailed, "message": str(exc), "ts": time.time()}}
+                    "reason": why, "message": str(exc), "ts": time.time()}}
                 w.released = True
                 for other in rows:
                     if not other.launched:
                         other.released = True  # never started: holds nothing
                         self.runtime.forget(ref(other))
-                self._transition(s, run, Transition(Phase.Failed, Reason.LaunchFailed,
-                                                    f"Worker {w.name}: {exc}"))
+                self._transition(s, run, Transition(Phase.Failed, why, f"Worker {w.name}: {exc}"))
                 return
             w.pid, w.pid_started, w.handle = launched.pid, launched.pid_started, launched.handle
             w.phase = WorkerPhase.Starting

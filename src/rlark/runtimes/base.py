@@ -269,6 +269,14 @@ def bootstrap_env(
     return env
 
 
+class LaunchRefused(RuntimeError):
+    """The server's policy refuses to start this Worker; nothing was started. The message says
+    why and what to do; the Run fails with ``PolicyDenied`` (no automatic retry: the same spec
+    would be refused again)."""
+
+    reason = "PolicyDenied"
+
+
 class SecretMissing(RuntimeError):
     """A variable's ``valueFrom.secretKeyRef`` names a secret or key RLark has no value for.
     The message names the role, the variable, the secret and the key, never a value."""

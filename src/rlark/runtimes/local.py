@@ -40,6 +40,7 @@ from rlark.runtimes.base import (
     local_worker_ports,
     ray_resources,
     Launched,
+    LaunchRefused,
     Observed,
     Placement,
     Taken,
@@ -399,7 +400,7 @@ class LocalRuntime:
         if not self.identity.own_uid:
             many = self.serves_many()
             if many:
-                raise RuntimeError(many_users_message(many))
+                raise LaunchRefused(many_users_message(many))
         env = worker_environment(os.environ, spec.env,
                                  secret_env(role, spec.secrets) if role is not None else {},
                                  allow=self.worker_env)
@@ -454,7 +455,7 @@ class LocalRuntime:
                                                        allowed=self.read_paths, stat=os.stat)
                                 for path, what, _ in needed) if p]
         if problems:
-            raise RuntimeError("; ".join(problems))
+            raise LaunchRefused("; ".join(problems))
         for d, owner in ((dirs.root, 0), (dirs.home, uid), (dirs.tmp, uid), (dirs.upper, uid),
                          (dirs.work, 0), (dirs.ray_run, uid), (dirs.ray_temp, uid)):
             os.makedirs(d, mode=0o700, exist_ok=True)
