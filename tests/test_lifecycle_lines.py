@@ -101,3 +101,19 @@ def test_read_tail_reads_the_end_of_a_large_log(tmp_path):
 def test_with_tail():
     assert with_tail("m", "w-0", []) == "m"
     assert with_tail("m", "w-0", ["a", "b"]) == "m\nlast lines of w-0:\na\nb"
+
+
+def test_a_log_left_at_a_new_workers_path_is_set_aside_not_read(tmp_path):
+    """A store made again on an old $RLARK_HOME gives a new Run the path of an old Run's log: its
+    lines (an old "stopped", an old exit) must not become the new Worker's."""
+    from rlark.controller.loop import set_aside_stale_log
+
+    log = tmp_path / "job" / "1" / "job-head-0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text('RLARK_EVENT {"ts": 1, "event": "exit", "code": 0}\n')
+    set_aside_stale_log(str(log))
+    assert not log.exists()
+    (kept,) = log.parent.glob("job-head-0.log.stale-*")
+    assert "exit" in kept.read_text()
+    set_aside_stale_log(str(log))  # nothing there: nothing to do
+    assert list(log.parent.iterdir()) == [kept]

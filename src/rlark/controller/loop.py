@@ -136,6 +136,17 @@ def role_demands(spec: dict) -> dict[str, admission.Amounts]:
     return out
 
 
+def set_aside_stale_log(path: str) -> None:
+    """A log file already at the path of a Worker about to be launched for the first time is
+    another Run's (a store made again on an old ``$RLARK_HOME``): renamed to
+    ``<path>.stale-<unix time>`` so its lines are never read as this Worker's."""
+    if os.path.exists(path):
+        stale = f"{path}.stale-{int(time.time())}"
+        os.replace(path, stale)
+        log.warning("a log file was already at %s (another Run's, from an earlier store on this "
+                    "$RLARK_HOME): moved to %s", path, stale)
+
+
 def launch_failure(exc: Exception) -> Reason:
     """The Run failure a launch error means: the ``reason`` the runtime's error names when it is
     a failure this version knows (``PolicyDenied``, ``SecretMissing``...: a retry of the same
@@ -825,6 +836,8 @@ class Controller:
             place = placement.workers[w.node_rank]
             w.node_ip, w.port_base, w.ray_temp_dir = place.node_ip, place.port_base, place.ray_temp_dir
             w.log_path = log_paths[w.node_rank] = str(log_dir / f"{w.name}.log")
+        for w in rows:
+            set_aside_stale_log(log_paths[w.node_rank])
         # the plan is durable before anything starts, and each handle as soon as its Worker
         # exists: a server that dies in between leaves Workers the next one finds (find())
         s.commit()
