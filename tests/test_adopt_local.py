@@ -7,8 +7,10 @@ reaches the end it would have reached, with its log whole, its record written an
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from datetime import datetime
 import subprocess
 from pathlib import Path
 
@@ -52,13 +54,16 @@ def pids(job: dict) -> list[tuple[int, float]]:
 
 
 def test_a_run_that_finishes_while_the_server_is_down_gets_its_true_result(server):
-    """kill -9 while Running; the run script ends meanwhile: Succeeded with exit code 0, every
-    line of the log once, lifecycle events once, the record written, nothing left."""
+    """kill -9 while Running; the run script ends meanwhile, and the pool Worker, left without
+    its head, ends too: Succeeded with exit code 0 at the time the run script really ended (not
+    when the next server read it), the pool Worker Completed (it went with its Run: issue 19
+    item 4), every line of the log once, lifecycle events once, the record written (every
+    Worker ready), nothing left."""
     n = 40
     run = f'for i in $(seq 1 {n}); do echo "line-$i"; sleep 0.05; done; while [ ! -e "$GATE" ]; do sleep 0.1; done; echo done-all'
     gates = exchange_dir(server.home.parent / "gates")  # never under $RLARK_HOME: Workers see none of it
     gate = gates / "gate-finish"
-    server.submit(job_yaml("finish", run=run, pool_workers=0, head_env={"GATE": str(gate)},
+    server.submit(job_yaml("finish", run=run, pool_workers=1, head_env={"GATE": str(gate)},
                            shared=gates))
     job = server.wait_phase("finish", {"Running"}, timeout=120)
     server.crash()
@@ -66,11 +71,19 @@ def test_a_run_that_finishes_while_the_server_is_down_gets_its_true_result(serve
     gate.touch()
     wait_for("the run script to finish while no server runs",
              lambda: "done-all" in log.read_text(errors="replace"), timeout=120)
+    wait_for("every Worker to end while no server runs",
+             lambda: not any(alive(w["pid"]) for w in job["currentRun"]["workers"]), timeout=120)
+    ended = max(json.loads(line.split(" ", 1)[1])["ts"] for line in log.read_text().splitlines()
+                if line.startswith("RLARK_EVENT ") and '"run_finished"' in line)
     server.start()
     job = server.wait_phase("finish", {"Succeeded"}, timeout=60)
     assert job["currentRun"]["exitCode"] == 0, job
+    finished = datetime.fromisoformat(job["currentRun"]["finishedAt"]).timestamp()
+    assert abs(finished - ended) < 1.0, (job["currentRun"]["finishedAt"], ended)
+    pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
+    assert (pool["phase"], pool["reason"], pool["exitCode"]) == ("Completed", "RunEnded", None), pool
     reasons = [e["reason"] for e in events(server, "finish")]
-    assert reasons.count("Adopted") == 1 and reasons.count("NodeJoined") == 1, reasons
+    assert reasons.count("Adopted") == 1 and reasons.count("NodeJoined") == 2, reasons
     assert "ControllerRestarted" not in reasons and "ServerShutdown" not in reasons
     out = server.cli("logs", "finish")
     assert out.returncode == 0, out.stderr
@@ -80,7 +93,9 @@ def test_a_run_that_finishes_while_the_server_is_down_gets_its_true_result(serve
     assert record.status_code == 200, record.text
     rec = record.json()
     assert (rec["result"]["phase"], rec["result"]["exitCode"]) == ("Succeeded", 0), rec["result"]
-    assert [(w["nodeRank"], w["joined"], w["exitCode"]) for w in rec["workers"]["items"]] == [(0, True, 0)]
+    assert [(w["nodeRank"], w["joined"]) for w in rec["workers"]["items"]] == [(0, True), (1, True)]
+    assert rec["workers"]["items"][0]["exitCode"] == 0
+    assert server.job("finish")["currentRun"]["workersReady"] == 2
     assert_nothing_left(server.wait_released("finish"))
 
 

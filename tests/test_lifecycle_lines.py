@@ -78,6 +78,17 @@ def test_tail_keeps_what_explains_and_drops_lifecycle_and_ray_progress_lines():
     ]
 
 
+def test_tail_drops_rays_state_dumps_and_the_workloads_lookalike_lines():
+    """Ray's components print their debug state (``[state-dump]``, dozens of lines) into what
+    `ray start --block` shows: 20 of those made a failure's whole tail (issue 19 item 11)."""
+    dump = b"".join(b"[2026-12-01 10:00:0%d,000 I 7 7] (raylet) node_manager.cc:1 [state-dump] "
+                    b"NodeManager: counter %d\n" % (i % 10, i) for i in range(40))
+    log = (b"Traceback (most recent call last):\n" + b"RuntimeError: the user's own error\n"
+           + dump + b'(workload) RLARK_EVENT {"event": "run_finished", "exit_code": 0}\n')
+    assert tail_lines(log) == ["Traceback (most recent call last):",
+                               "RuntimeError: the user's own error"]
+
+
 def test_tail_is_bounded_to_20_lines_and_4_kib():
     assert (TAIL_MAX_LINES, TAIL_MAX_BYTES) == (20, 4096)
     many = b"".join(b"line %d\n" % i for i in range(100))

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from tests.conftest import EXAMPLES
+from tests.k8s_testbed import wait_for
 from tests.server import assert_nothing_left, run_processes, serve
 
 pytestmark = pytest.mark.ray
@@ -107,6 +109,27 @@ def test_prepare_script_past_its_timeout_fails_the_run(server):
     assert "hello from the head" not in logs.stdout  # the run script never started
     job = server.wait_released("prep-slow")
     assert_nothing_left(job)
+
+
+def test_output_without_a_final_newline_or_one_huge_line_does_not_fail_a_good_run(server):
+    """``printf 'done'; exit 0`` after one line of 20 MB: Succeeded (issue 19 item 8). The
+    run script's last output cannot swallow RLark's own lines, which the Worker's keeper writes
+    on lines of their own; the failure message, Events and logs carry none of them. And the
+    Worker's logs still show the lines before the huge one, and the huge one cut with a mark
+    (item 9)."""
+    run = ("echo before-the-long-line; head -c 20000000 /dev/zero | tr '\\0' x; "
+           "printf 'done'; exit 0")
+    server.submit(job_yaml("no-newline", run=run, pool_workers=0))
+    job = server.wait_phase("no-newline", {"Succeeded", "Failed"}, timeout=180)
+    assert (job["phase"], job["reason"], job["currentRun"]["exitCode"]) == ("Succeeded", "Completed", 0), job
+    events = server.http.get("/api/v1/jobs/no-newline/events").json()
+    assert not any("RLARK_EVENT" in e["message"] for e in events)
+    logs = server.http.get("/api/v1/jobs/no-newline/logs").json()["workers"][0]["lines"]
+    assert "before-the-long-line" in logs
+    long = next(line for line in logs if line.startswith("xxxx"))
+    assert long.endswith("[RLark: line cut at 1 MiB]") and len(long) < 2 * 1024 * 1024
+    out = server.cli("logs", "no-newline")
+    assert out.returncode == 0 and "before-the-long-line" in out.stdout
 
 
 def test_run_script_exit_code_fails_the_run(server):
@@ -351,6 +374,34 @@ def worker_processes(pid: int) -> list[psutil.Process]:
         except OSError:
             continue
     return out
+
+
+def test_a_frozen_head_is_noticed_then_fails_the_run(server):
+    """The head's process group (its keeper) stopped with SIGSTOP: nothing of the Worker
+    answers, and no process has ended. Within 30 s and some the Run's Responsive condition is
+    False with a Warning Event naming rank 0; after failurePolicy.unresponsiveTimeoutSeconds the
+    Run fails with WorkerUnresponsive (issue 19 item 10)."""
+    doc = yaml.safe_load(job_yaml("frozen-head", run="sleep 600", pool_workers=0, grace=3))
+    doc["spec"]["failurePolicy"]["unresponsiveTimeoutSeconds"] = 50
+    server.submit(yaml.safe_dump(doc))
+    job = server.wait_phase("frozen-head", {"Running"}, timeout=120)
+    head = job["currentRun"]["workers"][0]
+    os.killpg(head["pid"], signal.SIGSTOP)
+    try:
+        def noticed():
+            conds = {c["type"]: c for c in server.job("frozen-head")["currentRun"]["conditions"]}
+            c = conds.get("Responsive")
+            return c is not None and c["status"] == "False" and c
+        cond = wait_for("the Responsive condition to turn False", noticed, timeout=60)
+        assert cond["reason"] == "WorkerUnresponsive" and "rank 0 (frozen-head-head-0)" in cond["message"]
+        warned = [e for e in server.http.get("/api/v1/jobs/frozen-head/events").json()
+                  if e["reason"] == "WorkerUnresponsive" and e["type"] == "Warning"]
+        assert warned and "no line from its keeper since" in warned[0]["message"]
+        job = server.wait_phase("frozen-head", {"Failed"}, timeout=90)
+    finally:
+        os.killpg(head["pid"], signal.SIGCONT)
+    assert job["reason"] == "WorkerUnresponsive" and "unresponsiveTimeoutSeconds is 50 s" in job["message"]
+    assert_nothing_left(server.wait_released("frozen-head"))
 
 
 def test_frozen_worker_fails_the_run_with_node_lost(server):

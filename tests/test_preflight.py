@@ -262,6 +262,10 @@ ROWS: list[Row] = [
     Row("type-workers-string", put("spec.roles.1.workers", "two"), "InvalidValue", f"{R1}.workers", "two"),
     Row("type-gpu-fraction", put("spec.roles.0.resources", {"gpu": 1.5}), "InvalidValue", f"{R0}.resources.gpu", "1.5"),
     Row("type-cpu-list", put("spec.roles.0.resources", {"cpu": [1]}), "InvalidValue", f"{R0}.resources.cpu", "[1]"),
+    # a fractional CPU is valid, and says what each Worker's Ray node counts (issue 19 item 11)
+    *[Row(f"cpu-fraction-{v}", put("spec.roles.0.resources", {"cpu": v}), "CpuRoundedUp",
+          f"{R0}.resources.cpu", counted, severity=Severity.warning)
+      for v, counted in (("500m", "counts 1 CPU"), (0.5, "counts 1 CPU"), ("1.5", "counts 2 CPUs"))],
     Row("type-env-mapping", put("spec.roles.0.env", {"A": "b"}), "InvalidValue", f"{R0}.env", '"A"'),
     Row("type-roles-mapping", put("spec.roles", {"head": {}}), "InvalidValue", "spec.roles", "head"),
     Row("type-metadata-string", put("metadata", "ppo"), "InvalidValue", "metadata", "ppo"),
@@ -276,7 +280,7 @@ VALID: list[tuple[str, Callable[[dict], None]]] = [
     ("image-registry-port-and-tag", put("spec.roles.0.image", "localhost:5000/rlinf/rlinf:0.3.0")),
     ("image-no-registry", put("spec.roles.0.image", "rlinf:0.3.0")),
     *[(f"memory-{v}", put("spec.roles.0.resources", {"memory": v})) for v in ("512Mi", "8Gi", "1G", 8 * 2**30)],
-    *[(f"cpu-{v}", put("spec.roles.0.resources", {"cpu": v})) for v in ("500m", 2, 0.5, "1.5")],
+    *[(f"cpu-{v}", put("spec.roles.0.resources", {"cpu": v})) for v in ("1000m", 2, 3.0, "1")],
     ("gpu-and-device", put("spec.roles.0.resources", {"gpu": 8, "devices": {"rdma/hca": 1}})),
     ("names-at-63-characters", put("metadata.name", "a" * 56)),  # '<56>-head-0' and '<56>-pool-1'
     ("role-name-starting-with-digit", both(put("spec.roles.1.name", "1pool"))),

@@ -195,3 +195,54 @@ def test_csv_times_are_all_in_one_form_with_a_zone(logged):
     assert head[0][2] == "2023-11-14T22:13:20.000+00:00"  # the lifecycle line's own ts
     text = c.get("/jobs/noisy/logs.txt").text
     assert "RLARK_EVENT" not in text and text.splitlines()[0] == f"[noisy-head-0] {HEAD[1]}"
+
+
+# --- the end of a log around a huge line (issue 19 item 9) -------------------------------------------
+
+
+def test_lines_backward_match_the_lines_forward_for_any_content(tmp_path):
+    """Differential: every line, cut at ``max_line`` as reading forward cuts it, whatever the
+    chunk size and wherever lines and chunk borders fall (small sizes, many random files)."""
+    import random
+
+    from rlark.loglines import cut_line
+    from rlark.services.logs import lines_backward
+
+    rng = random.Random(19)
+    for case in range(300):
+        parts = [bytes(rng.choice(b"ab\n") for _ in range(rng.randint(0, 40)))
+                 for _ in range(rng.randint(0, 6))]
+        data = b"".join(parts)
+        path = tmp_path / f"f{case}"
+        path.write_bytes(data)
+        max_line, chunk = rng.randint(1, 12), rng.randint(1, 9)
+        with open(path, "rb") as f:
+            got = [line for line, _ in lines_backward(f, len(data), chunk=chunk, max_line=max_line)]
+        text = data[:-1] if data.endswith(b"\n") else data
+        want = [cut_line(line, max_line) for line in text.split(b"\n")] if data else []
+        assert list(reversed(got)) == want, (data, max_line, chunk)
+
+
+def test_the_end_of_a_log_keeps_the_lines_before_a_huge_one_with_bounded_memory(tmp_path):
+    import tracemalloc
+
+    from rlark.loglines import CUT_MARK, MAX_LINE_BYTES
+    from rlark.services.logs import is_user_line, tail_lines
+
+    log = tmp_path / "w.log"
+    with open(log, "wb") as f:
+        f.write(b"before the long line\n")
+        for _ in range(40):  # 40 MiB in one line, without a newline: the Worker's last 16 MiB
+            f.write(b"x" * (1 << 20))
+        f.write(b"\nRLARK_EVENT {\"event\": \"exit\", \"code\": 0}\n")
+    tracemalloc.start()
+    lines, size = tail_lines(str(log), None, is_user_line)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert size == log.stat().st_size
+    assert lines[0] == "before the long line"  # no "left out" mark: everything is answered
+    assert len(lines) == 2 and lines[1].endswith(CUT_MARK.decode())
+    assert len(lines[1]) == MAX_LINE_BYTES + len(CUT_MARK)
+    assert peak < 6 * MAX_LINE_BYTES, peak  # a chunk, the kept part of one line, the answer
+    last, _ = tail_lines(str(log), 1, is_user_line)
+    assert last == [lines[1]]

@@ -253,7 +253,7 @@ def _check_role(i: int, job: Job) -> Iterator[Finding]:
     res = role.resources
     if res.cpu is not None:
         try:
-            parse_cpu(res.cpu)
+            cores = parse_cpu(res.cpu)
         except ValueError as exc:
             yield _err(
                 "InvalidCpu",
@@ -261,6 +261,19 @@ def _check_role(i: int, job: Job) -> Iterator[Finding]:
                 f"{base}.resources.cpu = {res.cpu!r} {exc}",
                 "write cores as a number (2, 0.5) or millicores ('500m')",
             )
+        else:
+            whole = math.ceil(cores)
+            if whole != cores:
+                # `ray start --num-cpus` takes a whole number (Ray counts whole CPUs per node)
+                yield _warn(
+                    "CpuRoundedUp",
+                    f"{base}.resources.cpu",
+                    f"{base}.resources.cpu = {res.cpu!r}: each Worker's Ray node counts "
+                    f"{plural(whole, 'CPU')} (Ray counts whole CPUs on a node), and the local "
+                    f"runtime's admission counts {plural(whole, 'CPU')} per Worker too; on "
+                    f"Kubernetes the Pod requests {cores:g} of a core",
+                    f"write a whole number of CPUs ({whole}) to say what each Worker gets",
+                )
     if res.memory is not None:
         try:
             parse_memory_bytes(res.memory)
@@ -730,7 +743,8 @@ def _host_capacity(job: Job, host: dict[str, float] | None = None) -> Iterator[F
     if want["cpu"] > host["cpu"]:
         yield _warn(
             "ExceedsHostCpu", "spec.roles",
-            f"spec.roles: the Workers ask for {plural(float(want['cpu']), 'CPU')} in all; this "
+            f"spec.roles: the Workers ask for {plural(float(want['cpu']), 'CPU')} in all (each "
+            f"Worker's resources.cpu counted in whole CPUs, as its Ray node counts them); this "
             f"machine has {host['cpu']:g}",
             "lower resources.cpu or the worker counts; Ray's CPU counts are logical, so the Job "
             "still starts, but its Workers share the cores",

@@ -260,6 +260,13 @@ class FailurePolicy(_Model):
     max_restarts: StrictInt = Field(
         default=0, description="Automatic new Runs after a failed Run (0 = none)."
     )
+    unresponsive_timeout_seconds: float = Field(
+        default=300,
+        description="Seconds a launched Worker may show no sign of life (its keeper says "
+        "nothing, or its processes are stopped) before the Run fails with WorkerUnresponsive "
+        "naming its rank (0 = never). The Run's Responsive condition turns False, with a "
+        "Warning Event, after 30 s already.",
+    )
 
 
 class JobSpec(_Model):

@@ -140,6 +140,8 @@ class Reason(StrEnum):
     # --- Failed: reported by a Worker's keeper (bootstrap/keeper.py)
     SandboxFailed = "SandboxFailed"  # the Worker's mount namespace could not be built
     MonitorLost = "MonitorLost"  # the node monitor ended while the run script ran
+    # --- Failed: seen by the controller (a Worker silent or stopped for too long)
+    WorkerUnresponsive = "WorkerUnresponsive"
     # --- Failed: seen by the controller
     RunFailed = "RunFailed"  # the run script exited non-zero
     HeadLost = "HeadLost"
@@ -171,6 +173,7 @@ class Reason(StrEnum):
     Stopped = "Stopped"
     # --- a Worker RLark ended because its Run was over
     StoppedByRLark = "StoppedByRLark"
+    RunEnded = "RunEnded"  # it ended by itself after its Run had (its head's Ray went first)
     NotLaunched = "NotLaunched"
     # --- Events only
     Launched = "Launched"
@@ -195,6 +198,7 @@ class Reason(StrEnum):
     Reconciled = "Reconciled"  # ReconcileError False
     ChecksPassed = "ChecksPassed"  # RecordVerified True: no check of the run record failed
     ChecksFailed = "ChecksFailed"  # RecordVerified False: a check failed (message names it)
+    Responding = "Responding"  # Responsive True: every launched Worker shows signs of life
 
     @property
     def run_phases(self) -> frozenset[Phase]:
@@ -267,13 +271,14 @@ def _status_table() -> dict[Reason, tuple[frozenset[Phase], frozenset[WorkerPhas
         R.ServerShutdown: ({P.Stopping, P.Stopped}, set()),
         R.Stopped: ({P.Stopped}, set()),
         R.StoppedByRLark: (set(), {W.Completed, W.Terminated, W.Stopped}),
+        R.RunEnded: (set(), {W.Completed, W.Terminated, W.Stopped}),
         R.NotLaunched: (set(), {W.Terminated, W.Stopped}),
         # the runtime could not stop the Worker (e.g. RBAC refuses deleting its Pod)
         R.StopFailed: (set(), {W.Failed}),
     }
     for r in (R.BadConfig, R.PrepareFailed, R.PrepareTimeout, R.RayStartFailed,
               R.HeadUnreachable, R.JoinTimeout, R.RankMismatch, R.NodeLost, R.RayTooOld,
-              R.SandboxFailed, R.MonitorLost, R.RunFailed,
+              R.SandboxFailed, R.MonitorLost, R.WorkerUnresponsive, R.RunFailed,
               R.HeadLost, R.WorkerLost, R.WorkerFailed, R.LaunchFailed, R.LaunchInterrupted,
               R.SpecUnreadable, R.SecretMissing, R.SecretUnreadable, R.PolicyDenied,
               R.ServerNamespace, R.ImagePull, R.Unschedulable,
@@ -347,6 +352,9 @@ class ConditionType(StrEnum):
     HeadReady = "HeadReady"  # the head's Ray node (GCS) is up, so the others can join
     ReconcileError = "ReconcileError"  # the controller's last pass over the Run failed
     RecordVerified = "RecordVerified"  # the run record's checks passed (False: one failed)
+    #: every launched Worker shows signs of life (its keeper's heartbeat; its processes not
+    #: stopped); False: one is silent or stopped (a frozen Worker is invisible otherwise)
+    Responsive = "Responsive"
 
 
 @dataclass(frozen=True)

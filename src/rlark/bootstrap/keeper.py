@@ -66,7 +66,7 @@ EXIT_MONITOR_LOST = 86
 EXIT_STOPPED = 143
 
 #: lifecycle kinds only the keeper writes
-KEEPER_KINDS = frozenset({"keeper", "running", "run_finished", "stopped", "exit"})
+KEEPER_KINDS = frozenset({"keeper", "running", "run_finished", "stopped", "exit", "alive"})
 #: what the workload may report, and the most bytes one report of the kind may take
 REPORT_LIMITS = {
     "facts": 4 * 1024 * 1024,  # package lists, a capped diff, Hydra files (worker.py's caps)
@@ -80,6 +80,10 @@ REPORT_LIMITS = {
 REPORT_RATE, REPORT_BURST = 50.0, 500
 #: warnings one Worker may report in all (each becomes an Event the server keeps)
 MAX_WARNINGS = 20
+#: seconds between the keeper's ``alive`` lines: the server's sign that the Worker is not frozen
+#: (a stopped process answers nothing; its lines stop). Each says which of the workload's own
+#: processes are stopped (``T`` in /proc/<pid>/stat), if any.
+HEARTBEAT_SECONDS = 10.0
 #: reason codes are CamelCase words (rlark.status.Reason's shape)
 _REASON = re.compile(r"^[A-Z][A-Za-z0-9]{1,63}$")
 _PHASE = re.compile(r"^[A-Z][A-Za-z0-9]{1,63}$")
@@ -417,6 +421,7 @@ class Keeper:
         self.finish_deadline: float | None = None
         #: the run script ended by itself (not stopped by the keeper): its status is the result
         self.run_ended_alone = False
+        self.next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
         #: when the keeper began stopping the run script because the node monitor is gone
         self.stop_run_at: float | None = None
 
@@ -492,6 +497,16 @@ class Keeper:
         self.run_started = time.time()
         self.chan.emit("running", pid=self.run.pid)
 
+    def _heartbeat(self, now: float) -> None:
+        """An ``alive`` line every :data:`HEARTBEAT_SECONDS`, naming the workload's processes
+        that are stopped (SIGSTOP, a debugger), which answer nothing while the keeper runs."""
+        if now < self.next_heartbeat:
+            return
+        self.next_heartbeat = now + HEARTBEAT_SECONDS
+        stopped = [name for name, p in (("bootstrap", self.worker), ("run script", self.run))
+                   if p is not None and p.returncode is None and process_state(p.pid) in ("T", "t")]
+        self.chan.emit("alive", **({"stopped": stopped} if stopped else {}))
+
     def _tell_worker(self, text: str) -> None:
         if self.ctl_w is None:
             return
@@ -560,6 +575,7 @@ class Keeper:
                         self._report(line)
             self._reap()
             now = time.monotonic()
+            self._heartbeat(now)
             worker_done = self.worker_code is not None
             if self.stop_at is not None:
                 if not killed and now - self.stop_at > self.cfg.stop_grace:
@@ -621,6 +637,18 @@ class Keeper:
                         self._report(line)
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of process ``pid`` (proc(5): field 3 of /proc/<pid>/stat, after the
+    command in parentheses), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    rest = stat[stat.rfind(b")") + 1:].split()
+    return rest[0].decode() if rest else None
+
+
 def _killpg(proc: subprocess.Popen | None, sig: int) -> None:
     if proc is None or proc.returncode is not None:
         return
@@ -660,7 +688,7 @@ def main() -> int:
               uid=cfg.uid if cfg.uid is not None else os.getuid(),
               protected=other_uid or not unprotected,
               **({"unprotected": unprotected} if unprotected and not other_uid else {}),
-              sandbox=cfg.sandbox is not None)
+              sandbox=cfg.sandbox is not None, heartbeat=HEARTBEAT_SECONDS)
     try:
         keeper.start()
     except OSError as exc:

@@ -1517,14 +1517,23 @@ class Bootstrap:
         threading.Thread(target=watch, daemon=True).start()
 
     def _ray_exited(self, what: str) -> BootstrapError:
+        """The failure of this Worker's ``ray start`` ending: ``RayStartFailed`` before its node
+        was up; after, ``HeadLost`` on the head (its GCS and raylet are the Run's cluster, so
+        the cluster is gone) and ``NodeLost`` on any other Worker."""
         code = self.ray.poll() if self.ray_proc else None
         self._check_stopped()
-        return BootstrapError(
-            "RayStartFailed" if what == "start" else "NodeLost",
-            f"`ray start` exited with code {code} {'before the node was up' if what == 'start' else 'while the node should be alive'}",
-            EXIT_RAY_START_FAILED if what == "start" else EXIT_NODE_LOST,
-            exit_code=code,
-        )
+        if what == "start":
+            return BootstrapError("RayStartFailed",
+                                  f"`ray start` exited with code {code} before the node was up",
+                                  EXIT_RAY_START_FAILED, exit_code=code)
+        if self.cfg.is_head:
+            return BootstrapError("HeadLost",
+                                  f"the head's `ray start` (its GCS and raylet) exited with code "
+                                  f"{code}: the Run's Ray cluster is gone", EXIT_NODE_LOST,
+                                  exit_code=code)
+        return BootstrapError("NodeLost",
+                              f"`ray start` exited with code {code} while the node should be alive",
+                              EXIT_NODE_LOST, exit_code=code)
 
     def find_own_node_id(self) -> str | None:
         """This node's Ray node id from its raylet's command line (``--node_id=``)."""

@@ -116,6 +116,7 @@ _KINDS = {
     "run_finished": lambda e: _int(e.get("exit_code")),
     "exit": lambda e: _int(e.get("code")),
     "stopped": lambda e: True,
+    "alive": lambda e: isinstance(e.get("stopped", []), list),
 }
 
 
@@ -150,16 +151,21 @@ _RAY_STARTUP_NOTICE = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+\tWARNING authenticat
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+#: Ray's periodic debug state of a raylet or the GCS (``[state-dump] NodeManager: ...``, dozens of
+#: lines at a time, printed by Ray's components into what `ray start --block` shows): kept in
+#: the logs, never in a failure's tail
+_RAY_STATE_DUMP = re.compile(r"\[state-dump\]")
 #: a workload line that looked like a lifecycle line, as the keeper relays it (keeper.py ESCAPE)
 _ESCAPED_EVENT = ESCAPE.decode() + EVENT_PREFIX
 
 
 def is_noise(line: str) -> bool:
     """A line that never explains a failure: a lifecycle line (any, with or without this Run's
-    token, or one the workload printed, relayed escaped), ``ray start``'s progress output, or a
-    blank line."""
+    token, or one the workload printed, relayed escaped), ``ray start``'s progress output,
+    Ray's ``[state-dump]`` debug state, or a blank line."""
     return (not line.strip() or line.startswith((EVENT_PREFIX, _ESCAPED_EVENT))
-            or bool(_RAY_PROGRESS.match(line)) or bool(_RAY_STARTUP_NOTICE.match(line)))
+            or bool(_RAY_PROGRESS.match(line)) or bool(_RAY_STARTUP_NOTICE.match(line))
+            or bool(_RAY_STATE_DUMP.search(line)))
 
 
 def tail_lines(data: bytes, max_lines: int = TAIL_MAX_LINES, max_bytes: int = TAIL_MAX_BYTES,

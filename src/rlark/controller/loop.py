@@ -136,6 +136,22 @@ def role_demands(spec: dict) -> dict[str, admission.Amounts]:
     return out
 
 
+def when(at: float | None, run: RunRow) -> datetime:
+    """The time a transition happened: ``at`` (a Worker line's own time) when it lies between
+    the Run's launch and now (a Worker's clock may be off; RLark's own bounds it), else now."""
+    now = utcnow()
+    if at is None:
+        return now
+    try:
+        stamp = datetime.fromtimestamp(at, timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return now
+    start = run.started_at or run.created_at
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=timezone.utc)
+    return now if stamp > now or stamp < start else stamp
+
+
 def set_aside_stale_log(path: str) -> None:
     """A log file already at the path of a Worker about to be launched for the first time is
     another Run's (a store made again on an old ``$RLARK_HOME``): renamed to
@@ -581,6 +597,8 @@ class Controller:
                         self.runtime.signal_stop(ref(w))
                     else:
                         self._adopted[w.id] = (since, now)
+                    # silence while no server read its lines is not the Worker's
+                    w.lifecycle = {**(w.lifecycle or {}), "seen_at": time.time()}
                     adopted += 1
                 add_event(s, run.job_id, Reason.Adopted,
                           f"{self.adopt_cause} (last heartbeat {iso_time(since)}); it "
@@ -629,9 +647,14 @@ class Controller:
         if run.phase in ACTIVE:
             self._observe(s, run)
             view = self._view(run)
+            # what the Workers show now, also when this same pass ends the Run (a Run that starts
+            # and finishes between two passes still says all its nodes joined); a failure's own
+            # conditions (set by its transition) come after
+            self._set_observed_conditions(s, run, observed_conditions(view))
             for t in decide(view):
                 self._transition(s, run, t)
-            set_conditions(run, observed_conditions(replace(view, phase=run.phase)))
+            if run.phase in (Phase.Starting, Phase.Running) and run.phase != view.phase:
+                set_conditions(run, observed_conditions(replace(view, phase=run.phase)))
         if run.phase in TERMINAL or run.phase == Phase.Stopping:
             self._teardown(s, run)
         if run.phase in TERMINAL and all(w.released or not w.launched for w in run.workers):
@@ -739,6 +762,20 @@ class Controller:
         return False
 
     # --- launching ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _set_observed_conditions(s: Session, run: RunRow, updates: list[ConditionUpdate]) -> None:
+        """:func:`set_conditions`, with an Event when ``Responsive`` turns False (a Warning naming
+        the silent Workers) or True again."""
+        before = next((c.get("status") for c in run.conditions or []
+                       if c.get("type") == ConditionType.Responsive), None)
+        set_conditions(run, updates)
+        for u in updates:
+            if u.type != ConditionType.Responsive or str(u.status) == str(before) \
+                    or (before is None and u.status):
+                continue
+            add_event(s, run.job_id, u.reason, u.message, run_number=run.number,
+                      type=EventType.Normal if u.status else EventType.Warning)
 
     def _launch(self, s: Session, run: RunRow) -> None:
         try:
@@ -929,6 +966,8 @@ class Controller:
         place). Each line is checked for its kind's shape first (:func:`check_event`); a line
         that is not well formed is dropped, with one Warning Event per Worker saying so.
         Warning lines become Warning Events up to :attr:`MAX_WARNING_EVENTS` per Worker."""
+        if events:
+            life["seen_at"] = time.time()  # a sign of life, on this server's clock
         for raw in events:
             ev = check_event(raw)
             if ev is None:
@@ -944,8 +983,17 @@ class Controller:
                 w.facts = merge_facts(w.facts, ev)
                 w.host = ev.get("hostname") or w.host
                 w.ip = w.ip or ev.get("ip")
+            elif kind == "alive":
+                if ev.get("stopped"):
+                    life.setdefault("stopped_since", time.time())
+                    life["stopped"] = [str(x)[:40] for x in ev["stopped"][:4]]
+                else:
+                    life.pop("stopped_since", None)
+                    life.pop("stopped", None)
             elif kind == "keeper":
                 life["keeper"] = {"protected": ev["protected"], "uid": ev["uid"]}
+                if isinstance(ev.get("heartbeat"), (int, float)) and ev["heartbeat"] > 0:
+                    life["heartbeat"] = float(ev["heartbeat"])
                 w.facts = {**(w.facts or {}), "keeper": {
                     k: ev.get(k) for k in ("protected", "uid", "sandbox", "unprotected")
                     if ev.get(k) is not None}}
@@ -1045,7 +1093,8 @@ class Controller:
                 add_event(s, run.job_id, Reason.NodeJoined,
                           f"rank {w.node_rank} ({w.name}) joined as Ray node "
                           f"{(w.ray_node_id or '?')[:12]} at {w.ip}",
-                          run_number=run.number, worker=w.name)
+                          run_number=run.number, worker=w.name,
+                          at=when(ev.get("ts") if isinstance(ev.get("ts"), (int, float)) else None, run))
 
     @staticmethod
     def _worker_view(w: WorkerRow) -> WorkerView:
@@ -1060,12 +1109,16 @@ class Controller:
             exit_code=w.exit_code,
             failed=life.get("failed"),
             running=bool(life.get("running")),
+            running_at=life.get("running") if isinstance(life.get("running"), (int, float)) else None,
             run_finished=life.get("run_finished"),
             stopped=bool(life.get("stopped")),
             joined=bool(life.get("joined")),
             reported_phase=worker_phase_of(life.get("phase")),
             trusted=(w.run.channel != "keeper"
                      or bool((life.get("keeper") or {}).get("protected"))),
+            heartbeat=life.get("heartbeat"),
+            last_seen=life.get("seen_at"),
+            stopped_since=life.get("stopped_since"),
         )
 
     def _view(self, run: RunRow, now: float | None = None) -> RunView:
@@ -1085,7 +1138,8 @@ class Controller:
         return RunView(phase=run.phase, stop_requested=run.stop_requested, workers=workers,
                        now=time.time() if now is None else now,
                        launched_at=run.started_at.timestamp() if run.started_at else None,
-                       join_timeout=float(fp.get("joinTimeoutSeconds", 300)))
+                       join_timeout=float(fp.get("joinTimeoutSeconds", 300)),
+                       unresponsive_timeout=float(fp.get("unresponsiveTimeoutSeconds", 300)))
 
     # --- transitions --------------------------------------------------------------------------------
 
@@ -1117,7 +1171,7 @@ class Controller:
             self._sync_tasks(run)  # ready counts and phases final with the Run, on every path
         if t.exit_code is not None:
             run.exit_code = t.exit_code
-        now = utcnow()
+        now = when(t.at, run)
         if t.to == Phase.Running:
             run.running_at = now
         if t.to in TERMINAL:
@@ -1125,7 +1179,7 @@ class Controller:
         failed = t.to == Phase.Failed
         add_event(s, run.job_id, t.reason, t.message, run_number=run.number,
                   type=EventType.Warning if failed else EventType.Normal, from_phase=before,
-                  to_phase=t.to)
+                  to_phase=t.to, at=now)
         job = run.job
         if job.current_run_id in (None, run.id):
             job.current_run_id = run.id
@@ -1149,7 +1203,7 @@ class Controller:
             life = dict(w.lifecycle or {})
             if life.get("settled"):
                 continue
-            final = settle(self._worker_view(w), t.to, t.reason, blamed)
+            final = settle(self._worker_view(w), t.to, t.reason, blamed, ended_at=t.at)
             w.phase, w.reason, w.message, w.exit_code = (final.phase, final.reason, final.message,
                                                         final.exit_code)
             life["settled"] = True

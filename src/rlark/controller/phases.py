@@ -32,7 +32,8 @@ from rlark.status import (
 __all__ = ["ACTIVE", "ALLOWED", "TERMINAL", "Phase", "Reason", "WorkerPhase", "RunView",
            "WorkerView", "Transition", "Settled", "decide", "failure_of", "join_deadline",
            "join_timeout_of", "settle", "worker_phase", "has_joined", "is_ready", "ConditionUpdate",
-           "observed_conditions", "failure_conditions", "run_result"]
+           "observed_conditions", "failure_conditions", "run_result", "unresponsive",
+           "UNRESPONSIVE_AFTER"]
 
 #: transitions the state machine allows (from -> to); everything else is a bug
 ALLOWED: dict[Phase, frozenset[Phase]] = {
@@ -56,6 +57,7 @@ class WorkerView:
     exit_code: int | None = None
     failed: dict[str, Any] | None = None  # the bootstrap's (or the runtime's) ``failed`` line
     running: bool = False  # head: ``running`` line seen
+    running_at: float | None = None  # head: when the keeper started the run script (its line's ts)
     run_finished: dict[str, Any] | None = None  # head: ``run_finished`` line
     stopped: bool = False  # the bootstrap's ``stopped`` line
     joined: bool = False  # the head saw its Ray node in the cluster
@@ -64,6 +66,12 @@ class WorkerView:
     #: protected, or an older Run's lines carry the Run's token): ``run_finished`` is believed
     #: at once; else only once the runtime saw the Worker's own exit status
     trusted: bool = True
+    #: its keeper's heartbeat (seconds; None: it sends none, e.g. an older keeper), when RLark
+    #: last read a line of it (server clock), and since when its keeper says its workload's
+    #: processes are stopped (None: they are not)
+    heartbeat: float | None = None
+    last_seen: float | None = None
+    stopped_since: float | None = None
 
     @property
     def gone(self) -> bool:
@@ -83,6 +91,8 @@ class RunView:
     launched_at: float | None = None
     #: spec.failurePolicy.joinTimeoutSeconds: every rank must have joined this long after launch
     join_timeout: float | None = None
+    #: spec.failurePolicy.unresponsiveTimeoutSeconds (0 or None: never fail for it)
+    unresponsive_timeout: float | None = None
 
     @property
     def head(self) -> WorkerView | None:
@@ -101,6 +111,9 @@ class Transition:
     #: the Workers this failure is about (a missing rank, the one that reported); the first one's
     #: last log lines explain it
     blamed: tuple[str, ...] = ()
+    #: when it happened (seconds since the epoch) as the Workers' own lines say, where they say
+    #: (a Run that ended while no server watched it ended then, not when a server read it)
+    at: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "to", Phase(self.to))
@@ -170,7 +183,7 @@ def failure_of(run: RunView) -> Transition | None:
             blame = tuple(names[r] for r in f["missing_ranks"] if r in names) or blame
         code = f.get("exit_code")
         return Transition(Phase.Failed, reason, message,
-                          code if isinstance(code, int) else None, blamed=blame)
+                          code if isinstance(code, int) else None, blamed=blame, at=_when(f))
     if head and head.run_finished is not None:
         code = run_result(head)
         if code is None and not head.gone:
@@ -182,6 +195,7 @@ def failure_of(run: RunView) -> Transition | None:
                 f"the run script on {head.name} {_exit_text(code)}",
                 code,
                 blamed=(head.name,),
+                at=_when(head.run_finished),
             )
         return None
     if head and head.gone and not head.stopped:
@@ -202,6 +216,12 @@ def failure_of(run: RunView) -> Transition | None:
                 blamed=(w.name,),
             )
     return None
+
+
+def _when(line: dict[str, Any] | None) -> float | None:
+    """A lifecycle line's own time (``ts``), when it has a number there."""
+    ts = (line or {}).get("ts")
+    return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
 
 
 def join_deadline(run: RunView) -> float | None:
@@ -234,7 +254,63 @@ def join_timeout_of(run: RunView) -> Transition | None:
         f"{ranks} did not join the Ray cluster within {run.join_timeout:g} s of the launch "
         f"(spec.failurePolicy.joinTimeoutSeconds); last reported: {doing}",
         blamed=tuple(w.name for w in missing),
+        at=deadline,
     )
+
+
+#: seconds of silence (no line from a Worker whose keeper sends heartbeats) or of stopped
+#: processes after which a Worker counts as unresponsive: its Run's Responsive condition turns
+#: False (three of the keeper's 10 s heartbeats)
+UNRESPONSIVE_AFTER = 30.0
+
+
+def silence(w: WorkerView, now: float) -> tuple[float, str] | None:
+    """How long ``w`` has shown no sign of life, and what that means, for a launched Worker still
+    alive whose keeper sends heartbeats: since RLark last read a line of it, or since its keeper
+    said its processes are stopped, whichever is longer. None when it is not silent at all."""
+    if not w.heartbeat or not w.launched or w.gone or w.last_seen is None:
+        return None
+    quiet = (now - w.last_seen, f"no line from its keeper since {_clock(w.last_seen)} (it "
+                                 f"sends one every {w.heartbeat:g} s)")
+    if w.stopped_since is not None and now - w.stopped_since > quiet[0]:
+        return now - w.stopped_since, f"its processes are stopped since {_clock(w.stopped_since)}"
+    return quiet
+
+
+def _clock(ts: float) -> str:
+    """``2026-12-01T16:07:08Z``: a time in messages that do not change while it stays true."""
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def unresponsive(run: RunView, bound: float = UNRESPONSIVE_AFTER) -> list[tuple[WorkerView, float, str]]:
+    """The Workers silent for at least ``bound`` seconds (:func:`silence`), ``(worker, seconds,
+    why)`` in rank order."""
+    if run.now is None:
+        return []
+    out = []
+    for w in sorted(run.workers, key=lambda x: x.node_rank):
+        quiet = silence(w, run.now)
+        if quiet is not None and quiet[0] >= bound:
+            out.append((w, quiet[0], quiet[1]))
+    return out
+
+
+def unresponsive_failure(run: RunView) -> Transition | None:
+    """``WorkerUnresponsive`` when a Worker of a Starting or Running Run has been silent for
+    ``failurePolicy.unresponsiveTimeoutSeconds``: a frozen Worker (SIGSTOP, a hung machine)
+    answers nothing and would hold its Run forever otherwise."""
+    limit = run.unresponsive_timeout
+    if not limit or run.phase not in (Phase.Starting, Phase.Running):
+        return None
+    found = unresponsive(run, max(limit, UNRESPONSIVE_AFTER))
+    if not found:
+        return None
+    names = "; ".join(f"{w.label()}: {why}" for w, _, why in found)
+    return Transition(Phase.Failed, Reason.WorkerUnresponsive,
+                      f"{names}; failurePolicy.unresponsiveTimeoutSeconds is {limit:g} s",
+                      blamed=tuple(w.name for w, _, _ in found))
 
 
 def decide(run: RunView) -> list[Transition]:
@@ -266,14 +342,15 @@ def decide(run: RunView) -> list[Transition]:
     if phase == Phase.Starting and head and head.running and not (head.gone and head.run_finished is None):
         go(Transition(Phase.Running, Reason.AllJoined,
                       f"all {len(run.workers)} Ray node{'s' if len(run.workers) != 1 else ''} joined; "
-                      f"the run script started on {head.name}"))
-    failure = failure_of(run) or join_timeout_of(run)
+                      f"the run script started on {head.name}", at=head.running_at))
+    failure = failure_of(run) or join_timeout_of(run) or unresponsive_failure(run)
     if failure is not None:
         go(failure)
         return out
     if phase == Phase.Running and head and run_result(head) == 0:
         go(Transition(Phase.Succeeded, Reason.Completed,
-                      f"the run script on {head.name} exited with code 0", 0))
+                      f"the run script on {head.name} exited with code 0", 0,
+                      at=_when(head.run_finished)))
     return out
 
 
@@ -324,7 +401,7 @@ _BLAMED_ALIVE = {
 
 
 def settle(w: WorkerView, run_phase: Phase, run_reason: Reason | None = None,
-           blamed: tuple[str, ...] | frozenset[str] = ()) -> Settled:
+           blamed: tuple[str, ...] | frozenset[str] = (), ended_at: float | None = None) -> Settled:
     """The final phase, reason, message and exit code of a Worker whose Run just reached the
     terminal ``run_phase`` (pure; applied once, nothing about the Worker changes afterwards).
 
@@ -338,8 +415,17 @@ def settle(w: WorkerView, run_phase: Phase, run_reason: Reason | None = None,
       ``Completed`` / ``Terminated`` / ``Stopped`` with reason ``StoppedByRLark`` and no exit
       code: the 143 or 137 it may exit with is RLark's signal, not the Worker's result.
     * A Worker never launched is ``Terminated``/``Stopped`` with reason ``NotLaunched``.
+    * A Worker whose own failure came after its Run had ended (``ended_at``: a pool Worker
+      left waiting for a head that had finished, seen only when a server read both lines) is
+      ``Completed`` / ``Terminated`` / ``Stopped`` with reason ``RunEnded``: it went with its Run.
     """
     phase_if_ended, why = _RLARK_ENDED.get(run_phase, (WorkerPhase.Stopped, "its Run ended"))
+    late = _when(w.failed)
+    if w.failed and ended_at is not None and late is not None and late > ended_at \
+            and not w.is_head:
+        said = str(w.failed.get("message") or w.failed.get("reason") or "")
+        return Settled(phase_if_ended, Reason.RunEnded,
+                       f"ended after its Run ({why}){': ' + said if said else ''}", None)
 
     def code(line_code: int | None) -> int | None:
         return w.exit_code if w.gone and w.exit_code is not None else line_code
@@ -420,6 +506,14 @@ def observed_conditions(run: RunView) -> list[ConditionUpdate]:
         out.append(ConditionUpdate(ConditionType.AllJoined, True, Reason.AllJoined,
                                    f"{total}/{total} Ray nodes joined"))
     head = run.head
+    quiet = unresponsive(run)
+    if quiet:
+        out.append(ConditionUpdate(
+            ConditionType.Responsive, False, Reason.WorkerUnresponsive,
+            "; ".join(f"rank {w.node_rank} ({w.name}): {why}" for w, _, why in quiet)))
+    elif any(w.heartbeat and w.launched and not w.gone for w in run.workers):
+        out.append(ConditionUpdate(ConditionType.Responsive, True, Reason.Responding,
+                                   "every launched Worker shows signs of life"))
     if head is not None and head.launched:
         if head.gone:
             out.append(ConditionUpdate(ConditionType.HeadReady, False, Reason.HeadLost,
@@ -437,6 +531,7 @@ def observed_conditions(run: RunView) -> list[ConditionUpdate]:
 
 #: the condition a Run failure with this reason is about
 _FAILURE_CONDITION = {
+    Reason.WorkerUnresponsive: ConditionType.Responsive,
     Reason.HeadLost: ConditionType.HeadReady,
     Reason.WorkerLost: ConditionType.AllJoined,
     Reason.NodeLost: ConditionType.AllJoined,

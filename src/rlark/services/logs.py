@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterable, Iterator
 
 from rlark import settings
 from rlark.bootstrap.worker import EVENT_PREFIX
-from rlark.loglines import LineSplitter, cut_line
+from rlark.loglines import MAX_LINE_BYTES, LineSplitter, cut_line
 
 if TYPE_CHECKING:
     from rlark.store import JobRow
@@ -79,55 +79,100 @@ def user_lines(lines: Iterable[str], lifecycle: bool = False) -> list[str]:
     return [line for line in lines if not line.startswith(EVENT_PREFIX)]
 
 
+def lines_backward(f, size: int, chunk: int = CHUNK,
+                   max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[bytes, int]]:
+    """The lines of the open binary file ``f`` (of ``size`` bytes) from its last to its first, as
+    ``(line without its newline, offset of its first byte)``, each cut as
+    :func:`rlark.loglines.cut_line` cuts it. The memory held is one ``chunk`` and at most
+    ``max_line`` bytes of the line being read, whatever the file holds: a line longer than that
+    is passed over backwards without keeping it, and its first ``max_line`` bytes are read again
+    from its start."""
+    end = size
+    if end:
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
+            end -= 1  # the file's final newline ends its last line
+    pieces: list[bytes] = []  # the current line's bytes seen so far, last piece first
+    kept = length = 0  # bytes kept in pieces; the current line's length so far
+    line_end = pos = end
+    while pos > 0:
+        step = min(chunk, pos)
+        pos -= step
+        f.seek(pos)
+        block = f.read(step)
+        right = len(block)
+        while True:
+            nl = block.rfind(b"\n", 0, right)
+            piece = block[nl + 1:right]
+            length += len(piece)
+            if kept <= max_line:
+                pieces.append(piece)
+                kept += len(piece)
+            if nl < 0:
+                break
+            yield _line_at(f, pieces, length, pos + nl + 1, max_line), pos + nl + 1
+            pieces, kept, length = [], 0, 0
+            right = nl
+            line_end = pos + nl
+    if line_end > 0 or pieces:
+        yield _line_at(f, pieces, length, 0, max_line), 0
+
+
+def _line_at(f, pieces: list[bytes], length: int, start: int, max_line: int) -> bytes:
+    """One line found by :func:`lines_backward`: its bytes when it was kept whole, else its
+    first ``max_line`` bytes (read again from ``start``) and the cut mark."""
+    if length <= max_line:
+        return b"".join(reversed(pieces))
+    f.seek(start)
+    return cut_line(f.read(max_line + 1), max_line)
+
+
 def tail_lines(path: str | None, n: int | None,
                keep: Callable[[str], bool] | None = None,
                drop: bool = True) -> tuple[list[str], int]:
-    """The last ``n`` lines of the file (when ``n`` is None: all, or the lines of its last
-    :data:`MAX_WHOLE_BYTES` when it is bigger) and the file size in bytes (the offset to follow
-    from). At most :data:`MAX_WHOLE_BYTES` of the file are read, whatever ``n`` is (a line
-    longer than that is not found whole), and every line is cut at
-    :data:`rlark.loglines.MAX_LINE_BYTES`. With ``keep`` (e.g. :func:`is_user_line`) only lines
-    it accepts are counted: ``n`` of them, however many other lines lie between; they alone are
-    returned, or with ``drop=False`` every line from the first of them on (a reader that wants
-    the others for context, such as the times lifecycle lines carry). When that window left
-    lines out (fewer than ``n`` found in it, or ``n`` None and the file bigger), the first line
-    returned is :func:`left_out_mark`. A missing file has no lines."""
+    """The last ``n`` lines of the file (when ``n`` is None: all of them, as far back as
+    :data:`MAX_WHOLE_BYTES` of lines reach) and the file size in bytes (the offset to follow
+    from). Lines are read backwards (:func:`lines_backward`): every line is cut at
+    :data:`rlark.loglines.MAX_LINE_BYTES`, so a huge line near the end takes 1 MiB of the
+    answer, not all of it, and the lines before it are still there; at most
+    :data:`MAX_WHOLE_BYTES` of lines are answered, whatever ``n`` is. With ``keep`` (e.g.
+    :func:`is_user_line`) only lines it accepts are counted: ``n`` of them, however many other
+    lines lie between; they alone are returned, or with ``drop=False`` every line from the first
+    of them on (a reader that wants the others for context, such as the times lifecycle lines
+    carry). When lines before the answer were left out for want of room, the first line
+    returned is :func:`left_out_mark` (the bytes before the first line answered). A missing
+    file has no lines."""
     if not path or not os.path.exists(path):
         return [], 0
+    found: list[str] = []  # from the end backwards
+    counted = taken = 0
+    skipped = 0  # bytes before the first line answered, when lines were left out for room
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
         size = f.tell()
-        if n is None:
-            start = max(0, size - MAX_WHOLE_BYTES)
-            f.seek(start)
-            data = f.read(size - start)
-            if start:
-                data = data.split(b"\n", 1)[-1]  # drop the partial first line
-        else:
-            data = b""
-            pos = size
-            step = CHUNK
-            while pos > 0 and _count(data, pos > 0, keep) <= n and len(data) < MAX_WHOLE_BYTES:
-                step = min(step, pos, MAX_WHOLE_BYTES - len(data))
-                pos -= step
-                f.seek(pos)
-                data = f.read(step) + data
-                step = min(step * 2, 16 * CHUNK)  # many skipped lines: read faster
-            if pos > 0 and len(data) >= MAX_WHOLE_BYTES:
-                data = data.split(b"\n", 1)[-1]  # the window starts inside a line: drop it
-    skipped = size - len(data)  # bytes before the window (0: it starts at the file's start)
-    data = b"\n".join(cut_line(line) for line in data.split(b"\n"))
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    if keep is not None and not drop:
-        if n is not None:
-            kept = [i for i, line in enumerate(lines) if keep(line)][-n:] if n > 0 else []
-            lines = lines[kept[0]:] if kept else []
-    else:
-        if keep is not None:
+        if n is not None and n <= 0:
+            return [], size
+        earliest = size
+        for raw, start in lines_backward(f, size):
+            if taken + len(raw) + 1 > MAX_WHOLE_BYTES:
+                skipped = earliest
+                break
+            earliest = start
+            taken += len(raw) + 1
+            line = raw.decode("utf-8", errors="replace")
+            found.append(line)
+            if keep is None or keep(line):
+                counted += 1
+                if n is not None and counted >= n:
+                    break
+    lines = list(reversed(found))
+    if keep is not None:
+        if drop:
             lines = [line for line in lines if keep(line)]
-        if n is not None:
-            lines = lines[-n:] if n > 0 else []
-    if skipped and (n is None or sum(1 for line in lines if keep is None or keep(line)) < n):
+        else:  # from the first kept line on
+            first = next((i for i, line in enumerate(lines) if keep(line)), len(lines))
+            lines = lines[first:]
+    if skipped:
         lines.insert(0, left_out_mark(skipped))
     return lines, size
 
@@ -162,14 +207,6 @@ def read_lines(path: str | None, chunk: int = CHUNK) -> Iterator[str]:
     last = lines.flush()
     if last is not None:
         yield last.decode("utf-8", errors="replace")
-
-
-def _count(data: bytes, partial_first: bool, keep: Callable[[str], bool] | None) -> int:
-    """How many complete lines of ``data`` ``keep`` accepts (all lines without ``keep``)."""
-    if keep is None:
-        return data.count(b"\n")
-    lines = data.split(b"\n")[1 if partial_first else 0:-1]
-    return sum(1 for line in lines if keep(line.decode("utf-8", errors="replace")))
 
 
 def follow_lines(

@@ -7,6 +7,7 @@ the controller: layers point one way (spec -> store -> controller -> runtimes).
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from sqlalchemy.orm import Session
 
@@ -69,12 +70,15 @@ def add_event(
     from_phase: Phase | None = None,
     to_phase: Phase | None = None,
     actor: str | None = None,
+    at: datetime | None = None,
 ) -> None:
     """Add an Event to ``s``. ``reason``: a :class:`Reason`, or a Finding's code for the warnings
     a submission's Findings are recorded as; ``actor``: the user whose request caused it (None:
-    RLark itself)."""
+    RLark itself); ``at``: when it happened, where that is known better than now (a Worker's
+    lifecycle line read after a server restart)."""
     s.add(
         EventRow(
+            **({"time": at} if at is not None else {}),
             actor=actor,
             job_id=job_id,
             run_number=run_number,
