@@ -40,6 +40,9 @@ def test_restart_while_running_replaces_the_run_then_delete_cleans_up(server):
     assert server.http.get("/api/v1/jobs/again").status_code == 404
     assert_nothing_left(job)
     assert not (server.home / "logs" / "again").exists()
+    # each Run's Worker directories (homes, what they wrote into their working directory) too
+    assert [r["uid"] for r in runs] and not any(
+        (server.home / "workers" / r["uid"]).exists() for r in runs)
 
 
 def test_failed_run_is_retried_up_to_max_restarts(server):

@@ -961,8 +961,10 @@ def _probe(argv: list[str], budget: Budget, cwd: str | None = None,
     timeout = budget.probe_timeout()
     if timeout <= 0:
         return "no time left in the facts budget"
+    # GIT_DISCOVERY_ACROSS_FILESYSTEM: a local Worker's workingDir is an overlay mount, and git
+    # stops looking for the checkout's .git at a file system boundary (git(1), ENVIRONMENT)
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_OPTIONAL_LOCKS": "0",
-           "LC_ALL": "C"}
+           "LC_ALL": "C", "GIT_DISCOVERY_ACROSS_FILESYSTEM": "1"}
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, env=env)
