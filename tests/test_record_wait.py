@@ -4,6 +4,7 @@ API (no controller: the test moves the Run as the controller would)."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from sqlalchemy import select
 
@@ -51,6 +52,12 @@ def test_wait_names_a_record_still_provisional_and_returns_once_it_is_final(
     assert live_rec["provisional"] is True and live_rec["checks"]["status"] == "provisional"
     assert client.get_text("/api/v1/jobs/demo/record", format="md").splitlines()[2].startswith(
         "- **Provisional:**")
+    # the console's record tab: the checks' badge says so, in either language
+    for lang, word in (("en", ">provisional<"), ("zh-CN", ">临时<")):
+        page = httpx.get(f"{live.url}/jobs/demo", params={"tab": "record", "run": "1"},
+                         headers={"Authorization": f"Bearer {live.token}", "Accept-Language": lang})
+        assert page.status_code == 200
+        assert f'class="badge check-provisional"{word}' in page.text
 
     store_final_record(live.store, "demo")
     assert cli._wait(client, "demo") == 0
