@@ -106,3 +106,29 @@ def test_resources_show_bytes_in_units_and_compare_what_ray_counts():
     check = checks_of(build_record(job, run, workers, composed=COMPOSED, probes=PROBES,
                                    final=True))["resources"]
     assert "rank 0 (rec-head-0) saw 2 GiB of memory, role head asked for 3Gi" in check["evidence"]
+
+
+def test_the_server_hashes_the_files_the_heads_snapshot_lists(tmp_path):
+    """``config_inputs`` finds the Hydra files as the head's ``config_snapshot`` does, so the two
+    compare equal on the same directory; a link out of the config roots is never read."""
+    from rlark.bootstrap.worker import config_snapshot
+    from rlark.services.records import config_inputs
+
+    config = tmp_path / "config"
+    (config / "sub").mkdir(parents=True)
+    (config / ".hidden").mkdir()
+    (config / "train.yaml").write_text("cluster: {num_nodes: 1}\n")
+    (config / "sub" / "model.yml").write_text("a: 1\n")
+    (config / ".hidden" / "skip.yaml").write_text("b: 2\n")
+    (config / "notes.txt").write_text("not hydra\n")
+    inputs = config_inputs(str(config), [str(tmp_path)])
+    assert sorted(inputs["files"]) == ["sub/model.yml", "train.yaml"] and inputs["cut"] is False
+    assert compare_inputs(config_snapshot(str(config), "train"), inputs) == {"same": True}
+
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.yaml"
+    outside.write_text("secret: 1\n")
+    (config / "link.yaml").symlink_to(outside)
+    inputs = config_inputs(str(config), [str(config)])
+    assert inputs["files"]["link.yaml"] is None  # not read: it leads out of the roots
+    assert compare_inputs(config_snapshot(str(config), "train"), inputs) == {
+        "same": False, "differ": ["link.yaml"]}
