@@ -2,12 +2,15 @@
 real Ray nodes, real RLinf, real git.
 
 * the quickstart (3 Ray nodes, the fewest it has) from a git working directory with an
-  uncommitted change and an output location on a mount: its record holds every item with real
-  values and every check passes or only warns;
+  uncommitted change, as users run it: its record holds every item with real values and every
+  check passes (issue 19, item 7);
 * two Workers of one role whose Python environments differ in one package version (2 nodes):
   the ``packages`` check fails naming the package, and the Run's RecordVerified condition says so;
 * two runs of a one-Worker Job that differ in one override (1 node each): ``rlark record diff``
-  shows exactly that key.
+  shows exactly that key;
+* two runs of a one-Worker Job that differ in one env value, each started with ``--wait``, and
+  ``rlark record diff`` at once: final records, and that value the only difference (issue 19,
+  items 5 and 6).
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ def condition(job: dict, kind: str) -> dict:
 
 
 @pytest.mark.rlinf
-def test_the_quickstarts_record_holds_every_item(server, tmp_path):
+def test_the_quickstarts_record_holds_every_item_and_passes_every_check(server, tmp_path):
     pytest.importorskip("rlinf.scheduler", reason="RLinf is installed by scripts/test")
     work = tmp_path / "quickstart"
     shutil.copytree(EXAMPLES / "quickstart", work)
@@ -71,20 +74,19 @@ def test_the_quickstarts_record_holds_every_item(server, tmp_path):
     script.write_text(script.read_text() + "\n# an uncommitted change the record must keep\n")
     diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=work, check=True,
                           capture_output=True).stdout
-    out = exchange_dir(tmp_path / "outputs")  # Workers run under a uid of their own: writable by others
-    override = f"+runner.output_dir={out}/run1"
+    # the example as users run it (its output below the working directory), with one override
+    # given as RLinf users give theirs: in the run script, and in spec.rlinf.overrides
+    override = "runner.output_dir=results/run1"
     doc = yaml.safe_load((work / "job.yaml").read_text())
     doc["spec"]["workingDir"] = str(work)
     doc["spec"]["rlinf"]["overrides"] = [override]
     doc["spec"]["runScript"] = doc["spec"]["runScript"].rstrip() + f" {override}\n"
-    doc["spec"]["roles"][0]["mounts"] = [{"name": "outputs", "type": "hostPath",
-                                          "source": str(out), "mountPath": str(out)}]
     server.submit(yaml.safe_dump(doc))
     job = server.wait_phase("quickstart", {"Succeeded", "Failed"}, timeout=400)
     assert job["phase"] == "Succeeded", job
     rec = wait_record(server, "quickstart")
     text = json.dumps(rec)
-    assert rec["recordVersion"] == 2
+    assert rec["recordVersion"] == 2 and rec["provisional"] is False
     # code: the working directory's commit, branch, remote (no credentials), the dirty diff
     wd = rec["code"]["workingDir"]
     assert wd["commit"] == git(work, "rev-parse", "HEAD").strip() and wd["branch"] == "experiment"
@@ -109,34 +111,46 @@ def test_the_quickstarts_record_holds_every_item(server, tmp_path):
     assert rec["packageLists"][digest]["count"] > 50
     assert any(p.startswith("rlinf==0.3.0") for p in rec["packageLists"][digest]["packages"])
     # configs: the original file with its hash, the override in spec and run script, the
-    # resolved config (RLark's composition: the quickstart composes with hydra.compose)
+    # resolved config: RLark's composition (the quickstart composes with hydra.compose, and
+    # writes no Hydra output directory, as RLinf's own configs do), from the very files the
+    # head saw
     files = {f["path"]: f for f in rec["configs"]["original"]["files"]}
     source = (work / "config" / "quickstart.yaml").read_bytes()
     assert files["quickstart.yaml"]["sha256"] == hashlib.sha256(source).hexdigest()
     assert rec["configs"]["overrides"] == {"spec": [override], "runScript": [override],
                                            "notInRunScript": []}
     resolved = rec["configs"]["resolved"]
-    assert resolved["source"] == "rlark-composition"
+    assert resolved["source"] == "rlark-composition" and resolved["sameInputs"] == {"same": True}
     assert resolved["data"]["cluster"]["num_nodes"] == 3
-    assert resolved["data"]["runner"]["output_dir"] == f"{out}/run1"
-    # the output location, mapped to the mount that backs it
+    assert resolved["data"]["runner"]["output_dir"] == "results/run1"
+    # the output location, below the working directory: on this machine in the head's own copy
+    # of it (the Workers run under a uid of their own, docs/security.md "Worker identity")
     [loc] = rec["locations"]
-    assert (loc["key"], loc["kind"], loc["path"]) == ("runner.output_dir", "output", f"{out}/run1")
-    assert loc["byRole"]["head"]["mount"] == "outputs" and loc["persistent"] is True
+    assert (loc["key"], loc["kind"], loc["path"]) == ("runner.output_dir", "output",
+                                                      f"{work}/results/run1")
+    assert loc["persistent"] is True
+    written = server.home / "workers" / rec["runUid"] / "0" / "upper" / "results" / "run1"
+    assert json.loads((written / "placement.json").read_text())["mismatches"] == 0
     # Workers: RLINF_NODE_RANK as Ray reports it, resources asked and seen
     for w in rec["workers"]["items"]:
         assert w["rayReportedRank"] == {"label": str(w["nodeRank"]), "rayletEnv": str(w["nodeRank"])}
         assert w["resources"]["seen"]["cpus"] >= 1 and w["resources"]["seen"]["ray"]["CPU"] == 1.0
         assert w["factsSeconds"] < 20
     checks = {c["id"]: c for c in rec["checks"]["items"]}
-    assert {k: c["status"] for k, c in checks.items() if c["status"] != "pass"} == {
-        "configs": "warn"}, {k: c["evidence"] for k, c in checks.items()}
+    assert {k: c["evidence"] for k, c in checks.items() if c["status"] != "pass"} == {}
+    assert rec["checks"]["status"] == "pass"
     assert "node group pool: ranks 1, 2 on role pool" in checks["node-grouping"]["evidence"]
-    assert checks["outputs-readable"]["evidence"] == [f"output path {out}/run1: readable, 1 entries"]
-    assert json.loads((out / "run1" / "placement.json").read_text())["mismatches"] == 0
+    assert checks["outputs-readable"]["evidence"] == [
+        f"output path {work}/results/run1: readable, 1 entries (on this machine: {written})"]
+    assert checks["resources"]["evidence"][0].startswith(
+        "rank 0 (quickstart-head-0): asked 1 CPU, 3 GiB memory, 0 GPUs; Ray counts 1 CPU, "
+        "3 GiB memory, 0 GPUs; sees ")
+    assert " GiB memory" in checks["resources"]["evidence"][0].split("sees ")[1]
     assert condition(job := server.job("quickstart"), "RecordVerified")["status"] == "True"
     described = server.cli("describe", "job", "quickstart")
-    assert "Record checks (run 1: warn)" in described.stdout
+    assert "Record checks (run 1: pass)" in described.stdout
+    md = server.cli("record", "quickstart").stdout
+    assert "Provisional" not in md and "## Checks: pass" in md
     assert_nothing_left(job)
 
 
@@ -212,10 +226,51 @@ def test_record_diff_of_two_runs_differing_in_one_override(server, tmp_path):
     res = server.cli("record", "diff", "sweep:1", "sweep:2", "-o", "json")
     assert res.returncode == 0, res.stderr
     changes = json.loads(res.stdout)["changes"]
-    assert changes == [
-        {"section": "config", "key": "runner.max_steps", "a": 3, "b": 5},
-        {"section": "config", "key": "spec.rlinf.overrides", "a": '["runner.max_steps=3"]',
-         "b": '["runner.max_steps=5"]'}]
+    # the spec's change first (the override, in spec.rlinf and the run script), then the
+    # config key it changed; nothing else
+    assert [(c["section"], c["key"], c["a"], c["b"]) for c in changes] == [
+        ("spec", "spec.rlinf.overrides", ["runner.max_steps=3"], ["runner.max_steps=5"]),
+        ("spec", "spec.runScript", "echo train runner.max_steps=3", "echo train runner.max_steps=5"),
+        ("config", "runner.max_steps", 3, 5)]
     table = server.cli("record", "diff", "sweep:1", "sweep:2")
     assert "runner.max_steps" in table.stdout and "spec.rlinf.overrides" in table.stdout
     assert_nothing_left(job)
+
+
+def env_job(path: Path, mode: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": "envjob"},
+        "spec": {"headRole": "head", "runScript": "echo mode $MODE",
+                 "roles": [{"name": "head", "image": "docker.io/rlinf/rlinf:0.3.0",
+                            "resources": {"cpu": 1, "memory": "1Gi"},
+                            "env": [{"name": "MODE", "value": mode}]}]}}))
+    return path
+
+
+def test_a_diff_right_after_wait_compares_final_records_and_shows_the_env_change(server, tmp_path):
+    """Two Runs whose only difference is a role's env value, each started with ``--wait``, and
+    ``rlark record diff`` at once: both records are final, and the diff is that value, nothing
+    of the addresses, node ids or times the two Runs had."""
+    first = server.cli("submit", str(env_job(tmp_path / "a.yaml", "alpha")), "--wait")
+    assert first.returncode == 0, first.stdout + first.stderr
+    second = server.cli("apply", str(env_job(tmp_path / "b.yaml", "beta")), "--wait")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "provisional" not in first.stderr + second.stderr
+    res = server.cli("record", "diff", "envjob:1", "envjob:2", "-o", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert (data["a"]["provisional"], data["b"]["provisional"]) == (False, False)
+    assert data["changes"] == [{"section": "spec", "key": "spec.roles[head].env[MODE].value",
+                                "a": "alpha", "b": "beta",
+                                "display": {"a": "alpha", "b": "beta"}}]
+    table = server.cli("record", "diff", "envjob:1", "envjob:2")
+    assert table.returncode == 0 and "provisional" not in table.stderr
+    assert table.stdout.splitlines()[0] == "envjob run 1 -> envjob run 2"
+    assert "spec.roles[head].env[MODE].value  alpha" in table.stdout
+    assert table.stdout.rstrip().endswith("What RLark observed: no differences")
+    for n in (1, 2):
+        rec = json.loads(server.cli("record", "envjob", "--run", str(n), "-o", "json").stdout)
+        assert rec["provisional"] is False and rec["checks"]["status"] != "provisional"
+        logs = next(c for c in rec["checks"]["items"] if c["id"] == "logs")
+        assert logs["status"] == "pass"  # looked at once the Workers ended
+    assert_nothing_left(server.job("envjob"))

@@ -187,22 +187,26 @@ def rows(**changes):
 
 COMPOSED = {"data": {"cluster": {"num_nodes": 3}, "runner": {"max_steps": 3,
                                                             "output_dir": "/w/out/run1"}},
-            "overrides": ["runner.max_steps=3"]}
+            "overrides": ["runner.max_steps=3"],
+            # the server's hashes of the files it composed from: those the head saw (rows())
+            "inputs": {"files": {"train.yaml": "aa" * 32}, "cut": False}}
 PROBES = {"outputs": {"/w/out/run1": {"exists": True, "readable": True, "entries": 4}},
           "logs": {"rec-head-0": True, "rec-pool-0": True, "rec-pool-1": True}}
 
 
 def test_a_good_record_passes_every_check_and_holds_every_item():
-    rec = build_record(*rows(), composed=COMPOSED, probes=PROBES)
+    rec = build_record(*rows(), composed=COMPOSED, probes=PROBES, final=True)
     assert rec["recordVersion"] == RECORD_VERSION == 2
     checks = {c["id"]: c for c in rec["checks"]["items"]}
     assert list(checks) == list(ITEMS)
     bad = {k: c["evidence"] for k, c in checks.items() if c["status"] != "pass"}
-    # the only warning: RLark composed the config (RLinf wrote no Hydra output directory)
-    assert bad == {"configs": ["resolved config is RLark's own composition (RLinf wrote no Hydra "
-                               "output directory: hydra.output_subdir is null or the run script "
-                               "composed itself)"]}
-    assert rec["checks"]["status"] == "warn"
+    # RLinf wrote no Hydra output (as RLinf's own configs, hydra.output_subdir: null): RLark's
+    # composition from the very files the head saw, with the run script's overrides, is it
+    assert bad == {}
+    assert "resolved: RLark's composition of train from the 1 Hydra file(s) the head saw (same " \
+           "sha256), with the overrides the run script passes (runner.max_steps=3); RLinf wrote " \
+           "no Hydra output directory of its own" in checks["configs"]["evidence"]
+    assert rec["checks"]["status"] == "pass" and rec["provisional"] is False
     assert rec["code"]["workingDir"]["commit"].startswith("c0ffee") and "diff" not in rec["code"]["workingDir"]
     assert rec["diffs"] == {"d1" * 32: "+print(2)\n"}  # the diff, once for three Workers
     assert len(rec["packageLists"]) == 1 and "list" not in rec["workers"]["items"][1]["facts"]["packages"]
@@ -220,7 +224,7 @@ def test_a_good_record_passes_every_check_and_holds_every_item():
 
 def test_a_worker_with_another_package_version_fails_the_packages_check():
     other = facts(2, "pool", packages=("ray==2.60.0", "rlinf==0.3.1"))
-    rec = build_record(*rows(facts={2: other}), composed=COMPOSED, probes=PROBES)
+    rec = build_record(*rows(facts={2: other}), composed=COMPOSED, probes=PROBES, final=True)
     checks = {c["id"]: c for c in rec["checks"]["items"]}
     assert checks["packages"]["status"] == "fail"
     assert checks["packages"]["evidence"] == [
@@ -239,7 +243,7 @@ def test_checks_fail_with_evidence():
     rec = build_record(*rows(facts={0: no_gpu, 1: other_commit, 2: wrong_rank}),
                        composed={**COMPOSED, "data": {**COMPOSED["data"], "runner": {
                            "output_dir": "/w/out/run1", "logger": {"log_path": "/w/out/gone"}}}},
-                       probes=PROBES)
+                       probes=PROBES, final=True)
     checks = {c["id"]: c for c in rec["checks"]["items"]}
     assert "rank 0 (rec-head-0) saw 0 GPUs, role head asked for 1" in checks["resources"]["evidence"]
     assert checks["node-rank"]["evidence"] == [
@@ -255,7 +259,7 @@ def test_images_and_outputs_and_logs_checks():
     run.spec["spec"]["roles"][1]["image"] = "docker.io/rlinf/rlinf"
     probes = {"outputs": {"/w/out/run1": {"exists": False, "readable": False, "entries": None}},
               "logs": {"rec-head-0": True, "rec-pool-0": False, "rec-pool-1": True}}
-    rec = build_record(job, run, workers, composed=COMPOSED, probes=probes)
+    rec = build_record(job, run, workers, composed=COMPOSED, probes=probes, final=True)
     checks = {c["id"]: c for c in rec["checks"]["items"]}
     assert checks["images"]["evidence"][0] == "role pool: image 'docker.io/rlinf/rlinf' has no explicit version"
     assert checks["outputs-readable"]["evidence"] == [
@@ -268,7 +272,7 @@ def test_the_resolved_config_rlinf_wrote_wins():
     head["hydra_output"] = {"dir": "/w/outputs/1", "files": {
         "config.yaml": {"sha256": "cc" * 32, "text": "cluster: {num_nodes: 3}\nrunner: {max_steps: 4}\n"},
         "overrides.yaml": {"text": "- runner.max_steps=4\n"}}}
-    rec = build_record(*rows(facts={0: head}), composed=COMPOSED, probes=PROBES)
+    rec = build_record(*rows(facts={0: head}), composed=COMPOSED, probes=PROBES, final=True)
     resolved = rec["configs"]["resolved"]
     assert (resolved["source"], resolved["dir"], resolved["overrides"]) == (
         "hydra-output", "/w/outputs/1", ["runner.max_steps=4"])
@@ -283,13 +287,13 @@ def test_the_isolation_check_says_what_each_worker_ran_as():
                                                                                "token authentication"}}
     workers[2].facts = {**workers[2].facts, "keeper": {"protected": False, "uid": 1000,
                                                        "unprotected": "prctl failed"}}
-    check = {c["id"]: c for c in build_record(*rows_, composed=COMPOSED, probes=PROBES)
+    check = {c["id"]: c for c in build_record(*rows_, composed=COMPOSED, probes=PROBES, final=True)
              ["checks"]["items"]}["isolation"]
     assert check["status"] == "warn"
     assert any("rank 1" in e and "without token authentication" in e for e in check["evidence"])
     assert any("rank 2" in e and "prctl failed" in e for e in check["evidence"])
     workers[0].facts = {k: v for k, v in workers[0].facts.items() if k != "keeper"}
-    check = {c["id"]: c for c in build_record(*rows_, composed=COMPOSED, probes=PROBES)
+    check = {c["id"]: c for c in build_record(*rows_, composed=COMPOSED, probes=PROBES, final=True)
              ["checks"]["items"]}["isolation"]
     assert check["status"] == "fail" and "rank 0" in check["evidence"][0]
 
@@ -321,7 +325,7 @@ V1 = {"recordVersion": 1, "job": "old", "run": 1, "runUid": "u0", "cause": "Subm
 
 def two_runs(override_b: str) -> tuple[dict, dict]:
     job, run, workers = rows()
-    a = build_record(job, run, workers, composed=COMPOSED, probes=PROBES)
+    a = build_record(job, run, workers, composed=COMPOSED, probes=PROBES, final=True)
     run_b = copy.deepcopy(run)
     run_b.number, run_b.uid = 2, "u2"
     run_b.started_at = T0 + timedelta(hours=1)
@@ -329,7 +333,7 @@ def two_runs(override_b: str) -> tuple[dict, dict]:
     run_b.spec["spec"]["runScript"] = f"python train.py {override_b}"
     composed_b = copy.deepcopy(COMPOSED)
     composed_b["data"]["runner"]["max_steps"] = int(override_b.split("=")[1])
-    b = build_record(job, run_b, workers, composed=composed_b, probes=PROBES)
+    b = build_record(job, run_b, workers, composed=composed_b, probes=PROBES, final=True)
     return a, b
 
 
@@ -338,12 +342,16 @@ def test_diff_of_two_runs_differing_in_one_override_shows_that_key():
 
     a, b = two_runs("runner.max_steps=5")
     d = diff_records(a, b)
-    assert (d["a"], d["b"]) == ({"job": "rec", "run": 1, "recordVersion": 2},
-                                {"job": "rec", "run": 2, "recordVersion": 2})
-    assert d["changes"] == [
-        {"section": "config", "key": "runner.max_steps", "a": 3, "b": 5},
-        {"section": "config", "key": "spec.rlinf.overrides", "a": '["runner.max_steps=3"]',
-         "b": '["runner.max_steps=5"]'}]
+    assert (d["a"], d["b"]) == ({"job": "rec", "run": 1, "recordVersion": 2, "provisional": False},
+                                {"job": "rec", "run": 2, "recordVersion": 2, "provisional": False})
+    # what the user changed first (the spec's override and run script), then what it caused
+    assert [(c["section"], c["key"], c["a"], c["b"], c["display"]) for c in d["changes"]] == [
+        ("spec", "spec.rlinf.overrides", ["runner.max_steps=3"], ["runner.max_steps=5"],
+         {"a": "runner.max_steps=3", "b": "runner.max_steps=5"}),
+        ("spec", "spec.runScript", "python train.py runner.max_steps=3",
+         "python train.py runner.max_steps=5", {"a": "python train.py runner.max_steps=3",
+                                                "b": "python train.py runner.max_steps=5"}),
+        ("config", "runner.max_steps", 3, 5, {"a": "3", "b": "5"})]
     assert diff_records(a, a) == {"a": d["a"], "b": d["a"], "changes": [], "same": True}
 
 
@@ -352,8 +360,8 @@ def test_diff_sees_code_versions_images_workers_and_result():
 
     other = facts(2, "pool", packages=("ray==2.60.0", "rlinf==0.3.1"))
     other["torch"] = "2.14.0"
-    a = build_record(*rows(), composed=COMPOSED, probes=PROBES)
-    b = build_record(*rows(facts={2: other}), composed=COMPOSED, probes=PROBES)
+    a = build_record(*rows(), composed=COMPOSED, probes=PROBES, final=True)
+    b = build_record(*rows(facts={2: other}), composed=COMPOSED, probes=PROBES, final=True)
     keys = {(c["section"], c["key"]) for c in diff_records(a, b)["changes"]}
     assert ("versions", "torch") in keys and ("versions", "packageLists") in keys
     assert ("result", "check.packages") in keys and ("result", "check.versions") in keys
@@ -364,10 +372,11 @@ def test_version_1_records_still_render_and_diff():
 
     md = render(V1, "md")
     assert md.startswith("# Run record: old run 1") and "## Checks" not in md
-    current = build_record(*rows(), composed=COMPOSED, probes=PROBES)
+    current = build_record(*rows(), composed=COMPOSED, probes=PROBES, final=True)
     d = diff_records(V1, current)
     assert d["a"]["recordVersion"] == 1 and d["b"]["recordVersion"] == 2
-    assert {"section": "workers", "key": "expected", "a": 1, "b": 3} in d["changes"]
+    assert {"section": "workers", "key": "expected", "a": 1, "b": 3,
+            "display": {"a": "1", "b": "3"}} in d["changes"]
 
 
 def test_the_json_schema_accepts_records_of_both_versions():
@@ -378,7 +387,7 @@ def test_the_json_schema_accepts_records_of_both_versions():
     schema = record_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
-    rec = build_record(*rows(), composed=COMPOSED, probes=PROBES)
+    rec = build_record(*rows(), composed=COMPOSED, probes=PROBES, final=True)
     assert list(validator.iter_errors(rec)) == []
     assert list(validator.iter_errors(V1)) == []
     RecordV2.model_validate(rec)
@@ -432,7 +441,8 @@ def test_api_diff_and_schema(api):
     store_records(store, "demo", [a, b])
     r = client.get("/api/v1/record/diff", params={"a": "demo:1", "b": "demo:2"})
     assert r.status_code == 200, r.text
-    assert [c["key"] for c in r.json()["changes"]] == ["runner.max_steps", "spec.rlinf.overrides"]
+    assert [c["key"] for c in r.json()["changes"]] == [
+        "spec.rlinf.overrides", "spec.runScript", "runner.max_steps"]
     bad = client.get("/api/v1/record/diff", params={"a": "demo:x", "b": "demo"})
     assert bad.status_code == 422
     assert bad.json()["detail"]["message"] == (
@@ -445,7 +455,7 @@ def test_api_diff_and_schema(api):
     # the console's compare view: the same service
     page = client.get("/jobs/demo/compare", params={"a": "demo:1", "b": "demo:2"})
     assert page.status_code == 200 and 'data-key="runner.max_steps"' in page.text
-    assert 'data-key="spec.rlinf.overrides"' in page.text and page.text.count("data-key=") == 2
+    assert 'data-key="spec.rlinf.overrides"' in page.text and page.text.count("data-key=") == 3
     previous = client.get("/jobs/demo/compare")  # the current Run against the one before it
     assert previous.status_code == 200 and 'data-key="runner.max_steps"' in previous.text
     tab = client.get("/jobs/demo", params={"tab": "record", "run": "2"}).text
@@ -475,7 +485,7 @@ def test_cli_record_diff_schema_and_describe(live):
     service.restart("demo")
     a, b = two_runs("runner.max_steps=7")
     other = facts(2, "pool", packages=("ray==2.60.0", "rlinf==0.3.1"))
-    b = build_record(*rows(facts={2: other}), composed=COMPOSED, probes=PROBES) | {
+    b = build_record(*rows(facts={2: other}), composed=COMPOSED, probes=PROBES, final=True) | {
         "configs": b["configs"], "rlinf": b["rlinf"]}
     store_records(live.store, "demo", [a, b])
     set_run_state(live.store, "demo", "Succeeded", released=True)
@@ -484,7 +494,8 @@ def test_cli_record_diff_schema_and_describe(live):
     assert table.returncode == 0, table.stderr
     assert "runner.max_steps" in table.stdout and "check.packages" in table.stdout
     data = json.loads(live.cli("record", "diff", "demo:1", "demo:2", "-o", "json").stdout)
-    assert {"section": "config", "key": "runner.max_steps", "a": 3, "b": 7} in data["changes"]
+    assert {"section": "config", "key": "runner.max_steps", "a": 3, "b": 7,
+            "display": {"a": "3", "b": "7"}} in data["changes"]
     one = live.cli("record", "diff", "demo:1")
     assert one.returncode == 1 and "takes two runs" in error_line(one)
     bad = live.cli("record", "diff", "demo:one", "demo")
@@ -540,7 +551,7 @@ def test_node_grouping_checks_rlinfs_node_groups_against_the_workers():
                "node_groups": [{"label": "head", "node_ranks": 0, "ignore_hardware": True},
                                {"label": "pool", "node_ranks": "1-2", "ignore_hardware": True}]}
     rec = build_record(*rows(), composed={**COMPOSED, "data": {**COMPOSED["data"], "cluster": cluster}},
-                       probes=PROBES)
+                       probes=PROBES, final=True)
     check = next(c for c in rec["checks"]["items"] if c["id"] == "node-grouping")
     assert check["status"] == "pass"
     assert check["evidence"][-2:] == ["node group head: ranks 0 on role head",
@@ -548,7 +559,7 @@ def test_node_grouping_checks_rlinfs_node_groups_against_the_workers():
     wide = {**cluster, "num_nodes": 4, "node_groups": [{"label": "pool", "node_ranks": "1-3",
                                                         "ignore_hardware": True}]}
     rec = build_record(*rows(), composed={**COMPOSED, "data": {**COMPOSED["data"], "cluster": wide}},
-                       probes=PROBES)
+                       probes=PROBES, final=True)
     check = next(c for c in rec["checks"]["items"] if c["id"] == "node-grouping")
     assert check["status"] == "fail" and check["evidence"] == [
         "cluster.num_nodes is 4, the roles have 3 Workers",

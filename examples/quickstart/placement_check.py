@@ -7,9 +7,10 @@ Ray cluster, with RAY_ADDRESS set to the head's GCS address (RLinf itself calls
     python placement_check.py [--config-dir DIR] [--config-name quickstart] [OVERRIDE ...]
 
 Hydra overrides (``key=value``, ``+key=value``) given after the options are applied as RLinf's
-own entry points apply theirs; with ``runner.output_dir`` set (e.g.
-``+runner.output_dir=/outputs/run1``) the summary is also written to
-``<output_dir>/placement.json``, an output the run record can check is readable afterwards.
+own entry points apply theirs. The summary is also written to ``<runner.output_dir>/placement.json``
+(``results/`` of the working directory in config/quickstart.yaml; e.g.
+``runner.output_dir=/outputs/run1`` elsewhere), an output the run record checks is readable
+afterwards.
 
 What it does, in the same order as a real RLinf training entry point:
 
@@ -155,7 +156,7 @@ def main() -> int:
                         help="give up (exit 4) after this many seconds; RLinf "
                              "itself waits forever for missing nodes")
     parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
-                        help="Hydra overrides, e.g. +runner.output_dir=/outputs/run1")
+                        help="Hydra overrides, e.g. runner.output_dir=/outputs/run1")
     args = parser.parse_args()
 
     def on_timeout(signum, frame):

@@ -939,18 +939,57 @@ def _progress_line(job: dict) -> Text:
         text.append(f"  run {run['number']}")
     if job.get("reason"):
         text.append(f"  ({job['reason']})", style="dim")
+    if phase in TERMINAL and not _record_final(job):
+        text.append("  finishing the run record", style="dim")
     return text
 
 
+def _record_final(job: dict) -> bool:
+    """Whether the current Run's record is final (stored once every Worker ended): its
+    ``RecordVerified`` condition is set in the same transaction that stores the record
+    (controller ``_finish``)."""
+    run = job.get("currentRun") or {}
+    return any(c.get("type") == "RecordVerified" for c in run.get("conditions") or [])
+
+
+#: seconds --wait gives a finished Run's record to become final, beyond the Job's
+#: terminationGracePeriodSeconds (its Workers' last stop), for the controller's next passes,
+#: RLark's composition of the config and the look at outputs and logs
+RECORD_FINAL_SLACK_SECONDS = 60.0
+
+
+def _record_wait_seconds(job: dict) -> float:
+    spec = (job.get("spec") or {}).get("spec") or job.get("spec") or {}
+    try:
+        grace = float(spec.get("terminationGracePeriodSeconds", 10))
+    except (TypeError, ValueError):
+        grace = 10.0
+    return grace + RECORD_FINAL_SLACK_SECONDS
+
+
 def _wait(client: Client, name: str) -> int:
-    """Follow a Job until it ends: a live line on a terminal, one line per change elsewhere.
-    Returns the exit status (0 only for Succeeded)."""
+    """Follow a Job until it ends and its Run's record is final (bounded by
+    :func:`_record_wait_seconds` after the end; when that runs out, a line says the record is
+    still provisional): a live line on a terminal, one line per change elsewhere. Returns the
+    exit status (0 only for Succeeded)."""
     started = time.monotonic()
+    ended: float | None = None
     job = _call(client.get, f"/api/v1/jobs/{name}")
+
+    def done() -> bool:
+        nonlocal ended
+        if job["phase"] not in TERMINAL:
+            ended = None  # an automatic retry: a new Run to follow
+            return False
+        if _record_final(job):
+            return True
+        ended = ended or time.monotonic()
+        return time.monotonic() - ended > _record_wait_seconds(job)
+
     try:
         if err.is_terminal:
             with Live(_progress_line(job), console=err, transient=False, refresh_per_second=8) as live:
-                while job["phase"] not in TERMINAL:
+                while not done():
                     time.sleep(0.25)
                     job = _call(client.get, f"/api/v1/jobs/{name}")
                     line = _progress_line(job)
@@ -963,15 +1002,24 @@ def _wait(client: Client, name: str) -> int:
                 if line.plain != last:
                     last = line.plain
                     err.print(line.plain + f"  {time.monotonic() - started:.1f}s")
-                if job["phase"] in TERMINAL:
+                if done():
                     break
                 time.sleep(0.25)
                 job = _call(client.get, f"/api/v1/jobs/{name}")
     except KeyboardInterrupt:
-        err.print(f"\nstopped watching; job/{name} keeps running. Stop it with "
-                  f"`rlark stop {name}{_project_flag(client)}`.")
-        return 130
+        if job["phase"] not in TERMINAL:
+            err.print(f"\nstopped watching; job/{name} keeps running. Stop it with "
+                      f"`rlark stop {name}{_project_flag(client)}`.")
+            return 130
     phase = job["phase"]
+    if not _record_final(job):
+        number = (job.get("currentRun") or {}).get("number")
+        bound = _record_wait_seconds(job)
+        waited = f"after {bound:.0f} s " if ended and time.monotonic() - ended > bound else ""
+        err.print(f"[yellow]note:[/yellow] run {number}'s record is still provisional {waited}"
+                  f"(its Workers have not all ended: `rlark describe job {name}"
+                  f"{_project_flag(client)}` shows them); `rlark record {name}` says so until "
+                  "it is final")
     if phase == Phase.Succeeded:
         out.print(f"[green]{phase}[/green]: {job['message']}")
         return 0
@@ -1413,7 +1461,11 @@ def record(
 
 def _record_diff(runs: list[str], output: str, project: Optional[str],
                  server: Optional[str]) -> None:
-    """``rlark record diff A B``: the API's comparison as a table (or JSON / YAML)."""
+    """``rlark record diff A B``: the API's comparison as tables, what the spec changed first,
+    then what RLark observed (or JSON / YAML); a line for each side whose record is still
+    provisional."""
+    from rlark.record_diff import SPEC_SECTIONS, display
+
     if len(runs) != 2:
         _fail(f"record diff takes two runs (JOB or JOB:RUN), got {len(runs)}: "
               "e.g. `rlark record diff quickstart:1 quickstart:2`")
@@ -1423,20 +1475,36 @@ def _record_diff(runs: list[str], output: str, project: Optional[str],
         _emit(data, output)
         return
     a, b = data["a"], data["b"]
+    for side in (a, b):
+        if side.get("provisional"):
+            err.print(f"[yellow]note:[/yellow] {side['job']} run {side['run']}'s record is "
+                      "provisional: its Workers have not all ended, so what it observed may still "
+                      "change; compare again once the Run's record is final")
     if data["same"]:
         out.print(f"{a['job']} run {a['run']} and {b['job']} run {b['run']}: no differences")
         return
-    table = Table(title=f"{a['job']} run {a['run']} -> {b['job']} run {b['run']}", box=None,
-                  header_style="bold", title_justify="left")
-    for col in ("SECTION", "KEY", f"A ({a['job']}:{a['run']})", f"B ({b['job']}:{b['run']})"):
-        table.add_column(col, overflow="fold")
+    ta, tb = f"A ({a['job']}:{a['run']})", f"B ({b['job']}:{b['run']})"
+    spec = [c for c in data["changes"] if c["section"] in SPEC_SECTIONS]
+    seen = [c for c in data["changes"] if c["section"] not in SPEC_SECTIONS]
 
-    def show(v: Any) -> str:
-        return "-" if v is None else str(v)
+    def shown(c: dict, side: str) -> str:
+        return (c.get("display") or {}).get(side) or display(c["key"], c[side],
+                                                             c["b" if side == "a" else "a"])
 
-    for c in data["changes"]:
-        table.add_row(c["section"], c["key"], show(c["a"]), show(c["b"]))
-    out.print(table)
+    def table(title: str, rows: list[dict], with_section: bool) -> Table:
+        t = Table(title=title, box=None, header_style="bold", title_justify="left")
+        for col in (("SECTION",) if with_section else ()) + ("KEY", ta, tb):
+            t.add_column(col, overflow="fold")
+        for c in rows:  # Text: keys like spec.roles[head] are not Rich markup
+            t.add_row(*((c["section"],) if with_section else ()), Text(c["key"]),
+                      Text(shown(c, "a")), Text(shown(c, "b")))
+        return t
+
+    out.print(f"[bold]{a['job']} run {a['run']} -> {b['job']} run {b['run']}[/bold]")
+    out.print(table("What the spec changed", spec, False) if spec
+              else "What the spec changed: nothing")
+    out.print(table("What RLark observed", seen, True) if seen
+              else "What RLark observed: no differences")
 
 
 from rlark import cli_access, cli_secrets  # noqa: E402  (their commands use the helpers above)

@@ -38,6 +38,28 @@ def iso(t: datetime | None) -> str | None:
     return t.isoformat() if t else None
 
 
+def human_bytes(n: Any) -> str:
+    """A byte count as people read it, in binary units: ``25275990016`` -> ``"23.5 GiB"``,
+    ``1073741824`` -> ``"1 GiB"``, ``322122547`` -> ``"307.2 MiB"``, ``512`` -> ``"512 B"``
+    (one decimal, a trailing ``.0`` dropped). Anything that is not a number is returned as text
+    (``None`` as ``"-"``)."""
+    if isinstance(n, bool) or not isinstance(n, (int, float)):
+        return "-" if n is None else str(n)
+    value, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(value) < 1024 or unit == "PiB":
+            break
+        value /= 1024
+    text = f"{value:.0f}" if unit == "B" else f"{value:.1f}".removesuffix(".0")
+    return f"{text} {unit}"
+
+
+#: why a record built before its Run's Workers all ended is provisional (``provisionalReason``)
+PROVISIONAL_REASON = ("the Run's Workers have not all ended: this record is built afresh on each "
+                      "read, its checks are not final (outputs and logs are looked at, the config "
+                      "composed, once every Worker ended; the record is then stored and final)")
+
+
 def _distinct(values) -> list:
     out = []
     for v in values:
@@ -71,8 +93,11 @@ def public_facts(facts: dict[str, Any] | None) -> dict[str, Any]:
 
 def public_record(rec: dict[str, Any]) -> dict[str, Any]:
     """A stored run record as users may read it: each Worker's facts without
-    :data:`PRIVATE_FACTS` (records stored before they were left out still hold them). Returns a
-    copy when anything was removed, else ``rec`` itself."""
+    :data:`PRIVATE_FACTS` (records stored before they were left out still hold them), and
+    ``provisional: false`` on records stored before that field existed (a stored record is
+    final). Returns a copy when anything changed, else ``rec`` itself."""
+    if "provisional" not in rec:
+        rec = {**rec, "provisional": False}
     items = (rec.get("workers") or {}).get("items")
     if not isinstance(items, list) or not any(
             isinstance(w, dict) and PRIVATE_FACTS & set(w.get("facts") or {}) for w in items):
@@ -202,11 +227,35 @@ def run_script_overrides(script: str) -> list[str]:
     return out
 
 
-def _resolved_config(head_facts: dict[str, Any],
-                     composed: dict[str, Any] | None) -> dict[str, Any]:
+def compare_inputs(original: dict[str, Any] | None,
+                   inputs: dict[str, Any] | None) -> dict[str, Any]:
+    """Whether the Hydra files RLark composed from (``inputs``: ``{"files": {path: sha256},
+    "cut"}`` or ``{"absent": why}``) are the files the head saw when the Run started (its
+    snapshot ``original``: ``{"files": [{path, sha256}], "filesCut"}``): ``{"same": True}``;
+    ``{"same": False, "differ": [path, ...]}`` (changed, added or gone since); or ``{"same":
+    None, "why": ...}`` when either side is missing or cut. Pure."""
+    if not isinstance(inputs, dict) or not isinstance(inputs.get("files"), dict):
+        return {"same": None, "why": str((inputs or {}).get("absent")
+                                         or "RLark did not hash the files it composed from")}
+    if not isinstance(original, dict) or not isinstance(original.get("files"), list):
+        return {"same": None, "why": "the head did not report the Hydra files it saw"
+                + (f" ({original['absent']})" if isinstance(original, dict)
+                   and original.get("absent") else "")}
+    if original.get("filesCut") or inputs.get("cut"):
+        return {"same": None, "why": "too many Hydra files to compare them all"}
+    head = {str(f.get("path")): f.get("sha256") for f in original["files"] if isinstance(f, dict)}
+    here = {str(k): v for k, v in inputs["files"].items()}
+    differ = sorted(p for p in set(head) | set(here)
+                    if head.get(p) is None or head.get(p) != here.get(p))
+    return {"same": not differ, **({"differ": differ} if differ else {})}
+
+
+def _resolved_config(head_facts: dict[str, Any], composed: dict[str, Any] | None,
+                     original: dict[str, Any] | None = None) -> dict[str, Any]:
     """The resolved final config: the one RLinf wrote to Hydra's output directory when the head
     found one (``source: hydra-output``), else RLark's own isolated composition (``source:
-    rlark-composition``, marked so: RLinf may have composed differently), else absent."""
+    rlark-composition``, with ``sameInputs``: whether it read the very files the head saw,
+    :func:`compare_inputs`), else absent."""
     out = head_facts.get("hydra_output")
     if isinstance(out, dict) and isinstance(out.get("files"), dict) and out["files"].get("config.yaml"):
         files = out["files"]
@@ -228,23 +277,28 @@ def _resolved_config(head_facts: dict[str, Any],
     if composed is not None:
         return {"source": "rlark-composition",
                 "note": "composed by RLark (hydra compose of spec.rlinf with spec.rlinf.overrides, "
-                        "in an isolated child); RLinf wrote no Hydra output directory, so this is "
-                        "what RLark expects it ran, not what it reported",
-                **composed}
+                        "in an isolated child), because RLinf wrote no Hydra output directory "
+                        "(RLinf's own configs set hydra.output_subdir: null)",
+                **composed,
+                "sameInputs": compare_inputs(original, composed.get("inputs"))}
     return {"source": "absent", "data": None}
 
 
 def build_record(job, run, workers, logs_root: Path | str | None = None, *,
                  composed: dict[str, Any] | None = None,
-                 probes: dict[str, Any] | None = None) -> dict[str, Any]:
+                 probes: dict[str, Any] | None = None, final: bool = False) -> dict[str, Any]:
     """Assemble the run record (a JSON-ready dict, version :data:`RECORD_VERSION`) from a Job
     row, a Run row and its Worker rows.
 
     Pure: reads attributes only. ``logs_root`` is reported so readers know where logs live.
-    ``composed``: RLark's own composition of the config (``{"data", "overrides", "error"}``),
-    used when no Worker reported Hydra's output directory. ``probes``: what the caller looked at
-    after the Run (``{"outputs": {path: {"exists", "readable", "entries"}}, "logs": {worker:
-    bool}}``) for the outputs-readable and logs checks; without them those checks warn.
+    ``composed``: RLark's own composition of the config (``{"data", "overrides", "error",
+    "inputs"}``, :func:`rlark.services.records.compose_for_record`), used when no Worker
+    reported Hydra's output directory. ``probes``: what the caller looked at after the Run
+    (``{"outputs": {path: {"exists", "readable", "entries", "at"}}, "logs": {worker: bool}}``)
+    for the outputs-readable and logs checks; without them those checks warn. ``final``: True
+    only for the record stored once every Worker of the Run has ended
+    (:func:`rlark.services.records.finish_record`); any other is ``provisional`` (the field,
+    ``provisionalReason``, and ``checks.status`` ``provisional``).
     """
     from rlark.record_checks import run_checks
     from rlark.rlinf_config.locations import back, find_locations
@@ -321,14 +375,16 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
     rlinf_ref = body.get("rlinf") or {}
     spec_overrides = list(rlinf_ref.get("overrides") or [])
     script_overrides = run_script_overrides(body.get("runScript") or "")
-    resolved = _resolved_config(head_facts, composed) if rlinf_ref.get("configName") else {
-        "source": "absent", "data": None, "note": "spec.rlinf names no config"}
     original = head_facts.get("config") if isinstance(head_facts.get("config"), dict) else None
+    resolved = _resolved_config(head_facts, composed, original) if rlinf_ref.get("configName") \
+        else {"source": "absent", "data": None, "note": "spec.rlinf names no config"}
     locations = back(find_locations(resolved.get("data"), body.get("workingDir")), roles,
                      run.runtime or "local") if resolved.get("data") else []
     head_code = _dict(head_facts, "code")
     rec: dict[str, Any] = {
         "recordVersion": RECORD_VERSION,
+        "provisional": not final,
+        **({} if final else {"provisionalReason": PROVISIONAL_REASON}),
         "job": job.name,
         "run": run.number,
         "runUid": run.uid,
@@ -396,6 +452,9 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
         "spec": spec,
     }
     rec["checks"] = run_checks(rec, probes)
+    if not final:
+        # the items are what the record shows so far; their verdict comes with the final record
+        rec["checks"]["status"] = "provisional"
     return rec
 
 
@@ -405,6 +464,8 @@ def render_markdown(rec: dict[str, Any]) -> str:
     lines = [
         f"# Run record: {rec['job']} run {rec['run']}",
         "",
+        *([f"- **Provisional:** {rec.get('provisionalReason') or PROVISIONAL_REASON}", ""]
+          if rec.get("provisional") else []),
         f"- Result: **{r['phase']}** ({r['reason']}) {r['message']}",
         f"- Exit code: {r['exitCode']}",
         f"- Runtime: {rec['runtime']}; run uid `{rec['runUid']}`; cause {rec['cause']}",
@@ -443,7 +504,7 @@ def render_markdown(rec: dict[str, Any]) -> str:
         lines.append(
             f"| {w['nodeRank']} | {w['name']} | {w['role']} | {w['host'] or ''} | {w['ip'] or ''} "
             f"| {(w['rayNodeId'] or '')[:12]} | {w.get('rayVersion') or ''} "
-            f"| {'' if store is None else f'{store / 2**20:.0f} MiB'} "
+            f"| {'' if store is None else human_bytes(store)} "
             f"| {f'{ports[0]}-{ports[1]} ({ports[1] - ports[0] + 1})' if ports else ''} "
             f"| {w['phase']} | {'' if w['exitCode'] is None else w['exitCode']} | {w['log'] or ''} |"
         )

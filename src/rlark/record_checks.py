@@ -14,13 +14,15 @@ id                     what it verifies (fail / warn)
 ``images``             image reference with an explicit version: fail when Workers of a role
                        ran different digests, warn for a ``latest``/untagged reference
 ``configs``            original Hydra files, overrides, resolved config: warn when one is
-                       missing, when the resolved config is RLark's composition rather than
-                       RLinf's own output, or an override is not in the run script
+                       missing, when the resolved config is RLark's composition from files other
+                       than those the head saw (or not compared) or without overrides the run
+                       script passes, or an override is not in the run script
 ``locations``          data/model/checkpoint/output locations: warn when an output or checkpoint
                        path is on no persistent mount (or a read-only one)
 ``workers``            the expected Workers joined: fail when fewer did
-``resources``          what each Worker saw against what its role asked: fail for fewer GPUs,
-                       CPUs or memory, or a named device Ray does not count
+``resources``          what each Worker saw and what Ray counts on its node against what its
+                       role asked: fail for fewer GPUs, CPUs or memory seen, or fewer CPUs,
+                       memory, GPUs or named devices counted by Ray
 ``node-grouping``      roles and RLinf's ``cluster.num_nodes`` and ``node_groups``: fail when the
                        counts differ, a node group names a rank no Worker has, or a node's role
                        label is not its Worker's role
@@ -30,8 +32,9 @@ id                     what it verifies (fail / warn)
                        equals the rank RLark gave: fail on a mismatch, warn when not reported
 ``logs``               every Worker's log exists and shows start (facts) and end (exit): fail for
                        a missing log, warn for one without its lifecycle lines
-``outputs-readable``   after the Run, the output locations can be read again (the server looked):
-                       fail when one is missing or unreadable, warn when not looked at
+``outputs-readable``   after the Run, the output locations can be read again (the server looked
+                       where the Workers' view of each path lies on its machine): fail when one
+                       is missing or unreadable, warn when not looked at
 ``isolation``          who each Worker ran as and whether its Ray cluster took only the Run's
                        token: warn when a keeper's channel was not protected or Ray ran without
                        token authentication (a server policy); fail for a joined Worker that
@@ -232,19 +235,47 @@ def check_configs(rec: dict[str, Any]) -> dict[str, Any]:
         warns.append("original Hydra files not recorded: "
                      + str(original.get("absent") or "the head did not report them"))
     resolved = cfg.get("resolved") or {}
+    over = cfg.get("overrides") or {}
     if resolved.get("source") == "hydra-output":
         passes.append(f"resolved: RLinf's own Hydra output {resolved.get('dir')}")
     elif resolved.get("source") == "rlark-composition" and resolved.get("data") is not None:
-        warns.append("resolved config is RLark's own composition (RLinf wrote no Hydra output "
-                     "directory: hydra.output_subdir is null or the run script composed itself)")
+        doubts = _composition_doubts(resolved, over)
+        warns += doubts
+        if not doubts:
+            n = len(original.get("files") or [])
+            passes.append(f"resolved: RLark's composition of {rec['rlinf'].get('configName')} from "
+                          f"the {n} Hydra file(s) the head saw (same sha256), with the overrides "
+                          f"the run script passes ({' '.join(over.get('runScript') or []) or 'none'}); "
+                          "RLinf wrote no Hydra output directory of its own")
     else:
         warns.append("no resolved config: " + str(resolved.get("error") or resolved.get("note")
                                                    or "RLinf wrote none and RLark could not compose it"))
-    over = cfg.get("overrides") or {}
     for o in over.get("notInRunScript") or []:
         warns.append(f"override {o} (spec.rlinf.overrides) is not in the run script")
     passes.append(f"overrides: spec {over.get('spec') or []}, run script {over.get('runScript') or []}")
     return _check("configs", [], warns, passes)
+
+
+def _composition_doubts(resolved: dict[str, Any], over: dict[str, Any]) -> list[str]:
+    """Why RLark's composition of the config may not be what the Run composed: the Hydra files
+    changed since the head saw them (or could not be compared), or the run script passes
+    overrides that ``spec.rlinf.overrides`` (what RLark composes with) does not list."""
+    out = []
+    same = resolved.get("sameInputs") or {}
+    if same.get("same") is False:
+        out.append("resolved config is RLark's composition from Hydra files that differ from those "
+                   f"the head saw when the Run started ({', '.join(same.get('differ') or [])}): "
+                   "it may not be what ran")
+    elif same.get("same") is not True:
+        out.append("resolved config is RLark's composition, not compared with the Hydra files the "
+                   f"head saw: {same.get('why') or 'no comparison recorded'}")
+    spec = over.get("spec") or []
+    missing = [o for o in over.get("runScript") or [] if o not in spec]
+    if missing:
+        out.append(f"the run script passes override(s) {' '.join(missing)} that "
+                   "spec.rlinf.overrides does not list, so RLark's composition lacks them: list "
+                   "them in spec.rlinf.overrides")
+    return out
 
 
 def check_locations(rec: dict[str, Any]) -> dict[str, Any]:
@@ -295,8 +326,22 @@ def _memory_bytes(value: Any) -> int | None:
         return None
 
 
+def _cpus(value: Any) -> float | None:
+    try:
+        from rlark.preflight import parse_cpu
+
+        return float(parse_cpu(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
 def check_resources(rec: dict[str, Any]) -> dict[str, Any]:
+    """What each Worker saw (CPUs it may run on, memory, GPUs) and what Ray counts on its node
+    (the head's node table), against what its role asked: fail for less of either; the evidence
+    shows all three, bytes in binary units."""
     import math
+
+    from rlark.record import human_bytes
 
     fails, warns, passes = [], [], []
     for w in _workers(rec):
@@ -305,34 +350,54 @@ def check_resources(rec: dict[str, Any]) -> dict[str, Any]:
         if not (w.get("facts") or {}).get("python"):
             warns.append(f"{_who(w)} reported nothing it saw")
             continue
+        who, role = _who(w), w.get("role")
         gpu = int(asked.get("gpu") or 0)
         if seen.get("gpus") is not None and seen["gpus"] < gpu:
-            fails.append(f"{_who(w)} saw {seen['gpus']} GPUs, role {w.get('role')} asked for {gpu}")
-        cpu = asked.get("cpu")
-        try:
-            from rlark.preflight import parse_cpu
-
-            want = math.ceil(parse_cpu(cpu)) if cpu is not None else None
-        except ValueError:
-            want = None
-        if want is not None and seen.get("cpus") is not None and seen["cpus"] < want:
-            fails.append(f"{_who(w)} may run on {seen['cpus']} CPUs, role {w.get('role')} asked "
-                         f"for {cpu}")
+            fails.append(f"{who} saw {seen['gpus']} GPUs, role {role} asked for {gpu}")
+        cpu = _cpus(asked.get("cpu"))
+        if cpu is not None and seen.get("cpus") is not None and seen["cpus"] < math.ceil(cpu):
+            fails.append(f"{who} may run on {seen['cpus']} CPUs, role {role} asked for "
+                         f"{asked.get('cpu')}")
         mem = _memory_bytes(asked.get("memory"))
         if mem is not None and seen.get("memoryBytes") is not None and seen["memoryBytes"] < mem:
-            fails.append(f"{_who(w)} saw {seen['memoryBytes']} bytes of memory, role "
-                         f"{w.get('role')} asked for {asked.get('memory')}")
-        ray = seen.get("ray")
-        for name, amount in (asked.get("devices") or {}).items():
-            if isinstance(ray, dict) and float(ray.get(name, 0)) < float(amount):
-                fails.append(f"{_who(w)}: Ray counts {ray.get(name, 0):g} {name}, role "
-                             f"{w.get('role')} asked for {amount}")
-        if isinstance(ray, dict) and gpu and float(ray.get("GPU", 0)) < gpu:
-            fails.append(f"{_who(w)}: Ray counts {ray.get('GPU', 0):g} GPUs, role asked for {gpu}")
-        passes.append(f"{_who(w)}: {seen.get('cpus')} CPUs, {seen.get('gpus')} GPUs"
-                      + (f" ({', '.join(seen.get('gpuModels') or [])})" if seen.get("gpuModels") else "")
-                      + (f", {seen['memoryBytes']} bytes" if seen.get("memoryBytes") else ""))
+            fails.append(f"{who} saw {human_bytes(seen['memoryBytes'])} of memory, role {role} "
+                         f"asked for {asked.get('memory')}")
+        ray = seen.get("ray") if isinstance(seen.get("ray"), dict) else None
+        if ray is not None:
+            if cpu is not None and float(ray.get("CPU", 0)) < cpu:
+                fails.append(f"{who}: Ray counts {float(ray.get('CPU', 0)):g} CPUs, role {role} "
+                             f"asked for {asked.get('cpu')}")
+            if mem is not None and "memory" in ray and float(ray["memory"]) < mem:
+                fails.append(f"{who}: Ray counts {human_bytes(ray['memory'])} of memory, role "
+                             f"{role} asked for {asked.get('memory')}")
+            for name, amount in (asked.get("devices") or {}).items():
+                if float(ray.get(name, 0)) < float(amount):
+                    fails.append(f"{who}: Ray counts {float(ray.get(name, 0)):g} {name}, role "
+                                 f"{role} asked for {amount}")
+            if gpu and float(ray.get("GPU", 0)) < gpu:
+                fails.append(f"{who}: Ray counts {float(ray.get('GPU', 0)):g} GPUs, role asked "
+                             f"for {gpu}")
+        passes.append(f"{who}: asked {_amounts(asked.get('cpu'), mem, gpu)}; "
+                      + (f"Ray counts {_amounts(ray.get('CPU'), ray.get('memory'), ray.get('GPU', 0))}; "
+                         if ray is not None else "")
+                      + f"sees {_amounts(seen.get('cpus'), seen.get('memoryBytes'), seen.get('gpus'))}"
+                      + (f" ({', '.join(seen.get('gpuModels') or [])})" if seen.get("gpuModels") else ""))
     return _check("resources", fails, warns, passes)
+
+
+def _amounts(cpus: Any, memory: Any, gpus: Any) -> str:
+    """``"1 CPU, 3 GiB memory, 0 GPUs"`` (a part that is None is left out)."""
+    from rlark.record import human_bytes
+
+    parts = []
+    if cpus is not None:
+        n = _cpus(cpus)
+        parts.append(f"{cpus if n is None else f'{n:g}'} CPU{'' if n == 1 else 's'}")
+    if memory is not None:
+        parts.append(f"{human_bytes(memory)} memory")
+    if gpus is not None:
+        parts.append(f"{float(gpus):g} GPU{'' if float(gpus) == 1 else 's'}")
+    return ", ".join(parts) or "nothing"
 
 
 def check_node_grouping(rec: dict[str, Any]) -> dict[str, Any]:
@@ -439,6 +504,9 @@ def check_logs(rec: dict[str, Any], probes: dict[str, Any] | None) -> dict[str, 
 
 
 def check_outputs(rec: dict[str, Any], probes: dict[str, Any] | None) -> dict[str, Any]:
+    """Each output and checkpoint location, where the server looked for it after the Run
+    (``probes["outputs"][path]``: ``exists``, ``readable``, ``entries``, and ``at``: where that
+    path of the Workers' view lies on the server's machine, ``why`` when it could not be read)."""
     from rlark.rlinf_config.locations import WRITTEN_KINDS
 
     fails, warns, passes = [], [], []
@@ -449,15 +517,18 @@ def check_outputs(rec: dict[str, Any], probes: dict[str, Any] | None) -> dict[st
     for loc in written:
         path = loc.get("path")
         got = looked.get(path) if path else None
+        at = f" (on this machine: {got['at']})" if got and got.get("at") and got["at"] != path else ""
         if got is None:
             warns.append(f"{loc['kind']} path {path or loc.get('value')} ({loc['key']}): "
                          "not readable from the server, not verified")
         elif not got.get("exists"):
-            fails.append(f"{loc['kind']} path {path} ({loc['key']}) does not exist after the Run")
+            fails.append(f"{loc['kind']} path {path} ({loc['key']}) does not exist after the Run"
+                         + (f": {got['why']}" if got.get("why") else at))
         elif not got.get("readable"):
-            fails.append(f"{loc['kind']} path {path} ({loc['key']}) cannot be read")
+            fails.append(f"{loc['kind']} path {path} ({loc['key']}) cannot be read"
+                         + (f": {got['why']}" if got.get("why") else at))
         else:
-            passes.append(f"{loc['kind']} path {path}: readable, {got.get('entries')} entries")
+            passes.append(f"{loc['kind']} path {path}: readable, {got.get('entries')} entries{at}")
     return _check("outputs-readable", fails, warns, passes)
 
 

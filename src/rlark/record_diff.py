@@ -1,27 +1,73 @@
 """What changed between two runs: their records compared key by key (pure).
 
-:func:`comparable` flattens a record (version 1 or 2) into ``{section: {key: value}}`` with only
-what says how a run was made and how it ended: code, versions, images, config keys, Workers and
-their resources, result. Times, uids, process ids, log paths and other per-run bookkeeping are
-left out, so two runs of the same spec that differ in one override show exactly that override
-and the config key it changed. :func:`diff_records` lists the differences.
+:func:`comparable` flattens a record (version 1 or 2) into ``{section: {key: value}}``. First
+what the user wrote, section ``spec``: the Job's spec snapshot as the Run got it (images,
+resources, env names with plain values, secret references by secret name and key (values
+never: a record holds none), prepare and run scripts, mounts, RLinf config and overrides,
+failure policy), keyed like the document with list items of a name by that name
+(``spec.roles[head].env[MODE].value``). Then what RLark observed: ``code``, ``versions``,
+``images`` (digests), ``config`` (each original file's hash, the resolved config's source and
+every key of it, dotted), ``workers``, ``resources`` (seen, and what Ray counts), ``result``
+(with each check's status).
+
+What differs from run to run by nature is left out, so that a spec change shows as that change
+and what it caused, nothing else: addresses and identities (IPs, Ray's ``node:<ip>`` resources,
+Ray node ids, pids, uids, the Workers' own directories), times and log paths.
+
+Values are JSON scalars or lists of them, never mappings; each change also carries ``display``:
+the two values as people read them (bytes in binary units, lists joined, a multi-line text
+reduced to its differing lines).
 """
 
 from __future__ import annotations
 
-import json
+import ipaddress
 from typing import Any
 
-#: the sections of a comparison, in the order tables show them
-SECTIONS = ("code", "versions", "images", "config", "workers", "resources", "result")
+from rlark.record import human_bytes
+
+#: what the user wrote
+SPEC_SECTIONS = ("spec",)
+#: what RLark observed, in the order tables show them
+OBSERVED_SECTIONS = ("code", "versions", "images", "config", "workers", "resources", "result")
+#: every section, in the order a comparison lists them: the cause first, then its effects
+SECTIONS = SPEC_SECTIONS + OBSERVED_SECTIONS
+
+#: keys whose values are byte counts (shown in binary units): their last dotted part
+BYTE_KEYS = ("memoryBytes", "objectStoreBytes", "memory", "object_store_memory")
 
 
 def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:
-    if isinstance(value, dict) and value:
+    """Flatten mappings to dotted keys and lists of named mappings to ``key[name]``; a list of
+    scalars stays a value, other lists are indexed. Empty mappings and lists, and None, are
+    left out (absent and empty compare equal)."""
+    if isinstance(value, dict):
         for k in sorted(value, key=str):
             _flat(value[k], f"{prefix}.{k}" if prefix else str(k), out)
-    else:
+    elif isinstance(value, list):
+        if not value:
+            return
+        names = [v.get("name") for v in value if isinstance(v, dict)]
+        if len(names) == len(value) and all(isinstance(n, str) for n in names) \
+                and len(set(names)) == len(names):
+            for v in value:
+                _flat({k: x for k, x in v.items() if k != "name"} or {"name": v["name"]},
+                      f"{prefix}[{v['name']}]", out)
+        elif all(not isinstance(v, (dict, list)) for v in value):
+            out[prefix] = list(value)
+        else:
+            for i, v in enumerate(value):
+                _flat(v, f"{prefix}[{i}]", out)
+    elif value is not None:
         out[prefix] = value
+
+
+def _spec(rec: dict[str, Any]) -> dict[str, Any]:
+    doc = rec.get("spec") or {}
+    out: dict[str, Any] = {}
+    _flat(doc.get("spec") or {}, "spec", out)
+    _flat((doc.get("metadata") or {}).get("labels") or {}, "metadata.labels", out)
+    return out
 
 
 def _versions(rec: dict[str, Any]) -> dict[str, Any]:
@@ -47,10 +93,6 @@ def _code(rec: dict[str, Any]) -> dict[str, Any]:
 
 def _config(rec: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    rlinf = rec.get("rlinf") or {}
-    out["spec.rlinf.configDir"] = rlinf.get("configDir")
-    out["spec.rlinf.configName"] = rlinf.get("configName")
-    out["spec.rlinf.overrides"] = json.dumps(rlinf.get("overrides") or [])
     configs = rec.get("configs") or {}
     for f in (configs.get("original") or {}).get("files") or []:
         out[f"file:{f.get('path')}"] = (f.get("sha256") or "")[:12] or None
@@ -59,10 +101,20 @@ def _config(rec: dict[str, Any]) -> dict[str, Any]:
         out["resolved.source"] = resolved.get("source")
     data = resolved.get("data")
     if isinstance(data, dict):
-        flat: dict[str, Any] = {}
-        _flat(data, "", flat)
-        out.update(flat)
+        _flat(data, "", out)
     return out
+
+
+def per_run_resource(name: str) -> bool:
+    """Ray's ``node:<address>`` resource (one per node, named after its IP): an address, not a
+    resource the run was given."""
+    if not name.startswith("node:"):
+        return False
+    try:
+        ipaddress.ip_address(name[5:])
+    except ValueError:
+        return False
+    return True
 
 
 def _workers(rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -75,32 +127,38 @@ def _workers(rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         workers[f"{r}.host"] = w.get("host")
         workers[f"{r}.phase"] = w.get("phase")
         workers[f"{r}.exitCode"] = w.get("exitCode")
-        res = w.get("resources") or {}
-        for side in ("asked", "seen"):
-            for k, v in sorted((res.get(side) or {}).items()):
-                if k in ("deviceFiles",):
-                    continue
-                resources[f"{r}.{side}.{k}"] = json.dumps(v, sort_keys=True) \
-                    if isinstance(v, (dict, list)) else v
-        if not res:  # version 1: what the Worker told ray start
-            for k, v in sorted((w.get("rayNode") or {}).items()):
-                resources[f"{r}.rayNode.{k}"] = json.dumps(v) if isinstance(v, list) else v
+        # what was asked is the spec's (section spec); here what the Worker saw and Ray counts
+        seen = dict(((w.get("resources") or {}).get("seen") or {}))
+        seen.pop("deviceFiles", None)
+        ray = seen.pop("ray", None)
+        _flat(seen, f"{r}.seen", resources)
+        if isinstance(ray, dict):
+            _flat({k: v for k, v in ray.items() if not per_run_resource(str(k))},
+                  f"{r}.ray", resources)
+        if not w.get("resources"):  # version 1: what the Worker told ray start
+            _flat({k: v for k, v in (w.get("rayNode") or {}).items() if k != "workerPorts"},
+                  f"{r}.rayNode", resources)
     return workers, resources
 
 
 def comparable(rec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The parts of a record (version 1 or 2) that say how its run was made and ended, as
-    ``{section: {key: value}}`` (:data:`SECTIONS`); values are JSON scalars."""
+    ``{section: {key: value}}`` (:data:`SECTIONS`); values are JSON scalars or lists of them."""
     workers, resources = _workers(rec)
     result = rec.get("result") or {}
     checks = {f"check.{c.get('id')}": c.get("status")
               for c in (rec.get("checks") or {}).get("items") or []}
-    digests = {f"{role}.digests": ", ".join(sorted(ds))
+    digests = {f"{role}.digests": sorted(ds)
                for role, ds in (rec.get("imageDigests") or {}).items()}
+    spec = _spec(rec)
+    # a version 1 record without a spec snapshot: its image references are all it says
+    images = digests if spec else {**{str(k): v for k, v in (rec.get("images") or {}).items()},
+                                   **digests}
     return {
+        "spec": spec,
         "code": _code(rec),
         "versions": _versions(rec),
-        "images": {**{str(k): v for k, v in (rec.get("images") or {}).items()}, **digests},
+        "images": images,
         "config": _config(rec),
         "workers": workers,
         "resources": resources,
@@ -109,10 +167,47 @@ def comparable(rec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+def _lines_that_differ(text: str, other: str) -> str:
+    """The lines of ``text`` that ``other`` does not have at that place, each with its line
+    number (``"3: python train.py x=1"``), ``…`` between runs of them; ``(no line the other
+    lacks)`` when ``other`` only adds lines."""
+    import difflib
+
+    mine, theirs = text.splitlines(), other.splitlines()
+    parts = ["\n".join(f"{n + 1}: {mine[n]}" for n in range(i1, i2))
+             for tag, i1, i2, _j1, _j2 in difflib.SequenceMatcher(
+                 a=mine, b=theirs, autojunk=False).get_opcodes()
+             if tag != "equal" and i2 > i1]
+    return "\n…\n".join(parts) or "(no line the other lacks)"
+
+
+def display(key: str, value: Any, other: Any = None) -> str:
+    """``value`` as a comparison table shows it: ``-`` for absent, bytes in binary units for
+    :data:`BYTE_KEYS`, lists joined with ``, ``, ``""`` for an empty text, and a text where
+    either side has several lines reduced to the lines ``other`` (the other side's value)
+    does not have."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ", ".join(display(key, v) for v in value) or "(none)"
+    if key.rsplit(".", 1)[-1] in BYTE_KEYS and isinstance(value, (int, float)):
+        return human_bytes(value)
+    if isinstance(value, str):
+        if value == "":
+            return '""'
+        if isinstance(other, str) and ("\n" in value.strip() or "\n" in other.strip()):
+            return _lines_that_differ(value, other)
+    return str(value)
+
+
 def diff_records(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """The differences between records ``a`` and ``b``: ``{"a": {"job", "run", "recordVersion"},
-    "b": {...}, "changes": [{"section", "key", "a", "b"}], "same": bool}``; a key only one side
-    has shows None on the other. Pure."""
+    """The differences between records ``a`` and ``b``: ``{"a": {"job", "run",
+    "recordVersion", "provisional"}, "b": {...}, "changes": [{"section", "key", "a", "b",
+    "display": {"a", "b"}}], "same": bool}``, the ``spec`` section's changes first; a key
+    only one side has shows None on the other. ``provisional``: that side's record is not final
+    yet (its Run's Workers had not all ended), so its observations may still change. Pure."""
     ca, cb = comparable(a), comparable(b)
     changes = []
     for section in SECTIONS:
@@ -120,9 +215,11 @@ def diff_records(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         for key in sorted(set(left) | set(right)):
             va, vb = left.get(key), right.get(key)
             if va != vb:
-                changes.append({"section": section, "key": key, "a": va, "b": vb})
+                changes.append({"section": section, "key": key, "a": va, "b": vb,
+                                "display": {"a": display(key, va, vb), "b": display(key, vb, va)}})
 
     def ident(r: dict[str, Any]) -> dict[str, Any]:
-        return {"job": r.get("job"), "run": r.get("run"), "recordVersion": r.get("recordVersion", 1)}
+        return {"job": r.get("job"), "run": r.get("run"), "recordVersion": r.get("recordVersion", 1),
+                "provisional": bool(r.get("provisional"))}
 
     return {"a": ident(a), "b": ident(b), "changes": changes, "same": not changes}

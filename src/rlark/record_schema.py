@@ -118,6 +118,12 @@ class Resolved(_Open):
     source: Literal["hydra-output", "rlark-composition", "absent"]
     data: dict[str, Any] | None = None
     overrides: list[Any] | None = None
+    inputs: dict[str, Any] | None = Field(
+        default=None, description="rlark-composition: the sha256 of each Hydra file RLark "
+        "composed from, `{files: {path: sha256}, cut}`")
+    sameInputs: dict[str, Any] | None = Field(
+        default=None, description="rlark-composition: whether those are the files the head saw "
+        "when the Run started, `{same: true|false|null, differ?: [path], why?}`")
 
 
 class Configs(_Open):
@@ -145,7 +151,9 @@ class Check(_Open):
 
 
 class Checks(_Open):
-    status: Literal["pass", "warn", "fail"]
+    status: Literal["pass", "warn", "fail", "provisional"] = Field(
+        description="the worst item's status; `provisional` while the record is (the items are "
+                    "what it shows so far)")
     items: list[Check]
 
 
@@ -174,6 +182,10 @@ class RecordV1(_Open):
 
 class RecordV2(_Open):
     recordVersion: Literal[2]
+    provisional: bool = Field(
+        default=False, description="true while the Run's Workers have not all ended: the record "
+        "is built afresh on each read and its checks are not final; false once stored")
+    provisionalReason: str | None = None
     job: str
     run: int
     runUid: str

@@ -22,10 +22,12 @@ RunRef = Query(min_length=1, max_length=80, description="JOB (its current Run) o
 @router.get("/diff", summary="What changed between two runs of the project")
 def diff(jobs: Service, access: Reader, a: Annotated[str, RunRef],
          b: Annotated[str, RunRef]) -> dict:
-    """Code, versions, images, config keys, Workers and resources, and result of two runs
-    (``rlark record diff A B``): ``{"a", "b", "changes": [{"section", "key", "a", "b"}],
-    "same"}``. 422 for a reference that is not ``JOB`` or ``JOB:RUN``; 404 for a Job or Run the
-    project does not have."""
+    """What the spec changed (section ``spec``), then what RLark observed (code, versions,
+    image digests, config keys, Workers, resources, result) between two runs (``rlark record
+    diff A B``; addresses, node ids, pids, uids, times and log paths are not compared):
+    ``{"a": {"job", "run", "recordVersion", "provisional"}, "b": {...}, "changes": [{"section",
+    "key", "a", "b", "display": {"a", "b"}}], "same"}`` (docs/record.md). 422 for a reference
+    that is not ``JOB`` or ``JOB:RUN``; 404 for a Job or Run the project does not have."""
     return diff_runs(jobs, a, b, access.project)
 
 
