@@ -219,3 +219,32 @@ def test_workers_as_the_servers_own_user_only_while_it_serves_one_user(tmp_path)
         assert "serves more than one user" in end["message"]
     finally:
         srv.stop()
+
+
+def test_nothing_a_job_sets_reaches_a_process_of_root(server, tmp_path):
+    """A role's env (PATH, LD_PRELOAD...) is the workload's alone: the keeper (root) and
+    `unshare` start from an environment of their own, and `unshare` is run by its absolute
+    path (found by an attack pass: a PATH naming a directory with a fake `unshare` ran it as
+    root in the host's mount namespace)."""
+    import tempfile
+    from pathlib import Path
+
+    trap = Path(tempfile.mkdtemp(prefix="rlark-trap-", dir="/tmp"))
+    try:
+        trap.chmod(0o1777)
+        marker = trap / "ran-as-root"
+        for name in ("unshare", "python3", "sh", "bash"):
+            fake = trap / name
+            fake.write_text(f"#!/bin/sh\necho \"$(id -u) $0\" >> {marker}\nexec /usr/bin/{name} \"$@\"\n")
+            fake.chmod(0o755)
+        server.submit(job("pathjack", "echo ok", env={"PATH": f"{trap}:/usr/bin:/bin",
+                                                       "LD_PRELOAD": str(trap / "nothing.so")}))
+        end = server.wait_phase("pathjack", {"Succeeded", "Failed"}, timeout=240)
+        lines = marker.read_text().splitlines() if marker.exists() else []
+        # the workload's own shells may use its PATH; no process of root ever did
+        assert not [ln for ln in lines if ln.startswith("0 ")], lines
+        assert end["phase"] == "Succeeded", end["message"]
+    finally:
+        import shutil
+
+        shutil.rmtree(trap, ignore_errors=True)

@@ -146,6 +146,10 @@ STANDIN = textwrap.dedent("""
         for i in range(5000):
             report(event="warning", reason="Flood", message=str(i))
         sys.exit(0)
+    if plan == "factsflood":
+        for i in range(20):
+            report(event="facts", **{f"k{i}": "x" * 1000000})
+        sys.exit(0)
     if plan == "forge":
         report(event="run_finished", exit_code=0)
         report(event="exit", code=0)
@@ -282,3 +286,59 @@ def test_the_keeper_cannot_be_read_by_its_own_uids_other_processes(tmp_path):
         import shutil
 
         shutil.rmtree(where, ignore_errors=True)
+
+
+def test_the_keeper_reaches_paths_without_following_links(tmp_path):
+    """Mount sources and targets are reached component by component, a link nowhere on the way
+    (a Worker of an earlier Run could have planted one where root would mount or make a
+    directory: the attack pass's chown and mkdir as root)."""
+    from rlark.bootstrap.keeper import SandboxError, open_nofollow
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    fd = open_nofollow(str(tmp_path / "real"))
+    os.close(fd)
+    for bad in (tmp_path / "link", tmp_path / "link" / "below"):
+        with pytest.raises(SandboxError, match="symbolic link"):
+            open_nofollow(str(bad), create=True)
+    assert not (tmp_path / "real" / "below").exists()  # nothing made through the link
+    fd = open_nofollow(str(tmp_path / "made" / "deep"), create=True)
+    os.close(fd)
+    assert (tmp_path / "made" / "deep").is_dir()
+    with pytest.raises(SandboxError, match="does not exist"):
+        open_nofollow(str(tmp_path / "missing"))
+    with pytest.raises(SandboxError, match=r"'\.\.'"):
+        open_nofollow(str(tmp_path) + "/../x", create=True)
+
+
+def test_root_makes_and_gives_a_workers_directory_but_never_through_a_link(tmp_path):
+    from rlark.runtimes.base import LaunchRefused
+    from rlark.runtimes.local import make_dir
+
+    target = tmp_path / "outside"
+    target.mkdir(mode=0o755)
+    (tmp_path / "planted").symlink_to(target)
+    with pytest.raises(LaunchRefused, match="not a directory RLark made"):
+        make_dir(str(tmp_path / "planted"), 65534, 0o700)
+    assert target.stat().st_uid == os.geteuid()  # not given away
+    make_dir(str(tmp_path / "fresh"), 65534, 0o700)
+    st = (tmp_path / "fresh").stat()
+    assert (st.st_uid, oct(st.st_mode & 0o777)) == (65534 if os.geteuid() == 0 else st.st_uid, "0o700")
+
+
+@pytest.mark.parametrize("sep", [b"\r", b"\x0b", b"\x0c", b"\x1c", b"\xc2\x85"])
+def test_a_lookalike_after_a_carriage_return_is_no_lifecycle_line(sep):
+    """Lines end at a newline alone, for the keeper and for every reader: the attack pass made
+    ``printf 'x\\rRLARK_EVENT {...run_finished 0}'`` a Succeeded Run when the reader cut lines
+    at carriage returns too."""
+    chan, out = channel()
+    chan.relay(b"x" + sep + EVENT_PREFIX + b'{"ts": 1, "event": "run_finished", "exit_code": 0}\n')
+    assert events_of(out) == []
+
+
+def test_a_flood_of_facts_is_bounded(tmp_path):
+    code, out = run_keeper(tmp_path, "factsflood", head=False)
+    facts = [e for e in events_of(out) if e["event"] == "facts"]
+    assert code == 0 and 0 < len(facts) <= keeper.MAX_FACTS_BYTES // 1000000
+    assert any(e.get("reason") == "ReportsDropped" and "bytes of facts" in e["message"]
+               for e in events_of(out))

@@ -73,3 +73,28 @@ def test_lines_are_typed_and_warnings_bounded(rlark, k8s_testbed, k8s_namespace,
     assert len(dropped) == 1 and "not well formed" in dropped[0]["message"]
     job = r.job("ppo")
     assert job["phase"] == "Running"  # neither malformed line ended anything
+
+
+def test_a_workers_facts_are_bounded_where_the_channel_is_not_the_keepers(
+        rlark, k8s_testbed, k8s_namespace, tmp_path):  # noqa: F811
+    """The attack pass's flood: 1 MiB facts lines with new keys, past the keeper's bound (a
+    channel the workload reached). The Worker's row keeps at most 8 MiB, and says so once."""
+    from rlark.controller.loop import Controller
+
+    r, workers = running(rlark, k8s_testbed, k8s_namespace, tmp_path, protected=False)
+    pool = workers.logs["ppo-pool-0"]
+    for i in range(16):  # each line under 1 MiB (longer ones are no lifecycle lines at all)
+        pool.event(None, "facts", **{f"flood{i}": "x" * 600_000})
+
+    def dropped():
+        return [e for e in events_of(r, "ppo") if e["reason"] == "ReportsDropped"
+                and "facts" in e["message"]]
+    assert len(wait_for("the facts to be bounded", dropped, 60)) == 1
+    with r.store.session() as s:
+        from sqlalchemy import select
+
+        from rlark.store import WorkerRow
+        facts = s.scalar(select(WorkerRow.facts).where(WorkerRow.name == "ppo-pool-0"))
+    import json
+    assert len(json.dumps(facts)) <= Controller.MAX_FACTS_BYTES
+    assert sum(1 for k in facts if k.startswith("flood")) < 16

@@ -317,8 +317,8 @@ def test_the_default_parent_is_below_the_servers_own_cgroup():
 
 def test_command_lines_of_each_kind():
     assert iso.namespace_argv(Mode.pid_namespace) == [
-        "unshare", "--pid", "--fork", "--mount-proc", "--ipc", "--kill-child=SIGTERM"]
-    assert iso.namespace_argv(Mode.user_namespace)[:2] == ["unshare", "--map-current-user"]
+        iso.unshare_path(), "--pid", "--fork", "--mount-proc", "--ipc", "--kill-child=SIGTERM"]
+    assert iso.namespace_argv(Mode.user_namespace)[:2] == [iso.unshare_path(), "--map-current-user"]
     argv = iso.join_cgroup_argv("/cg/x/cgroup.procs", ["/venv/bin/python", "worker.py"])
     assert argv[:2] == ["/bin/sh", "-c"] and argv[3:] == ["/cg/x/cgroup.procs", "/venv/bin/python", "worker.py"]
     assert iso.cgroup_of_handle(iso.handle_of("/cg/x")) == "/cg/x"

@@ -81,3 +81,25 @@ def test_submit_refuses_a_missing_interpreter_and_keeps_warnings(rlark_home):
     assert svc.list()["total"] == 0
     created = svc.create(base % ("sel", "nodeSelector: {gpu: h100}"))
     assert [f["code"] for f in created["findings"]] == ["NodeSelectorIgnoredLocally"]
+
+
+def test_a_path_workers_may_not_see_is_never_said_to_exist_or_not(rlark_home, tmp_path):
+    """Preflight runs as the server (root): whether a path below a directory others may not
+    enter exists must not show in its answer, or a member maps other projects' Jobs (their log
+    directories) and /root through submit (found by an attack pass). The Workers' own rule says
+    why the path cannot be given instead."""
+    from rlark.runtimes.local import LocalRuntime
+    from rlark.runtimes.local_identity import DEFAULT_RANGE, Identity, UidRange
+
+    rt = LocalRuntime(identity=Identity("uid", uids=UidRange(*DEFAULT_RANGE)), read_paths=[])
+    (rlark_home / "logs" / "other-project" / "their-job").mkdir(parents=True)
+    answers = []
+    for name in ("their-job", "no-such-job"):
+        source = str(rlark_home / "logs" / "other-project" / name)
+        j = job({"mounts": [{"name": "m", "type": "hostPath", "source": source,
+                             "mountPath": "/data"}]})
+        found = check_for_local_runtime(j, reachable=rt.path_reachable) + rt.preflight(j)
+        codes = sorted(f.code for f in found)
+        answers.append((codes, [f.message.replace(name, "NAME") for f in found]))
+        assert "MountSourceMissing" not in codes and "NotReadableByWorkers" in codes
+    assert answers[0] == answers[1]  # the same answer, whether it exists or not

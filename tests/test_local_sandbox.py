@@ -25,7 +25,7 @@ FS = {
     "/root/rlark/examples": DIR | 0o755,
     "/work": DIR | 0o755, "/work/proj": DIR | 0o755, "/work/secret": DIR | 0o700,
     "/work/proj/train.py": FILE | 0o644, "/tmp": DIR | 0o1777, "/var": DIR | 0o755,
-    "/var/tmp": DIR | 0o1777, "/run": DIR | 0o755, "/opt": DIR | 0o711,
+    "/var/tmp": DIR | 0o1777, "/run": DIR | 0o755, "/run/lock": DIR | 0o1777, "/opt": DIR | 0o711,
     "/opt/hidden": DIR | 0o700, "/work/venv-ok": DIR | 0o755,
 }
 
@@ -60,24 +60,58 @@ def test_what_others_may_reach(path, blocked_by, readable):
     assert readable_by_others(path, fake_stat) is readable
 
 
+#: links of the table's machine: a Job's path through one is judged where it leads
+LINKS = {"/tmp/x/logs": "/root/.rlark/logs", "/work/proj/link": "/work/secret",
+         "/work/locks": "/tmp/rlark-locks"}
+
+
+def fake_realpath(path: str) -> str:
+    path = os.path.normpath(path)
+    for link, target in LINKS.items():
+        if path == link or path.startswith(link + "/"):
+            return target + path[len(link):]
+    return path
+
+
 @pytest.mark.parametrize("path, allowed, problem", [
     ("/work/proj", [], None),
     ("/root/rlark/examples", [], "/root (mode 0700"),
     ("/root/rlark/examples", ["/root/rlark"], None),
     ("/root/rlark/examples", ["/root/rl"], "/root (mode 0700"),  # a prefix of a name is no root
-    ("/root/.rlark", ["/root"], "inside the server's state directory"),
-    ("/root/.rlark/logs/default/x", ["/"], "inside the server's state directory"),
-    ("/root", ["/root"], "above the server's state directory"),
-    ("/", ["/"], "above the server's state directory"),
+    ("/root/.rlark", ["/root"], "leads into one of the RLark server's own directories"),
+    ("/root/.rlark/logs/default/x", ["/"], "leads into one of the RLark server's own directories"),
+    ("/root", ["/root"], "leads above one of the RLark server's own directories"),
+    ("/", ["/"], "leads above one of the RLark server's own directories"),
     ("/work/secret", [], "/work/secret (mode 0700"),
+    # a link a member made: judged where it leads, and the message does not say where
+    ("/tmp/x/logs/victim", ["/"], "leads into one of the RLark server's own directories"),
+    ("/work/proj/link", [], "/work/secret (mode 0700"),
+    ("/work/locks", [], "leads into one of the RLark server's own directories"),
 ])
 def test_what_may_be_given_to_a_worker(path, allowed, problem):
-    got = access_problem(path, "spec.workingDir", rlark_home=HOME, allowed=allowed, stat=fake_stat)
+    got = access_problem(path, "spec.workingDir", rlark_home=HOME, allowed=allowed, stat=fake_stat,
+                         realpath=fake_realpath, own=["/tmp/rlark-locks", "/run/rlark-stage"])
     if problem is None:
         assert got is None
     else:
         assert got is not None and problem in got and "spec.workingDir" in got
-        assert "--worker-read-path" in got or "state directory" in got
+        assert "--worker-read-path" in got or "own directories" in got
+        assert "/root/.rlark/logs" not in got or path.startswith("/root/.rlark")  # where a link leads
+
+
+@pytest.mark.parametrize("target, problem", [
+    ("/data", None), ("/data/models", None), ("/home/me/out", None), ("/tmp/scratch", None),
+    ("/etc/rlark-attack", "system's own directory /etc"), ("/", "system's own directory /"),
+    ("/var", "touches the system's own directory /var/run"), ("/proc/x", "/proc"),
+    ("/run/rlark-stage/b5/x", "system's own directory /run"),
+    ("/root/.rlark/logs/x", "system's own directory /root"), ("/srv/locks/x", "RLark server's own"),
+    ("/data/../etc", "'..'"), ("data", "not an absolute path"),
+])
+def test_where_a_worker_may_mount(target, problem):
+    from rlark.runtimes.local_sandbox import mount_target_problem
+
+    got = mount_target_problem(target, "mountPath", rlark_home="/srv/rlark", own=["/srv/locks"])
+    assert (got is None) if problem is None else (got is not None and problem in got), got
 
 
 def test_the_plan_hides_the_servers_state_and_binds_back_what_the_worker_needs():
@@ -94,6 +128,8 @@ def test_the_plan_hides_the_servers_state_and_binds_back_what_the_worker_needs()
     assert p["overlays"] == [{"lower": "/root/rlark/examples", "upper": DIRS.upper,
                               "work": DIRS.work, "target": "/root/rlark/examples"}]
     assert p["tmpfs"][0]["target"] == "/dev/shm" and p["tmpfs"][0]["size"] > 100
+    # the machine's other shared writable directories are the Worker's own, empty
+    assert [t["target"] for t in p["tmpfs"][1:]] == [d for d in ("/run/lock",) if d in FS]
     assert p["stage"] == "/run/rlark-stage"
 
 

@@ -4,6 +4,7 @@ addresses, the Worker command line) and the run record."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
@@ -405,7 +406,8 @@ def test_keeper_argv_plain_runs_the_servers_interpreter_isolated():
 def test_keeper_argv_pid_namespace():
     for mode in (Mode.pid_namespace, Mode.user_namespace):
         argv = keeper_argv(mode)
-        assert argv[0] == "unshare"
+        # by its absolute path: never looked up on a PATH a Job could set
+        assert os.path.isabs(argv[0]) and argv[0].endswith("/unshare")
         assert {"--pid", "--fork", "--mount-proc", "--ipc"} <= set(argv)
         assert any(a.startswith("--kill-child") for a in argv)
         assert argv[-4:] == [sys.executable, "-I", "-S", str(KEEPER_FILE)]

@@ -13,7 +13,7 @@ import math
 import os
 import re
 from decimal import Decimal
-from typing import Any, Iterator
+from typing import Callable, Any, Iterator
 
 from pydantic import ValidationError
 
@@ -812,16 +812,21 @@ def _local_ports(job: Job, host_cpus: int) -> Iterator[Finding]:
         )
 
 
-def check_for_local_runtime(job: Job, host: dict[str, float] | None = None) -> list[Finding]:
+def check_for_local_runtime(job: Job, host: dict[str, float] | None = None,
+                            reachable: Callable[[str], bool] | None = None) -> list[Finding]:
     """What the local runtime cannot honour: pvc and objectStorage mounts are not applied, a
     hostPath source must exist, and node selectors mean nothing (warnings); a role's
     ``local.python`` must exist here (error). Whether a hostPath mount is bound at its
-    ``mountPath`` depends on the Workers' identity: ``LocalRuntime.preflight`` says. ``host`` is the machine's capacity as
+    ``mountPath`` depends on the Workers' identity: ``LocalRuntime.preflight`` says.
+    ``reachable``: whether the Workers may see a path at all (``LocalRuntime.path_reachable``);
+    a path they may not is not said to exist or not (``NotReadableByWorkers`` says why instead),
+    so a Finding never tells what lies where others may not look. ``host`` is the machine's capacity as
     :func:`host_capacity` returns it (default: measured now)."""
     findings: list[Finding] = list(_host_capacity(job, host))
     findings.extend(_local_ports(job, int((host or {}).get("cpu") or os.cpu_count() or 1)))
+    seen = reachable or (lambda path: True)
     wd = job.spec.working_dir
-    if wd and os.path.isabs(wd) and not os.path.isdir(wd):
+    if wd and os.path.isabs(wd) and seen(wd) and not os.path.isdir(wd):
         findings.append(_err(
             "WorkingDirMissing", "spec.workingDir",
             f"spec.workingDir = {wd!r} is not a directory on this machine",
@@ -837,14 +842,14 @@ def check_for_local_runtime(job: Job, host: dict[str, float] | None = None) -> l
                     f"{path}: the local runtime cannot mount {mount.type} {mount.source!r}",
                     "use the Kubernetes runtime for pvc/objectStorage mounts, or a hostPath",
                 ))
-            elif not os.path.exists(mount.source):
+            elif seen(mount.source) and not os.path.exists(mount.source):
                 findings.append(_warn(
                     "MountSourceMissing", f"{path}.source",
                     f"{path}.source = {mount.source!r} does not exist on this machine",
                     "create it or fix the path",
                 ))
         python = role.local.python
-        if python and os.path.isabs(python):
+        if python and os.path.isabs(python) and seen(python):
             exe = os.path.join(python, "bin", "python") if os.path.isdir(python) else python
             if not os.access(exe, os.X_OK):
                 findings.append(_err(

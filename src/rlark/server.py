@@ -259,6 +259,9 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     if local_first is not None:
         local_first.serves_many = many_users(store, server_url, policy)
         log_identity(local_first.identity)
+        from rlark.rlinf_config.isolated import set_jail
+
+        set_jail(local_first.composer_jail)  # the composer reads what the Workers may
     service = JobService(store, controller.wake, runtime=runtime, inventory=inventory,
                          pending_timeout=pending,
                          namespace=k8s_first.namespace if k8s_first is not None else None,
@@ -267,7 +270,8 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
                                     "identity": local_first.identity.view()}
                          if local_first is not None else None,
                          quota_defaults=quota_defaults, pod_policy=pod_policy,
-                         runtime_checks=local_first.preflight if local_first is not None else None)
+                         runtime_checks=local_first.preflight if local_first is not None else None,
+                         path_reachable=local_first.path_reachable if local_first is not None else None)
     auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),
                        login_rate=os.environ.get("RLARK_LOGIN_RATE") or "10/5 minutes")
     if policy.auth:
@@ -421,6 +425,9 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
                          f"another program, holds it); nothing was changed. Give this server "
                          f"another port: rlark server --port {port + 1}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # what the server writes (its database, logs, tokens) is its own: no other user of the
+    # machine, no Worker, reads it, whatever mode a library would give it
+    os.umask(0o077)
     private_home()
     policy = security_policy(host, auth, allowed_hosts, cors_origins)
     if (tls_cert is None) != (tls_key is None):

@@ -48,6 +48,7 @@ import os
 import re
 import selectors
 import signal
+import stat as stat_module
 import subprocess
 import sys
 import time
@@ -80,6 +81,9 @@ REPORT_LIMITS = {
 REPORT_RATE, REPORT_BURST = 50.0, 500
 #: warnings one Worker may report in all (each becomes an Event the server keeps)
 MAX_WARNINGS = 20
+#: facts one Worker may report in all, in bytes (the bootstrap's own come to well under 1 MiB:
+#: package lists, a capped diff, capped Hydra files); the server keeps them in its database
+MAX_FACTS_BYTES = 8 * 1024 * 1024
 #: seconds between the keeper's ``alive`` lines: the server's sign that the Worker is not frozen
 #: (a stopped process answers nothing; its lines stop). Each says which of the workload's own
 #: processes are stopped (``T`` in /proc/<pid>/stat), if any.
@@ -274,7 +278,7 @@ class Lines:
 
 # --- protecting the keeper and building the sandbox (thin: system calls) ------------------------
 
-PR_SET_DUMPABLE = 4  # prctl(2)
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38  # prctl(2)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32  # mount(2)
 MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 4096, 8192, 16384, 1 << 18
 MNT_DETACH = 2  # umount2(2)
@@ -286,6 +290,18 @@ def make_undumpable() -> str:
     done, else why not."""
     try:
         if _c().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            return os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as exc:
+        return f"prctl is not available: {exc}"
+    return ""
+
+
+def set_no_new_privs() -> str:
+    """``prctl(PR_SET_NO_NEW_PRIVS, 1)``: nothing the keeper starts gains privileges by running a
+    set-user-ID program (prctl(2)); a Pod's ``allowPrivilegeEscalation: false`` is the same.
+    Returns "" when done, else why not."""
+    try:
+        if _c().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             return os.strerror(ctypes.get_errno())
     except (OSError, AttributeError) as exc:
         return f"prctl is not available: {exc}"
@@ -314,16 +330,57 @@ def _makedirs(path: str) -> None:
         raise SandboxError(f"cannot create the mount point {path}: {exc.strerror}") from None
 
 
+def open_nofollow(path: str, create: bool = False) -> int:
+    """An ``O_PATH`` descriptor of the absolute ``path``, reached component by component
+    without following a single symbolic link (a link anywhere on the way is refused: a path a
+    Job names, or one in a directory a Worker may write, must not lead root elsewhere than it
+    was checked to). ``create``: missing directories on the way are made (mode 0755, root's).
+    Mounting on ``/proc/self/fd/<fd>`` then acts on exactly what was reached.
+
+    Raises:
+        SandboxError: a link on the way, a part missing (without ``create``), or a system error.
+    """
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        for part in [p for p in path.split("/") if p]:
+            if part == "..":
+                raise SandboxError(f"{path}: has a '..' part")
+            try:
+                nfd = os.open(part, os.O_PATH | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise SandboxError(f"{path}: {part} does not exist") from None
+                os.mkdir(part, 0o755, dir_fd=fd)
+                nfd = os.open(part, os.O_PATH | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+            if stat_module.S_ISLNK(os.fstat(fd).st_mode):
+                raise SandboxError(f"{path}: {part} is a symbolic link; RLark follows none here")
+        return fd
+    except OSError as exc:
+        os.close(fd)
+        raise SandboxError(f"{path}: {exc.strerror or exc}") from None
+    except SandboxError:
+        os.close(fd)
+        raise
+
+
+def _at(fd: int) -> str:
+    return f"/proc/self/fd/{fd}"
+
+
 def apply_sandbox(plan: dict, host_mntns: str | None) -> None:
     """Build the Worker's view of the file system in its own mount namespace (root only).
 
-    ``plan`` (made by ``rlark.runtimes.local.sandbox.plan``): ``stage`` (an empty directory
+    ``plan`` (made by ``rlark.runtimes.local_sandbox.plan``): ``stage`` (an empty directory
     outside every hidden one), ``binds`` (``{source, target, readonly}``), ``overlays``
     (``{lower, upper, work, target}``: a copy-on-write view of ``lower``), ``hide`` (directories
     covered with an empty read-only-for-others tmpfs, so nothing below them is reachable but
-    what the plan binds back) and ``tmpfs`` (``{target, size, mode}``). Sources are mounted
-    under ``stage`` first (they may lie below a hidden directory), then the hidden directories
-    are covered, then each staged mount is moved to its target, shallowest first.
+    what the plan binds back), ``tmpfs`` (``{target, size, mode}``) and ``mqueue`` (a POSIX
+    message queue file system of the Worker's own IPC namespace at ``/dev/mqueue``). Sources
+    are mounted under ``stage`` first (they may lie below a hidden directory), then the hidden
+    directories are covered, then each staged mount is moved to its target, shallowest first.
+    Every path is reached without following a symbolic link (:func:`open_nofollow`).
 
     Raises:
         SandboxError: the keeper is in the server's own mount namespace, or a mount failed.
@@ -334,31 +391,55 @@ def apply_sandbox(plan: dict, host_mntns: str | None) -> None:
         raise SandboxError(f"cannot read this process's mount namespace: {exc.strerror}") from None
     if host_mntns and own == host_mntns:
         raise SandboxError("the keeper is in the server's mount namespace: refusing to mount")
+
+    def mount_fd(path: str, create: bool, fstype: str | None, flags: int, source: str | None,
+                 data: str | None = None) -> None:
+        fd = open_nofollow(path, create)
+        try:
+            _mount(source, _at(fd), fstype, flags, data)
+        finally:
+            os.close(fd)
+
     stage = plan["stage"]
     _makedirs(stage)
-    _mount("rlark-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700,size=64k")
+    mount_fd(stage, False, "tmpfs", MS_NOSUID | MS_NODEV, "rlark-stage", "mode=0700,size=64k")
     staged: list[tuple[str, str]] = []  # (staged path, target)
     for i, b in enumerate(plan.get("binds", [])):
         where = os.path.join(stage, f"b{i}")
         _makedirs(where)
-        _mount(b["source"], where, None, MS_BIND | MS_REC)
+        src = open_nofollow(b["source"])
+        try:
+            _mount(_at(src), where, None, MS_BIND | MS_REC)
+        finally:
+            os.close(src)
         if b.get("readonly"):
             _mount(None, where, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
         staged.append((where, b["target"]))
     for i, o in enumerate(plan.get("overlays", [])):
-        where = os.path.join(stage, f"o{i}")
+        lower, where = os.path.join(stage, f"l{i}"), os.path.join(stage, f"o{i}")
+        _makedirs(lower)
         _makedirs(where)
+        src = open_nofollow(o["lower"])
+        try:  # the overlay reads the lower directory reached here, not what its path names later
+            _mount(_at(src), lower, None, MS_BIND)
+        finally:
+            os.close(src)
         _mount("overlay", where, "overlay", MS_NOSUID | MS_NODEV,
-               f"lowerdir={o['lower']},upperdir={o['upper']},workdir={o['work']}")
+               f"lowerdir={lower},upperdir={o['upper']},workdir={o['work']}")
         staged.append((where, o["target"]))
     for hidden in plan.get("hide", []):
-        _mount("rlark-hidden", hidden, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+        mount_fd(hidden, False, "tmpfs", MS_NOSUID | MS_NODEV, "rlark-hidden", "mode=0755,size=1m")
     for where, target in sorted(staged, key=lambda s: s[1].rstrip("/").count("/")):
-        _makedirs(target)
-        _mount(where, target, None, MS_MOVE)
+        fd = open_nofollow(target, create=True)
+        try:
+            _mount(where, _at(fd), None, MS_MOVE)
+        finally:
+            os.close(fd)
     for t in plan.get("tmpfs", []):
-        _mount("rlark-tmpfs", t["target"], "tmpfs", MS_NOSUID | MS_NODEV,
-               f"mode={t.get('mode', '1777')},size={int(t['size'])}")
+        mount_fd(t["target"], False, "tmpfs", MS_NOSUID | MS_NODEV, "rlark-tmpfs",
+                 f"mode={t.get('mode', '1777')},size={int(t['size'])}")
+    if plan.get("mqueue"):
+        mount_fd("/dev/mqueue", False, "mqueue", MS_NOSUID | MS_NODEV, "mqueue")
     if _c().umount2(stage.encode(), MNT_DETACH) != 0:
         raise SandboxError(f"umount {stage}: {os.strerror(ctypes.get_errno())}")
 
@@ -366,12 +447,38 @@ def apply_sandbox(plan: dict, host_mntns: str | None) -> None:
 # --- the keeper -------------------------------------------------------------------------------------
 
 
-class Config:
-    """The keeper's settings, read from (and removed from) the environment."""
+def read_all(fd: int, cap: int = 64 * 1024 * 1024) -> bytes:
+    """Everything the pipe ``fd`` gives until its end (at most ``cap`` bytes), then close it."""
+    chunks, size = [], 0
+    try:
+        while size <= cap:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                break
+            chunks.append(data)
+            size += len(data)
+    finally:
+        os.close(fd)
+    if size > cap:
+        raise ValueError(f"the workload's environment is over {cap} bytes")
+    return b"".join(chunks)
 
-    def __init__(self, env: dict[str, str]):
+
+class Config:
+    """The keeper's settings: ``RLARK_KEEPER_*`` from its own environment (``own``), everything
+    else from the workload's environment. Where the keeper runs as root (local runtime) its own
+    environment is a fixed, minimal one and the workload's comes through the pipe
+    ``RLARK_KEEPER_ENV_FD`` as JSON: no variable a Job sets (``LD_PRELOAD``, ``PATH``...) ever
+    reaches a process of root. Without that descriptor (a Pod) the two are one environment."""
+
+    def __init__(self, own: dict[str, str], workload: dict[str, str] | None = None):
+        env = own if workload is None else dict(workload)
+
         def take(name: str) -> str:
-            return env.pop(name, "") or ""
+            value = own.pop(name, "") or ""
+            if workload is not None:
+                env.pop(name, None)  # the workload never names the keeper's settings
+            return value
 
         self.bootstrap = take("RLARK_KEEPER_BOOTSTRAP") or os.path.join(
             os.path.dirname(os.path.abspath(__file__)), "worker.py")
@@ -407,6 +514,7 @@ class Keeper:
         self.cfg, self.chan = cfg, chan
         self.bucket = Bucket(REPORT_RATE, REPORT_BURST)
         self.warnings = 0
+        self.facts_bytes = 0
         self.dropped = 0
         self.dropped_said = 0.0
         self.stop_at: float | None = None  # monotonic time of the stop signal
@@ -460,6 +568,11 @@ class Keeper:
             self.warnings += 1
             if self.warnings > MAX_WARNINGS:
                 self._drop(f"more than {MAX_WARNINGS} warnings")
+                return
+        if kind == "facts":
+            self.facts_bytes += len(line)
+            if self.facts_bytes > MAX_FACTS_BYTES:
+                self._drop(f"more than {MAX_FACTS_BYTES} bytes of facts")
                 return
         if kind == "failed":
             self.failed_reported = True
@@ -658,13 +771,53 @@ def _killpg(proc: subprocess.Popen | None, sig: int) -> None:
         pass
 
 
-def main() -> int:
-    """Entry point: ``python -I -S keeper.py`` with the Worker's environment."""
-    chan = Channel(lambda data: write_all(1, data))
-    env = dict(os.environ)
+def exec_jailed() -> int:
+    """``keeper.py --exec``: build the view ``RLARK_KEEPER_SANDBOX`` describes (root, in a mount
+    namespace of its own), become ``RLARK_KEEPER_UID``/``GID`` with no supplementary groups and
+    no way to gain privileges, then run ``RLARK_KEEPER_EXEC`` (a JSON argv) with the
+    environment ``RLARK_KEEPER_ENV_FD`` gives: how the server runs its own helpers that read
+    what a Job names (composing its RLinf config), so they read what the Job's Workers may and
+    nothing more. Standard input and output pass through. Exits 126 when the jail cannot be
+    made (the reason on standard error)."""
     try:
-        cfg = Config(env)
-    except (ValueError, json.JSONDecodeError) as exc:
+        argv = json.loads(os.environ["RLARK_KEEPER_EXEC"])
+        env = json.loads(read_all(int(os.environ["RLARK_KEEPER_ENV_FD"])))
+        uid, gid = int(os.environ["RLARK_KEEPER_UID"]), int(os.environ["RLARK_KEEPER_GID"])
+        apply_sandbox(json.loads(os.environ["RLARK_KEEPER_SANDBOX"]),
+                      os.environ.get("RLARK_KEEPER_HOST_MNTNS") or None)
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+        why = set_no_new_privs()
+        if why:
+            raise SandboxError(f"no_new_privs: {why}")
+        os.chdir("/")
+        os.execve(argv[0], argv, env)
+    except (KeyError, ValueError, OSError, SandboxError) as exc:
+        sys.stderr.write(f"rlark keeper --exec: {exc}\n")
+    return 126
+
+
+def main() -> int:
+    """Entry point: ``python -I -S keeper.py`` with the Worker's environment (or the keeper's
+    own, and the Worker's through ``RLARK_KEEPER_ENV_FD``: :class:`Config`)."""
+    # the mount points the keeper makes must be enterable by the Worker's uid (0755), whatever
+    # umask the server has (077)
+    os.umask(0o022)
+    if sys.argv[1:2] == ["--exec"]:
+        return exec_jailed()
+    chan = Channel(lambda data: write_all(1, data))
+    own = dict(os.environ)
+    try:
+        fd = own.pop("RLARK_KEEPER_ENV_FD", "")
+        workload = None
+        if fd:
+            workload = json.loads(read_all(int(fd)))
+            if not isinstance(workload, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in workload.items()):
+                raise ValueError("the workload's environment is not a JSON object of strings")
+        cfg = Config(own, workload)
+    except (ValueError, OSError) as exc:
         chan.emit("failed", reason="BadConfig", message=f"keeper settings: {exc}",
                   status=EXIT_BAD_CONFIG)
         chan.emit("exit", code=EXIT_BAD_CONFIG)
@@ -678,6 +831,7 @@ def main() -> int:
                       message=f"the Worker's file system view could not be made: {exc}")
             chan.emit("exit", code=EXIT_SANDBOX_FAILED)
             return EXIT_SANDBOX_FAILED
+    set_no_new_privs()
     keeper = Keeper(cfg, chan)
     signal.signal(signal.SIGTERM, keeper.on_signal)
     signal.signal(signal.SIGINT, keeper.on_signal)

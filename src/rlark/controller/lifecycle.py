@@ -31,7 +31,10 @@ def parse_lifecycle(chunk: bytes, offset: int, token: str | None = None) -> tupl
     if end < 0:
         return [], offset
     events = []
-    for line in chunk[: end + 1].splitlines():
+    # lines end at "\n" alone, as the keeper relays them: splitlines() would also cut at "\r"
+    # (and other characters), so "x\rRLARK_EVENT {...}" printed by the workload would read as
+    # a lifecycle line of its own (found by an attack pass)
+    for line in chunk[:end].split(b"\n"):
         if not line.startswith(_PREFIX):
             continue
         try:
@@ -177,7 +180,7 @@ def tail_lines(data: bytes, max_lines: int = TAIL_MAX_LINES, max_bytes: int = TA
     ``partial_first``: ``data`` starts inside a line (a window of a larger file), so its first
     line is incomplete and dropped.
     """
-    lines = data.decode("utf-8", errors="replace").splitlines()
+    lines = data.decode("utf-8", errors="replace").split("\n")
     if partial_first and lines:
         lines = lines[1:]
     kept: list[str] = []

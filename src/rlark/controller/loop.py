@@ -14,6 +14,7 @@ Services wake the loop (:meth:`Controller.wake`) so a submit is acted on at once
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -959,6 +960,9 @@ class Controller:
 
     #: Warning Events one Worker's lifecycle lines may add to its Job; later ones are counted
     MAX_WARNING_EVENTS = 20
+    #: the most of facts one Worker's row keeps (JSON bytes; the keeper's bound, again here for
+    #: a channel that is not the keeper's): what would pass it is dropped, once said
+    MAX_FACTS_BYTES = 8 * 1024 * 1024
 
     def _apply_events(self, s: Session, run: RunRow, w: WorkerRow, events: list[dict],
                       life: dict, by_rank: dict[int, WorkerRow]) -> None:
@@ -980,7 +984,16 @@ class Controller:
                 continue
             kind = ev["event"]
             if kind == "facts":
-                w.facts = merge_facts(w.facts, ev)
+                merged = merge_facts(w.facts, ev)
+                if len(json.dumps(merged, default=str)) > self.MAX_FACTS_BYTES:
+                    if not life.get("facts_dropped"):
+                        life["facts_dropped"] = True
+                        add_event(s, run.job_id, Reason.ReportsDropped,
+                                  f"{w.name}'s facts reached {self.MAX_FACTS_BYTES} bytes; the "
+                                  "rest are not kept", run_number=run.number, worker=w.name,
+                                  type=EventType.Warning)
+                    continue
+                w.facts = merged
                 w.host = ev.get("hostname") or w.host
                 w.ip = w.ip or ev.get("ip")
             elif kind == "alive":

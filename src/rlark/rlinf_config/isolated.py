@@ -16,7 +16,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from rlark.findings import Finding, Severity
 from rlark.rlinf_config.compose import INVALID, ComposedConfig, compose
@@ -78,6 +78,17 @@ class ComposerSlots:
 _slots: ComposerSlots | None = None
 _slots_lock = threading.Lock()
 
+#: ``roots -> (argv prefix, its environment) or None``: how this server runs the composer child
+#: so it reads what a Job's Workers may and nothing more (the local runtime's
+#: ``LocalRuntime.composer_jail``: a mount namespace and an unprivileged uid); None: as itself
+_jail: Callable[[Sequence[str]], tuple[list[str], dict[str, str]] | None] | None = None
+
+
+def set_jail(jail: Callable[[Sequence[str]], tuple[list[str], dict[str, str]] | None] | None) -> None:
+    """Run every composer child of this process through ``jail`` (None: as the process itself)."""
+    global _jail
+    _jail = jail
+
 
 def composer_slots() -> ComposerSlots:
     """This process's :class:`ComposerSlots`, from ``RLARK_COMPOSE_SLOTS`` (default 2),
@@ -133,15 +144,17 @@ def compose_isolated(
 
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
 
+    argv = [sys.executable, "-m", "rlark.rlinf_config.isolated"]
+    env = {"LANG": "C.UTF-8", **{k: v for k, v in (child_env or {}).items() if "\0" not in k + v}}
+    jailed = _jail([os.path.realpath(r) for r in roots or ()]) if _jail is not None else None
     try:
         with (slots or composer_slots()).slot():
-            proc = subprocess.run(
-                [sys.executable, "-m", "rlark.rlinf_config.isolated"],
-                input=json.dumps(request), capture_output=True, text=True, timeout=timeout,
-                preexec_fn=limit, cwd="/",
-                env={"LANG": "C.UTF-8",
-                     **{k: v for k, v in (child_env or {}).items() if "\0" not in k + v}},
-            )
+            if jailed is None:
+                proc = subprocess.run(argv, input=json.dumps(request), capture_output=True,
+                                      text=True, timeout=timeout, preexec_fn=limit, cwd="/",
+                                      env=env)
+            else:
+                proc = _run_jailed(jailed, argv, env, json.dumps(request), timeout, limit)
         reply = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
     except subprocess.TimeoutExpired:
         return _failed(source, config_dir, config_name, overrides, path,
@@ -157,6 +170,49 @@ def compose_isolated(
     reply["findings"] = [Finding.model_validate(f) for f in reply["findings"]]
     reply["overrides"] = tuple(reply["overrides"])
     return ComposedConfig(**reply)
+
+
+def _run_jailed(jailed: tuple[list[str], dict[str, str]], argv: list[str], env: dict[str, str],
+                request: str, timeout: float, limit) -> subprocess.CompletedProcess:
+    """The composer child through the jail (keeper.py ``--exec``): the jail's own command line
+    and environment, the child's argv in ``RLARK_KEEPER_EXEC`` and its environment through a
+    pipe (``RLARK_KEEPER_ENV_FD``), never through the jail's own environment.
+
+    Raises:
+        subprocess.TimeoutExpired: it ran longer than ``timeout`` (it is killed).
+    """
+    prefix, own = jailed
+    read_end, write_end = os.pipe()
+    own = {**own, "RLARK_KEEPER_EXEC": json.dumps(argv), "RLARK_KEEPER_ENV_FD": str(read_end)}
+    try:
+        proc = subprocess.Popen(prefix, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=own, cwd="/",
+                                preexec_fn=limit, pass_fds=(read_end,))
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    data = json.dumps(env).encode()
+
+    def feed() -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_end, view):]
+        except OSError:
+            pass
+        finally:
+            os.close(write_end)
+
+    threading.Thread(target=feed, name="composer-env", daemon=True).start()
+    try:
+        out, err = proc.communicate(request, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(prefix, proc.returncode, out, err)
 
 
 def _failed(source, config_dir, config_name, overrides, path, why) -> ComposedConfig:

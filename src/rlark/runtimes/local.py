@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 import psutil
 
@@ -115,6 +115,61 @@ def ray_auth_env(ray_token: str | None) -> dict[str, str]:
     if not ray_token:
         return {}
     return {RAY_AUTH_MODE: "token", RAY_AUTH_TOKEN: ray_token}
+
+
+#: the keeper's own PATH (it runs nothing it looks up but these system programs' neighbours)
+KEEPER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def keeper_environment(run_uid: str, worker: str, python: str) -> dict[str, str]:
+    """The keeper's own environment (pure): a fixed ``PATH`` and locale, where its bootstrap is
+    and which Python runs it, and the Run and Worker it belongs to (:meth:`LocalRuntime.find`
+    finds a Worker by them). Nothing of the Job's."""
+    return {"PATH": KEEPER_PATH, "LANG": "C.UTF-8", "RLARK_RUN_ID": run_uid,
+            "RLARK_WORKER": worker, "RLARK_KEEPER_BOOTSTRAP": str(BOOTSTRAP_FILE),
+            "RLARK_KEEPER_PYTHON": python}
+
+
+def make_dir(path: str, owner: int, mode: int) -> None:
+    """Make directory ``path`` (its parent must exist) or take the one there, give it to
+    ``owner`` with ``mode``; a link or anything but a directory there is refused (never
+    followed: root must not chown what a Worker pointed it at).
+
+    Raises:
+        LaunchRefused: ``path`` is a link or not a directory.
+    """
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)  # ELOOP on a link
+    except OSError as exc:
+        raise LaunchRefused(f"{path} is not a directory RLark made ({exc.strerror}); nothing "
+                            "was started") from None
+    try:
+        os.fchown(fd, owner, owner)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def feed_pipe(fd: int, data: bytes) -> None:
+    """Write ``data`` to the pipe ``fd`` and close it, in a thread of its own (a keeper reads
+    it at its start; a pipe holds only 64 KiB at a time). A keeper gone first is no error."""
+    import threading
+
+    def feed() -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    threading.Thread(target=feed, name="keeper-env", daemon=True).start()
 
 
 def keeper_argv(mode: Mode | None, cgroup: str | None = None) -> list[str]:
@@ -372,7 +427,8 @@ class LocalRuntime:
         Raises:
             RuntimeError: every uid of the range is held by a live Run.
         """
-        for uid in candidates(run_uid, self.identity.uids, taken):
+        # the range's last uid is the config composer's (composer_jail), never a Run's
+        for uid in candidates(run_uid, self.identity.uids, taken | {self.identity.uids.last}):
             if self.reservations.try_reserve("uid", uid):
                 self._run_uids[run_uid] = uid
                 return uid
@@ -407,30 +463,42 @@ class LocalRuntime:
         env.update(ray_auth_env(spec.ray_token))
         if self.allow_unauthenticated_ray:
             env["RLARK_ALLOW_UNAUTHENTICATED_RAY"] = "1"
-        env.update({"RLARK_KEEPER_BOOTSTRAP": str(BOOTSTRAP_FILE), "RLARK_KEEPER_PYTHON": python})
+        # the keeper's own environment: fixed and minimal (it may run as root: nothing a Job
+        # sets, LD_PRELOAD or PATH, reaches it or unshare); the workload's comes through a pipe
+        own = keeper_environment(spec.run_uid, spec.worker.name, python)
         uid = spec.place.uid
         if uid is not None:
-            env.update(self._sandbox(spec, python, uid))
+            sandboxed = self._sandbox(spec, python, uid)
+            own.update({k: v for k, v in sandboxed.items() if k.startswith("RLARK_KEEPER_")})
+            env.update({k: v for k, v in sandboxed.items() if not k.startswith("RLARK_KEEPER_")})
         elif spec.place.ray_temp_dir:
             os.makedirs(os.path.dirname(spec.place.ray_temp_dir), exist_ok=True)
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
         mode = self.isolation.mode
         cgroup = self._make_cgroup(spec) if mode == Mode.cgroup else None
+        read_end, write_end = os.pipe()
+        own["RLARK_KEEPER_ENV_FD"] = str(read_end)
         try:
-            with open(spec.log_path, "ab", buffering=0) as log:
+            fd = os.open(spec.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            with open(fd, "ab", buffering=0) as log:
                 proc = subprocess.Popen(
                     keeper_argv(mode, cgroup),
-                    env=env,
+                    env=own,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     cwd="/",
+                    pass_fds=(read_end,),
                 )
         except BaseException:
+            os.close(write_end)
             if cgroup:
                 iso.remove_cgroup(cgroup)
             raise
+        finally:
+            os.close(read_end)
+        feed_pipe(write_end, json.dumps(env).encode())
         self._procs[proc.pid] = proc
         try:
             started = psutil.Process(proc.pid).create_time()
@@ -451,24 +519,43 @@ class LocalRuntime:
         dirs = sandbox.worker_dirs(home, settings.ray_tmp_root(), spec.run_uid,
                                    spec.worker.node_rank)
         needed = self.worker_paths(spec.job, spec.worker.role, python)
-        problems = [p for p in (sandbox.access_problem(path, what, rlark_home=home,
-                                                       allowed=self.read_paths, stat=os.stat)
-                                for path, what, _ in needed) if p]
+        role = spec.job.role(spec.worker.role)
+        problems = [p for p in (self.path_problem(path, what) for path, what, _ in needed) if p]
+        problems += [p for p in (self.target_problem(m.mount_path, f"mountPath of mount {m.name!r}")
+                                 for m in (role.mounts if role is not None else ())
+                                 if m.type == MountType.host_path) if p]
         if problems:
             raise LaunchRefused("; ".join(problems))
-        for d, owner in ((dirs.root, 0), (dirs.home, uid), (dirs.tmp, uid), (dirs.upper, uid),
-                         (dirs.work, 0), (dirs.ray_run, uid), (dirs.ray_temp, uid)):
-            os.makedirs(d, mode=0o700, exist_ok=True)
-            os.chown(d, owner, owner)
+        os.makedirs(os.path.join(home, "workers"), mode=0o700, exist_ok=True)
+        os.makedirs(settings.ray_tmp_root(), exist_ok=True)
+        # Every directory the Worker may write is made by root inside one only root may write,
+        # and nothing root does later follows a link in it: a Worker started earlier cannot
+        # plant a link where root would make or chown something (the Run's Ray directory
+        # is root's; each Worker's own directory in it is the Worker's)
+        for d, owner, mode in ((os.path.dirname(dirs.root), 0, 0o700), (dirs.root, 0, 0o700),
+                               (dirs.home, uid, 0o700), (dirs.tmp, uid, 0o700),
+                               (dirs.upper, uid, 0o755), (dirs.work, 0, 0o700),
+                               (dirs.ray_run, 0, 0o755), (dirs.ray_temp, uid, 0o700)):
+            make_dir(d, owner, mode)
+        # the start lock of a Ray older than 2.55 (bootstrap/worker.py _start_lock_path), made
+        # here: the Worker may not create files in the Run's Ray directory
+        lock = os.open(os.path.join(dirs.ray_run, f".{spec.run_uid}.ray-start.lock"),
+                       os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchown(lock, uid, uid)
+        finally:
+            os.close(lock)
         wd = spec.job.spec.working_dir
-        role = spec.job.role(spec.worker.role)
         shm = ray_resources(role).object_store_bytes if role is not None else 0
+        real = os.path.realpath  # what was checked is what the keeper binds (it follows no link)
         try:
             plan = sandbox.plan(dirs, rlark_home=home,
-                                read_only=[p for p, _, kind in needed if kind in ("python", "config")],
-                                working_dir=wd if wd and os.path.isabs(wd) else None,
+                                read_only=[real(p) for p, _, kind in needed
+                                           if kind in ("python", "config")],
+                                working_dir=real(wd) if wd and os.path.isabs(wd) else None,
                                 shm_bytes=shm, stat=os.stat,
-                                host_mounts=host_mounts(role) if role is not None else ())
+                                host_mounts=[(real(src), target, ro) for src, target, ro in
+                                             (host_mounts(role) if role is not None else ())])
         except sandbox.SandboxPlanError as exc:
             raise RuntimeError(str(exc)) from None
         return {
@@ -477,7 +564,54 @@ class LocalRuntime:
             "RLARK_KEEPER_HOST_MNTNS": os.readlink("/proc/self/ns/mnt"),
             "HOME": dirs.home, "USER": f"rlark-{uid}", "LOGNAME": f"rlark-{uid}",
             "TMPDIR": "/tmp",
+            **({"RLARK_WORKING_DIR": real(wd)} if wd and os.path.isabs(wd) else {}),
         }
+
+    def own_dirs(self) -> list[str]:
+        """RLark's own directories besides ``$RLARK_HOME``, which no Worker may be given: the
+        host-wide lock directory, the keepers' stage, the Ray temp root (real paths)."""
+        return [os.path.realpath(d) for d in (settings.lock_dir(), sandbox.STAGE_DIR,
+                                              settings.ray_tmp_root())]
+
+    def path_problem(self, path: str, what: str) -> str | None:
+        """Why a Worker may not be given ``path`` (:func:`rlark.runtimes.local_sandbox.access_problem`
+        with this server's roots), None when it may."""
+        return sandbox.access_problem(path, what, rlark_home=str(settings.rlark_home()),
+                                      allowed=self.read_paths, stat=os.stat, own=self.own_dirs())
+
+    def target_problem(self, target: str, what: str) -> str | None:
+        """Why ``target`` cannot be a mount point in a Worker's view
+        (:func:`rlark.runtimes.local_sandbox.mount_target_problem`), None when it can."""
+        return sandbox.mount_target_problem(target, what, rlark_home=str(settings.rlark_home()),
+                                            own=self.own_dirs())
+
+    def composer_jail(self, roots: Sequence[str]) -> tuple[list[str], dict[str, str]] | None:
+        """How this server runs the child that composes a Job's RLinf config
+        (:func:`rlark.rlinf_config.isolated.set_jail`), where Workers have a uid of their own:
+        in a mount namespace that shows what others may read, this server's own Python and
+        code, and those of ``roots`` a Worker may be given (:meth:`path_problem`: never
+        ``$RLARK_HOME``), as an unprivileged uid (the last of the Workers' range, which no Run
+        gets). What a Job can make the composer read is then what its Workers could. None where
+        Workers run as the server's own user (the composer does too)."""
+        if not self.identity.own_uid:
+            return None
+        import rlark
+
+        code = os.path.dirname(os.path.dirname(os.path.realpath(rlark.__file__)))
+        readable = [os.path.realpath(r) for r in roots if self.path_problem(r, "config root") is None]
+        plan = sandbox.reader_plan(rlark_home=str(settings.rlark_home()),
+                                   read_only=[*server_python_roots(), code, *readable], stat=os.stat)
+        uid = self.identity.uids.last
+        argv = [iso.unshare_path(), "--mount", "--propagation", "private", sys.executable, "-I",
+                "-S", str(KEEPER_FILE), "--exec"]
+        return argv, {"PATH": KEEPER_PATH, "LANG": "C.UTF-8", "RLARK_KEEPER_UID": str(uid),
+                      "RLARK_KEEPER_GID": str(uid), "RLARK_KEEPER_SANDBOX": json.dumps(plan),
+                      "RLARK_KEEPER_HOST_MNTNS": os.readlink("/proc/self/ns/mnt")}
+
+    def path_reachable(self, path: str) -> bool:
+        """Whether this server's Workers may see ``path`` at all (``preflight`` then says
+        whether it exists); always where they run as the server's own user."""
+        return not self.identity.own_uid or self.path_problem(path, "path") is None
 
     def preflight(self, job: Job) -> list[Finding]:
         """What this machine's identity and sandbox say about ``job`` (Findings, as submit and
@@ -500,24 +634,29 @@ class LocalRuntime:
                                  "run script can read the server's credentials and database",
                                  "fine for one person on their own machine; for a team run the "
                                  "server as root so each Run gets a uid of its own"))
-        home = str(settings.rlark_home())
         seen: set[tuple[str, str]] = set()
         for i, role in enumerate(job.spec.roles):
             out.extend(self._mount_findings(i, role))
             python = python_for(role.local.python)
-            if not os.access(python, os.X_OK):
+            if not os.access(python, os.X_OK) and self.path_reachable(python):
                 continue  # check_for_local_runtime says PythonNotFound
             for path, what, _ in self.worker_paths(job, role.name, python):
                 if (path, what) in seen or not self.identity.own_uid:
                     continue
                 seen.add((path, what))
-                problem = sandbox.access_problem(path, what, rlark_home=home,
-                                                 allowed=self.read_paths, stat=os.stat)
+                problem = self.path_problem(path, what)
                 if problem:
                     field = what if what.startswith("spec.") else f"spec.roles[{i}].local.python"
                     out.append(_err("NotReadableByWorkers", field, problem,
                                     "see docs/security.md, \"Worker identity\""))
-            version = installed_version(sandbox.python_prefixes(python)[0], "ray")
+            for j, m in enumerate(role.mounts):
+                problem = (self.target_problem(m.mount_path, f"spec.roles[{i}].mounts[{j}].mountPath")
+                           if m.type == MountType.host_path and self.identity.own_uid else None)
+                if problem:
+                    out.append(_err("InvalidMountPath", f"spec.roles[{i}].mounts[{j}].mountPath",
+                                    problem, "mount at a directory of your own, e.g. /data/NAME"))
+            version = (installed_version(sandbox.python_prefixes(python)[0], "ray")
+                       if self.path_reachable(python) else None)
             if version is not None and version < RAY_TOKEN_AUTH:
                 shown = ".".join(map(str, version))
                 path = f"spec.roles[{i}].local.python"
@@ -543,8 +682,9 @@ class LocalRuntime:
         (``MountNotAppliedLocally``: they see the source at its own path)."""
         out = []
         for j, m in enumerate(role.mounts):
-            if m.type != MountType.host_path or not os.path.isdir(m.source):
-                continue
+            if m.type != MountType.host_path or not self.path_reachable(m.source) \
+                    or not os.path.isdir(m.source):
+                continue  # one the Workers may not see: NotReadableByWorkers, nothing more
             path = f"spec.roles[{i}].mounts[{j}]"
             if not self.identity.own_uid:
                 if os.path.normpath(m.source) != os.path.normpath(m.mount_path):
@@ -770,8 +910,13 @@ class LocalRuntime:
             self.reservations.release("ip", ip)
             self._release_block(base)
         self.reservations.release("uid", self._run_uids.pop(run_uid, None))
+        ray_run = os.path.join(settings.ray_tmp_root(), run_uid)
         try:
-            os.rmdir(os.path.join(settings.ray_tmp_root(), run_uid))
+            os.unlink(os.path.join(ray_run, f".{run_uid}.ray-start.lock"))
+        except OSError:
+            pass
+        try:
+            os.rmdir(ray_run)
         except OSError:
             pass  # kept Ray temp dirs (RLARK_KEEP_RAY_TEMP=1) or none made
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import functools
 import logging
 import os
 import shutil
@@ -73,13 +74,20 @@ REQUESTS = ("auto", *(m.value for m in Mode))
 # --- pure builders -----------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
+def unshare_path() -> str:
+    """util-linux ``unshare`` by its absolute path, found once on this server's own ``PATH``:
+    a Worker's command line never looks a program up on a ``PATH`` a Job could set."""
+    return shutil.which("unshare") or "/usr/bin/unshare"
+
+
 def namespace_argv(mode: Mode) -> list[str]:
     """The ``unshare`` prefix of a Worker's command line for a namespace mode (pure): PID, mount
     (``--mount-proc``) and IPC namespaces of its own.
 
     ``--kill-child=SIGTERM``: if ``unshare`` itself dies, PID 1 of the namespace gets SIGTERM
     and stops the Worker; it also has a handler, so SIGTERM to the group reaches it."""
-    argv = ["unshare"]
+    argv = [unshare_path()]
     if mode == Mode.user_namespace:
         argv.append("--map-current-user")  # implies --user; util-linux 2.38
     # --ipc: System V IPC and POSIX message queues of its own (nothing one Run leaves there

@@ -37,7 +37,12 @@ class Reservations:
         name = f"{kind}-{key}"
         if name in self._held:
             return False
-        f = open(self.dir / f"{name}.lock", "a")
+        try:  # never through a link: the directory is writable by every user of the machine
+            fd = os.open(self.dir / f"{name}.lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                         | os.O_NOFOLLOW, 0o644)
+        except OSError:
+            return False
+        f = open(fd, "a")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

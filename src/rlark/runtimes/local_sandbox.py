@@ -115,26 +115,55 @@ def _mode_text(path: str, stat: StatFn) -> str:
 
 
 def access_problem(path: str, what: str, *, rlark_home: str, allowed: Iterable[str],
-                   stat: StatFn) -> str | None:
+                   stat: StatFn, realpath: Callable[[str], str] = os.path.realpath,
+                   own: Iterable[str] = ()) -> str | None:
     """Why a local Worker may not be given ``path`` (``what`` names it, e.g. "spec.workingDir"),
-    or None when it may: never inside (or above) ``$RLARK_HOME``; else when others can read it,
-    or it lies under one of the ``allowed`` roots. Pure; the message names the path, what blocks
-    it and the fixes."""
-    real = os.path.normpath(path)
-    if _inside(real, rlark_home) or _inside(rlark_home, real):
-        return (f"{what} {path!r} is {'inside' if _inside(real, rlark_home) else 'above'} the "
-                f"server's state directory {rlark_home} (its database, credentials and every "
-                "Run's logs): Workers never see it")
+    or None when it may. Judged on where ``path`` really leads (``realpath``: links resolved;
+    the keeper then binds exactly that, following no link): never inside or above
+    ``$RLARK_HOME`` or another of RLark's own directories (``own``: the lock directory, the
+    stage, the Ray temp root); else when others can read it, or it lies under one of the
+    ``allowed`` roots. Pure; the message names the path, what blocks it and the fixes, and never
+    where a link leads nor whether something exists below a directory others may not enter."""
+    real = os.path.normpath(realpath(path))
+    for mine in (rlark_home, *own):
+        if _inside(real, mine) or _inside(mine, real):
+            return (f"{what} {path!r} leads {'into' if _inside(real, mine) else 'above'} one of "
+                    "the RLark server's own directories (its state: database, credentials, "
+                    "every Run's logs and locks): Workers never see those")
     if readable_by_others(real, stat):
         return None
-    if any(_inside(real, root) for root in allowed):
+    if any(_inside(real, os.path.normpath(realpath(root))) for root in allowed):
         return None
     block = blocking_dir(real, stat) or real
     return (f"{what} {path!r} is not readable by the Workers' user (they run under a uid of "
-            f"their own and read what other users of this machine may): {_mode_text(block, stat)}. "
-            "Move it under a directory others may read, make it readable (chmod o+rx), or have "
-            "the server's administrator allow it: rlark server --worker-read-path DIR "
-            "(RLARK_WORKER_READ_PATHS)")
+            f"their own and read what other users of this machine may): it lies below "
+            f"{_mode_text(block, stat)}. Move it under a directory others may read, make it "
+            "readable (chmod o+rx), or have the server's administrator allow it: rlark server "
+            "--worker-read-path DIR (RLARK_WORKER_READ_PATHS)")
+
+
+def mount_target_problem(target: str, what: str, *, rlark_home: str,
+                         own: Iterable[str] = ()) -> str | None:
+    """Why ``target`` (a ``mountPath``) cannot be a mount point in a local Worker's view, or
+    None: it must be absolute without ``..``, and neither be, lie under nor hold a system
+    directory (:data:`rlark.paths.SYSTEM_PATHS`) or one of RLark's own (``$RLARK_HOME``,
+    ``own``). A missing mount point is made, as an empty directory of root's, where the target
+    asks (pure)."""
+    from rlark.paths import normalise_host_path, system_path
+
+    try:
+        norm = normalise_host_path(target)
+    except ValueError as exc:
+        return f"{what} {target!r} {exc}"
+    touched = system_path(norm)
+    if norm == "/" or touched is not None:
+        return (f"{what} {target!r} {'is' if norm == touched else 'touches'} the system's own "
+                f"directory {touched or '/'}: a mount there would change what the machine's "
+                "programs see; mount at a path of your own, e.g. /data/NAME")
+    for mine in (rlark_home, STAGE_DIR, *own):
+        if _inside(norm, mine) or _inside(mine, norm):
+            return f"{what} {target!r} touches one of the RLark server's own directories"
+    return None
 
 
 class SandboxPlanError(ValueError):
@@ -197,13 +226,32 @@ def plan(dirs: WorkerDirs, *, rlark_home: str, read_only: Iterable[str] = (),
     if any(_inside(stage, h) for h in hide):
         raise SandboxPlanError(f"the stage directory {stage} lies in {sorted(hide)}, which "
                                "Workers must not see")
+    tmpfs = [{"target": "/dev/shm", "size": int(shm_bytes) + SHM_HEADROOM, "mode": "1777"}]
+    # the machine's other shared, writable directories: the Worker's own empty ones, so nothing
+    # it writes there outlives it or reaches another Run
+    tmpfs += [{"target": d, "size": SHARED_DIR_BYTES, "mode": "1777"} for d in SHARED_DIRS
+              if _is_dir(d, stat)]
     return {
         "stage": stage,
         "binds": binds,
         "overlays": overlays,
         "hide": sorted(hide),
-        "tmpfs": [{"target": "/dev/shm", "size": int(shm_bytes) + SHM_HEADROOM, "mode": "1777"}],
+        "tmpfs": tmpfs,
+        "mqueue": _is_dir("/dev/mqueue", stat),
     }
+
+
+#: writable directories every user shares besides /tmp, /var/tmp and /dev/shm (which the plan
+#: gives the Worker of its own already): covered with an empty tmpfs of the Worker's own
+SHARED_DIRS = ("/run/lock", "/var/crash", "/var/metrics")
+SHARED_DIR_BYTES = 16 * 1024 * 1024
+
+
+def _is_dir(path: str, stat: StatFn) -> bool:
+    try:
+        return stat_module.S_ISDIR(stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _exists(path: str, stat: StatFn) -> bool:
@@ -240,3 +288,30 @@ def python_prefixes(executable: str, realpath: Callable[[str], str] = os.path.re
         if p not in seen and p != "/":
             seen.append(p)
     return seen
+
+
+def reader_plan(*, rlark_home: str, read_only: Iterable[str], stat: StatFn,
+                stage: str = STAGE_DIR) -> dict:
+    """The view of a process the server runs to read what a Job names (its RLinf config): this
+    machine as others see it, ``$RLARK_HOME`` covered, and ``read_only`` paths bound read-only
+    at their own paths where others could not reach them (pure; the keeper's ``--exec`` applies
+    it; the process writes nothing, so it needs no directory of its own).
+
+    Raises:
+        SandboxPlanError: a directory to hide is ``/``, or the stage lies in a hidden one.
+    """
+    paths = [p for p in sorted({os.path.normpath(x) for x in read_only})
+             if not readable_by_others(p, stat)]
+    binds = [{"source": p, "target": p, "readonly": True} for p in paths]
+    hide = {os.path.normpath(rlark_home)}
+    for p in paths:
+        block = blocking_dir(p, stat)
+        if block is not None and _exists(block, stat):
+            hide.add(block)
+    hide = {h for h in hide if not any(h != o and _inside(h, o) for o in hide)}
+    if "/" in hide:
+        raise SandboxPlanError("others may not enter / on this machine")
+    if any(_inside(stage, h) for h in hide):
+        raise SandboxPlanError(f"the stage directory {stage} lies in {sorted(hide)}")
+    return {"stage": stage, "binds": binds, "overlays": [], "hide": sorted(hide),
+            "tmpfs": [], "mqueue": False}

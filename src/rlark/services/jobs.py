@@ -215,8 +215,12 @@ class JobService:
                  isolation: dict[str, Any] | None = None,
                  quota_defaults: quotas.Quotas | None = None,
                  pod_policy: "PodPolicy | None" = None,
-                 runtime_checks: Callable[[Job], list[Finding]] | None = None):
+                 runtime_checks: Callable[[Job], list[Finding]] | None = None,
+                 path_reachable: Callable[[str], bool] | None = None):
         self.store = store
+        #: local runtime: whether Workers may see a path at all (LocalRuntime.path_reachable):
+        #: what they may not, preflight never says exists or not
+        self.path_reachable = path_reachable
         #: the runtime's own Findings for a Job (local: who its Workers run as, what of this
         #: machine they may read; LocalRuntime.preflight); None: none
         self.runtime_checks = runtime_checks
@@ -272,7 +276,7 @@ class JobService:
         if job is not None:
             findings = findings + self.secret_findings(job, project)
         if job is not None and self.runtime == "local":
-            findings = findings + check_for_local_runtime(job, self.host)
+            findings = findings + check_for_local_runtime(job, self.host, self.path_reachable)
         if job is not None and self.runtime_checks is not None:
             findings = findings + self.runtime_checks(job)
         if job is not None and self.runtime == "kubernetes" and not has_errors(findings):

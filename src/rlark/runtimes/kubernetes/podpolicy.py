@@ -47,16 +47,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, NamedTuple
 
 from rlark.findings import Finding
+from rlark.paths import normalise_host_path, system_path
+from rlark.paths import within as _within
 from rlark.spec import Job, Role, Toleration
-
-#: directories of a node a hostPath mount may never be, lie under, or hold: the node's own
-#: configuration, kernel interfaces, devices, runtime sockets (containerd, docker, the kubelet's),
-#: boot files, root's home and the system's programs and libraries
-SYSTEM_PATHS = (
-    "/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/root", "/usr", "/bin",
-    "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/var/lib/kubelet", "/var/lib/containerd",
-    "/var/lib/docker", "/var/lib/etcd", "/var/log", "/etc/kubernetes", "/opt/cni",
-)
 
 #: a Kubernetes object name (a ServiceAccount's, a StorageClass's) is a DNS-1123 subdomain
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -81,36 +74,6 @@ KNOBS = {
     "storageClass": "rlark server --k8s-storage-class NAME (RLARK_K8S_STORAGE_CLASSES)",
     "toleration": "rlark server --k8s-toleration KEY[=VALUE][:EFFECT] (RLARK_K8S_TOLERATIONS)",
 }
-
-
-def normalise_host_path(path: str) -> str:
-    """``path`` with repeated slashes and ``.`` parts dropped and no trailing slash
-    (``//data/./x/`` -> ``/data/x``).
-
-    Raises:
-        ValueError: ``path`` is not absolute, or has a ``..`` part (what it leads to depends on
-            symbolic links on the node, which RLark cannot see).
-    """
-    if not path.startswith("/"):
-        raise ValueError("is not an absolute path")
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise ValueError("has a '..' part (where it leads depends on symbolic links on the node)")
-    return "/" + "/".join(parts)
-
-
-def _within(path: str, prefix: str) -> bool:
-    """``path`` is ``prefix`` or lies below it (both normalised)."""
-    return prefix == "/" or path == prefix or path.startswith(prefix + "/")
-
-
-def system_path(path: str) -> str | None:
-    """The system directory (:data:`SYSTEM_PATHS`) a normalised ``path`` is, lies under or holds
-    (``/`` holds them all; ``/var`` holds ``/var/run``); None when it touches none."""
-    for sys_path in SYSTEM_PATHS:
-        if _within(path, sys_path) or _within(sys_path, path):
-            return sys_path
-    return None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,47 @@
+"""Paths of a machine that no Job may touch: the system's own directories (pure).
+
+One list for every runtime: a Kubernetes ``hostPath`` mount may not be, lie under, or hold one
+(runtimes/kubernetes/podpolicy.py), and a local Worker's ``mountPath`` may not lie in one
+(runtimes/local_sandbox.py).
+"""
+
+from __future__ import annotations
+
+#: directories of a node a hostPath mount may never be, lie under, or hold: the node's own
+#: configuration, kernel interfaces, devices, runtime sockets (containerd, docker, the kubelet's),
+#: boot files, root's home and the system's programs and libraries
+SYSTEM_PATHS = (
+    "/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/root", "/usr", "/bin",
+    "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/var/lib/kubelet", "/var/lib/containerd",
+    "/var/lib/docker", "/var/lib/etcd", "/var/log", "/etc/kubernetes", "/opt/cni",
+)
+
+
+def normalise_host_path(path: str) -> str:
+    """``path`` with repeated slashes and ``.`` parts dropped and no trailing slash
+    (``//data/./x/`` -> ``/data/x``).
+
+    Raises:
+        ValueError: ``path`` is not absolute, or has a ``..`` part (what it leads to depends on
+            symbolic links on the node, which RLark cannot see).
+    """
+    if not path.startswith("/"):
+        raise ValueError("is not an absolute path")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError("has a '..' part (where it leads depends on symbolic links on the node)")
+    return "/" + "/".join(parts)
+
+
+def within(path: str, prefix: str) -> bool:
+    """``path`` is ``prefix`` or lies below it (both normalised)."""
+    return prefix == "/" or path == prefix or path.startswith(prefix + "/")
+
+
+def system_path(path: str) -> str | None:
+    """The system directory (:data:`SYSTEM_PATHS`) a normalised ``path`` is, lies under or holds
+    (``/`` holds them all; ``/var`` holds ``/var/run``); None when it touches none."""
+    for sys_path in SYSTEM_PATHS:
+        if within(path, sys_path) or within(sys_path, path):
+            return sys_path
+    return None
