@@ -412,18 +412,28 @@ def nodes_table(request: Request) -> Response:
 
 
 def _job_context(service: JobService, name: str, project: str, run: int | None) -> dict:
-    """The Job, the Run shown (``run``, default the current one) and its Workers."""
+    """The Job, the Run shown (``run``, default the current one; an unknown number: the current
+    one) and its Workers. Every Run shown, current or earlier, comes from the same view
+    (:meth:`JobService.run`), so each tab reads the same fields whichever Run it shows."""
     job = service.get(name, project)
     current = job["currentRun"]
-    shown = next((r for r in job["runs"] if r["number"] == run), None) if run else None
-    if shown is None or (current and shown["number"] == current["number"]):
-        shown, workers = current, (current or {}).get("workers", [])
-    else:
-        workers = service.workers(name, shown["number"], project)
+    shown = current
+    if run is not None and (current is None or run != current["number"]) \
+            and any(r["number"] == run for r in job["runs"]):
+        try:
+            shown = service.run(name, run, project)
+        except NotFound:  # deleted meanwhile: the current one
+            shown = current
+    workers = (shown or {}).get("workers", [])
     live = bool(job["phase"] in ACTIVE or job["deleting"]
                 or any(w["startedAt"] and not w["finishedAt"] for w in workers))
+    is_current = bool(current and shown and shown["number"] == current["number"])
     return {"job": job, "run": shown, "workers": workers, "live": live,
-            "is_current": bool(current and shown and shown["number"] == current["number"]),
+            "is_current": is_current,
+            # the Run shown has ended: nothing more to follow in its logs
+            "run_live": bool(shown and (shown["phase"] in ACTIVE
+                                        or any(w["startedAt"] and not w["finishedAt"]
+                                               for w in workers))),
             "roles": [r["name"] for r in job["roles"]],
             # the Job's Findings (warnings and advice: a stored Job has no errors)
             "findings": [Finding.model_validate(f) for f in job.get("findings") or []]}
@@ -476,8 +486,9 @@ def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
              **({"project": project} if project != DEFAULT_PROJECT else {})})
     elif tab == "record" and number is not None:
         ctx["record"] = service.record(name, number, project)
-    elif tab == "spec":  # what the Job sets: the schema's defaults left out
-        ctx["spec_yaml"] = dump_yaml(spec_changes(ctx["job"]["spec"]))
+    elif tab == "spec":  # what the Job (an earlier Run: that Run) set, defaults left out
+        spec = ctx["job"]["spec"] if ctx["is_current"] or not ctx["run"] else ctx["run"]["spec"]
+        ctx["spec_yaml"] = dump_yaml(spec_changes(spec))
     return _render(request, "job.html", **ctx)
 
 
@@ -821,4 +832,47 @@ def error_page(request: Request, exc: ServiceError) -> Response:
     retry_after = getattr(exc, "retry_after", None)
     if retry_after is not None:
         resp.headers["Retry-After"] = str(retry_after)
+    return resp
+
+
+def http_error_page(request: Request, exc: Exception) -> Response:
+    """The console's page for no such page (404), a method a page does not take (405) or a
+    query value a page cannot use (422: FastAPI's ``RequestValidationError``)."""
+    from fastapi.exceptions import RequestValidationError
+
+    t = Translator(_locale(request))
+    if isinstance(exc, RequestValidationError):
+        status, text = 422, "error.badRequest"
+    else:
+        status = getattr(exc, "status_code", 500)
+        text = {404: "error.noPage", 405: "error.methodNotAllowed"}.get(status, "error.refused")
+    title = "error.notFound" if status == 404 else "error.title"
+    resp = _render(request, "error.html", status, title=t(title), message=t(text))
+    for k, v in (getattr(exc, "headers", None) or {}).items():  # Allow: on a 405
+        resp.headers[k] = v
+    return resp
+
+
+def failure_page(request: Request, exc: Exception) -> Response:
+    """The console's page for a failure of the server itself (500): the reader's language, the
+    console's layout, nothing of the failure but its kind (the log has the rest).
+
+    Answered outside :class:`rlark.api.security.RequestGuard` (Starlette's outermost
+    middleware), so it sets :data:`SECURITY_HEADERS` itself; drawn without a notice or the
+    project switcher, which need the store, in case the store is what failed."""
+    import logging
+
+    from rlark.api.security import SECURITY_HEADERS
+
+    logging.getLogger("rlark.console").error("unexpected error on %s", request.url.path,
+                                             exc_info=exc)
+    t = Translator(_locale(request))
+    try:
+        resp = _render(request, "error.html", 500, full=False, title=t("error.title"),
+                       message=t("error.internal"), detail=type(exc).__name__)
+    except Exception:  # noqa: BLE001 - the page itself cannot be drawn: a plain one
+        resp = HTMLResponse(f"<!doctype html><title>{t('error.title')}</title>"
+                            f"<h1>{t('error.title')}</h1><p>{t('error.internal')}</p>",
+                            status_code=500)
+    resp.headers.update(SECURITY_HEADERS)
     return resp

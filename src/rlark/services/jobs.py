@@ -664,6 +664,23 @@ class JobService:
             job = self._job(s, name, project)
             return mask_data([run_view(r) for r in job.runs], self._mask(s, job))
 
+    def run(self, name: str, number: int | None = None,
+            project: str = DEFAULT_PROJECT) -> dict[str, Any]:
+        """One Run (default: the current one) in the shape of a Job's ``currentRun`` (the same
+        builder: :func:`run_view` with its Workers and each Task's Ray node), plus ``spec``:
+        the spec snapshot that Run was started with.
+
+        Raises:
+            NotFound: no such Job, or it has no such Run.
+        """
+        from rlark.services.secrets import mask_data
+
+        with self.store.session() as s:
+            job = self._job(s, name, project)
+            r = self._run(s, job, number)
+            return mask_data({**run_view(r, with_workers=True), "spec": r.spec},
+                             self._mask(s, job))
+
     def workers(self, name: str, run: int | None = None,
                 project: str = DEFAULT_PROJECT) -> builtins.list[dict[str, Any]]:
         from rlark.services.secrets import mask_data
