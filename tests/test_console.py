@@ -165,6 +165,7 @@ def test_every_key_the_console_uses_is_in_the_catalogs():
     used |= {f"state.{s}" for s in ("active", "revoked", "expired")}
     used |= {f"outcome.{o}" for o in ("ok", "denied", "failed")}
     used |= {f"check.{s}" for s in ("pass", "warn", "fail")}  # a record check's status
+    used |= {f"recSource.{s}" for s in ("hydra-output", "rlark-composition", "absent")}
     used = {k for k in used if not k.endswith(".") and k != "error.html"}
     missing = sorted(used - set(en))
     assert not missing, missing

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, Request, Response
-from fastapi.staticfiles import StaticFiles
+if TYPE_CHECKING:  # the CLI imports the catalogs (i18n, messages) without the web stack
+    from fastapi import FastAPI, Request, Response
 
 HTMX_VERSION = "2.0.11"
 STATIC_DIR = Path(__file__).parent / "static"
@@ -32,6 +33,7 @@ def mount_console(app: FastAPI) -> None:
     query value, and a failure of the server itself); API paths keep the app's JSON answers.
     Call after the app's own exception handlers are set: those are what API paths get."""
     from fastapi.exceptions import RequestValidationError
+    from fastapi.staticfiles import StaticFiles
     from starlette.exceptions import HTTPException
 
     from rlark.console.admin import router as admin_router

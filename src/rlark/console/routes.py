@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import jinja2
+from markupsafe import Markup, escape
 from fastapi import APIRouter, Request
 from fastapi.responses import (
     HTMLResponse,
@@ -121,6 +123,17 @@ def _seconds(start: str | None, end: str | None) -> float | None:
     return (b - a).total_seconds()
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def _code_spans(text: Any) -> Markup:
+    """A server text as HTML: escaped, its `backticked` spans (commands, fields, the words of
+    Ray or Kubernetes quoted in a translated message) as code."""
+    parts = _CODE_SPAN.split(str(text or ""))
+    return Markup("").join(Markup("<code>{}</code>").format(p) if i % 2 else escape(p)
+                           for i, p in enumerate(parts))
+
+
 env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATES),
     autoescape=jinja2.select_autoescape(["html"]),
@@ -130,6 +143,7 @@ env = jinja2.Environment(
 )
 env.filters["dt"] = _dt
 env.filters["exit"] = exit_text
+env.filters["code"] = _code_spans
 env.globals.update(PHASES=PHASES, Phase=Phase, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_TYPES, STEPS=STEPS,
                    TABS=TABS, seconds=_seconds, version=__version__, htmx_version=HTMX_VERSION,
                    quote=quote, amount=_amount, NODE_COLUMNS=NODE_COLUMNS)
