@@ -138,10 +138,15 @@ def test_every_page_in_chinese_has_no_english_left(ui):
     srv.wait_phase("zh-wait", {"Stopped"}, timeout=60)
     pages = ["/jobs", *_pages("zh-ok"), *_pages("zh-fail"), *_pages("zh-fail", run=1),
              *_pages("zh-hold"), *_pages("zh-wait"),
-             "/jobs/zh-fail/compare?a=zh-fail:2&b=zh-fail:1", "/jobs/zh-gone",
+             "/jobs/zh-fail/compare?a=zh-fail:2&b=zh-fail:1",
              "/nodes", "/secrets", "/tokens", "/admin/users", "/admin/projects", "/admin/audit"]
     for path in pages:
         visit(path)
+    # a page that does not exist: the console's page, in Chinese (the browser logs its 404)
+    visit("/jobs/zh-gone")
+    assert ui.errors == ["console.error: Failed to load resource: the server responded with a "
+                         "status of 404 (Not Found)"]
+    ui.errors.clear()
     # the wizard, every step, from a Job file
     page = ui.go("/create")
     page.locator(".yaml-start summary").click()

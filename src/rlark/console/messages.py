@@ -28,7 +28,7 @@ a message itself, rendered through the catalog in turn (a Worker's own report in
 controller's sentence), ``{name:optmsg}`` one that may be empty; ``{name:opt}`` any text, maybe
 none; ``{name:list}`` / ``{name:parts}`` messages joined by ", " / "; "; ``{name:ranks}``
 ``rank 0 (NAME), ...``; ``{name:nums}`` ``0, 2``; ``{name:doing}`` ``NAME: Phase; ...``;
-``{name:phase}`` a phase; ``{name:word}`` one word; ``{name:reason}`` a reason code, shown as its label; ``{s}`` (``{s2}``...)
+``{name:phase}`` a phase; ``{name:word}`` one word; ``{name:byrole}`` ``ROLE: message; ...``; ``{name:reason}`` a reason code, shown as its label; ``{s}`` (``{s2}``...)
 an optional English plural "s", no parameter. A Chinese template puts free English text that a
 parameter carries (Ray's or Kubernetes' own words) between backticks, as code.
 """
@@ -47,7 +47,7 @@ LOCALES = ("en", "zh-CN")
 #: placeholders that match an optional English plural ending and carry no value
 _PLURAL = re.compile(r"^s\d*$")
 _KINDS = {"": r".+?", "n": r"-?\d+(?:\.\d+)?", "msg": r".+?", "list": r".+?", "parts": r".+?",
-          "ranks": r".+?", "nums": r"\d+(?:, \d+)*", "opt": r".*?", "optmsg": r".*?", "word": r"[\w.-]+",
+          "ranks": r".+?", "nums": r"\d+(?:, \d+)*", "opt": r".*?", "optmsg": r".*?", "word": r"[\w.-]+", "byrole": r".+?",
           "doing": r".+?", "reason": r"[A-Za-z]+", "phase": r"[A-Za-z]+"}
 _RANK = re.compile(r"rank (\d+) \(([^()]*)\)")
 #: recursion bound for ``{x:msg}`` parameters
@@ -156,6 +156,12 @@ def _parameter(kind: str, value: str, depth: int) -> str:
             who, sep, what = part.rpartition(": ")
             said = _WORKER_DOING.get(what) or phase_label(what, "zh-CN")
             parts.append(f"{who}{sep and '：'}{said}")
+        return "；".join(parts)
+    if kind == "byrole" and depth < _DEPTH:  # "role: why; role: why" (a location's backing)
+        parts = []
+        for part in value.split("; "):
+            role, sep, why = part.partition(": ")
+            parts.append(f"{role}：{message_text('', why, 'zh-CN', depth + 1)}" if sep else part)
         return "；".join(parts)
     if kind == "reason":
         return reason_label(value, "zh-CN")
