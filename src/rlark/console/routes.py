@@ -44,8 +44,11 @@ from rlark.console.wizard import (
     WizardState,
     blocking,
     field_of,
+    placement_rows,
+    preview_yaml,
     role_of,
     step_of,
+    yaml_preview,
 )
 from rlark.status import ACTIVE, Phase
 from rlark.exitcodes import exit_text
@@ -53,12 +56,11 @@ from rlark.findings import Finding, Severity
 from rlark.ranks import plan_workers
 from rlark.record import render as render_record
 from rlark.services.auth import DEFAULT_PROJECT, Principal
-from rlark.services.errors import NotFound, ServiceError
+from rlark.services.errors import NotFound, ServiceError, TooManyRequests
 from rlark.services.jobs import JobService
 from rlark.services.errors import Invalid
 from rlark.spec import (
     SpecSyntaxError,
-    dump_yaml,
     job_changes,
     job_to_dict,
     load_document,
@@ -502,7 +504,7 @@ def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
         ctx["record"] = service.record(name, number, project)
     elif tab == "spec":  # what the Job (an earlier Run: that Run) set, defaults left out
         spec = ctx["job"]["spec"] if ctx["is_current"] or not ctx["run"] else ctx["run"]["spec"]
-        ctx["spec_yaml"] = dump_yaml(spec_changes(spec))
+        ctx["spec_yaml"] = preview_yaml(spec_changes(spec))
     return _render(request, "job.html", **ctx)
 
 
@@ -604,7 +606,55 @@ def compare_runs(request: Request, name: str, access: Reader, a: str | None = No
         return _render(request, "error.html", 404, title=t("error.notFound"), message=exc.message)
     except Invalid as exc:
         return _render(request, "error.html", 422, title=t("error.title"), message=exc.message)
-    return _render(request, "compare.html", diff=diff, job_name=name, project=access.project)
+    return _render(request, "compare.html", diff=earlier_first(diff), job_name=name,
+                   project=access.project, diff_value=diff_value)
+
+
+def earlier_first(diff: dict) -> dict:
+    """A comparison (:func:`rlark.record_diff.diff_records`) of two runs of one Job with the
+    earlier run as ``a``, as ``rlark record diff JOB`` and a Job's own comparison (no ``b``)
+    order them, whichever of the two the form named first. Runs of two Jobs keep their order."""
+    a, b = diff["a"], diff["b"]
+    if a.get("job") != b.get("job") or (a.get("run") or 0) <= (b.get("run") or 0):
+        return diff
+    return {**diff, "a": b, "b": a,
+            "changes": [{**c, "a": c["b"], "b": c["a"]} for c in diff["changes"]]}
+
+
+#: record fields (and Ray resource names) whose values are bytes
+_BYTES = re.compile(r"(?:Bytes|bytes|^memory|^object_store_memory)$")
+
+
+def diff_value(key: str, value: Any) -> str | list[tuple[str, str]] | None:
+    """A value of a comparison as people read it: None for none, a mapping (or the JSON text
+    of one) as its ``(key, value)`` pairs, a list as its items, bytes in units, booleans and
+    numbers as JSON writes them."""
+    from rlark.console.messages import size_text
+
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+
+    def one(name: str, v: Any) -> str:
+        if isinstance(v, bool) or v is None:
+            return json.dumps(v)
+        if isinstance(v, (int, float)) and _BYTES.search(name) and v >= 1024:
+            return size_text(v)
+        if isinstance(v, float) and v.is_integer():
+            return str(int(v))
+        if isinstance(v, (dict, list)):
+            return json.dumps(v, sort_keys=True)
+        return str(v)
+
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return [(str(k), one(str(k), v)) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))]
+    if isinstance(value, list):
+        return ", ".join(one(key, v) for v in value) or "[]"
+    return one(key.rsplit(".", 1)[-1], value)
 
 
 @router.get("/jobs/{name}/record.{fmt}")
@@ -670,15 +720,25 @@ def _wizard_context(service: JobService, st: WizardState, findings: list[Finding
                            "unplaced": unplaced,
                            "tab_errors": tab_errors, "errors": blocking(findings), "error": error,
                            "yaml_text": "", "ranks": [], "rank_error": None}
+    ctx.update(yaml_is_source=False, placement=[])
     if st.step == 4:
         doc, _ = st.to_document()
-        # what the Job sets: the schema's defaults left out, whole numbers as integers
-        ctx["yaml_text"] = dump_yaml(job_changes(job)) if job is not None else dump_yaml(doc)
+        # the Job file as written while the form describes it; else what the Job sets (the
+        # schema's defaults left out, whole numbers as integers)
+        if job is not None:
+            ctx["yaml_text"], ctx["yaml_is_source"] = yaml_preview(st, job_to_dict(job),
+                                                                   job_changes(job))
+        else:
+            ctx["yaml_text"] = preview_yaml(doc)
         if job is not None:
             try:
                 ctx["ranks"] = plan_workers(job)
             except ValueError as exc:
                 ctx["rank_error"] = str(exc)
+            try:  # where RLinf will place its components, as `rlark plan` computes it
+                ctx["placement"] = placement_rows(service.placement(job))
+            except TooManyRequests:
+                ctx["placement"] = []
     return ctx
 
 
@@ -815,6 +875,7 @@ async def wizard_from_yaml(request: Request, access: Writer) -> Response:
                        yaml_findings=findings)
     st = WizardState.from_spec(job_to_dict(job))
     st.step = 4
+    st.source, st.source_base = text, base  # the review shows the file as written
     ctx = await run_in_threadpool(_wizard_context, service, st, None, access.project)
     return _render(request, "create.html", **ctx, yaml_source="", yaml_base="", yaml_findings=[])
 
