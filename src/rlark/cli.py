@@ -1184,7 +1184,7 @@ def _describe_text(client: Client, job: dict) -> None:
         return Text(text.ljust(11) if not zh else text + " ", style=style)
 
     out.print(label("name") + Text(job["name"]))
-    out.print(label("project") + Text(job.get("project") or client.project))
+    out.print(label("project") + Text(str(job.get("project") or client.project)))
     out.print(label("phase") + phase(job["phase"])
               + Text(f"  {reason(job['reason'])}{'：' if zh else ': '}"
                      f"{t.message(job['reason'], job['message'])}"))
