@@ -446,10 +446,8 @@ def _job_context(service: JobService, name: str, project: str, run: int | None) 
     is_current = bool(current and shown and shown["number"] == current["number"])
     return {"job": job, "run": shown, "workers": workers, "live": live,
             "is_current": is_current,
-            # the Run shown has ended: nothing more to follow in its logs
-            "run_live": bool(shown and (shown["phase"] in ACTIVE
-                                        or any(w["startedAt"] and not w["finishedAt"]
-                                               for w in workers))),
+            # the Run shown is still under way: its logs may grow, so they can be followed
+            "run_live": bool(shown and shown["phase"] in ACTIVE),
             "roles": [r["name"] for r in job["roles"]],
             # the Job's Findings (warnings and advice: a stored Job has no errors)
             "findings": [Finding.model_validate(f) for f in job.get("findings") or []]}
