@@ -164,7 +164,19 @@ def test_every_key_the_console_uses_is_in_the_catalogs():
     used |= {f"role.{r}" for r in ("viewer", "member", "admin")}
     used |= {f"state.{s}" for s in ("active", "revoked", "expired")}
     used |= {f"outcome.{o}" for o in ("ok", "denied", "failed")}
-    used |= {f"check.{s}" for s in ("pass", "warn", "fail", "provisional")}  # checks.status
+    used |= {f"check.{s}" for s in ("pass", "warn", "fail", "provisional")}  # a record check's status
+    used |= {f"recSource.{s}" for s in ("hydra-output", "rlark-composition", "absent")}
+    used |= {f"runtime.{r}" for r in ("local", "kubernetes")}
+    from rlark.record_diff import SECTIONS
+
+    used |= {f"diffSection.{s}" for s in SECTIONS}
+    # the CLI's describe/get/events write with the same catalogs (rlark.cli._labels)
+    cli = (TEMPLATES.parents[1] / "cli.py").read_text()
+    used |= set(re.findall(r"""\bt\(\s*["'](cli\.[A-Za-z0-9_.]+)["']""", cli))
+    used |= {f"cli.{k}" for k in ("name", "project", "phase", "headRole", "created", "run",
+                                  "finding")}
+    used |= {f"cli.noJobs{w}{p}" for w in ("In", "Anywhere") for p in ("", "Phase")}
+    used |= {k for k in en if k.startswith("cli.col.") and f'"{k[8:]}"' in cli}
     used = {k for k in used if not k.endswith(".") and k != "error.html"}
     missing = sorted(used - set(en))
     assert not missing, missing

@@ -183,18 +183,31 @@ def test_unknown_texts_stay_english_and_console_hints_fit_the_console():
 
 
 def test_catalog_entries_are_well_formed():
+    """Every Chinese template uses only its English template's parameters and says something in
+    Chinese itself (or through a parameter that is a message of its own); every reason and
+    every check has its Chinese label."""
     import string
 
-    for kind in ("finding", "event"):
-        for code, entry in messages()[kind].items():
-            groups = [entry["message"], entry["hint"]] if kind == "finding" else [entry]
-            for templates in groups:
-                for tpl in templates:
-                    fields = {f for _, f, _, _ in string.Formatter().parse(tpl.en) if f}
-                    other = {f for _, f, _, _ in string.Formatter().parse(tpl.other) if f}
-                    assert other <= fields, (code, tpl.en, tpl.other)
-                    assert CJK.search(tpl.other), (code, tpl.other)
-    assert all(CJK.search(v) for v in messages()["reason"].values())
+    from rlark.record_checks import ITEMS
+    from rlark.status import Reason
+
+    cat = messages()
+    groups = [("text", cat["text"])]
+    groups += [(code, t) for code, e in cat["finding"].items() for t in (e["message"], e["hint"])]
+    groups += [(reason, t) for reason, t in cat["event"].items()]
+    groups += [(cid, e["evidence"]) for cid, e in cat["check"].items()]
+    for code, templates in groups:
+        for tpl in templates:
+            fields = {f for _, f, _, _ in string.Formatter().parse(tpl.en) if f}
+            other = {f for _, f, _, _ in string.Formatter().parse(tpl.other) if f}
+            assert other <= fields, (code, tpl.en, tpl.other)
+            nested = any(kind in ("msg", "list", "parts") for kind in tpl.kinds.values())
+            # Chinese words, or Chinese punctuation around what is quoted as code
+            assert CJK.search(tpl.other) or nested or re.search("[\u3000-\u303f\uff00-\uffef]",
+                                                                tpl.other), (code, tpl.other)
+    assert all(CJK.search(v) for v in cat["reason"].values())
+    assert set(cat["reason"]) == {r.value for r in Reason}
+    assert set(cat["check"]) == set(ITEMS) and all(CJK.search(c["item"]) for c in cat["check"].values())
 
 
 def test_chinese_pages_translate_findings_reasons_and_events(client, service):
@@ -209,7 +222,7 @@ def test_chinese_pages_translate_findings_reasons_and_events(client, service):
     assert "x-head-0 上的运行脚本以退出码 3 结束" in page
     assert 'data-reason="RunFailed"' in page and "运行脚本失败" in page
     events = client.get("/jobs/zhtexts?tab=events").text
-    assert "Job 已接受：2 个 Worker，2 个角色" in events
+    assert "作业已接受：2 个 Worker，2 个角色" in events
     assert "设置了多次" in events  # the warning events carry the Finding's message
     review = post_wizard(client, wizard_form(step="4", **{"role-0-gpu": "64"}), "next").text
     assert "这些 Worker 共需要 64 个 GPU" in review and "请减少 resources.gpu" in review
@@ -219,7 +232,7 @@ def test_chinese_pages_translate_findings_reasons_and_events(client, service):
 
 def test_event_texts_translate_by_reason_with_english_fallback():
     assert localize_event("Submitted", "Job accepted: 1 Worker in 1 role by alice", "zh-CN") == \
-        "Job 已接受：1 个 Worker，1 个角色（alice）"
+        "作业已接受：1 个 Worker，1 个角色（alice）"
     assert localize_event("NodeJoined", "rank 2 (j-pool-1) joined as Ray node abcdef012345 at "
                           "127.0.0.3", "zh-CN") == \
         "序号 2（j-pool-1）已作为 Ray 节点 abcdef012345 加入，地址 127.0.0.3"
@@ -230,3 +243,348 @@ def test_event_texts_translate_by_reason_with_english_fallback():
     text = "the run script on j-head-0 exited with code 2\nTraceback (most recent call last):"
     assert localize_event("RunFailed", text, "zh-CN") == \
         "j-head-0 上的运行脚本以退出码 2 结束\nTraceback (most recent call last):"
+
+
+# --- every text the server composes, from the code that composes it (issue 19, item 2) -------------
+
+from rlark.console.messages import (  # noqa: E402
+    check_evidence,
+    check_item,
+    message_text,
+    ray_node_text,
+)
+from tests.english import english_words  # noqa: E402
+
+
+def chinese(text: str, names: set[str] = frozenset()) -> str:
+    """``text`` itself, once it is shown to be Chinese: CJK in it and no English word left
+    (tests/english.py)."""
+    assert CJK.search(text) and not english_words(text, set(names)), (text, english_words(text, set(names)))
+    return text
+
+
+def _finding_codes_in_the_source() -> dict[str, str]:
+    """Every Finding code a producer outside the console writes as a literal, with the file."""
+    import ast
+    from pathlib import Path
+
+    import rlark
+
+    root = Path(rlark.__file__).parent
+    makers = {"Finding", "_err", "_warn", "_info", "_error", "_warning", "err", "warn", "info",
+              "error", "warning", "finding", "_finding", "_f"}
+    found: dict[str, str] = {}
+    for path in root.rglob("*.py"):
+        if "console" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            if name not in makers:
+                continue
+            code = next((k.value.value for k in node.keywords if k.arg == "code"
+                         and isinstance(k.value, ast.Constant)), None)
+            if code is None and node.args and isinstance(node.args[0], ast.Constant):
+                code = node.args[0].value
+            if isinstance(code, str) and code.isidentifier() and code[:1].isupper():
+                found[code] = str(path.relative_to(root))
+    return found
+
+
+def test_every_finding_code_the_server_makes_is_in_the_catalog():
+    codes = _finding_codes_in_the_source()
+    assert len(codes) > 100
+    missing = {c: f for c, f in codes.items() if not messages()["finding"].get(c, {}).get("message")}
+    assert not missing, missing
+
+
+def _job(**role):
+    """A one-role Job with ``role``'s fields, and every Finding of the spec's own checks."""
+    from rlark.preflight import check_document
+
+    data = {"apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": "zh"},
+            "spec": {"headRole": "head", "runScript": "true",
+                     "roles": [{"name": "head", "image": "x/y:1", **role}]}}
+    return check_document(data)
+
+
+def _all_chinese(findings, names=frozenset({"zh", "head"})) -> set[str]:
+    for f in findings:
+        message, hint = localize_finding(f.code, f.message, f.hint, "zh-CN", where="cli")
+        chinese(message, names)
+        if f.hint:
+            chinese(hint, names)
+    return {f.code for f in findings}
+
+
+def test_findings_of_resources_secrets_and_the_local_runtime_in_chinese(tmp_path):
+    from rlark.runtimes.local import LocalRuntime
+    from rlark.runtimes.local_identity import DEFAULT_RANGE, Identity, UidRange, many_users_message
+    from rlark.runtimes.local_sandbox import access_problem
+
+    seen: set[str] = set()
+    for role in ({"resources": {"cpu": 4, "memory": "1Gi", "objectStoreMemory": "1Gi"},
+                  "ray": {"workerPorts": 5}},
+                 {"resources": {"objectStoreMemory": "1x"}},
+                 {"resources": {"objectStoreMemory": "10Mi"}},
+                 {"ray": {"workerPorts": 0}},
+                 {"env": [{"name": "API_TOKEN", "value": "x"},
+                          {"name": "B", "value": "1", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                          {"name": "C", "valueFrom": {"secretKeyRef": {"name": "Bad_Name", "key": "k!"}}}]}):
+        job, found = _job(**role)
+        seen |= _all_chinese(found)
+    assert {"ObjectStoreExceedsMemory", "WorkerPortsTight", "InvalidObjectStoreMemory",
+            "ObjectStoreTooSmall", "InvalidWorkerPorts", "PlainSecretEnv", "EnvValueAndValueFrom",
+            "InvalidSecretRef"} <= seen
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    home = tmp_path / "home"
+    for path, what in ((str(private), "spec.workingDir"), (str(home / "x"), "spec.workingDir"),
+                       (str(tmp_path), "spec.roles[0].mounts[0].source")):
+        problem = access_problem(path, what, rlark_home=str(home), allowed=[], stat=__import__("os").stat)
+        if problem is not None:
+            chinese(localize_finding("NotReadableByWorkers", problem, "", "zh-CN")[0],
+                    {path, what})
+    chinese(localize_finding("IdentityUnavailable", many_users_message("2 user accounts are enabled"), "",
+                             "zh-CN")[0])
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    job, _ = _job(mounts=[{"name": "s", "type": "hostPath", "source": str(shared), "mountPath": "/d"}])
+    own = LocalRuntime(identity=Identity("uid", uids=UidRange(*DEFAULT_RANGE)))
+    assert _all_chinese(own._mount_findings(0, job.spec.roles[0])) == {"HostPathNotWritable"}
+    for why in ("the server is not root, so it cannot switch a Worker to another uid",
+                "asked for (--worker-identity server-user)"):
+        solo = LocalRuntime(identity=Identity("server-user", why=why, uids=UidRange(*DEFAULT_RANGE)))
+        said = [f for f in solo.preflight(_job()[0]) if f.code == "WorkersRunAsServer"]
+        assert said and _all_chinese(said) == {"WorkersRunAsServer"}
+
+
+def test_findings_of_the_kubernetes_policy_and_capacity_in_chinese():
+    from rlark.runtimes.kubernetes.podpolicy import PodPolicy, check_pod_policy
+    from rlark.runtimes.kubernetes.preflight import check_for_kubernetes
+    from tests.test_k8s_capacity import four_node_inventory
+
+    seen: set[str] = set()
+    job, _ = _job(kubernetes={"runAsRoot": True, "serviceAccountName": "robot",
+                              "tolerations": [{"key": "dedicated", "operator": "Exists"}]},
+                  mounts=[{"name": "h", "type": "hostPath", "source": "/etc/x", "mountPath": "/h"},
+                          {"name": "d", "type": "hostPath", "source": "/srv/data", "mountPath": "/d"},
+                          {"name": "r", "type": "hostPath", "source": "rel", "mountPath": "/r"},
+                          {"name": "o", "type": "objectStorage", "source": "s3://b/p", "mountPath": "/o",
+                           "kubernetes": {"csiDriver": "fuse.example.com", "storageClass": "fast"}}])
+    seen |= _all_chinese(check_pod_policy(job, PodPolicy()))
+    job, _ = _job(kubernetes={"runAsUser": 0})
+    seen |= _all_chinese(check_pod_policy(job, PodPolicy()))
+    nodes = four_node_inventory()
+    for role in ({"resources": {"cpu": 500, "memory": "1Gi"}},
+                 {"resources": {"cpu": 60, "memory": "900Gi"}},
+                 {"nodeSelector": {"pool": "nowhere"}},
+                 {"workers": 40, "resources": {"cpu": 8}},
+                 {"local": {"python": "/usr/bin/python3"},
+                  "mounts": [{"name": "p", "type": "pvc", "source": "c", "mountPath": "/p",
+                              "kubernetes": {"size": "lots"}},
+                             {"name": "o", "type": "objectStorage", "source": "s3://b/p",
+                              "mountPath": "/o"}]}):
+        job, _ = _job(**role)
+        seen |= _all_chinese(check_for_kubernetes(job, nodes, free_basis="cluster"),
+                             {"zh", "head"} | {n.name for n in nodes})
+    seen |= _all_chinese(check_for_kubernetes(_job()[0], None, inventory_error="403 Forbidden"))
+    assert {"RootNotAllowed", "ServiceAccountNotAllowed", "TolerationNotAllowed",
+            "HostPathNotAllowed", "CsiDriverNotAllowed", "InvalidRunAsUser",
+            "ExceedsNodeCapacity", "NoEligibleNode", "LocalSettingIgnored",
+            "CapacityUnknown"} <= seen, seen
+
+
+def test_findings_of_rlinf_cluster_sections_in_chinese():
+    from rlark.rlinf_config.cluster import node_group_findings, parse_cluster
+
+    seen: set[str] = set()
+    for section in ("nope", {"num_nodes": -1, "component_placement": {}},
+                    {"num_nodes": 2, "component_placement": {"actor": "0-1"}, "bogus": 1},
+                    {"num_nodes": 2, "component_placement": {"actor": "0-1"},
+                     "node_groups": [{"label": "cluster", "node_ranks": "0"},
+                                     {"label": "a", "node_ranks": "0-5"},
+                                     {"label": "b", "node_ranks": "1", "hardware": {"type": "Nope"}},
+                                     {"label": "c", "node_ranks": "1", "env_configs": "x"}]},
+                    {"num_nodes": 2, "component_placement": {"actor": "0-1"},
+                     "node_groups": [{"label": "d", "node_ranks": "1", "oops": 1},
+                                     {"label": "e", "node_ranks": "1",
+                                      "hardware": {"type": "Nope", "configs": []}}]},
+                    {"num_nodes": 2, "component_placement": {"actor": "0-1"},
+                     "profiling": {"backend": "nope", "steps": "x"}}):
+        spec, found = parse_cluster(section)
+        seen |= _all_chinese(found)
+        if spec is not None:
+            seen |= _all_chinese(node_group_findings(spec))
+    assert {"ClusterSectionInvalid", "NumNodesInvalid", "RLinfFieldUnknown", "RLinfFieldMissing",
+            "NodeGroupLabelReserved", "NodeRanksInvalid", "HardwareInvalid",
+            "EnvConfigInvalid", "ProfilingInvalid"} <= seen, seen
+
+
+def _view(name, rank, **kw):
+    from rlark.controller.phases import WorkerView
+
+    return WorkerView(name=name, role="head" if rank == 0 else "pool", node_rank=rank,
+                      is_head=rank == 0, **kw)
+
+
+NAMES = {"j-head-0", "j-pool-0", "j-pool-1", "head", "pool", "admin"}
+
+
+def test_run_worker_and_condition_messages_of_the_controller_in_chinese():
+    """What the controller's pure decisions say (controller/phases.py): every failure, stop and
+    success message, every Worker's end, every condition, in Chinese."""
+    from rlark.controller.phases import (RunView, Transition, decide, failure_conditions,
+                                         observed_conditions, settle)
+    from rlark.status import Phase, Reason, WorkerPhase
+
+    def run(phase, workers, **kw):
+        return RunView(phase=phase, stop_requested=kw.pop("stop", False), workers=workers, **kw)
+
+    up = dict(launched=True, alive=True, joined=True)
+    cases = [
+        run(Phase.Starting, [_view("j-head-0", 0, launched=True, alive=False, exit_code=4,
+                                   failed={"reason": "PrepareFailed", "ts": 1,
+                                           "message": "prepare script exited with code 4"})]),
+        run(Phase.Starting, [_view("j-head-0", 0, launched=True, alive=False, exit_code=86,
+                                   failed={"reason": "NodeLost", "ts": 1, "exit_code": 1,
+                                           "message": "`ray start` exited with code 1 while the node should be alive"})]),
+        run(Phase.Starting, [_view("j-head-0", 0, **up),
+                             _view("j-pool-0", 1, launched=True, alive=True)],
+            now=200.0, launched_at=0.0, join_timeout=60.0),
+        run(Phase.Running, [_view("j-head-0", 0, launched=True, alive=True, joined=True,
+                                  failed={"reason": "JoinTimeout", "ts": 1, "missing_ranks": [1],
+                                          "message": "rank 1 did not join within 70 s of the head's start"}),
+                            _view("j-pool-0", 1, launched=True, alive=True)]),
+        run(Phase.Running, [_view("j-head-0", 0, **up, running=True,
+                                  run_finished={"exit_code": 3, "ts": 2}, exit_code=3)]),
+        run(Phase.Running, [_view("j-head-0", 0, **up, running=True,
+                                  run_finished={"exit_code": 137, "ts": 2})]),
+        run(Phase.Running, [_view("j-head-0", 0, launched=True, alive=False, joined=True,
+                                  running=True, exit_code=0)]),
+        run(Phase.Running, [_view("j-head-0", 0, **up, running=True),
+                            _view("j-pool-0", 1, launched=True, alive=False, joined=True, exit_code=1)]),
+        run(Phase.Starting, [_view("j-head-0", 0, **up, running=True),
+                             _view("j-pool-0", 1, **up)]),
+        run(Phase.Running, [_view("j-head-0", 0, **up, running=True, run_finished={"exit_code": 0, "ts": 2})]),
+        run(Phase.Pending, [_view("j-head-0", 0)], stop=True),
+        run(Phase.Running, [_view("j-head-0", 0, **up)], stop=True),
+        run(Phase.Stopping, [_view("j-head-0", 0, launched=True, alive=False)]),
+        # Responsive True, then two silent Workers (no line; stopped processes) that fail it
+        run(Phase.Running, [_view("j-head-0", 0, **up, running=True, heartbeat=10.0,
+                                  last_seen=95.0)], now=100.0),
+        run(Phase.Running, [_view("j-head-0", 0, **up, running=True, heartbeat=10.0,
+                                  last_seen=0.0),
+                            _view("j-pool-0", 1, **up, heartbeat=10.0, last_seen=399.0,
+                                  stopped_since=1.0)], now=400.0, unresponsive_timeout=300.0),
+    ]
+    said = []
+    for r in cases:
+        for t in decide(r):
+            said.append((t.reason, t.message))
+            said += [(c.reason, c.message) for c in failure_conditions(t)]
+            for w in r.workers:
+                s = settle(w, t.to, t.reason, t.blamed) if t.to in (Phase.Succeeded, Phase.Failed,
+                                                                     Phase.Stopped) else None
+                if s is not None and s.message:
+                    said.append((s.reason, s.message))
+        said += [(c.reason, c.message) for c in observed_conditions(r)]
+    for phase in (WorkerPhase.Preparing, WorkerPhase.StartingRay, None):
+        said += [(c.reason, c.message) for c in observed_conditions(run(Phase.Starting, [
+            _view("j-head-0", 0, launched=True, alive=True, reported_phase=phase),
+            _view("j-pool-0", 1, launched=True, alive=True)]))]
+    said.append((Reason.Completed, settle(_view("j-pool-0", 1), Phase.Succeeded).message))
+    said.append((Reason.WorkerFailed, settle(_view("j-pool-0", 1, launched=True, alive=True),
+                                             Phase.Failed, Reason.ImagePull, ("j-pool-0",)).message))
+    reasons = {r for r, _ in said}
+    assert len(said) > 30 and {Reason.PrepareFailed, Reason.RayStartFailed, Reason.JoinTimeout,
+                               Reason.RunFailed, Reason.HeadLost, Reason.WorkerLost,
+                               Reason.AllJoined, Reason.Completed, Reason.StopRequested,
+                               Reason.Stopped, Reason.StoppedByRLark, Reason.NotLaunched,
+                               Reason.WaitingForWorkers, Reason.HeadStarting,
+                               Reason.RayHeadStarted, Reason.Responding,
+                               Reason.WorkerUnresponsive} <= reasons, reasons
+    for reason, text in said:
+        chinese(message_text(reason, text, "zh-CN"), NAMES)
+        assert message_text(reason, text, "en") == text
+    assert Transition  # the type the messages come in
+
+
+def test_admission_and_service_messages_in_chinese(client, service):
+    from rlark.controller.admission import Amounts, Candidate, Capacity, Usage, admit
+
+    gib = 1 << 30
+    cap = Capacity(total=Amounts(2, 8 * gib, 0), max_starting_nodes=2)
+    queue = [Candidate("a", Amounts(4, gib, 0), 1), Candidate("b", Amounts(1, gib, 1), 1),
+             Candidate("c", Amounts(1, gib, 0), 1)]
+    said = [d.message for d in admit(queue, Usage(held=Amounts(1, gib, 0), starting_nodes=0,
+                                                  busy=True), cap).values() if d.message]
+    said += [d.message for d in admit([Candidate("d", Amounts(1, gib, 0), 3)],
+                                      Usage(held=Amounts(0, 0, 0), starting_nodes=2, busy=True),
+                                      cap).values() if d.message]
+    assert len(said) >= 3
+    for text in said:
+        chinese(message_text("WaitingForCapacity", text, "zh-CN"))
+    # what the service records: acceptance, runs, stop, replace, delete, the Job's warnings
+    doc = yaml.safe_load(job_doc("said"))
+    doc["spec"]["roles"][0]["env"] = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]
+    service.create(yaml.safe_dump(doc))
+    client.post("/jobs/said/restart", data={"next": "/jobs/said"})
+    service.replace("said", yaml.safe_dump({**doc, "spec": {**doc["spec"], "runScript": "echo 2"}}))
+    service.stop("said")
+    service.delete("said")
+    events = [e for e in service.events("said")] if False else []
+    from rlark.store import EventRow
+
+    with service.store.session() as s:
+        events = [(e.reason, e.message) for e in s.query(EventRow).all()]
+    assert len({r for r, _ in events}) >= 5
+    for reason, text in events:
+        chinese(message_text(reason, text, "zh-CN"), NAMES | {"said", "A"})
+
+
+def test_record_check_items_and_evidence_in_chinese():
+    """Every check's item and evidence of records that pass, warn and fail
+    (tests/test_record_v2.py's Runs), and the RecordVerified message they give."""
+    import copy
+
+    from rlark.record import build_record
+    from rlark.services.records import record_condition
+    from tests.test_record_v2 import COMPOSED, PROBES, facts, rows
+
+    other = facts(2, "pool", packages=("ray==2.60.0", "rlinf==0.3.1"))
+    no_gpu = facts(0, "head", gpus=0)
+    bare = facts(1, "pool")
+    for key in ("keeper", "python"):
+        bare.pop(key)
+    records = [build_record(*rows(), composed=COMPOSED, probes=PROBES),
+               build_record(*rows(facts={2: other}), composed=COMPOSED, probes=PROBES),
+               build_record(*rows(facts={0: no_gpu, 1: bare}), composed=None, probes=None)]
+    job, run, workers = rows()
+    run.spec = copy.deepcopy(run.spec)
+    run.spec["spec"]["roles"][1]["image"] = "docker.io/rlinf/rlinf"
+    run.phase = "Failed"
+    records.append(build_record(job, run, workers, composed=COMPOSED, probes={
+        "outputs": {"/w/out/run1": {"exists": False}}, "logs": {"rec-head-0": False}}))
+    names = {"rec-head-0", "rec-pool-0", "rec-pool-1", "head", "pool", "box", "out", "exp"}
+    seen = 0
+    for rec in records:
+        for c in rec["checks"]["items"]:
+            chinese(check_item(c["id"], c["item"], "zh-CN"))
+            for line in c["evidence"]:
+                chinese(check_evidence(c["id"], line, "zh-CN"), names)
+                seen += 1
+        _, _, reason, text = record_condition(rec)
+        chinese(message_text(reason, text, "zh-CN"), names)
+    assert seen > 50
+
+
+def test_ray_node_summary_in_both_languages():
+    view = {"cpus": 1, "gpus": 2, "memoryBytes": 1 << 30, "objectStoreBytes": 307 << 20,
+            "workerPorts": 48, "devices": {"rdma/hca": 1}}
+    assert ray_node_text(view, "en") == ("1 CPU, 2 GPUs, 1 GiB memory, 307 MiB object store, "
+                                         "48 worker ports, 1 rdma/hca")
+    assert chinese(ray_node_text(view, "zh-CN")) == (
+        "1 个 CPU，2 个 GPU，内存 1 GiB，对象存储 307 MiB，48 个工作进程端口，1 个 rdma/hca")
+    assert ray_node_text(None, "zh-CN") == ""

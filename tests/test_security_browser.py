@@ -449,11 +449,17 @@ def test_the_console_works_under_its_content_security_policy(victim, server):
         for step in ("3", "2", "1"):
             page.get_by_role("button", name="Back").click()
             expect(page.locator("#wizard")).to_have_attribute("data-step", step)
-        # the log follow: a Server-Sent Events stream of the API
-        page.goto(server.url + f"/jobs/{EXISTING}?tab=logs")
+        # the log follow (offered while the Run's Workers live): a Server-Sent Events stream of
+        # the API, that ends when they do
+        server.submit(failing_job("follow").replace('prepareScript: "echo preparing; exit 4"',
+                                                    'prepareScript: "echo preparing; sleep 60"'))
+        server.wait_phase("follow", {"Starting"}, timeout=60)
+        page.goto(server.url + "/jobs/follow?tab=logs")
         page.click("#log-follow")
+        expect(page.locator("#log-status")).to_have_text("Following new lines…")
+        server.cli("stop", "follow")
         expect(page.locator("#log-status")).to_have_text(
-            "The Workers have ended; every line is shown.")
+            "The Workers have ended; every line is shown.", timeout=30_000)
         assert not problems, problems
     finally:
         anonymous.close()

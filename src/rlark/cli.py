@@ -1046,6 +1046,27 @@ def _project_flag(client: Client) -> str:
     return f" -p {client.project}" if client.project and client.project != "default" else ""
 
 
+def output_language(environ: "dict[str, str] | None" = None) -> str:
+    """The language ``describe``, ``get`` and ``events`` write in: ``RLARK_LANG``, else the
+    POSIX locale (``LC_ALL``, then ``LC_MESSAGES``, then ``LANG``, the first one set, as
+    setlocale(3) reads them); ``zh...`` (``zh_CN.UTF-8``, ``zh-CN``) is Simplified Chinese
+    (``zh-CN``), anything else English (``en``)."""
+    env = os.environ if environ is None else environ
+    for name in ("RLARK_LANG", "LC_ALL", "LC_MESSAGES", "LANG"):
+        value = (env.get(name) or "").strip()
+        if value:
+            return "zh-CN" if value.lower().startswith("zh") else "en"
+    return "en"
+
+
+def _labels():
+    """The console's catalogs in :func:`output_language` (rlark.console.i18n: labels, phases,
+    reasons, and every server text through rlark.console.messages)."""
+    from rlark.console.i18n import Translator
+
+    return Translator(output_language())
+
+
 #: the columns of `rlark get jobs`, in order, with what each shows (its --help lists them)
 JOB_COLUMNS = (
     ("NAME", "the Job's name"),
@@ -1059,10 +1080,13 @@ JOB_COLUMNS = (
 )
 
 
-def _job_row(j: dict, all_projects: bool) -> list:
+def _job_row(j: dict, all_projects: bool, t=None) -> list:
+    t = t or _labels()
     return [
         *((j.get("project") or "",) if all_projects else ()),
-        j["name"], Text(j["phase"], style=PHASE_STYLE.get(j["phase"], "")), j["reason"],
+        j["name"], Text(t.phase(j["phase"]) if t.locale != "en" else j["phase"],
+                        style=PHASE_STYLE.get(j["phase"], "")),
+        t.reason(j["reason"]) if t.locale != "en" else j["reason"],
         f"{j['workersReady']}/{j['workersTotal']}",
         ",".join(f"{r['name']}:{r['workers']}" for r in j["roles"]),
         str(j["run"] or ""), (j["createdAt"] or "")[:19].replace("T", " "),
@@ -1108,15 +1132,16 @@ def get_jobs(
     if output != "text":
         _emit(data["items"][0] if name is not None else data, output)
         return
+    t = _labels()
     table = Table(box=None, header_style="bold")
     for col in (("PROJECT",) if all_projects else ()) + tuple(c for c, _ in JOB_COLUMNS):
-        table.add_column(col)
+        table.add_column(t(f"cli.col.{col}"))
     for j in data["items"]:
-        table.add_row(*_job_row(j, all_projects))
+        table.add_row(*_job_row(j, all_projects, t))
     if not data["items"]:
-        where = " in any project you can read" if all_projects else f" in project {client.project}"
-        out.print("no Jobs" + (f" in phase {phase}" if phase else "") + where
-                  + "; submit one with `rlark submit FILE`")
+        key = "cli.noJobsAnywhere" if all_projects else "cli.noJobsIn"
+        out.print(t(key + ("Phase" if phase else ""), project=client.project,
+                    phase=t.phase(phase) if phase else ""))
     else:
         out.print(table)
 
@@ -1161,7 +1186,7 @@ def describe_job(
         _emit(described[0] if name is not None else {"items": described}, output)
         return
     if not described:
-        out.print(f"no Jobs in project {client.project}; submit one with `rlark submit FILE`")
+        out.print(_labels()("cli.noJobsIn", project=client.project))
     for i, job in enumerate(described):
         if i:
             out.print()
@@ -1173,78 +1198,119 @@ describe_app.command("jobs", hidden=True)(describe_job)
 
 
 def _describe_text(client: Client, job: dict) -> None:
+    """``describe``'s text for one Job (with its ``events``), in :func:`output_language`. In
+    English it names phases, reasons, causes and condition types by their codes, as always;
+    in Chinese by their labels, and every server text (messages, Findings, conditions, Ray node
+    summaries, record check evidence, Events) comes through rlark.console.messages. The JSON
+    and YAML outputs keep every value as the API gives it."""
+    t = _labels()
+    zh = t.locale != "en"
     events = job["events"]
     run = job.get("currentRun") or {}
-    out.print(f"[bold]Name:[/bold]      {job['name']}")
-    out.print(f"[bold]Project:[/bold]   {job.get('project') or client.project}")
-    out.print(Text("Phase:     ", style="bold") + Text(job["phase"], style=PHASE_STYLE.get(job["phase"], ""))
-              + Text(f"  {job['reason']}: {job['message']}"))
-    out.print(f"[bold]Head role:[/bold] {job['headRole']}    [bold]Runtime:[/bold] {job['runtime']}")
-    out.print(f"[bold]Created:[/bold]   {job['createdAt']}")
+
+    def of(group: str, value: str | None) -> str:
+        return (t.of(group, value) if zh else value) or ""
+
+    def phase(value: str | None) -> Text:
+        return Text(of("phase", value), style=PHASE_STYLE.get(value or "", ""))
+
+    def reason(value: str | None) -> str:
+        return (t.reason(value) if zh else value) or ""
+
+    def show(value) -> str:
+        return "-" if value is None else str(value)
+
+    def table(title: str, *cols: str, fold: bool = False) -> Table:
+        tab = Table(title=title, box=None, header_style="bold", title_justify="left")
+        for col in cols:
+            tab.add_column(t(f"cli.col.{col}"), overflow="fold" if fold else "ellipsis")
+        return tab
+
+    def label(key: str, style: str = "bold") -> Text:
+        # English lines up its values after 11 columns, as it always has
+        text = t(f"cli.{key}")
+        return Text(text.ljust(11) if not zh else text + " ", style=style)
+
+    out.print(label("name") + Text(job["name"]))
+    out.print(label("project") + Text(str(job.get("project") or client.project)))
+    out.print(label("phase") + phase(job["phase"])
+              + Text(f"  {reason(job['reason'])}{'：' if zh else ': '}"
+                     f"{t.message(job['reason'], job['message'])}"))
+    out.print(label("headRole") + Text(f"{job['headRole']}    ") + Text(t("cli.runtime"), style="bold")
+              + Text(f" {of('runtime', job['runtime'])}"))
+    out.print(label("created") + Text(job["createdAt"]))
     if run:
-        def show(v):
-            return "-" if v is None else v
-        out.print(f"[bold]Run:[/bold]       {run['number']} ({run['cause']})  started {show(run['startedAt'])}  "
-                  f"running {show(run['runningAt'])}  finished {show(run['finishedAt'])}  "
-                  f"exit {show(run['exitCode'])}")
+        out.print(label("run") + Text(t("cli.runLine", n=run["number"], cause=of("cause", run["cause"]),
+                                        started=show(run["startedAt"]),
+                                        running=show(run["runningAt"]),
+                                        finished=show(run["finishedAt"]),
+                                        exit=show(run["exitCode"]))))
     for f in job.get("findings", []):
+        said = t.finding(f)[0] if zh else f["message"]
         # messages name their field path already (preflight's rule); say it once
-        message = f["message"] if f["message"].startswith(f["path"]) else f"{f['path']}: {f['message']}"
-        out.print(f"[yellow]Finding:[/yellow]   {f['code']} {message}")
-    tasks = Table(title="Tasks (one per role)", box=None, header_style="bold", title_justify="left")
-    for col in ("ROLE", "PHASE", "READY", "NODE RANKS", "RAY NODE (EACH WORKER)"):
-        tasks.add_column(col)
-    for t in run.get("tasks", []):
-        first, last = t["nodeRanks"]
-        tasks.add_row(t["role"], Text(t["phase"], style=PHASE_STYLE.get(t["phase"], "")),
-                      f"{t['ready']}/{t['total']}", str(first) if first == last else f"{first}-{last}",
-                      (t.get("rayNode") or {}).get("summary", ""))
+        said = said if f["message"].startswith(f["path"]) else f"{f['path']}: {said}"
+        out.print(label("finding", "yellow") + Text(f"{f['code']} {said}"))
+    tasks = table(t("cli.tasks"), "ROLE", "PHASE", "READY", "NODE RANKS", "RAY NODE (EACH WORKER)")
+    for task in run.get("tasks", []):
+        first, last = task["nodeRanks"]
+        tasks.add_row(task["role"], phase(task["phase"]), f"{task['ready']}/{task['total']}",
+                      str(first) if first == last else f"{first}-{last}",
+                      t.ray_node(task.get("rayNode")))
     if run.get("tasks"):
         out.print(tasks)
-    conditions = Table(title="Conditions", box=None, header_style="bold", title_justify="left")
-    for col in ("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"):
-        conditions.add_column(col)
+    conditions = table(t("cli.conditions"), "TYPE", "STATUS", "REASON", "SINCE", "MESSAGE")
     for c in run.get("conditions") or []:
-        conditions.add_row(c["type"], Text(c["status"], style="green" if c["status"] == "True" else ""),
-                           c["reason"], (c.get("lastTransitionTime") or "")[:19], c["message"])
+        conditions.add_row(of("cond", c["type"]),
+                           Text(of("condStatus", c["status"]),
+                                style="green" if c["status"] == "True" else ""),
+                           reason(c["reason"]), (c.get("lastTransitionTime") or "")[:19],
+                           t.message(c["reason"], c["message"]))
     if run.get("conditions"):
         out.print(conditions)
-    table = Table(title="Workers", box=None, header_style="bold", title_justify="left")
-    for col in ("RANK", "NAME", "ROLE", "PHASE", "HOST", "IP", "RAY NODE", "EXIT", "REASON"):
-        table.add_column(col)
+    workers = table(t("cli.workers"), "RANK", "NAME", "ROLE", "PHASE", "HOST", "IP", "RAY NODE",
+                    "EXIT", "REASON")
     for w in run.get("workers", []):
-        table.add_row(str(w["nodeRank"]), w["name"], w["role"],
-                      Text(w["phase"], style=PHASE_STYLE.get(w["phase"], "")),
-                      w["host"] or "", w["ip"] or "", (w["rayNodeId"] or "")[:12],
-                      exit_text(w["exitCode"]), w["reason"] or "")
-    out.print(table)
+        workers.add_row(str(w["nodeRank"]), w["name"], w["role"], phase(w["phase"]),
+                        w["host"] or "", w["ip"] or "", (w["rayNodeId"] or "")[:12],
+                        exit_text(w["exitCode"]), reason(w["reason"]))
+    out.print(workers)
     if run.get("finishedAt") and run.get("number"):
         rec = _call(client.get, f"/api/v1/jobs/{job['name']}/record", run=run["number"])
         checks = (rec.get("checks") or {}).get("items") or []
         if checks:
-            table = Table(title=f"Record checks (run {run['number']}: {rec['checks']['status']})",
-                          box=None, header_style="bold", title_justify="left")
-            for col in ("CHECK", "STATUS", "EVIDENCE"):
-                table.add_column(col, overflow="fold")
+            checks_table = table(t("cli.recordChecks", n=run["number"],
+                                   status=of("check", rec["checks"]["status"])),
+                                 "CHECK", "STATUS", "EVIDENCE", fold=True)
             for c in checks:
-                table.add_row(c["id"], Text(c["status"], style=CHECK_STYLE.get(c["status"], "")),
-                              "; ".join(c.get("evidence") or [])[:400])
-            out.print(table)
-    runs = Table(title="Runs", box=None, header_style="bold", title_justify="left")
-    for col in ("RUN", "CAUSE", "PHASE", "REASON", "EXIT", "STARTED", "FINISHED"):
-        runs.add_column(col)
+                checks_table.add_row(c["id"], Text(of("check", c["status"]),
+                                                   style=CHECK_STYLE.get(c["status"], "")),
+                                     "; ".join(t.evidence(c, e) for e in c.get("evidence") or [])[:400])
+            out.print(checks_table)
+    runs = table(t("cli.runs"), "RUN", "CAUSE", "PHASE", "REASON", "EXIT", "STARTED", "FINISHED")
     for r in job["runs"]:
-        runs.add_row(str(r["number"]), r["cause"], r["phase"], r["reason"], exit_text(r["exitCode"]),
+        runs.add_row(str(r["number"]), of("cause", r["cause"]), of("phase", r["phase"]),
+                     reason(r["reason"]), exit_text(r["exitCode"]),
                      (r["startedAt"] or "")[:19], (r["finishedAt"] or "")[:19])
     out.print(runs)
-    ev = Table(title="Events", box=None, header_style="bold", title_justify="left")
+    out.print(events_table(events[-30:], t))
+
+
+def events_table(events: list[dict], t=None) -> Table:
+    """The ``Events`` table of ``describe`` (and ``rlark events``): one row per Event of the
+    API's events view, in the order given, in :func:`output_language` (``t``: a
+    :class:`rlark.console.i18n.Translator` to use instead). English shows types and reasons
+    by their codes; Chinese by their labels, the messages in Chinese."""
+    t = t or _labels()
+    zh = t.locale != "en"
+    ev = Table(title=t("cli.events"), box=None, header_style="bold", title_justify="left")
     for col in ("TIME", "RUN", "TYPE", "REASON", "USER", "MESSAGE"):
-        ev.add_column(col)
-    for e in events[-30:]:
+        ev.add_column(t(f"cli.col.{col}"))
+    for e in events:
         # no actor: RLark itself (the controller) recorded it
-        ev.add_row((e["time"] or "")[11:23], str(e["run"] or ""), e["type"], e["reason"],
-                   e.get("actor") or "-", e["message"])
-    out.print(ev)
+        ev.add_row((e["time"] or "")[11:23], str(e["run"] or ""),
+                   t.of("ev", e["type"]) if zh else e["type"],
+                   t.reason(e["reason"]) if zh else e["reason"], e.get("actor") or "-", t.event(e))
+    return ev
 
 
 @app.command()

@@ -183,7 +183,8 @@ def _lines_that_differ(text: str, other: str) -> str:
 
 def display(key: str, value: Any, other: Any = None) -> str:
     """``value`` as a comparison table shows it: ``-`` for absent, bytes in binary units for
-    :data:`BYTE_KEYS`, lists joined with ``, ``, ``""`` for an empty text, and a text where
+    :data:`BYTE_KEYS`, a whole float as an integer, lists joined with ``, ``, ``""`` for an
+    empty text, and a text where
     either side has several lines reduced to the lines ``other`` (the other side's value)
     does not have."""
     if value is None:
@@ -199,6 +200,8 @@ def display(key: str, value: Any, other: Any = None) -> str:
             return '""'
         if isinstance(other, str) and ("\n" in value.strip() or "\n" in other.strip()):
             return _lines_that_differ(value, other)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # Ray counts CPUs as 4.0: people read 4
     return str(value)
 
 

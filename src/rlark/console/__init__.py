@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, Request, Response
-from fastapi.staticfiles import StaticFiles
+if TYPE_CHECKING:  # the CLI imports the catalogs (i18n, messages) without the web stack
+    from fastapi import FastAPI, Request, Response
 
 HTMX_VERSION = "2.0.11"
 STATIC_DIR = Path(__file__).parent / "static"
@@ -26,12 +27,18 @@ def _is_console(path: str) -> bool:
 
 
 def mount_console(app: FastAPI) -> None:
-    """Serve the console at ``/`` (its assets at ``/static``) on ``app``, and show a refusal
-    (:class:`ServiceError` from an access rule or a service) on a console path as an HTML
-    page; API paths keep the app's JSON answer."""
+    """Serve the console at ``/`` (its assets at ``/static``) on ``app``. An error on a console
+    path is an HTML page in the console's layout and the reader's language (a refusal
+    (:class:`ServiceError` from an access rule or a service), no such page or method, a bad
+    query value, and a failure of the server itself); API paths keep the app's JSON answers.
+    Call after the app's own exception handlers are set: those are what API paths get."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.staticfiles import StaticFiles
+    from starlette.exceptions import HTTPException
+
     from rlark.console.admin import router as admin_router
     from rlark.console.auth_pages import router as auth_router
-    from rlark.console.routes import error_page
+    from rlark.console.routes import error_page, failure_page, http_error_page
     from rlark.console.routes import router
     from rlark.console.secrets_page import router as secrets_router
     from rlark.services.errors import ServiceError
@@ -42,14 +49,20 @@ def mount_console(app: FastAPI) -> None:
     app.include_router(secrets_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
-    as_json = app.exception_handlers.get(ServiceError)
+    def as_page(kind: type, page) -> None:
+        as_json = app.exception_handlers.get(kind)
 
-    async def service_error(request: Request, exc: Exception) -> Response:
-        if not _is_console(request.url.path) or not isinstance(exc, ServiceError):
+        async def handler(request: Request, exc: Exception) -> Response:
+            if _is_console(request.url.path) and isinstance(exc, kind):
+                return page(request, exc)
             if as_json is None:
                 raise exc
             answer = as_json(request, exc)  # a handler may be a plain function or a coroutine
             return await answer if inspect.isawaitable(answer) else answer
-        return error_page(request, exc)
 
-    app.add_exception_handler(ServiceError, service_error)
+        app.add_exception_handler(kind, handler)
+
+    as_page(ServiceError, error_page)
+    as_page(HTTPException, http_error_page)
+    as_page(RequestValidationError, http_error_page)
+    as_page(Exception, failure_page)

@@ -72,22 +72,41 @@ class Translator:
                                 self.locale)
 
     def event(self, e: dict) -> str:
-        """An event's text in this locale (:func:`rlark.console.messages.localize_event`)."""
-        from rlark.console.messages import localize_event
+        """An event's text in this locale (:func:`rlark.console.messages.message_text`)."""
+        from rlark.console.messages import message_text
 
-        return localize_event(e.get("reason") or "", e.get("message") or "", self.locale)
+        return message_text(e.get("reason") or "", e.get("message") or "", self.locale)
 
     def message(self, reason: str | None, text: str | None) -> str:
-        """A Run's or Worker's message, known by its reason, in this locale."""
-        from rlark.console.messages import localize_event
+        """A Run's, Job's, Worker's or condition's message, known by its reason, in this
+        locale (:func:`rlark.console.messages.message_text`)."""
+        from rlark.console.messages import message_text
 
-        return localize_event(reason or "", text or "", self.locale)
+        return message_text(reason or "", text or "", self.locale)
 
     def reason(self, code: str | None) -> str:
         """A reason code in this locale (:func:`rlark.console.messages.reason_label`)."""
         from rlark.console.messages import reason_label
 
         return reason_label(code, self.locale)
+
+    def check_item(self, check: dict) -> str:
+        """What a record check verifies, in this locale."""
+        from rlark.console.messages import check_item
+
+        return check_item(str(check.get("id") or ""), str(check.get("item") or ""), self.locale)
+
+    def evidence(self, check: dict, line: str) -> str:
+        """One line of a record check's evidence in this locale."""
+        from rlark.console.messages import check_evidence
+
+        return check_evidence(str(check.get("id") or ""), str(line), self.locale)
+
+    def ray_node(self, view: dict | None) -> str:
+        """A Task's Ray node (each Worker's ``ray start`` resources) in this locale."""
+        from rlark.console.messages import ray_node_text
+
+        return ray_node_text(view, self.locale)
 
     def phase(self, phase: str | None) -> str:
         """A Run/Job/Task/Worker phase in this locale (the phase itself when unknown)."""

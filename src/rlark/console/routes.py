@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import jinja2
+from markupsafe import Markup, escape
 from fastapi import APIRouter, Request
 from fastapi.responses import (
     HTMLResponse,
@@ -42,8 +44,11 @@ from rlark.console.wizard import (
     WizardState,
     blocking,
     field_of,
+    placement_rows,
+    preview_yaml,
     role_of,
     step_of,
+    yaml_preview,
 )
 from rlark.status import ACTIVE, Phase
 from rlark.exitcodes import exit_text
@@ -51,12 +56,11 @@ from rlark.findings import Finding, Severity
 from rlark.ranks import plan_workers
 from rlark.record import render as render_record
 from rlark.services.auth import DEFAULT_PROJECT, Principal
-from rlark.services.errors import NotFound, ServiceError
+from rlark.services.errors import NotFound, ServiceError, TooManyRequests
 from rlark.services.jobs import JobService
 from rlark.services.errors import Invalid
 from rlark.spec import (
     SpecSyntaxError,
-    dump_yaml,
     job_changes,
     job_to_dict,
     load_document,
@@ -121,6 +125,17 @@ def _seconds(start: str | None, end: str | None) -> float | None:
     return (b - a).total_seconds()
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def _code_spans(text: Any) -> Markup:
+    """A server text as HTML: escaped, its `backticked` spans (commands, fields, the words of
+    Ray or Kubernetes quoted in a translated message) as code."""
+    parts = _CODE_SPAN.split(str(text or ""))
+    return Markup("").join(Markup("<code>{}</code>").format(p) if i % 2 else escape(p)
+                           for i, p in enumerate(parts))
+
+
 env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATES),
     autoescape=jinja2.select_autoescape(["html"]),
@@ -130,6 +145,7 @@ env = jinja2.Environment(
 )
 env.filters["dt"] = _dt
 env.filters["exit"] = exit_text
+env.filters["code"] = _code_spans
 env.globals.update(PHASES=PHASES, Phase=Phase, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_TYPES, STEPS=STEPS,
                    TABS=TABS, seconds=_seconds, version=__version__, htmx_version=HTMX_VERSION,
                    quote=quote, amount=_amount, NODE_COLUMNS=NODE_COLUMNS)
@@ -412,18 +428,26 @@ def nodes_table(request: Request) -> Response:
 
 
 def _job_context(service: JobService, name: str, project: str, run: int | None) -> dict:
-    """The Job, the Run shown (``run``, default the current one) and its Workers."""
+    """The Job, the Run shown (``run``, default the current one; an unknown number: the current
+    one) and its Workers. Every Run shown, current or earlier, comes from the same view
+    (:meth:`JobService.run`), so each tab reads the same fields whichever Run it shows."""
     job = service.get(name, project)
     current = job["currentRun"]
-    shown = next((r for r in job["runs"] if r["number"] == run), None) if run else None
-    if shown is None or (current and shown["number"] == current["number"]):
-        shown, workers = current, (current or {}).get("workers", [])
-    else:
-        workers = service.workers(name, shown["number"], project)
+    shown = current
+    if run is not None and (current is None or run != current["number"]) \
+            and any(r["number"] == run for r in job["runs"]):
+        try:
+            shown = service.run(name, run, project)
+        except NotFound:  # deleted meanwhile: the current one
+            shown = current
+    workers = (shown or {}).get("workers", [])
     live = bool(job["phase"] in ACTIVE or job["deleting"]
                 or any(w["startedAt"] and not w["finishedAt"] for w in workers))
+    is_current = bool(current and shown and shown["number"] == current["number"])
     return {"job": job, "run": shown, "workers": workers, "live": live,
-            "is_current": bool(current and shown and shown["number"] == current["number"]),
+            "is_current": is_current,
+            # the Run shown is still under way: its logs may grow, so they can be followed
+            "run_live": bool(shown and shown["phase"] in ACTIVE),
             "roles": [r["name"] for r in job["roles"]],
             # the Job's Findings (warnings and advice: a stored Job has no errors)
             "findings": [Finding.model_validate(f) for f in job.get("findings") or []]}
@@ -476,8 +500,9 @@ def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
              **({"project": project} if project != DEFAULT_PROJECT else {})})
     elif tab == "record" and number is not None:
         ctx["record"] = service.record(name, number, project)
-    elif tab == "spec":  # what the Job sets: the schema's defaults left out
-        ctx["spec_yaml"] = dump_yaml(spec_changes(ctx["job"]["spec"]))
+    elif tab == "spec":  # what the Job (an earlier Run: that Run) set, defaults left out
+        spec = ctx["job"]["spec"] if ctx["is_current"] or not ctx["run"] else ctx["run"]["spec"]
+        ctx["spec_yaml"] = preview_yaml(spec_changes(spec))
     return _render(request, "job.html", **ctx)
 
 
@@ -579,7 +604,21 @@ def compare_runs(request: Request, name: str, access: Reader, a: str | None = No
         return _render(request, "error.html", 404, title=t("error.notFound"), message=exc.message)
     except Invalid as exc:
         return _render(request, "error.html", 422, title=t("error.title"), message=exc.message)
-    return _render(request, "compare.html", diff=diff, job_name=name, project=access.project)
+    return _render(request, "compare.html", diff=earlier_first(diff), job_name=name,
+                   project=access.project)
+
+
+def earlier_first(diff: dict) -> dict:
+    """A comparison (:func:`rlark.record_diff.diff_records`) of two runs of one Job with the
+    earlier run as ``a``, as ``rlark record diff JOB`` and a Job's own comparison (no ``b``)
+    order them, whichever of the two the form named first. Runs of two Jobs keep their order."""
+    a, b = diff["a"], diff["b"]
+    if a.get("job") != b.get("job") or (a.get("run") or 0) <= (b.get("run") or 0):
+        return diff
+    return {**diff, "a": b, "b": a,
+            "changes": [{**c, "a": c["b"], "b": c["a"],
+                         "display": {"a": c["display"]["b"], "b": c["display"]["a"]}}
+                        for c in diff["changes"]]}
 
 
 @router.get("/jobs/{name}/record.{fmt}")
@@ -645,15 +684,25 @@ def _wizard_context(service: JobService, st: WizardState, findings: list[Finding
                            "unplaced": unplaced,
                            "tab_errors": tab_errors, "errors": blocking(findings), "error": error,
                            "yaml_text": "", "ranks": [], "rank_error": None}
+    ctx.update(yaml_is_source=False, placement=[])
     if st.step == 4:
         doc, _ = st.to_document()
-        # what the Job sets: the schema's defaults left out, whole numbers as integers
-        ctx["yaml_text"] = dump_yaml(job_changes(job)) if job is not None else dump_yaml(doc)
+        # the Job file as written while the form describes it; else what the Job sets (the
+        # schema's defaults left out, whole numbers as integers)
+        if job is not None:
+            ctx["yaml_text"], ctx["yaml_is_source"] = yaml_preview(st, job_to_dict(job),
+                                                                   job_changes(job))
+        else:
+            ctx["yaml_text"] = preview_yaml(doc)
         if job is not None:
             try:
                 ctx["ranks"] = plan_workers(job)
             except ValueError as exc:
                 ctx["rank_error"] = str(exc)
+            try:  # where RLinf will place its components, as `rlark plan` computes it
+                ctx["placement"] = placement_rows(service.placement(job))
+            except TooManyRequests:
+                ctx["placement"] = []
     return ctx
 
 
@@ -790,6 +839,7 @@ async def wizard_from_yaml(request: Request, access: Writer) -> Response:
                        yaml_findings=findings)
     st = WizardState.from_spec(job_to_dict(job))
     st.step = 4
+    st.source, st.source_base = text, base  # the review shows the file as written
     ctx = await run_in_threadpool(_wizard_context, service, st, None, access.project)
     return _render(request, "create.html", **ctx, yaml_source="", yaml_base="", yaml_findings=[])
 
@@ -821,4 +871,47 @@ def error_page(request: Request, exc: ServiceError) -> Response:
     retry_after = getattr(exc, "retry_after", None)
     if retry_after is not None:
         resp.headers["Retry-After"] = str(retry_after)
+    return resp
+
+
+def http_error_page(request: Request, exc: Exception) -> Response:
+    """The console's page for no such page (404), a method a page does not take (405) or a
+    query value a page cannot use (422: FastAPI's ``RequestValidationError``)."""
+    from fastapi.exceptions import RequestValidationError
+
+    t = Translator(_locale(request))
+    if isinstance(exc, RequestValidationError):
+        status, text = 422, "error.badRequest"
+    else:
+        status = getattr(exc, "status_code", 500)
+        text = {404: "error.noPage", 405: "error.methodNotAllowed"}.get(status, "error.refused")
+    title = "error.notFound" if status == 404 else "error.title"
+    resp = _render(request, "error.html", status, title=t(title), message=t(text))
+    for k, v in (getattr(exc, "headers", None) or {}).items():  # Allow: on a 405
+        resp.headers[k] = v
+    return resp
+
+
+def failure_page(request: Request, exc: Exception) -> Response:
+    """The console's page for a failure of the server itself (500): the reader's language, the
+    console's layout, nothing of the failure but its kind (the log has the rest).
+
+    Answered outside :class:`rlark.api.security.RequestGuard` (Starlette's outermost
+    middleware), so it sets :data:`SECURITY_HEADERS` itself; drawn without a notice or the
+    project switcher, which need the store, in case the store is what failed."""
+    import logging
+
+    from rlark.api.security import SECURITY_HEADERS
+
+    logging.getLogger("rlark.console").error("unexpected error on %s", request.url.path,
+                                             exc_info=exc)
+    t = Translator(_locale(request))
+    try:
+        resp = _render(request, "error.html", 500, full=False, title=t("error.title"),
+                       message=t("error.internal"), detail=type(exc).__name__)
+    except Exception:  # noqa: BLE001 - the page itself cannot be drawn: a plain one
+        resp = HTMLResponse(f"<!doctype html><title>{t('error.title')}</title>"
+                            f"<h1>{t('error.title')}</h1><p>{t('error.internal')}</p>",
+                            status_code=500)
+    resp.headers.update(SECURITY_HEADERS)
     return resp

@@ -299,6 +299,57 @@ class JobService:
                                       exc.retry_after) from None
         return job, findings
 
+    def placement(self, job: Job) -> dict[str, Any] | None:
+        """Where RLinf will place ``job``'s components, as ``rlark plan`` computes it
+        (:func:`rlark.rlinf_config.plan.plan` on the config ``spec.rlinf`` names):
+        ``{"components": {name: {node_group, node_ranks, processes, resource,
+        placement_entry}}, "nodes": [{node_rank, role, components, ...}], "gpus_per_node"}``
+        (the shapes of ``rlark plan -o json``), each node rank under the role RLark gives it.
+
+        The config is read as submit reads it (:meth:`preflight`): in the isolated composer,
+        only under :meth:`config_roots`, with the head role's plain ``env``; GPUs per node: the
+        most any role asks for. None when the Job names no config, the config is not under a
+        root, or it does not compose (the preflight's Findings say why).
+
+        Raises:
+            TooManyRequests: no composer came free in time.
+        """
+        from rlark.ranks import plan_workers
+        from rlark.rlinf_config import config_location
+        from rlark.rlinf_config.compose import RLINF_PATH_VARS
+        from rlark.rlinf_config.isolated import ComposerBusy, compose_isolated
+        from rlark.rlinf_config.plan import plan
+
+        where = config_location(job)
+        if where is None or not os.path.isabs(where[0]):
+            return None
+        head = job.role(job.spec.head_role)
+        # as preflight_job: plain values only, and RLinf's path variables that name a
+        # directory under a root
+        plain = {e.name: e.value or "" for e in (head.env if head else []) if e.secret_ref is None}
+        roots = [os.path.realpath(r) for r in self.config_roots(job)]
+        env = {k: v for k, v in plain.items()
+               if k in RLINF_PATH_VARS and os.path.isabs(v) and os.path.isdir(v)
+               and any((os.path.realpath(v) + "/").startswith(r.rstrip("/") + "/") for r in roots)}
+        try:
+            composed = compose_isolated(where[0], where[1], job.spec.rlinf.overrides if job.spec.rlinf
+                                        else [], env=env, path="spec.rlinf", child_env=plain,
+                                        roots=roots)
+        except ComposerBusy as exc:
+            raise TooManyRequests(f"{exc}; try again in {exc.retry_after} s",
+                                  exc.retry_after) from None
+        if composed.data is None:
+            return None
+        gpus = max((int(r.resources.gpu or 0) for r in job.spec.roles), default=0)
+        found = plan(composed.data, source=composed.source, gpus_per_node=gpus).to_dict()
+        if not found["components"]:
+            return None
+        role_of = {w.node_rank: w.role for w in plan_workers(job)}
+        for node in found["nodes"]:
+            node["role"] = role_of.get(node["node_rank"])  # the Job's roles, not the suggested
+        return {"components": found["components"], "nodes": found["nodes"],
+                "gpus_per_node": found["gpus_per_node"]}
+
     def neighbours(self, job: Job, project: str) -> list[tuple[str, str, dict[str, Any]]]:
         """Kubernetes: ``(project, name, spec)`` of the other stored Jobs whose Runs go to the
         namespace ``job``'s would (projects map to namespaces: ``project_namespace``; two
@@ -667,6 +718,23 @@ class JobService:
         with self.store.session() as s:
             job = self._job(s, name, project)
             return mask_data([run_view(r) for r in job.runs], self._mask(s, job))
+
+    def run(self, name: str, number: int | None = None,
+            project: str = DEFAULT_PROJECT) -> dict[str, Any]:
+        """One Run (default: the current one) in the shape of a Job's ``currentRun`` (the same
+        builder: :func:`run_view` with its Workers and each Task's Ray node), plus ``spec``:
+        the spec snapshot that Run was started with.
+
+        Raises:
+            NotFound: no such Job, or it has no such Run.
+        """
+        from rlark.services.secrets import mask_data
+
+        with self.store.session() as s:
+            job = self._job(s, name, project)
+            r = self._run(s, job, number)
+            return mask_data({**run_view(r, with_workers=True), "spec": r.spec},
+                             self._mask(s, job))
 
     def workers(self, name: str, run: int | None = None,
                 project: str = DEFAULT_PROJECT) -> builtins.list[dict[str, Any]]:

@@ -90,6 +90,7 @@
       if (source) { stop(""); return; }
       var empty = document.getElementById("log-empty");
       if (empty) empty.remove();
+      pre.hidden = false;
       var first = true;
       source = new EventSource(button.getAttribute("data-url"));
       button.setAttribute("aria-pressed", "true");
