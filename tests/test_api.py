@@ -780,9 +780,15 @@ def test_healthz_and_the_server_state(client):
     # no controller in this app; a server's says whether it reconciles (leader election: who
     # leads, tests/test_k8s_leader.py)
     # workerIsolation: what the local runtime probed (none without one: a JobService alone);
-    # logFollows: log streams open now and the server's limit
-    assert r.json() == {"version": __version__, "runtime": "local", "controller": None,
-                        "workerIsolation": None, "logFollows": {"open": 0, "max": 64}}
+    # logFollows: log streams open now and the server's limit; store: the last probe of the
+    # database (tests/test_store_faults.py stops one)
+    state = r.json()
+    store = state.pop("store")
+    assert state == {"version": __version__, "runtime": "local", "controller": None,
+                     "workerIsolation": None, "logFollows": {"open": 0, "max": 64}}
+    assert store["dialect"] in ("sqlite", "postgresql") and store["reachable"] is True
+    assert store["error"] is None and store["latencyMs"] >= 0 and store["checkedAt"]
+    assert client.get("/livez").json() == {"ok": True}
 
 
 EXPECTED_ROUTES = {
@@ -793,7 +799,7 @@ EXPECTED_ROUTES = {
     ("get", "/api/v1/jobs/{name}/runs"), ("get", "/api/v1/jobs/{name}/workers"),
     ("get", "/api/v1/jobs/{name}/events"), ("get", "/api/v1/jobs/{name}/logs"),
     ("get", "/api/v1/jobs/{name}/record"), ("post", "/api/v1/validate"),
-    ("get", "/api/v1/schema"), ("get", "/healthz"), ("get", "/api/v1/server"),
+    ("get", "/api/v1/schema"), ("get", "/healthz"), ("get", "/livez"), ("get", "/api/v1/server"),
 }
 
 

@@ -16,7 +16,7 @@ from rlark.api.security import LOOPBACK_HOSTS, SecurityPolicy
 from rlark.services.auth import AuthService
 from rlark.controller.loop import Controller
 from rlark.runtimes.local import LocalRuntime
-from rlark.secretbox import SecretBox, SecretKeyError
+from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
 from rlark.services.secrets import server_box
 from rlark.store import Store
@@ -233,28 +233,36 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
         first = local_first = LocalRuntime(isolation=probed_isolation(
             worker_isolation or settings.worker_isolation(), settings.cgroup_parent()))
         log_isolation(local_first.isolation)
-    store = Store(database_url)
+    # the lock first, the migrations after: a second server on a store in use must change
+    # nothing, not even the schema under the running server (a newer release's migrations)
+    store = Store(database_url, migrate=False)
     stores.append(store)
+    lock = None
     try:
+        lock = ControllerLock(store.engine, owner_info(server_url), shared=leader_elect).acquire()
+        store.migrate()
         box = server_box(store)  # before the controller: a Run must never launch without it
         if k8s_first is not None:  # no project may run its Pods beside RLark's own Secrets
             from rlark.services.accounts import check_projects_for
 
             check_projects_for(store, k8s_first.namespace)
-    except (SecretKeyError, ValueError):
+    except BaseException:
+        if lock is not None:
+            lock.release()
         if k8s_first is not None:
             k8s_first.shutdown()
         store.dispose()
         raise
-    lock = ControllerLock(store.engine, owner_info(server_url), shared=leader_elect).acquire()
     stop_runs = settings.stop_runs_on_exit() if stop_runs_on_exit is None else stop_runs_on_exit
     controller: Any
     if leader_elect and k8s_first is not None:
         controller = _leadership(store, k8s_first, namespaces, api_client, k8s_first.namespace,
                                  lock, stop_runs, box)
     else:
+        # acts only while this server holds the store's lock: a PostgreSQL restart takes the
+        # lock away, and another server may have taken the store before this one gets it back
         controller = Controller(store, first, on_shutdown=lock.release, stop_runs_on_exit=stop_runs,
-                                secret_box=box)
+                                secret_box=box, may_act=lock.held)
     policy = policy or SecurityPolicy()
     if local_first is not None:
         local_first.serves_many = many_users(store, server_url, policy)
