@@ -287,6 +287,14 @@ class LiveServer(ThreadedServer):
         with self.store.session() as s:
             return sorted(s.scalars(select(JobRow.name)))
 
+    def http_get(self, path: str):
+        """The API's JSON answer to ``GET path`` with the administrator's token."""
+        import httpx
+
+        r = httpx.get(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
+        assert r.status_code == 200, r.text
+        return r.json()
+
 
 def serve_live(home):
     """A LiveServer on a fresh store in ``home``, for a fixture to yield from."""
@@ -441,6 +449,45 @@ def test_describe_job_text_and_json(server, files):
 
     missing = server.cli("describe", "job", "nosuch")
     assert missing.returncode == 1 and "no Job named 'nosuch'" in error_line(missing)
+
+
+def test_describe_and_get_take_a_job_name_as_kubectl_users_type_it(server, files):
+    """Issue 19 item 13: `rlark describe quickstart` said only "No such command"."""
+    server.cli("submit", str(files["good"]))
+    for short, full in ((("describe", "demo"), ("describe", "job", "demo")),
+                        (("get", "demo"), ("get", "job", "demo")),
+                        (("get", "-o", "json", "demo"), ("get", "job", "demo", "-o", "json")),
+                        (("describe", "demo", "-o", "yaml"), ("describe", "job", "demo", "-o", "yaml"))):
+        a, b = server.cli(*short), server.cli(*full)
+        assert a.returncode == 0 and "No such command" not in a.stderr, (short, a.stderr)
+        assert a.stdout == b.stdout and "demo" in a.stdout, short
+    missing = server.cli("describe", "nosuch")
+    assert missing.returncode == 1 and "no Job named 'nosuch'" in error_line(missing)
+    for kind in ("describe", "get"):
+        help_text = rlark(kind, "--help").stdout
+        assert f"rlark {kind} NAME" in help_text and f"rlark {kind} job NAME" in help_text
+    assert "rlark describe quickstart" in rlark("--help").stdout  # the typical session
+
+
+def test_events_of_a_job_and_of_one_run(server, files):
+    server.cli("submit", str(files["good"]))
+    set_run_state(server.store, "demo", "Stopped", released=True)
+    assert server.cli("start", "demo").returncode == 0  # run 2
+    table = server.cli("events", "demo")
+    assert table.returncode == 0, table.stderr
+    rows = [line.split(None, 6) for line in table.stdout.splitlines()[1:]]
+    assert [(r[2], r[3], r[4], r[5]) for r in rows] == [("1", "Normal", "Submitted", "admin"),
+                                                        ("2", "Normal", "Started", "admin")]
+    assert table.stdout.split()[:6] == ["TIME", "RUN", "TYPE", "REASON", "USER", "MESSAGE"]
+    api = server.http_get("/api/v1/jobs/demo/events")
+    assert json.loads(server.cli("events", "demo", "-o", "json").stdout) == {"items": api}
+    assert yaml.safe_load(server.cli("events", "demo", "-o", "yaml").stdout) == {"items": api}
+    one = json.loads(server.cli("events", "demo", "--run", "2", "-o", "json").stdout)
+    assert [(e["run"], e["reason"]) for e in one["items"]] == [(2, "Started")]
+    missing = server.cli("events", "demo", "--run", "9")
+    assert missing.returncode == 1 and "Job 'demo' has no run 9" in error_line(missing)
+    nosuch = server.cli("events", "nosuch")
+    assert nosuch.returncode == 1 and "no Job named 'nosuch'" in error_line(nosuch)
 
 
 @pytest.mark.parametrize("code,text", [(None, ""), (0, "0"), (1, "1"), (7, "7"), (128, "128"),

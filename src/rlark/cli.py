@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
+from typer.core import TyperGroup
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -51,7 +52,8 @@ Typical session:
   rlark server &                                    # API + controller (local runtime, SQLite)
   rlark validate examples/quickstart/job.yaml       # Findings; nothing is started
   rlark submit examples/quickstart/job.yaml --wait  # run it and watch Workers join
-  rlark describe job quickstart                     # phase, reason, Workers, node ranks, Events
+  rlark describe quickstart                         # phase, reason, Workers, node ranks, Events
+  rlark events quickstart                           # every Event of the Job (--run N: one Run's)
   rlark logs quickstart --role head                 # the run script's output
   rlark record quickstart                           # versions, images, ranks, hosts, result
 
@@ -63,10 +65,30 @@ in $RLARK_HOME/credentials, so on its own machine nothing more is needed):
   rlark project use vision                          # Job commands act in this project (-p NAME)
 """
 
+class _KindOrJobName(TyperGroup):
+    """``rlark describe NAME`` and ``rlark get NAME`` as kubectl users type them: a first word
+    that is no kind of this group (``job``, ``jobs``, ``nodes``...) is a Job's name, as if
+    ``job`` came before it; options may come first (``get -o json NAME``)."""
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands:
+            args = ["job", *args]
+        return super().resolve_command(ctx, args)
+
+
 app = typer.Typer(help=HELP, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]})
-get_app = typer.Typer(help="List resources.", no_args_is_help=True)
-describe_app = typer.Typer(help="Show one resource in detail.", no_args_is_help=True)
+get_app = typer.Typer(
+    help="""List resources: `rlark get jobs` (the project's Jobs), `rlark get NAME` or `rlark get
+    job NAME` (one Job), `rlark get nodes`. A Job named like a kind: `rlark get job NAME`.""",
+    no_args_is_help=True, cls=_KindOrJobName, subcommand_metavar="NAME | KIND [NAME] [OPTIONS]",
+    context_settings={"ignore_unknown_options": True})
+describe_app = typer.Typer(
+    help="""Show one resource in detail: `rlark describe NAME` or `rlark describe job NAME` (a
+    Job), `rlark describe jobs` (every Job of the project). A Job named like a kind: `rlark
+    describe job NAME`.""",
+    no_args_is_help=True, cls=_KindOrJobName, subcommand_metavar="NAME | KIND [NAME] [OPTIONS]",
+    context_settings={"ignore_unknown_options": True})
 
 
 def _print_version(value: bool) -> None:
@@ -1095,7 +1117,8 @@ def describe_job(
     jobs` (without NAME: every Job of the project, newest first).
 
     \b
-    Example:
+    Examples:
+      rlark describe quickstart                 # as `rlark describe job quickstart`
       rlark describe job quickstart -p default
     """
     output = _output(output)
@@ -1197,6 +1220,44 @@ def _describe_text(client: Client, job: dict) -> None:
         ev.add_row((e["time"] or "")[11:23], str(e["run"] or ""), e["type"], e["reason"],
                    e.get("actor") or "-", e["message"])
     out.print(ev)
+
+
+@app.command()
+def events(
+    name: str = typer.Argument(..., metavar="NAME", help="Job name."),
+    run: Optional[int] = typer.Option(None, "--run", min=1,
+                                      help="Only this Run's Events (default: every Run's)."),
+    output: str = _output_option("text (a table), json or yaml ({\"items\": [{\"time\", "
+                                 "\"run\", \"type\", \"reason\", \"actor\", \"message\", "
+                                 "...}]})"),
+    project: Optional[str] = ProjectOpt,
+    server: Optional[str] = ServerOpt,
+) -> None:
+    """A Job's Events, oldest first: every phase change, Worker joined or lost, stop, restart,
+    adoption, with the Run it belongs to and the USER who asked for it (- : RLark itself). The
+    same Events `rlark describe NAME` ends with (there: the last 30).
+
+    \b
+    Examples:
+      rlark events quickstart
+      rlark events quickstart --run 2 -o json
+    """
+    _check_name(name)
+    output = _output(output)
+    items = _call(_job_client(server, project).get, f"/api/v1/jobs/{name}/events", run=run)
+    if output != "text":
+        _emit({"items": items}, output)
+        return
+    if not items:
+        out.print(f"no Events for job/{name}" + (f" run {run}" if run else ""))
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("TIME", "RUN", "TYPE", "REASON", "USER", "MESSAGE"):
+        table.add_column(col, overflow="fold")
+    for e in items:
+        table.add_row((e["time"] or "")[:23].replace("T", " "), str(e["run"] or ""), e["type"],
+                      e["reason"] or "", e.get("actor") or "-", e["message"])
+    out.print(table)
 
 
 @app.command()

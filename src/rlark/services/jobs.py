@@ -681,6 +681,7 @@ class JobService:
             job = self._job(s, name, project)
             stmt = select(EventRow).where(EventRow.job_id == job.id)
             if run is not None:
+                self._run(s, job, run)  # NotFound for a Run the Job never had
                 stmt = stmt.where(EventRow.run_number == run)
             return mask_data([event_view(e) for e in s.scalars(stmt.order_by(EventRow.id))],
                              self._mask(s, job))
