@@ -517,7 +517,7 @@ def test_stop_start_restart_delete(server, files):
     # gone; play the controller: once asked, stop every Run and finish the delete
     controller = threading.Thread(target=finish_delete, args=(server.store, "demo"))
     controller.start()
-    proc = server.cli("delete", "demo")
+    proc = server.cli("delete", "demo", "--yes")
     controller.join()
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "job/demo deleted"
@@ -550,8 +550,55 @@ def finish_delete(store: Store, name: str, timeout: float = 30) -> None:
 def test_delete_inactive_job_at_once(server, files):
     server.cli("submit", str(files["good"]))
     set_run_state(server.store, "demo", "Failed", released=True)
-    proc = server.cli("delete", "demo", timeout=20)
+    proc = server.cli("delete", "demo", "--yes", timeout=20)
     assert proc.returncode == 0 and proc.stdout.strip() == "job/demo deleted"
+    assert server.names() == []
+
+
+def on_a_terminal(server: LiveServer, args: tuple[str, ...], typed: str) -> subprocess.CompletedProcess:
+    """``rlark *args`` with a terminal (a pseudo-terminal) as stdin, on which ``typed`` is typed."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "rlark.cli", *args], stdin=slave,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=cli_env(RLARK_SERVER=server.url))
+        os.write(master, typed.encode())
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+        os.close(slave)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_delete_asks_on_a_terminal_and_refuses_without_one_unless_told_yes(server, files):
+    """Issue 19 item 15: `rlark delete` removed Runs, records and logs without asking."""
+    server.cli("submit", str(files["good"]))
+    set_run_state(server.store, "demo", "Failed", released=True)
+    assert server.cli("start", "demo").returncode == 0  # run 2, Pending
+
+    refused = server.cli("delete", "demo")  # stdin is no terminal here
+    assert refused.returncode == 1 and server.names() == ["demo"]
+    line = error_line(refused)
+    assert "not deleting job/demo of project default (its 2 Runs with their run records and " \
+           "Worker logs, and its Events; its active Run 2 (Pending) is stopped first)" in line, line
+    assert "stdin is not a terminal" in line and "`rlark delete demo --yes`" in line
+
+    kept = on_a_terminal(server, ("delete", "demo"), "n\n")
+    assert kept.returncode == 1 and server.names() == ["demo"], kept.stderr
+    assert "Delete job/demo of project default: its 2 Runs" in kept.stdout
+    assert "job/demo of project default not deleted" in kept.stdout
+
+    set_run_state(server.store, "demo", "Stopped", released=True)
+    gone = on_a_terminal(server, ("delete", "demo"), "y\n")
+    assert gone.returncode == 0 and server.names() == [], gone.stderr
+    assert "job/demo deleted" in gone.stdout
+
+    server.cli("submit", str(files["good"]))
+    set_run_state(server.store, "demo", "Failed", released=True)
+    told = server.cli("delete", "job", "demo", "-y")  # kubectl's form too
+    assert told.returncode == 0 and told.stdout.strip() == "job/demo deleted", told.stderr
     assert server.names() == []
 
 

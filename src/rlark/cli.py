@@ -528,6 +528,10 @@ def check(
             output)
 
 
+#: what `rlark server --log-level` takes (Python's logging levels, as uvicorn names them)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
 @app.command()
 def server(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (beyond loopback, "
@@ -650,6 +654,14 @@ def server(
         256, "--max-active-workers-per-project", min=1, max=1_000_000,
         envvar="RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT",
         help="Quota: Workers the active Runs of a project may hold at once."),
+    log_level: str = typer.Option(
+        "info", "--log-level", envvar="RLARK_LOG_LEVEL", metavar="|".join(LOG_LEVELS),
+        help="The least severe log lines the server writes (RLark's own and the web server's)."),
+    access_log: bool = typer.Option(
+        False, "--access-log/--no-access-log", envvar="RLARK_ACCESS_LOG",
+        help="Also log one line per HTTP request (the web server's access log). Default off: "
+             "the log keeps what RLark itself has to say (the audit log, `rlark audit`, records "
+             "who changed what)."),
 ) -> None:
     """Run the RLark server: REST API (OpenAPI at /docs), web console and the controller.
 
@@ -675,6 +687,8 @@ def server(
 
     if runtime not in ("local", "kubernetes"):
         _fail(f"--runtime {runtime!r} is not supported; use local or kubernetes")
+    if log_level.lower() not in LOG_LEVELS:
+        _fail(f"--log-level {log_level!r} is not a level; use {', '.join(LOG_LEVELS)}")
     # these settings are read where they are used, from the environment, as their envvars are
     for var, given in (("RLARK_WORKER_ENV", worker_env), ("RLARK_CONFIG_ROOTS", config_root),
                        ("RLARK_K8S_HOST_PATH_PREFIXES", k8s_host_path_prefix),
@@ -700,7 +714,8 @@ def server(
               stop_runs_on_exit=stop_runs_on_exit, leader_elect=leader_elect,
               trusted_proxies=tuple(trusted_proxy or ()), worker_isolation=worker_isolation,
               quota_defaults=Quotas(max_jobs=max_jobs_per_project,
-                                    max_active_workers=max_active_workers_per_project))
+                                    max_active_workers=max_active_workers_per_project),
+              log_level=log_level.lower(), access_log=access_log)
     except (ValueError, StoreBusy) as exc:
         _fail(str(exc))
     except (SQLAlchemyError, OSError) as exc:
@@ -1398,15 +1413,30 @@ def restart(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
 
 
 @app.command()
-def delete(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
+def delete(words: list[str] = typer.Argument(..., metavar="[job] NAME",
+                                            help="Job name (or `job NAME`, as kubectl takes it)."),
+           yes: bool = typer.Option(False, "--yes", "-y",
+                                    help="Delete without asking (needed where stdin is not a "
+                                         "terminal: scripts, CI)."),
            project: Optional[str] = ProjectOpt, server: Optional[str] = ServerOpt) -> None:
-    """Delete a Job with its Runs, Events, records and logs (an active Job is stopped first).
+    """Delete a Job with every Run, its Events, run records and Worker logs (an active Run is
+    stopped first). On a terminal it asks first, naming the Job and what goes with it; --yes
+    deletes without asking; without a terminal it refuses unless --yes is given.
 
     \b
-    Example:
-      rlark delete quickstart -p vision
+    Examples:
+      rlark delete quickstart             # asks: y deletes
+      rlark delete quickstart -y -p vision
     """
+    if len(words) == 2 and words[0] in ("job", "jobs"):
+        words = words[1:]
+    if len(words) != 1:
+        _fail(f"delete takes one Job name, got {' '.join(words)!r}: `rlark delete NAME`")
+    name = words[0]
+    _check_name(name)
     client = _job_client(server, project)
+    if not yes:
+        _confirm_delete(client, name)
     res = _action("delete", name, client)
     if not res.get("deleted"):
         with err.status(f"job/{name}: stopping its Workers, then deleting ..."):
@@ -1422,6 +1452,24 @@ def delete(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
             else:
                 _fail(f"job/{name} is still being deleted; check `rlark describe job {name}`")
     out.print(f"job/{name} deleted")
+
+
+def _confirm_delete(client: Client, name: str) -> None:
+    """Ask on the terminal whether to delete Job ``name``, naming what goes with it; exit 1 on
+    no, and exit 1 without asking where stdin is not a terminal (saying how to delete anyway)."""
+    job = _call(client.get, f"/api/v1/jobs/{name}")
+    runs = job.get("runs") or []
+    goes = (f"its {plural(len(runs), 'Run')} with their run records and Worker logs, and its "
+            "Events" if runs else "its Events")
+    if job["phase"] not in TERMINAL and runs:
+        goes += f"; its active Run {job['run']} ({job['phase']}) is stopped first"
+    where = f"job/{name}" + (f" of project {client.project}" if client.project else "")
+    if not sys.stdin.isatty():
+        _fail(f"not deleting {where} ({goes}) without asking, and stdin is not a terminal to ask "
+              f"on: run `rlark delete {name}{_project_flag(client)} --yes` to delete it")
+    if not typer.confirm(f"Delete {where}: {goes}?", default=False):
+        out.print(f"{where} not deleted")
+        raise typer.Exit(1)
 
 
 @app.command()

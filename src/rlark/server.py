@@ -407,11 +407,16 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
           tls_cert: str | None = None, tls_key: str | None = None,
           trusted_proxies: tuple[str, ...] = (), stop_runs_on_exit: bool | None = None,
           leader_elect: bool | None = None, worker_isolation: str | None = None,
-          quota_defaults=None) -> None:
+          quota_defaults=None, access_log: bool = False) -> None:
     """Run the server until SIGINT/SIGTERM. Active Runs keep running through a shutdown and the
     next server on the same store adopts them, unless ``RLARK_STOP_RUNS_ON_EXIT=1``. With
     ``leader_elect`` (default on with ``kubernetes``) it is one of several replicas: see
     :func:`build_app`.
+
+    ``log_level``: the least severe lines logged (``debug``, ``info``...), RLark's and
+    uvicorn's. ``access_log``: uvicorn's line per request too (off: a server used from a
+    terminal, ``rlark server &``, would print one line for every call the CLI and the console
+    make).
 
     ``trusted_proxies``: addresses whose ``X-Forwarded-For``/``-Proto`` headers are believed
     (a TLS-terminating proxy in front); from anyone else they are ignored, so a client cannot
@@ -428,7 +433,8 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
         raise ValueError(f"cannot listen on {host}:{port}: {busy} (another RLark server, or "
                          f"another program, holds it); nothing was changed. Give this server "
                          f"another port: rlark server --port {port + 1}")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     private_home()
     policy = security_policy(host, auth, allowed_hosts, cors_origins)
     if (tls_cert is None) != (tls_key is None):
@@ -444,6 +450,7 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
                      f"where you trust every local user. Listening on {host}:{port} only."):
             log.warning("!!! %s", line)
     proxies = tuple(trusted_proxies) + tuple(settings.csv_env("RLARK_TRUSTED_PROXIES"))
-    uvicorn.run(app, host=host, port=port, log_level=log_level, ssl_certfile=tls_cert,
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log,
+                ssl_certfile=tls_cert,
                 ssl_keyfile=tls_key, proxy_headers=bool(proxies),
                 forwarded_allow_ips=",".join(proxies) if proxies else None)
