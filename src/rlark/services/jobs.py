@@ -288,8 +288,11 @@ class JobService:
             from rlark.rlinf_config.isolated import ComposerBusy
 
             try:
+                # local Workers use this machine's files and no image: a config missing here
+                # is missing for the Run too
                 findings = findings + preflight_job(job, isolated=True, runtime=self.runtime,
-                                                    roots=self.config_roots(job))
+                                                    roots=self.config_roots(job),
+                                                    here_only=self.runtime == "local")
             except ComposerBusy as exc:
                 raise TooManyRequests(f"{exc}; try again in {exc.retry_after} s",
                                       exc.retry_after) from None
