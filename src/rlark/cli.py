@@ -536,7 +536,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 def server(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (beyond loopback, "
                              "authentication must stay on)."),
-    port: int = typer.Option(settings.DEFAULT_PORT, min=1, max=65535, help="Port to listen on."),
+    port: int = typer.Option(settings.DEFAULT_PORT, min=1, max=65535, envvar="RLARK_PORT",
+                             help="Port to listen on (the CLI's --server / RLARK_SERVER names it)."),
     database_url: Optional[str] = typer.Option(
         None, envvar="RLARK_DATABASE_URL",
         help="SQLAlchemy URL (default: SQLite in $RLARK_HOME, which defaults to ~/.rlark); "
