@@ -77,7 +77,7 @@ def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
     down = StoreUnavailable(RETRY_AFTER_SECONDS)
     return JSONResponse({"ok": False, "detail": down.to_dict()}, status_code=503,
-                            headers={"Retry-After": str(down.retry_after)})
+                        headers={"Retry-After": str(down.retry_after)})
 
 
 @router.get("/livez", summary="Liveness: the server process serves", dependencies=[allow_public()])
@@ -99,8 +99,9 @@ def server_status(request: Request) -> dict:
     (``pid-namespace``, ``cgroup``, ``user-namespace`` or the weak ``process-group``; ``rlark
     nodes`` says why). ``logFollows``: followed logs being streamed now (``open``) and the
     server's limit (``max``). ``store``: the database's ``dialect`` and the last probe of it
-    (``reachable``, ``error``, ``checkedAt``, ``latencyMs``). Site administrators only: a replica's name and the leader's are
-    the host names and process ids of the server's machines."""
+    (``reachable``, ``error``, ``checkedAt``, ``latencyMs``). Site administrators only: a
+    replica's name and the leader's are the host names and process ids of the server's
+    machines, and the database's error names where it is."""
     controller = request.app.state.controller
     status = getattr(controller, "status", None)
     isolation = getattr(request.app.state.jobs, "isolation", None)
