@@ -266,6 +266,7 @@ def test_get_and_describe_take_singular_and_plural_and_get_nodes_works(server, j
 
 
 READ_COMMANDS = [("get", "jobs"), ("get", "job", "good"), ("describe", "job", "good"),
+                 ("get", "good"), ("describe", "good"), ("events", "good"),
                  ("nodes",), ("get", "nodes"), ("record", "good"), ("logs", "good"),
                  ("whoami",), ("project", "list"), ("user", "list"), ("token", "list"),
                  ("audit",)]
