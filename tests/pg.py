@@ -84,6 +84,8 @@ class PostgresServer:
         self.run_as = run_as
         self.created: list[str] = []
         self._stopped = False
+        #: ``postgres`` options of a local cluster (port, socket directory), to start it again
+        self.options = ""
 
     # --- start ---------------------------------------------------------------------------------
 
@@ -97,6 +99,17 @@ class PostgresServer:
             pytest.skip(INSTALL_HINT)
         run_as = "postgres" if os.geteuid() == 0 else None
         return cls._start_local(bindir, run_as, password=password)
+
+    @classmethod
+    def start_local_or_skip(cls) -> "PostgresServer":
+        """A new local cluster of this test's own, even when ``RLARK_TEST_POSTGRES_URL`` names
+        a server (a test that stops and starts PostgreSQL must not do it to a shared one);
+        ``pytest.skip`` as :meth:`start_or_skip` when none can be made."""
+        bindir = find_bindir()
+        if bindir is None:
+            pytest.skip(INSTALL_HINT)
+        run_as = "postgres" if os.geteuid() == 0 else None
+        return cls._start_local(bindir, run_as)
 
     @classmethod
     def start_or_skip(cls) -> "PostgresServer":
@@ -158,6 +171,7 @@ class PostgresServer:
                 proc = server._pg("pg_ctl", "-D", str(data), "-l", str(log), "-w", "-t", "60",
                                   "-o", opts, "start", check=False)
                 if proc.returncode == 0:
+                    server.options = opts
                     who = f"postgres:{password}" if password is not None else "postgres"
                     server.admin_url = f"postgresql://{who}@127.0.0.1:{port}/postgres"
                     server.port = port
@@ -186,6 +200,22 @@ class PostgresServer:
             raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n"
                                f"{proc.stdout}{proc.stderr}")
         return proc
+
+    # --- outages -------------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop the local cluster as an outage would (``pg_ctl stop -m fast``: every session
+        ends, new connections are refused), keeping its data, port and directories for
+        :meth:`resume`."""
+        assert self.base_dir is not None, "an outage needs a cluster of the test's own"
+        self._pg("pg_ctl", "-D", str(self.base_dir / "data"), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the cluster :meth:`pause` stopped again, on the same port (``-w``: returns once
+        it accepts connections)."""
+        assert self.base_dir is not None
+        self._pg("pg_ctl", "-D", str(self.base_dir / "data"), "-l", str(self.base_dir / "server.log"),
+                 "-w", "-t", "60", "-o", self.options, "start")
 
     # --- databases -----------------------------------------------------------------------------
 

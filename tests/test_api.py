@@ -721,7 +721,8 @@ def test_runs_workers_events(client, store):
     events = client.get("/api/v1/jobs/demo/events").json()
     assert [(e["reason"], e["run"]) for e in events] == [("Submitted", 1), ("Started", 2)]
     assert [e["reason"] for e in client.get("/api/v1/jobs/demo/events?run=2").json()] == ["Started"]
-    assert client.get("/api/v1/jobs/demo/events?run=7").json() == []
+    missing = client.get("/api/v1/jobs/demo/events?run=7")  # as the record of a Run never made
+    assert missing.status_code == 404 and "has no run 7" in missing.json()["detail"]["message"]
     assert set(events[0]) == {"time", "type", "reason", "message", "run", "worker", "from", "to",
                               "actor"}
     assert [e["actor"] for e in events] == ["admin", "admin"]  # who asked: the token's user
@@ -780,9 +781,15 @@ def test_healthz_and_the_server_state(client):
     # no controller in this app; a server's says whether it reconciles (leader election: who
     # leads, tests/test_k8s_leader.py)
     # workerIsolation: what the local runtime probed (none without one: a JobService alone);
-    # logFollows: log streams open now and the server's limit
-    assert r.json() == {"version": __version__, "runtime": "local", "controller": None,
-                        "workerIsolation": None, "logFollows": {"open": 0, "max": 64}}
+    # logFollows: log streams open now and the server's limit; store: the last probe of the
+    # database (tests/test_store_faults.py stops one)
+    state = r.json()
+    store = state.pop("store")
+    assert state == {"version": __version__, "runtime": "local", "controller": None,
+                     "workerIsolation": None, "logFollows": {"open": 0, "max": 64}}
+    assert store["dialect"] in ("sqlite", "postgresql") and store["reachable"] is True
+    assert store["error"] is None and store["latencyMs"] >= 0 and store["checkedAt"]
+    assert client.get("/livez").json() == {"ok": True}
 
 
 EXPECTED_ROUTES = {
@@ -793,7 +800,7 @@ EXPECTED_ROUTES = {
     ("get", "/api/v1/jobs/{name}/runs"), ("get", "/api/v1/jobs/{name}/workers"),
     ("get", "/api/v1/jobs/{name}/events"), ("get", "/api/v1/jobs/{name}/logs"),
     ("get", "/api/v1/jobs/{name}/record"), ("post", "/api/v1/validate"),
-    ("get", "/api/v1/schema"), ("get", "/healthz"), ("get", "/api/v1/server"),
+    ("get", "/api/v1/schema"), ("get", "/healthz"), ("get", "/livez"), ("get", "/api/v1/server"),
 }
 
 
@@ -1069,6 +1076,7 @@ def test_record_of_a_stored_run_and_unknown_run(client, store):
     with store.session() as s:
         run = s.scalar(select(RunRow))
         run.record = {"job": "demo", "run": 1, "stored": True}
-    assert client.get("/api/v1/jobs/demo/record?run=1").json() == {"job": "demo", "run": 1, "stored": True}
+    assert client.get("/api/v1/jobs/demo/record?run=1").json() == {"job": "demo", "run": 1, "stored": True,
+                                                                      "provisional": False}
     detail = rejected(client, store, "GET", "/api/v1/jobs/demo/record?run=3", status=404)
     assert "run 3" in detail["message"]

@@ -287,6 +287,14 @@ class LiveServer(ThreadedServer):
         with self.store.session() as s:
             return sorted(s.scalars(select(JobRow.name)))
 
+    def http_get(self, path: str):
+        """The API's JSON answer to ``GET path`` with the administrator's token."""
+        import httpx
+
+        r = httpx.get(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
+        assert r.status_code == 200, r.text
+        return r.json()
+
 
 def serve_live(home):
     """A LiveServer on a fresh store in ``home``, for a fixture to yield from."""
@@ -443,6 +451,45 @@ def test_describe_job_text_and_json(server, files):
     assert missing.returncode == 1 and "no Job named 'nosuch'" in error_line(missing)
 
 
+def test_describe_and_get_take_a_job_name_as_kubectl_users_type_it(server, files):
+    """Issue 19 item 13: `rlark describe quickstart` said only "No such command"."""
+    server.cli("submit", str(files["good"]))
+    for short, full in ((("describe", "demo"), ("describe", "job", "demo")),
+                        (("get", "demo"), ("get", "job", "demo")),
+                        (("get", "-o", "json", "demo"), ("get", "job", "demo", "-o", "json")),
+                        (("describe", "demo", "-o", "yaml"), ("describe", "job", "demo", "-o", "yaml"))):
+        a, b = server.cli(*short), server.cli(*full)
+        assert a.returncode == 0 and "No such command" not in a.stderr, (short, a.stderr)
+        assert a.stdout == b.stdout and "demo" in a.stdout, short
+    missing = server.cli("describe", "nosuch")
+    assert missing.returncode == 1 and "no Job named 'nosuch'" in error_line(missing)
+    for kind in ("describe", "get"):
+        help_text = rlark(kind, "--help").stdout
+        assert f"rlark {kind} NAME" in help_text and f"rlark {kind} job NAME" in help_text
+    assert "rlark describe quickstart" in rlark("--help").stdout  # the typical session
+
+
+def test_events_of_a_job_and_of_one_run(server, files):
+    server.cli("submit", str(files["good"]))
+    set_run_state(server.store, "demo", "Stopped", released=True)
+    assert server.cli("start", "demo").returncode == 0  # run 2
+    table = server.cli("events", "demo")
+    assert table.returncode == 0, table.stderr
+    rows = [line.split(None, 6) for line in table.stdout.splitlines()[1:]]
+    assert [(r[2], r[3], r[4], r[5]) for r in rows] == [("1", "Normal", "Submitted", "admin"),
+                                                        ("2", "Normal", "Started", "admin")]
+    assert table.stdout.split()[:6] == ["TIME", "RUN", "TYPE", "REASON", "USER", "MESSAGE"]
+    api = server.http_get("/api/v1/jobs/demo/events")
+    assert json.loads(server.cli("events", "demo", "-o", "json").stdout) == {"items": api}
+    assert yaml.safe_load(server.cli("events", "demo", "-o", "yaml").stdout) == {"items": api}
+    one = json.loads(server.cli("events", "demo", "--run", "2", "-o", "json").stdout)
+    assert [(e["run"], e["reason"]) for e in one["items"]] == [(2, "Started")]
+    missing = server.cli("events", "demo", "--run", "9")
+    assert missing.returncode == 1 and "Job 'demo' has no run 9" in error_line(missing)
+    nosuch = server.cli("events", "nosuch")
+    assert nosuch.returncode == 1 and "no Job named 'nosuch'" in error_line(nosuch)
+
+
 @pytest.mark.parametrize("code,text", [(None, ""), (0, "0"), (1, "1"), (7, "7"), (128, "128"),
                                        (137, "137 (SIGKILL)"), (143, "143 (SIGTERM)"),
                                        (130, "130 (SIGINT)"), (255, "255")])
@@ -470,7 +517,7 @@ def test_stop_start_restart_delete(server, files):
     # gone; play the controller: once asked, stop every Run and finish the delete
     controller = threading.Thread(target=finish_delete, args=(server.store, "demo"))
     controller.start()
-    proc = server.cli("delete", "demo")
+    proc = server.cli("delete", "demo", "--yes")
     controller.join()
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "job/demo deleted"
@@ -503,8 +550,55 @@ def finish_delete(store: Store, name: str, timeout: float = 30) -> None:
 def test_delete_inactive_job_at_once(server, files):
     server.cli("submit", str(files["good"]))
     set_run_state(server.store, "demo", "Failed", released=True)
-    proc = server.cli("delete", "demo", timeout=20)
+    proc = server.cli("delete", "demo", "--yes", timeout=20)
     assert proc.returncode == 0 and proc.stdout.strip() == "job/demo deleted"
+    assert server.names() == []
+
+
+def on_a_terminal(server: LiveServer, args: tuple[str, ...], typed: str) -> subprocess.CompletedProcess:
+    """``rlark *args`` with a terminal (a pseudo-terminal) as stdin, on which ``typed`` is typed."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "rlark.cli", *args], stdin=slave,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=cli_env(RLARK_SERVER=server.url))
+        os.write(master, typed.encode())
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+        os.close(slave)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_delete_asks_on_a_terminal_and_refuses_without_one_unless_told_yes(server, files):
+    """Issue 19 item 15: `rlark delete` removed Runs, records and logs without asking."""
+    server.cli("submit", str(files["good"]))
+    set_run_state(server.store, "demo", "Failed", released=True)
+    assert server.cli("start", "demo").returncode == 0  # run 2, Pending
+
+    refused = server.cli("delete", "demo")  # stdin is no terminal here
+    assert refused.returncode == 1 and server.names() == ["demo"]
+    line = error_line(refused)
+    assert "not deleting job/demo of project default (its 2 Runs with their run records and " \
+           "Worker logs, and its Events; its active Run 2 (Pending) is stopped first)" in line, line
+    assert "stdin is not a terminal" in line and "`rlark delete demo --yes`" in line
+
+    kept = on_a_terminal(server, ("delete", "demo"), "n\n")
+    assert kept.returncode == 1 and server.names() == ["demo"], kept.stderr
+    assert "Delete job/demo of project default: its 2 Runs" in kept.stdout
+    assert "job/demo of project default not deleted" in kept.stdout
+
+    set_run_state(server.store, "demo", "Stopped", released=True)
+    gone = on_a_terminal(server, ("delete", "demo"), "y\n")
+    assert gone.returncode == 0 and server.names() == [], gone.stderr
+    assert "job/demo deleted" in gone.stdout
+
+    server.cli("submit", str(files["good"]))
+    set_run_state(server.store, "demo", "Failed", released=True)
+    told = server.cli("delete", "job", "demo", "-y")  # kubectl's form too
+    assert told.returncode == 0 and told.stdout.strip() == "job/demo deleted", told.stderr
     assert server.names() == []
 
 

@@ -85,6 +85,21 @@ def test_previews_show_only_what_differs_from_the_defaults(client, service):
     assert service.get("wiz")["spec"]["spec"]["roles"][0]["resources"]["gpu"] == 0
 
 
+def test_the_unresponsive_timeout_is_a_field_of_the_wizard(client, service):
+    """failurePolicy.unresponsiveTimeoutSeconds has its own field: a Job file's value fills
+    it (never the hidden extras), and what is typed there reaches the Job."""
+    from rlark.console.wizard import WizardState
+
+    st = WizardState.from_spec({"metadata": {"name": "x"}, "spec": {
+        "failurePolicy": {"joinTimeoutSeconds": 300, "unresponsiveTimeoutSeconds": 0}}})
+    assert st.unresponsive_timeout == "0" and "failurePolicy" not in st.extra
+    r = post_wizard(client, wizard_form(step="3", unresponsiveTimeout="90"), "next")
+    assert 'id="f-unresponsiveTimeout"' in r.text
+    preview = re.search(r'id="yaml-preview"[^>]*>(.*?)</pre>', r.text, re.S).group(1)
+    doc = yaml.safe_load(preview.replace("&#34;", '"').replace("&#39;", "'"))
+    assert doc["spec"]["failurePolicy"]["unresponsiveTimeoutSeconds"] == 90
+
+
 def test_mounts_say_yes_or_no_not_python_booleans(client, service):
     doc = yaml.safe_load(job_doc("mounted"))
     doc["spec"]["roles"][0]["mounts"] = [
@@ -420,6 +435,19 @@ def test_findings_of_rlinf_cluster_sections_in_chinese():
     assert {"ClusterSectionInvalid", "NumNodesInvalid", "RLinfFieldUnknown", "RLinfFieldMissing",
             "NodeGroupLabelReserved", "NodeRanksInvalid", "HardwareInvalid",
             "EnvConfigInvalid", "ProfilingInvalid"} <= seen, seen
+
+
+def test_the_config_name_mismatch_in_chinese():
+    """spec.rlinf.configName against the run script's --config-name (rlinf_config/script.py)."""
+    from rlark.rlinf_config.script import config_name_findings
+    from rlark.spec import Job
+
+    job = Job.model_validate({
+        "apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": "zh"},
+        "spec": {"headRole": "head", "runScript": "python train.py --config-name other",
+                 "rlinf": {"configName": "mine", "configDir": "examples/x"},
+                 "roles": [{"name": "head", "image": "x/y:1"}]}})
+    assert _all_chinese(config_name_findings(job)) == {"RLinfConfigNameMismatch"}
 
 
 def _view(name, rank, **kw):

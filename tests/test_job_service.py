@@ -144,7 +144,8 @@ def test_create_writes_a_submitted_event(svc):
     assert "5 Workers in 3 roles" in e["message"]
     assert e["time"] is not None and e["time"].endswith("+00:00")
     assert svc.events("ev", run=1) == events
-    assert svc.events("ev", run=2) == []
+    with pytest.raises(NotFound, match="Job 'ev' has no run 2"):  # as its record would say
+        svc.events("ev", run=2)
 
 
 def test_warnings_are_kept_on_the_job(svc):

@@ -30,7 +30,7 @@ def test_restart_while_running_replaces_the_run_then_delete_cleans_up(server):
     assert not run_processes(first["currentRun"]["uid"])
     assert [w["nodeRank"] for w in job["currentRun"]["workers"]] == [0, 1]
 
-    res = server.cli("delete", "again")
+    res = server.cli("delete", "again", "--yes")
     assert res.returncode == 0, res.stderr
     for _ in range(300):
         if server.http.get("/api/v1/jobs/again").status_code == 404:

@@ -7,6 +7,7 @@ No Worker is started: Jobs stay Pending (the API runs without a controller).
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -109,12 +110,30 @@ def test_warnings_are_kept_on_the_job_and_as_events(svc, project):
     assert any(e["reason"] == "PathNotMounted" and e["type"] == "Warning" for e in svc.events("ok"))
 
 
-def test_config_the_server_cannot_find_is_a_warning(svc, project):
-    created = svc.create(job_yaml("elsewhere", config_dir="image-only/config",
-                                  working_dir=str(project)))
-    assert codes(created["findings"]) == ["RLinfConfigNotFound"]
-    assert created["findings"][0]["severity"] == "warning"
-    assert "only inside the image" in created["findings"][0]["message"]
+def rlinf_findings(findings) -> list[tuple[str, str]]:
+    return [(f.code, f.severity.value) for f in findings if f.code.startswith("RLinf")]
+
+
+def test_a_config_that_is_not_here_is_a_warning_where_workers_have_an_image(project):
+    from rlark.rlinf_config import preflight_job
+
+    job = load_job(job_yaml("elsewhere", config_dir="image-only/config",
+                            working_dir=str(project)).encode())[0]
+    findings = preflight_job(job, runtime="kubernetes", roots=[str(project)])
+    assert rlinf_findings(findings) == [("RLinfConfigNotFound", "warning")]
+    assert "only inside the image" in findings[0].message
+
+
+def test_a_config_that_is_not_here_is_an_error_on_the_local_runtime(svc, store, project):
+    """Issue 19 item 14: the local runtime uses no image, so a config that is not on this
+    machine is not anywhere the Run could load it."""
+    with pytest.raises(Invalid) as exc:
+        svc.create(job_yaml("elsewhere", config_dir="image-only/config", working_dir=str(project)))
+    [found] = exc.value.findings
+    assert (found.code, found.severity.value) == ("RLinfConfigNotFound", "error")
+    assert "the Workers run on this machine, with its files (no image)" in found.message
+    assert "image-only/config" in found.message and "image" not in found.hint
+    assert n_jobs(store) == 0
 
 
 def test_a_config_outside_the_working_dir_is_not_read(svc, project):
@@ -122,7 +141,8 @@ def test_a_config_outside_the_working_dir_is_not_read(svc, project):
     created = svc.create(job_yaml("elsewhere", config_dir="/opt/only-in-image/config"))
     assert codes(created["findings"]) == ["RLinfConfigNotChecked"]
     assert created["findings"][0]["severity"] == "warning"
-    assert "only inside the image" in created["findings"][0]["message"]
+    assert "did not read it" in created["findings"][0]["message"]
+    assert "inside the image" not in created["findings"][0]["message"]  # local: there is none
 
 
 def test_config_needing_files_not_here_is_a_warning(svc, project):
@@ -312,3 +332,83 @@ def test_a_working_dir_of_the_system_is_no_config_root(svc, working_dir):
     outside the roots (the answer never shows the file's values)."""
     created = svc.create(job_yaml("probe", config_dir="tmp/probe", working_dir=working_dir))
     assert codes(created["findings"]) == ["RLinfConfigNotChecked"]
+
+
+# --- spec.rlinf.configName against the run script (issue 19 item 14) ----------------------------
+
+
+@pytest.mark.parametrize("script,names", [
+    ("python train.py --config-name ppo", ["ppo"]),
+    ("python train.py --config-name=ppo.yaml --config-path conf", ["ppo.yaml"]),
+    ("python train.py -cn ppo; python eval.py -cn=eval", ["ppo", "eval"]),
+    ("python train.py \\\n    --config-name 'ppo' \\\n    algorithm.lr=1e-5", ["ppo"]),
+    ("# python train.py --config-name old\npython train.py --config-name new", ["new"]),
+    ("python train.py --config-name $CONFIG_NAME", []),  # the shell's, not known before
+    ('python train.py --config-name "$(cat name)"', []),
+    ("python train.py --config-name", []),
+    ('echo "unbalanced', []),
+])
+def test_the_config_names_a_run_script_gives_hydra(script, names):
+    from rlark.rlinf_config.script import hydra_config_names
+
+    assert hydra_config_names(script) == names
+
+
+def quickstart_with(config_name: str | None = None, script_name: str | None = None) -> str:
+    """The quickstart Job with ``spec.rlinf.configName`` and/or the run script's
+    ``--config-name`` changed."""
+    text = QUICKSTART.read_text()
+    if config_name is not None:
+        text = text.replace("configName: quickstart", f"configName: {config_name}")
+    if script_name is not None:
+        text = text.replace("--config-name quickstart", f"--config-name {script_name}")
+    return text
+
+
+@pytest.mark.parametrize("config_name,script_name,mismatch", [
+    ("quickstart", "quickstart", False),
+    ("quickstart.yaml", "quickstart", False),
+    ("quickstart", "groups/quickstart", False),  # a config group's path
+    ("quickstrt", "quickstart", True),
+    ("quickstart", "quickstrt", True),
+])
+def test_config_name_and_run_script_are_compared(config_name, script_name, mismatch):
+    from rlark.preflight import validate_document
+
+    _, findings = validate_document(quickstart_with(config_name, script_name))
+    found = [f for f in findings if f.code == "RLinfConfigNameMismatch"]
+    assert bool(found) == mismatch, findings
+    if mismatch:
+        [f] = found
+        assert f.severity.value == "error" and f.path == "spec.rlinf.configName"
+        assert f"spec.rlinf.configName = {config_name!r}" in f.message
+        assert f"--config-name {script_name}" in f.message
+        assert f.hint == (f"name the same config in both: spec.rlinf.configName: {script_name}, "
+                          f"or --config-name {config_name} in spec.runScript")
+
+
+def test_the_issues_typo_is_refused_by_validate_check_and_submit_on_the_local_runtime(store, tmp_path):
+    """`configName: quickstrt` with the script's `--config-name quickstart`: was one warning ("may
+    exist only inside the image") and a Run that trained with another config than its record
+    names; now two errors, from every path that checks a Job (one list of checks)."""
+    example = tmp_path / "quickstart"
+    shutil.copytree(QUICKSTART.parent, example)
+    (example / "typo.yaml").write_text(quickstart_with(config_name="quickstrt"))
+    server = ThreadedServer(JobService(store)).start()
+    try:
+        env = {"RLARK_SERVER": server.url}
+        for command in ("validate", "check"):
+            proc = rlark(command, "typo.yaml", "-o", "json", cwd=example, env=env)
+            assert proc.returncode == 1, proc.stdout
+            errors = [(f["code"], f["path"]) for f in json.loads(proc.stdout)["findings"]
+                      if f["severity"] == "error"]
+            assert errors == [("RLinfConfigNameMismatch", "spec.rlinf.configName"),
+                              ("RLinfConfigNotFound", "spec.rlinf")], (command, proc.stdout)
+        submitted = rlark("submit", "typo.yaml", cwd=example, env=env)
+        assert submitted.returncode == 1
+        assert "spec.rlinf.configName = 'quickstrt' but spec.runScript starts RLinf with " \
+               "--config-name quickstart" in submitted.stderr
+        assert "quickstrt.yaml does not exist: the Workers run on this machine" in submitted.stderr
+    finally:
+        server.stop()
+    assert n_jobs(store) == 0

@@ -29,3 +29,42 @@ def test_a_taken_port_is_refused_before_anything_is_written(tmp_path):
 def test_version():
     r = subprocess.run([*RLARK, "--version"], capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout) == (0, f"rlark {__version__}\n")
+
+
+def _server_log(home, extra_env: dict, requests: int = 20) -> str:
+    """What ``rlark server`` (with ``extra_env``) writes while serving ``requests`` API calls."""
+    from tests.server import RlarkServer
+
+    home.mkdir()
+    server = RlarkServer(home, extra_env).start()
+    try:
+        for _ in range(requests):
+            assert server.http.get("/api/v1/jobs").status_code == 200
+    finally:
+        server.stop()
+    return (home / "server.log").read_text()
+
+
+def test_the_server_is_quiet_by_default_and_logs_requests_when_asked(tmp_path):
+    """Issue 19 item 15: `rlark server &` printed one access line per request (602 in a few
+    minutes) into the terminal it shares with the user's commands."""
+    quiet = _server_log(tmp_path / "quiet", {})
+    assert '"GET /api/v1/jobs HTTP/1.1" 200' not in quiet
+    assert "HTTP/1.1" not in quiet
+    # the server's own lines stay: the first start's (WARNING), the migrations' (INFO)
+    assert "first start: created the site administrator 'admin'" in quiet
+    assert "INFO alembic.runtime.migration: Running upgrade" in quiet
+
+    loud = _server_log(tmp_path / "loud", {"RLARK_ACCESS_LOG": "1"})
+    assert loud.count('"GET /api/v1/jobs HTTP/1.1" 200') == 20
+
+    terse = _server_log(tmp_path / "terse", {"RLARK_LOG_LEVEL": "warning"})
+    assert "first start: created the site administrator 'admin'" in terse  # a WARNING
+    assert "INFO" not in terse and "HTTP/1.1" not in terse
+
+
+def test_a_log_level_that_is_none_is_refused():
+    r = subprocess.run([*RLARK, "server", "--log-level", "chatty"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1
+    assert "--log-level 'chatty' is not a level; use debug, info, warning, error, critical" in r.stderr

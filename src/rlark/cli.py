@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
+from typer.core import TyperGroup
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -51,7 +52,8 @@ Typical session:
   rlark server &                                    # API + controller (local runtime, SQLite)
   rlark validate examples/quickstart/job.yaml       # Findings; nothing is started
   rlark submit examples/quickstart/job.yaml --wait  # run it and watch Workers join
-  rlark describe job quickstart                     # phase, reason, Workers, node ranks, Events
+  rlark describe quickstart                         # phase, reason, Workers, node ranks, Events
+  rlark events quickstart                           # every Event of the Job (--run N: one Run's)
   rlark logs quickstart --role head                 # the run script's output
   rlark record quickstart                           # versions, images, ranks, hosts, result
 
@@ -63,10 +65,30 @@ in $RLARK_HOME/credentials, so on its own machine nothing more is needed):
   rlark project use vision                          # Job commands act in this project (-p NAME)
 """
 
+class _KindOrJobName(TyperGroup):
+    """``rlark describe NAME`` and ``rlark get NAME`` as kubectl users type them: a first word
+    that is no kind of this group (``job``, ``jobs``, ``nodes``...) is a Job's name, as if
+    ``job`` came before it; options may come first (``get -o json NAME``)."""
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands:
+            args = ["job", *args]
+        return super().resolve_command(ctx, args)
+
+
 app = typer.Typer(help=HELP, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]})
-get_app = typer.Typer(help="List resources.", no_args_is_help=True)
-describe_app = typer.Typer(help="Show one resource in detail.", no_args_is_help=True)
+get_app = typer.Typer(
+    help="""List resources: `rlark get jobs` (the project's Jobs), `rlark get NAME` or `rlark get
+    job NAME` (one Job), `rlark get nodes`. A Job named like a kind: `rlark get job NAME`.""",
+    no_args_is_help=True, cls=_KindOrJobName, subcommand_metavar="NAME | KIND [NAME] [OPTIONS]",
+    context_settings={"ignore_unknown_options": True})
+describe_app = typer.Typer(
+    help="""Show one resource in detail: `rlark describe NAME` or `rlark describe job NAME` (a
+    Job), `rlark describe jobs` (every Job of the project). A Job named like a kind: `rlark
+    describe job NAME`.""",
+    no_args_is_help=True, cls=_KindOrJobName, subcommand_metavar="NAME | KIND [NAME] [OPTIONS]",
+    context_settings={"ignore_unknown_options": True})
 
 
 def _print_version(value: bool) -> None:
@@ -506,11 +528,16 @@ def check(
             output)
 
 
+#: what `rlark server --log-level` takes (Python's logging levels, as uvicorn names them)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
 @app.command()
 def server(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (beyond loopback, "
                              "authentication must stay on)."),
-    port: int = typer.Option(settings.DEFAULT_PORT, min=1, max=65535, help="Port to listen on."),
+    port: int = typer.Option(settings.DEFAULT_PORT, min=1, max=65535, envvar="RLARK_PORT",
+                             help="Port to listen on (the CLI's --server / RLARK_SERVER names it)."),
     database_url: Optional[str] = typer.Option(
         None, envvar="RLARK_DATABASE_URL",
         help="SQLAlchemy URL (default: SQLite in $RLARK_HOME, which defaults to ~/.rlark); "
@@ -628,6 +655,14 @@ def server(
         256, "--max-active-workers-per-project", min=1, max=1_000_000,
         envvar="RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT",
         help="Quota: Workers the active Runs of a project may hold at once."),
+    log_level: str = typer.Option(
+        "info", "--log-level", envvar="RLARK_LOG_LEVEL", metavar="|".join(LOG_LEVELS),
+        help="The least severe log lines the server writes (RLark's own and the web server's)."),
+    access_log: bool = typer.Option(
+        False, "--access-log/--no-access-log", envvar="RLARK_ACCESS_LOG",
+        help="Also log one line per HTTP request (the web server's access log). Default off: "
+             "the log keeps what RLark itself has to say (the audit log, `rlark audit`, records "
+             "who changed what)."),
 ) -> None:
     """Run the RLark server: REST API (OpenAPI at /docs), web console and the controller.
 
@@ -653,6 +688,8 @@ def server(
 
     if runtime not in ("local", "kubernetes"):
         _fail(f"--runtime {runtime!r} is not supported; use local or kubernetes")
+    if log_level.lower() not in LOG_LEVELS:
+        _fail(f"--log-level {log_level!r} is not a level; use {', '.join(LOG_LEVELS)}")
     # these settings are read where they are used, from the environment, as their envvars are
     for var, given in (("RLARK_WORKER_ENV", worker_env), ("RLARK_CONFIG_ROOTS", config_root),
                        ("RLARK_K8S_HOST_PATH_PREFIXES", k8s_host_path_prefix),
@@ -678,7 +715,8 @@ def server(
               stop_runs_on_exit=stop_runs_on_exit, leader_elect=leader_elect,
               trusted_proxies=tuple(trusted_proxy or ()), worker_isolation=worker_isolation,
               quota_defaults=Quotas(max_jobs=max_jobs_per_project,
-                                    max_active_workers=max_active_workers_per_project))
+                                    max_active_workers=max_active_workers_per_project),
+              log_level=log_level.lower(), access_log=access_log)
     except (ValueError, StoreBusy) as exc:
         _fail(str(exc))
     except (SQLAlchemyError, OSError) as exc:
@@ -1168,7 +1206,8 @@ def describe_job(
     jobs` (without NAME: every Job of the project, newest first).
 
     \b
-    Example:
+    Examples:
+      rlark describe quickstart                 # as `rlark describe job quickstart`
       rlark describe job quickstart -p default
     """
     output = _output(output)
@@ -1314,6 +1353,44 @@ def events_table(events: list[dict], t=None) -> Table:
 
 
 @app.command()
+def events(
+    name: str = typer.Argument(..., metavar="NAME", help="Job name."),
+    run: Optional[int] = typer.Option(None, "--run", min=1,
+                                      help="Only this Run's Events (default: every Run's)."),
+    output: str = _output_option("text (a table), json or yaml ({\"items\": [{\"time\", "
+                                 "\"run\", \"type\", \"reason\", \"actor\", \"message\", "
+                                 "...}]})"),
+    project: Optional[str] = ProjectOpt,
+    server: Optional[str] = ServerOpt,
+) -> None:
+    """A Job's Events, oldest first: every phase change, Worker joined or lost, stop, restart,
+    adoption, with the Run it belongs to and the USER who asked for it (- : RLark itself). The
+    same Events `rlark describe NAME` ends with (there: the last 30).
+
+    \b
+    Examples:
+      rlark events quickstart
+      rlark events quickstart --run 2 -o json
+    """
+    _check_name(name)
+    output = _output(output)
+    items = _call(_job_client(server, project).get, f"/api/v1/jobs/{name}/events", run=run)
+    if output != "text":
+        _emit({"items": items}, output)
+        return
+    if not items:
+        out.print(f"no Events for job/{name}" + (f" run {run}" if run else ""))
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("TIME", "RUN", "TYPE", "REASON", "USER", "MESSAGE"):
+        table.add_column(col, overflow="fold")
+    for e in items:
+        table.add_row((e["time"] or "")[:23].replace("T", " "), str(e["run"] or ""), e["type"],
+                      e["reason"] or "", e.get("actor") or "-", e["message"])
+    out.print(table)
+
+
+@app.command()
 def logs(
     name: str = typer.Argument(..., metavar="NAME", help="Job name."),
     role: Optional[str] = typer.Option(None, "--role", "-r", help="Only Workers of this role."),
@@ -1451,15 +1528,30 @@ def restart(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
 
 
 @app.command()
-def delete(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
+def delete(words: list[str] = typer.Argument(..., metavar="[job] NAME",
+                                            help="Job name (or `job NAME`, as kubectl takes it)."),
+           yes: bool = typer.Option(False, "--yes", "-y",
+                                    help="Delete without asking (needed where stdin is not a "
+                                         "terminal: scripts, CI)."),
            project: Optional[str] = ProjectOpt, server: Optional[str] = ServerOpt) -> None:
-    """Delete a Job with its Runs, Events, records and logs (an active Job is stopped first).
+    """Delete a Job with every Run, its Events, run records and Worker logs (an active Run is
+    stopped first). On a terminal it asks first, naming the Job and what goes with it; --yes
+    deletes without asking; without a terminal it refuses unless --yes is given.
 
     \b
-    Example:
-      rlark delete quickstart -p vision
+    Examples:
+      rlark delete quickstart             # asks: y deletes
+      rlark delete quickstart -y -p vision
     """
+    if len(words) == 2 and words[0] in ("job", "jobs"):
+        words = words[1:]
+    if len(words) != 1:
+        _fail(f"delete takes one Job name, got {' '.join(words)!r}: `rlark delete NAME`")
+    name = words[0]
+    _check_name(name)
     client = _job_client(server, project)
+    if not yes:
+        _confirm_delete(client, name)
     res = _action("delete", name, client)
     if not res.get("deleted"):
         with err.status(f"job/{name}: stopping its Workers, then deleting ..."):
@@ -1475,6 +1567,24 @@ def delete(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
             else:
                 _fail(f"job/{name} is still being deleted; check `rlark describe job {name}`")
     out.print(f"job/{name} deleted")
+
+
+def _confirm_delete(client: Client, name: str) -> None:
+    """Ask on the terminal whether to delete Job ``name``, naming what goes with it; exit 1 on
+    no, and exit 1 without asking where stdin is not a terminal (saying how to delete anyway)."""
+    job = _call(client.get, f"/api/v1/jobs/{name}")
+    runs = job.get("runs") or []
+    goes = (f"its {plural(len(runs), 'Run')} with their run records and Worker logs, and its "
+            "Events" if runs else "its Events")
+    if job["phase"] not in TERMINAL and runs:
+        goes += f"; its active Run {job['run']} ({job['phase']}) is stopped first"
+    where = f"job/{name}" + (f" of project {client.project}" if client.project else "")
+    if not sys.stdin.isatty():
+        _fail(f"not deleting {where} ({goes}) without asking, and stdin is not a terminal to ask "
+              f"on: run `rlark delete {name}{_project_flag(client)} --yes` to delete it")
+    if not typer.confirm(f"Delete {where}: {goes}?", default=False):
+        out.print(f"{where} not deleted")
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -629,6 +629,11 @@ def _check_shared(job: Job) -> Iterator[Finding]:
             "give 0 or more seconds",
         )
     yield from _check_label_map(job.metadata.labels, "metadata.labels", "label")
+    # the config RLark checks and records must be the one the script runs (whether or not the
+    # config can be read here: a typo in either is caught before anything starts)
+    from rlark.rlinf_config.script import config_name_findings
+
+    yield from config_name_findings(job)
 
 
 def check_job(job: Job) -> list[Finding]:

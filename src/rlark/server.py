@@ -16,7 +16,7 @@ from rlark.api.security import LOOPBACK_HOSTS, SecurityPolicy
 from rlark.services.auth import AuthService
 from rlark.controller.loop import Controller
 from rlark.runtimes.local import LocalRuntime
-from rlark.secretbox import SecretBox, SecretKeyError
+from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
 from rlark.services.secrets import server_box
 from rlark.store import Store
@@ -233,28 +233,36 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
         first = local_first = LocalRuntime(isolation=probed_isolation(
             worker_isolation or settings.worker_isolation(), settings.cgroup_parent()))
         log_isolation(local_first.isolation)
-    store = Store(database_url)
+    # the lock first, the migrations after: a second server on a store in use must change
+    # nothing, not even the schema under the running server (a newer release's migrations)
+    store = Store(database_url, migrate=False)
     stores.append(store)
+    lock = None
     try:
+        lock = ControllerLock(store.engine, owner_info(server_url), shared=leader_elect).acquire()
+        store.migrate()
         box = server_box(store)  # before the controller: a Run must never launch without it
         if k8s_first is not None:  # no project may run its Pods beside RLark's own Secrets
             from rlark.services.accounts import check_projects_for
 
             check_projects_for(store, k8s_first.namespace)
-    except (SecretKeyError, ValueError):
+    except BaseException:
+        if lock is not None:
+            lock.release()
         if k8s_first is not None:
             k8s_first.shutdown()
         store.dispose()
         raise
-    lock = ControllerLock(store.engine, owner_info(server_url), shared=leader_elect).acquire()
     stop_runs = settings.stop_runs_on_exit() if stop_runs_on_exit is None else stop_runs_on_exit
     controller: Any
     if leader_elect and k8s_first is not None:
         controller = _leadership(store, k8s_first, namespaces, api_client, k8s_first.namespace,
                                  lock, stop_runs, box)
     else:
+        # acts only while this server holds the store's lock: a PostgreSQL restart takes the
+        # lock away, and another server may have taken the store before this one gets it back
         controller = Controller(store, first, on_shutdown=lock.release, stop_runs_on_exit=stop_runs,
-                                secret_box=box)
+                                secret_box=box, may_act=lock.held)
     policy = policy or SecurityPolicy()
     if local_first is not None:
         local_first.serves_many = many_users(store, server_url, policy)
@@ -403,11 +411,16 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
           tls_cert: str | None = None, tls_key: str | None = None,
           trusted_proxies: tuple[str, ...] = (), stop_runs_on_exit: bool | None = None,
           leader_elect: bool | None = None, worker_isolation: str | None = None,
-          quota_defaults=None) -> None:
+          quota_defaults=None, access_log: bool = False) -> None:
     """Run the server until SIGINT/SIGTERM. Active Runs keep running through a shutdown and the
     next server on the same store adopts them, unless ``RLARK_STOP_RUNS_ON_EXIT=1``. With
     ``leader_elect`` (default on with ``kubernetes``) it is one of several replicas: see
     :func:`build_app`.
+
+    ``log_level``: the least severe lines logged (``debug``, ``info``...), RLark's and
+    uvicorn's. ``access_log``: uvicorn's line per request too (off: a server used from a
+    terminal, ``rlark server &``, would print one line for every call the CLI and the console
+    make).
 
     ``trusted_proxies``: addresses whose ``X-Forwarded-For``/``-Proto`` headers are believed
     (a TLS-terminating proxy in front); from anyone else they are ignored, so a client cannot
@@ -424,7 +437,8 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
         raise ValueError(f"cannot listen on {host}:{port}: {busy} (another RLark server, or "
                          f"another program, holds it); nothing was changed. Give this server "
                          f"another port: rlark server --port {port + 1}")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # what the server writes (its database, logs, tokens) is its own: no other user of the
     # machine, no Worker, reads it, whatever mode a library would give it
     os.umask(0o077)
@@ -443,6 +457,7 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
                      f"where you trust every local user. Listening on {host}:{port} only."):
             log.warning("!!! %s", line)
     proxies = tuple(trusted_proxies) + tuple(settings.csv_env("RLARK_TRUSTED_PROXIES"))
-    uvicorn.run(app, host=host, port=port, log_level=log_level, ssl_certfile=tls_cert,
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log,
+                ssl_certfile=tls_cert,
                 ssl_keyfile=tls_key, proxy_headers=bool(proxies),
                 forwarded_allow_ips=",".join(proxies) if proxies else None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from contextlib import asynccontextmanager
@@ -9,10 +10,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlark import __version__
 from rlark.api.docs import mount_docs
+from rlark.api.store_errors import STORE_ERRORS, store_unavailable
 from rlark.api.routers import access, jobs, logs, meta, nodes, records, secrets
 from rlark.api.security import (
     SECURITY_HEADERS,
@@ -24,7 +27,8 @@ from rlark.console import mount_console
 from rlark.findings import format_path
 from rlark.services.accounts import AccountService
 from rlark.services.auth import AuthService
-from rlark.services.errors import ServiceError, TooManyRequests, Unauthenticated
+from rlark.services.errors import (ServiceError, StoreUnavailable, TooManyRequests,
+                                   Unauthenticated)
 from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
 from rlark.services.secrets import SecretService
@@ -89,7 +93,7 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):
         headers = {}
-        if isinstance(exc, TooManyRequests):
+        if isinstance(exc, (TooManyRequests, StoreUnavailable)):
             headers["Retry-After"] = str(exc.retry_after)
         elif isinstance(exc, Unauthenticated):
             headers["WWW-Authenticate"] = 'Bearer realm="rlark"'
@@ -109,6 +113,18 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
         return SafeJSONResponse(status_code=422, content={
             "detail": {"code": "Invalid", "message": f"bad request parameter: {text}",
                        "errors": errors}})
+
+    async def store_error(request: Request, exc: Exception):
+        down = await run_in_threadpool(store_unavailable, service.store, exc)
+        if down is None:  # the database answers: a damaged database or a bug
+            return await unexpected(request, exc)
+        # the app's ServiceError handler, as the console wraps it: a page on a console path
+        handler = request.app.exception_handlers[ServiceError]
+        answer = handler(request, down)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    for kind in STORE_ERRORS:
+        app.add_exception_handler(kind, store_error)
 
     @app.exception_handler(Exception)
     async def unexpected(_request: Request, exc: Exception):

@@ -13,7 +13,9 @@
 4. Authentication: ``Authorization: Bearer <API token>``, or the console's session cookie. The
    cookie is accepted by the console and by the API's read-only (GET/HEAD) routes only, so no
    state-changing API call can ride on a browser's cookie. Only :data:`PUBLIC_PATHS` pass
-   without; others get 401 (API, as JSON) or a redirect to the login page (console).
+   without; others get 401 (API, as JSON) or a redirect to the login page (console). When the
+   database does not answer, credentials cannot be checked: the request goes on without a
+   caller and the route's access rule answers 503 (:func:`principal_of`), not a 401.
 5. Every response it lets out, refusals included, carries :data:`SECURITY_HEADERS` (a
    response that sets its own ``Content-Security-Policy``, such as the API docs pages, keeps
    it).
@@ -40,6 +42,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rlark.api.store_errors import STORE_ERRORS, store_unavailable
 from rlark.services import audit
 from rlark.services.audit import Actor
 from rlark.services.auth import DEFAULT_PROJECT, OPEN_PRINCIPAL, AuthService, Principal, authorize
@@ -52,12 +55,14 @@ SESSION_COOKIE = "rlark_session"
 #: the console's current project (its project switcher); the API never reads it
 PROJECT_COOKIE = "rlark_project"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+#: request state key: the database was unreachable when the request's credentials were checked
+STORE_DOWN = "store_down"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: media types an API request body may have (everything else: 415)
 BODY_TYPES = frozenset({"application/json", "application/yaml", "application/x-yaml", "text/yaml",
                         "text/x-yaml"})
 #: paths served without authentication (exact, or a prefix when they end with "/")
-PUBLIC_PATHS = ("/healthz", "/login", "/api/v1/login", "/static/", "/static-docs/", "/lang/")
+PUBLIC_PATHS = ("/healthz", "/livez", "/login", "/api/v1/login", "/static/", "/static-docs/", "/lang/")
 
 #: what the console's pages may load and run: scripts and styles from this server's files only
 #: (no inline script, style or eval: htmx runs with ``allowEval`` off), no plugins, forms posted
@@ -261,13 +266,22 @@ class RequestGuard:
             # one, and CORSMiddleware answers it without running any route
             await self.app(scope, receive, send)
             return
+        down = None
         try:
             principal = await run_in_threadpool(self._authenticate, headers, method, path)
         except Unauthenticated as exc:
             principal, problem = None, exc.message
+        except STORE_ERRORS as exc:
+            # credentials that cannot be checked now: the route answers 503 (JSON or a page,
+            # as its own refusals) instead of a 401 that would send the caller to log in again
+            down = await run_in_threadpool(store_unavailable, self.auth().store, exc)
+            if down is None:
+                raise
+            principal, problem = None, down.message
+            scope.setdefault("state", {})[STORE_DOWN] = down
         else:
             problem = "log in first: send `Authorization: Bearer <API token>` (`rlark login`)"
-        if principal is None and not is_public(path):
+        if principal is None and not is_public(path) and down is None:
             if _is_api(path):
                 await _send_json(send, 401, "Unauthenticated", problem,
                                  {"WWW-Authenticate": 'Bearer realm="rlark"'})
@@ -389,8 +403,12 @@ def principal_of(request: Request) -> Principal:
 
     Raises:
         Unauthenticated: none (a public route asking for one).
+        StoreUnavailable: the credentials could not be checked: the database is unreachable.
     """
-    principal = request.scope.get("state", {}).get("principal")
+    state = request.scope.get("state", {})
+    principal = state.get("principal")
+    if principal is None and state.get(STORE_DOWN) is not None:
+        raise state[STORE_DOWN]
     if principal is None:
         raise Unauthenticated("log in first: send `Authorization: Bearer <API token>` (`rlark login`)")
     return principal

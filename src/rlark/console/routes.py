@@ -56,7 +56,7 @@ from rlark.findings import Finding, Severity
 from rlark.ranks import plan_workers
 from rlark.record import render as render_record
 from rlark.services.auth import DEFAULT_PROJECT, Principal
-from rlark.services.errors import NotFound, ServiceError, TooManyRequests
+from rlark.services.errors import NotFound, ServiceError, StoreUnavailable, TooManyRequests
 from rlark.services.jobs import JobService
 from rlark.services.errors import Invalid
 from rlark.spec import (
@@ -850,7 +850,8 @@ async def wizard_from_yaml(request: Request, access: Writer) -> Response:
 ERROR_TEXTS = {401: ("error.unauthenticated", "error.loginAgain"),
                403: ("error.forbidden", "error.notAllowed"),
                404: ("error.notFound", "error.noPage"),
-               429: ("error.tooMany", "error.tryLater")}
+               429: ("error.tooMany", "error.tryLater"),
+               503: ("error.storeDown", "error.storeRetry")}
 
 
 def error_page(request: Request, exc: ServiceError) -> Response:
@@ -866,8 +867,10 @@ def error_page(request: Request, exc: ServiceError) -> Response:
     if isinstance(exc, NotFound) and name is not None and request.url.path.startswith("/jobs/"):
         return _gone(request, str(name))
     title, text = ERROR_TEXTS.get(exc.status, ("error.title", "error.refused"))
+    # without the database the page cannot ask who the caller is (their projects, a notice)
     resp = _render(request, "error.html", exc.status, title=t(title), message=t(text),
-                   detail=exc.message, login=exc.status == 401)
+                   detail=exc.message, login=exc.status == 401,
+                   full=not isinstance(exc, StoreUnavailable))
     retry_after = getattr(exc, "retry_after", None)
     if retry_after is not None:
         resp.headers["Retry-After"] = str(retry_after)

@@ -28,7 +28,8 @@ STEPS = (1, 2, 3, 4)
 MAX_ROLES = 64
 MAX_ROWS = 200  # env, mounts, selector, devices, labels per list
 MOUNT_TYPES = ("hostPath", "pvc", "objectStorage")
-DEFAULTS = {"join_timeout": "300", "prepare_timeout": "1800", "max_restarts": "0", "grace": "10"}
+DEFAULTS = {"join_timeout": "300", "prepare_timeout": "1800", "unresponsive_timeout": "300",
+            "max_restarts": "0", "grace": "10"}
 
 #: the fields the wizard shows; anything else in a Job it is given (fields added to the spec later,
 #: runtime-specific settings) rides along unchanged in hidden "extra" fields
@@ -37,7 +38,8 @@ KNOWN = {
     "spec": {"headRole", "runScript", "workingDir", "rlinf", "failurePolicy",
              "terminationGracePeriodSeconds", "roles"},
     "rlinf": {"configDir", "configName", "overrides"},
-    "failurePolicy": {"joinTimeoutSeconds", "prepareTimeoutSeconds", "maxRestarts"},
+    "failurePolicy": {"joinTimeoutSeconds", "prepareTimeoutSeconds", "unresponsiveTimeoutSeconds",
+                      "maxRestarts"},
     "role": {"name", "workers", "image", "resources", "prepareScript", "env", "mounts",
              "nodeSelector", "local"},
     "resources": {"cpu", "memory", "gpu", "devices"},
@@ -178,6 +180,7 @@ class WizardState:
     overrides: str = ""  # one Hydra override per line
     join_timeout: str = DEFAULTS["join_timeout"]
     prepare_timeout: str = DEFAULTS["prepare_timeout"]
+    unresponsive_timeout: str = DEFAULTS["unresponsive_timeout"]
     max_restarts: str = DEFAULTS["max_restarts"]
     grace: str = DEFAULTS["grace"]
     step: int = 1
@@ -219,6 +222,7 @@ class WizardState:
             overrides=form.get("rlinfOverrides", ""),
             join_timeout=form.get("joinTimeout", "").strip(),
             prepare_timeout=form.get("prepareTimeout", "").strip(),
+            unresponsive_timeout=form.get("unresponsiveTimeout", "").strip(),
             max_restarts=form.get("maxRestarts", "").strip(),
             grace=form.get("grace", "").strip(),
             step=_clamp(_to_int(form.get("step")) or 1, 1, 4),
@@ -294,6 +298,7 @@ class WizardState:
             overrides="\n".join(rlinf.get("overrides") or []),
             join_timeout=_fmt(fp.get("joinTimeoutSeconds", 300)),
             prepare_timeout=_fmt(fp.get("prepareTimeoutSeconds", 1800)),
+            unresponsive_timeout=_fmt(fp.get("unresponsiveTimeoutSeconds", 300)),
             max_restarts=_fmt(fp.get("maxRestarts", 0)),
             grace=_fmt(spec.get("terminationGracePeriodSeconds", 10)),
             extra=_pack({"metadata": _rest(meta, "metadata"), "spec": _rest(spec, "spec"),
@@ -458,7 +463,8 @@ class WizardState:
             spec["rlinf"] = rlinf
         fp: dict[str, Any] = dict(top.get("failurePolicy", {}))
         for key, text in (("joinTimeoutSeconds", self.join_timeout),
-                          ("prepareTimeoutSeconds", self.prepare_timeout)):
+                          ("prepareTimeoutSeconds", self.prepare_timeout),
+                          ("unresponsiveTimeoutSeconds", self.unresponsive_timeout)):
             value = _real(text, f"spec.failurePolicy.{key}", bad)
             if value is not None:
                 fp[key] = value
@@ -512,6 +518,7 @@ def field_of(f: Finding) -> str | None:
         "spec.workingDir": "workingDir",
         "spec.failurePolicy.joinTimeoutSeconds": "joinTimeout",
         "spec.failurePolicy.prepareTimeoutSeconds": "prepareTimeout",
+        "spec.failurePolicy.unresponsiveTimeoutSeconds": "unresponsiveTimeout",
         "spec.failurePolicy.maxRestarts": "maxRestarts",
         "spec.terminationGracePeriodSeconds": "grace",
     }

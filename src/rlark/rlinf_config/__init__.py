@@ -9,6 +9,8 @@ RLark works where RLinf is not installed. RLark reads the config; it never rewri
   (pure).
 * :mod:`.plan` - config -> node ranks, components, suggested roles and a Job (pure).
 * :mod:`.check` - Job + config -> Findings (pure).
+* :mod:`.script` - the config names the run script gives Hydra, against ``spec.rlinf``
+  (pure; part of every Job's own checks, :func:`rlark.preflight.check_job`).
 * :func:`plan_config` - what ``rlark plan`` runs (compose + plan).
 * :func:`preflight_job` - what ``JobService.create`` and ``rlark check`` run for a Job that
   names its config in ``spec.rlinf``.
@@ -103,6 +105,7 @@ def preflight_job(
     isolated: bool = False,
     roots: Sequence[str] | None = None,
     runtime: str | None = None,
+    here_only: bool = False,
 ) -> list[Finding]:
     """Compose the RLinf config of ``job`` and check the Job against it.
 
@@ -121,6 +124,9 @@ def preflight_job(
             not; files it pulls in from elsewhere read as missing. None: anywhere (the CLI on
             the caller's own machine).
         runtime: the runtime the Job will run on (``OutputNotPersistent``); None: unknown.
+        here_only: the Workers read this machine's files and no image (the local runtime): a
+            config that is not here (``RLinfConfigNotFound``) is an error, as with
+            ``missing_is_error``, and no Finding says it may be inside an image.
 
     Returns:
         Findings: the compose problems, then :func:`.check.check_config`'s. Empty when the Job
@@ -140,13 +146,14 @@ def preflight_job(
                     "set, so RLark cannot find the config to check it",
             hint="set spec.workingDir (`rlark submit FILE` resolves a relative one against FILE's "
                  "directory) or make configDir absolute")]
+    image = "" if here_only else " (it may exist only inside the image)"
     if roots is not None and not _inside(
             os.path.join(config_dir, f"{config_name.removesuffix('.yaml')}.yaml"), roots):
         return [Finding(
             code="RLinfConfigNotChecked", severity=Severity.warning, path="spec.rlinf.configDir",
             message=f"spec.rlinf.configDir = {config_dir!r} (configName {config_name!r}) is not "
                     "under spec.workingDir or a config root of this server, so RLark did not "
-                    "read it to check the Job against it (it may exist only inside the image)",
+                    f"read it to check the Job against it{image}",
             hint="keep the config under spec.workingDir, or ask the server's operator for a "
                  "`rlark server --config-root DIR`; `rlark check FILE --rlinf-config PATH` checks "
                  "it on your own machine")]
@@ -168,11 +175,16 @@ def preflight_job(
         composed = compose(config_dir, config_name, overrides, env=env, path="spec.rlinf")
     findings: list[Finding] = []
     for f in composed.findings:
-        if not missing_is_error and f.code in (NOT_FOUND, INCOMPLETE):
+        if here_only and f.code == NOT_FOUND:
+            f = f.model_copy(update={
+                "message": f.message + ": the Workers run on this machine, with its files (no "
+                                       "image), so the Run could not load it either"})
+        elif not missing_is_error and f.code in (NOT_FOUND, INCOMPLETE):
             f = f.model_copy(update={
                 "severity": Severity.warning,
-                "message": f.message + " - RLark could not check the Job against it here (it "
-                                       "may exist only inside the image)"})
+                "message": f.message + " - RLark could not check the Job against it here"
+                           + (" (the Workers may set what it needs: a secret's value, the run "
+                              "script)" if here_only else image)})
         findings.append(f)
     findings.extend(check_config(job, composed.data, source=composed.source,
                                  unresolved=composed.unresolved,

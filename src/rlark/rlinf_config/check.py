@@ -25,6 +25,9 @@ code                            severity  what
 ``NodeGroupLabelDuplicate``     error     two node groups share a label
 ``UnfilledPlaceholder``         error     ``ROBOT_IP``, ``/path/to/model``, ``???`` left in the config
 ``OverrideNotInRunScript``      warning   a ``spec.rlinf.overrides`` entry the run script does not pass
+``RLinfConfigNameMismatch``     error     the run script's ``--config-name`` is not
+                                          ``spec.rlinf.configName`` (:mod:`.script`; checked with
+                                          the spec itself, whether or not the config is here)
 ``PathNotMounted``              warning   an absolute data/model/checkpoint/output path is not under
                                           any mount's ``mountPath``
 ``OutputNotPersistent``         warning   an output/checkpoint location RLinf writes (see

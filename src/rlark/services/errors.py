@@ -81,3 +81,17 @@ class QuotaExceeded(ServiceError):
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "quota": self.quota}
+
+
+class StoreUnavailable(ServiceError):
+    """The server's database does not answer (down, restarting, out of reach): a 503 with
+    ``Retry-After``, never a 500. The message says nothing about where the database is (anyone
+    may get it, before authentication); the server's log and ``GET /api/v1/server`` do."""
+
+    status = 503
+    code = "StoreUnreachable"
+
+    def __init__(self, retry_after: int):
+        super().__init__(f"the server's database is unreachable; retry in {retry_after} s (the "
+                         "server's log says why)")
+        self.retry_after = retry_after

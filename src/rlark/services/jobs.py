@@ -292,8 +292,11 @@ class JobService:
             from rlark.rlinf_config.isolated import ComposerBusy
 
             try:
+                # local Workers use this machine's files and no image: a config missing here
+                # is missing for the Run too
                 findings = findings + preflight_job(job, isolated=True, runtime=self.runtime,
-                                                    roots=self.config_roots(job))
+                                                    roots=self.config_roots(job),
+                                                    here_only=self.runtime == "local")
             except ComposerBusy as exc:
                 raise TooManyRequests(f"{exc}; try again in {exc.retry_after} s",
                                       exc.retry_after) from None
@@ -753,6 +756,7 @@ class JobService:
             job = self._job(s, name, project)
             stmt = select(EventRow).where(EventRow.job_id == job.id)
             if run is not None:
+                self._run(s, job, run)  # NotFound for a Run the Job never had
                 stmt = stmt.where(EventRow.run_number == run)
             return mask_data([event_view(e) for e in s.scalars(stmt.order_by(EventRow.id))],
                              self._mask(s, job))

@@ -2,7 +2,9 @@
 
 :class:`Store` owns one SQLAlchemy engine. SQLite gets WAL journaling, foreign keys and a busy
 timeout (the API and the controller write from different threads); PostgreSQL is used as is.
-The schema is created and upgraded by Alembic (``store/migrations``) when the Store opens.
+The schema is created and upgraded by Alembic (``store/migrations``) when the Store opens, or,
+for a server (which must first know that no other server uses the store), by
+:meth:`Store.migrate` once it holds the store's lock.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from typing import Callable, Iterator, TypeVar, cast
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from rlark import settings
+from rlark.store.health import StoreHealth, connect_args
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -43,7 +46,10 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # a bounded connect: while the database is unreachable a request fails (503) in seconds
+    # instead of waiting for the operating system's TCP timeout
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20,
+                         connect_args=connect_args(make_url(url)))
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -86,19 +92,30 @@ def upgrade(engine: Engine) -> None:
 
 
 class Store:
-    """The database: ``with store.session() as s: ...`` commits on success, rolls back on error."""
+    """The database: ``with store.session() as s: ...`` commits on success, rolls back on error.
+
+    ``migrate``: bring the schema to the newest revision now. A server opens its store with
+    ``migrate=False``, takes the store's lock (:mod:`rlark.store.lock`) and only then calls
+    :meth:`migrate`: a second server must find the store in use before it changes the schema
+    under the server that uses it."""
 
     def __init__(self, url: str | None = None, migrate: bool = True):
         self.url = url or settings.database_url()
         self.engine = make_engine(self.url)
         if migrate:
-            upgrade(self.engine)
+            self.migrate()
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        #: whether the database answers (a bounded, cached probe: rlark.store.health)
+        self.health = StoreHealth(self.engine.url)
         #: held around a check-then-insert that must not interleave with another (a quota):
         #: PostgreSQL locks the rows it read (``SELECT ... FOR UPDATE``), SQLite has no row locks
         #: and two transactions both read the old count; one server serves a SQLite store
         #: (store/lock.py), so a lock in this process serialises them all
         self._serial = threading.Lock()
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest Alembic revision (idempotent; :func:`upgrade`)."""
+        upgrade(self.engine)
 
     @contextmanager
     def serialized(self) -> Iterator[None]:
@@ -132,3 +149,4 @@ class Store:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        self.health.dispose()

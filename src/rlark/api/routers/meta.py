@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
 
 from rlark import __version__
 from rlark.api.deps import job_service
@@ -12,7 +13,9 @@ from rlark.api.routers.jobs import JOB_BODY, read_document
 from rlark.api.security import ProjectAccess, allow_admin, allow_project, allow_public, allow_user
 from rlark.store import ProjectRole
 from rlark.findings import has_errors
+from rlark.services.errors import StoreUnavailable
 from rlark.services.jobs import JobService
+from rlark.store.health import RETRY_AFTER_SECONDS
 from rlark.spec import json_schema
 
 router = APIRouter(tags=["meta"])
@@ -57,13 +60,31 @@ def schema() -> dict:
     return json_schema()
 
 
-@router.get("/healthz", summary="Liveness", dependencies=[allow_public()])
-def healthz() -> dict:
+@router.get("/healthz", summary="Readiness: the server answers and its database too",
+            dependencies=[allow_public()],
+            responses={503: {"description": "the server's database is unreachable"}})
+def healthz(request: Request) -> Response:
     """``{"ok": true}`` from every replica that serves requests (each serves the API and the
-    console): what a probe needs, and nothing about the server (its name, leader, version) for
+    console) and reaches its database; 503 with ``Retry-After`` and ``{"ok": false, "detail":
+    {"code": "StoreUnreachable", ...}}`` while the database does not answer (every API call
+    answers so then). The database check is one probe shared by all callers and reused for a
+    couple of seconds (:mod:`rlark.store.health`), so a storm of probes costs the database
+    nothing. Nothing about the server (its name, leader, version, where its database is) for
     callers without credentials. Like every route it answers only the ``Host`` names the server
     allows (a Kubernetes probe names one in ``httpHeaders``). A site administrator reads the
-    server's state at ``GET /api/v1/server``."""
+    server's state at ``GET /api/v1/server``; ``/livez`` says only that the process serves."""
+    if request.app.state.jobs.store.health.check().reachable:
+        return JSONResponse({"ok": True})
+    down = StoreUnavailable(RETRY_AFTER_SECONDS)
+    return JSONResponse({"ok": False, "detail": down.to_dict()}, status_code=503,
+                        headers={"Retry-After": str(down.retry_after)})
+
+
+@router.get("/livez", summary="Liveness: the server process serves", dependencies=[allow_public()])
+def livez() -> dict:
+    """``{"ok": true}`` while the process serves requests, whatever its database does: for a
+    liveness probe (restarting a server does not bring its database back; ``/healthz`` is the
+    readiness probe)."""
     return {"ok": True}
 
 
@@ -77,13 +98,17 @@ def server_status(request: Request) -> dict:
     runs). ``workerIsolation``: local runtime, what keeps each Worker's processes together
     (``pid-namespace``, ``cgroup``, ``user-namespace`` or the weak ``process-group``; ``rlark
     nodes`` says why). ``logFollows``: followed logs being streamed now (``open``) and the
-    server's limit (``max``). Site administrators only: a replica's name and the leader's are
-    the host names and process ids of the server's machines."""
+    server's limit (``max``). ``store``: the database's ``dialect`` and the last probe of it
+    (``reachable``, ``error``, ``checkedAt``, ``latencyMs``). Site administrators only: a
+    replica's name and the leader's are the host names and process ids of the server's
+    machines, and the database's error names where it is."""
     controller = request.app.state.controller
     status = getattr(controller, "status", None)
     isolation = getattr(request.app.state.jobs, "isolation", None)
     return {"version": __version__, "runtime": request.app.state.jobs.runtime,
             "controller": status() if status is not None else None,
+            "store": {"dialect": request.app.state.jobs.store.engine.dialect.name,
+                      **request.app.state.jobs.store.health.check().view()},
             "workerIsolation": isolation["mode"] if isolation else None,
             "logFollows": {"open": request.app.state.follow_limits.open,
                            "max": request.app.state.follow_limits.total}}
