@@ -150,7 +150,10 @@ def test_the_quickstart_by_hand_works_typed_in_order(tmp_path):
         terminal.close()
 
     def shown(prefix: str) -> str:
-        return next(out for line, out in said.items() if line.startswith(prefix))
+        """What typing the line that starts with ``prefix`` printed, without the terminal's
+        colours (Rich highlights numbers on a terminal: ``run \\x1b[1;36m1``)."""
+        out = next(out for line, out in said.items() if line.startswith(prefix))
+        return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out)
 
     assert "Succeeded" in shown("rlark submit") and "Succeeded" in shown("rlark start")
     assert "quickstart run 1" in shown("rlark record diff") and "run 2" in shown("rlark record diff")
