@@ -655,27 +655,88 @@ def test_logs(server, files):
     assert bad.returncode == 1 and "tail='-1'" in error_line(bad)
 
 
+class PrintedLines:
+    """What a subprocess prints on stdout, line by line as it comes (a reader thread), so a test
+    acts on what it has seen so far instead of sleeping."""
+
+    def __init__(self, proc: subprocess.Popen):
+        import queue
+
+        self.proc = proc
+        self.seen: list[str] = []
+        self._q: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._q.put(line.rstrip("\n"))
+        self._q.put(None)
+
+    def take(self, n: int, what: str, timeout: float = 30.0) -> list[str]:
+        """The next ``n`` lines; fails naming ``what`` when the output ends first or they do not
+        all come within ``timeout`` seconds."""
+        import queue
+
+        deadline = time.monotonic() + timeout
+        got: list[str] = []
+        while len(got) < n:
+            try:
+                line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"timed out after {timeout:g} s waiting for {what}: got {got}, "
+                            f"printed before: {self.seen}", pytrace=False)
+            if line is None:
+                pytest.fail(f"the output ended before {what}: got {got}, printed before: "
+                            f"{self.seen}", pytrace=False)
+            got.append(line)
+        self.seen += got
+        return got
+
+    def rest(self) -> list[str]:
+        """Every line still to come, once the process has ended."""
+        out = []
+        while (line := self._q.get(timeout=10)) is not None:
+            out.append(line)
+        self.seen += out
+        return out
+
+
 @pytest.mark.timeout(120)
-def test_logs_follow_ends_when_the_workers_are_released(server, files):
+def test_logs_follow_ends_when_the_workers_are_released(server, files, tmp_path):
+    """``logs --follow`` prints what the logs hold, then what is appended while it follows, and
+    ends once the Workers are released. The new line is written only after the follower has
+    printed what came before it, so it can only come through following."""
     server.cli("submit", str(files["good"]))
     paths = set_worker_logs(server.store, "demo", {"demo-head-0": ["h1"], "demo-pool-0": ["p1"]})
     set_run_state(server.store, "demo", "Running")
 
-    def finish():
-        time.sleep(2.0)
+    stderr = tmp_path / "follow.stderr"
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "rlark.cli", "logs", "demo", "--follow"],
+                                stdout=subprocess.PIPE, stderr=err, text=True,
+                                env=cli_env(RLARK_SERVER=server.url))
+    try:
+        out = PrintedLines(proc)
+        held = out.take(2, "the lines the logs held when the follow began")
+        assert sorted(held) == ["[demo-head-0] h1", "[demo-pool-0] p1"]
         with open(paths["demo-head-0"], "a") as f:
             f.write("h2\n")
-        time.sleep(0.5)
+        assert out.take(1, "h2, appended after the follower printed h1 and p1") == ["[demo-head-0] h2"]
+        assert proc.poll() is None  # still following: the Workers still run
         set_run_state(server.store, "demo", "Succeeded", released=True)
-
-    t = threading.Thread(target=finish)
-    t.start()
-    proc = server.cli("logs", "demo", "--follow", timeout=60)
-    t.join()
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert sorted(lines) == ["[demo-head-0] h1", "[demo-head-0] h2", "[demo-pool-0] p1"]
-    assert lines.index("[demo-head-0] h1") < lines.index("[demo-head-0] h2")
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("rlark logs --follow did not end within 30 s of the Workers' release",
+                        pytrace=False)
+        assert code == 0, stderr.read_text()
+        assert out.rest() == []
+        assert "Traceback" not in stderr.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     one = server.cli("logs", "demo", "-f", "--rank", "0", timeout=60)
     assert one.returncode == 0 and one.stdout.splitlines() == ["h1", "h2"]
     ghost = server.cli("logs", "demo", "-f", "--worker", "ghost", timeout=60)
