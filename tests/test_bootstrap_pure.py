@@ -8,19 +8,18 @@ import socket
 
 import pytest
 
-from rlark.bootstrap.worker import (
-    EVENT_PREFIX,
+from rlark.bootstrap.barrier import check_ranks
+from rlark.bootstrap.config import BootstrapConfig, BootstrapError
+from rlark.bootstrap.lifecycle import EVENT_PREFIX
+from rlark.bootstrap.ray_node import (
     HEAD_PORT_FLAGS,
     LABEL_RANK,
     LABEL_ROLE,
     LABEL_RUN,
     WORKER_PORT_FLAGS,
-    BootstrapConfig,
-    BootstrapError,
     build_ray_start_command,
-    check_ranks,
-    script_argv,
 )
+from rlark.bootstrap.scripts import script_argv
 from rlark.controller.lifecycle import parse_lifecycle
 
 REQUIRED = {
