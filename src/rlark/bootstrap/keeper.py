@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -261,11 +262,25 @@ class Keeper:
                 self.run_ended_alone = not self.failed_reported and self.stop_at is None
                 if self.run_ended_alone:
                     # ended by itself: its status is the Run's result (a run script the keeper
-                    # stopped has none; the failure or the stop says why)
+                    # stopped has none; the failure or the stop says why); after all it wrote
+                    self._relay_ready()
                     self.chan.emit("run_finished", exit_code=code)
                 self._tell_worker(f"run_finished {code} {self.run_started:.3f}")
                 self.finish_deadline = time.monotonic() + self.cfg.finish_grace
             # anything else: an orphan this PID 1 reaps
+
+    def _relay_ready(self) -> None:
+        """Relay what the workload's output pipe holds now, without waiting: a process that
+        exited wrote all it will write, so the keeper's next line comes after its last words
+        (which may lack a newline), whenever the keeper noticed the exit."""
+        while select.select([self.out_r], [], [], 0)[0]:
+            try:
+                data = os.read(self.out_r, 1 << 16)
+            except InterruptedError:
+                continue
+            if not data:
+                return
+            self.chan.relay(data)
 
     def start(self) -> None:
         self.out_r, self.out_w = os.pipe()
