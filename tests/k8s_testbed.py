@@ -566,7 +566,7 @@ class PodLog:
         signed with the Run's event token."""
         import json
 
-        from rlark.bootstrap.worker import EVENT_PREFIX
+        from rlark.bootstrap.lifecycle import EVENT_PREFIX
 
         body = {"ts": round(time.time(), 3), "event": event, **data}
         if token:

@@ -13,25 +13,25 @@ import time
 
 import pytest
 
-from rlark.bootstrap.worker import (
-    BootstrapConfig,
-    Budget,
-    cap_bytes,
-    config_snapshot,
-    find_hydra_outputs,
-    git_facts,
-    hydra_output_facts,
-    installed_copy,
+from rlark.bootstrap.config import BootstrapConfig
+from rlark.bootstrap.facts import (
     package_list,
-    parse_direct_url,
-    parse_git_status,
     parse_nvidia_proc_version,
     parse_nvidia_smi,
     parse_torch_version_py,
-    raylet_env_value,
     record_facts,
+)
+from rlark.bootstrap.facts_code import (
+    Budget,
+    cap_bytes,
+    git_facts,
+    installed_copy,
+    parse_direct_url,
+    parse_git_status,
     strip_credentials,
 )
+from rlark.bootstrap.facts_config import config_snapshot, find_hydra_outputs, hydra_output_facts
+from rlark.bootstrap.ray_node import raylet_env_value
 
 # --- pure ------------------------------------------------------------------------------------------
 
@@ -236,7 +236,7 @@ def test_rlinf_from_a_checkout_on_pythonpath(tmp_path):
     git(src, "add", ".")
     git(src, "commit", "-q", "-m", "fork")
     out = subprocess.run(
-        [sys.executable, "-c", "import json; from rlark.bootstrap.worker import Budget, "
+        [sys.executable, "-c", "import json; from rlark.bootstrap.facts_code import Budget, "
          "rlinf_code_facts; print(json.dumps(rlinf_code_facts(Budget(20))))"],
         env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True, check=True)
     facts = json.loads(out.stdout)

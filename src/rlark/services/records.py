@@ -85,13 +85,13 @@ def compose_for_record(spec: dict[str, Any], runtime: str) -> dict[str, Any] | N
 
 def config_inputs(config_dir: str, roots: Sequence[str]) -> dict[str, Any]:
     """The sha256 of every Hydra file below ``config_dir`` on this machine, found the way the
-    head's snapshot finds them (``bootstrap/worker.py`` ``config_snapshot``: ``*.yaml`` and
+    head's snapshot finds them (``bootstrap/facts_config.py`` ``config_snapshot``: ``*.yaml`` and
     ``*.yml``, directories starting with ``.`` skipped, at most ``CONFIG_MAX_FILES``):
     ``{"files": {relative path: sha256}, "cut": bool}``. A file whose real path leaves ``roots``
     (a symbolic link out of the config roots) is not read: its hash is None, so it never
     compares equal. The record compares these with the head's snapshot
     (:func:`rlark.record.compare_inputs`)."""
-    from rlark.bootstrap.worker import CONFIG_MAX_FILES
+    from rlark.bootstrap.facts_config import CONFIG_MAX_FILES
     from rlark.rlinf_config import _inside
 
     found: list[str] = []
