@@ -167,7 +167,7 @@ def test_every_key_the_console_uses_is_in_the_catalogs():
     used |= {f"check.{s}" for s in ("pass", "warn", "fail", "provisional")}  # a record check's status
     used |= {f"recSource.{s}" for s in ("hydra-output", "rlark-composition", "absent")}
     used |= {f"runtime.{r}" for r in ("local", "kubernetes")}
-    from rlark.record_diff import SECTIONS
+    from rlark.record.diff import SECTIONS
 
     used |= {f"diffSection.{s}" for s in SECTIONS}
     # the CLI's describe/get/events write with the same catalogs (rlark.cli._labels)

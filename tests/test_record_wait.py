@@ -11,7 +11,7 @@ from sqlalchemy import select
 from rlark import cli
 from rlark.controller.loop import set_conditions
 from rlark.controller.phases import ConditionUpdate
-from rlark.record import build_record
+from rlark.record.build import build_record
 from rlark.services.jobs import JobService
 from rlark.services.records import record_condition
 from rlark.store import JobRow, RunRow

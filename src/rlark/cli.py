@@ -396,7 +396,7 @@ def schema(
     """Print the JSON Schema of the Job document, or of the run record (`rlark schema record`:
     version 2, and version 1 which still reads), for editors and CI checks."""
     if what == "record":
-        from rlark.record_schema import record_schema
+        from rlark.record.schema import record_schema
 
         _emit(record_schema(), "json")
         return
@@ -1640,7 +1640,7 @@ def _record_diff(runs: list[str], output: str, project: Optional[str],
     """``rlark record diff A B``: the API's comparison as tables, what the spec changed first,
     then what RLark observed (or JSON / YAML); a line for each side whose record is still
     provisional."""
-    from rlark.record_diff import SPEC_SECTIONS, display
+    from rlark.record.diff import SPEC_SECTIONS, display
 
     if len(runs) != 2:
         _fail(f"record diff takes two runs (JOB or JOB:RUN), got {len(runs)}: "

@@ -2,8 +2,8 @@
 that is what was intended.
 
 :func:`build_record` assembles it from stored rows (no I/O); :func:`render_markdown` and
-:func:`render` export it; :mod:`rlark.record_checks` holds the automatic checks and
-:mod:`rlark.record_diff` the comparison of two records. docs/record.md documents the format.
+:func:`render` export it; :mod:`rlark.record.checks` holds the automatic checks and
+:mod:`rlark.record.diff` the comparison of two records. docs/record.md documents the format.
 
 Record version 2 (:data:`RECORD_VERSION`) holds everything version 1 did (the spec snapshot,
 expected vs actual Workers with node ranks, hosts, IPs and Ray node ids, each Worker's facts,
@@ -300,7 +300,7 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
     (:func:`rlark.services.records.finish_record`); any other is ``provisional`` (the field,
     ``provisionalReason``, and ``checks.status`` ``provisional``).
     """
-    from rlark.record_checks import run_checks
+    from rlark.record.checks import run_checks
     from rlark.rlinf_config.locations import back, find_locations
 
     spec = run.spec or {}

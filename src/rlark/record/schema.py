@@ -1,7 +1,7 @@
 """The run record's format as pydantic models, and the JSON Schema they give (``rlark schema
 record``, ``GET /api/v1/record/schema``).
 
-The models describe record version 2 (:data:`rlark.record.RECORD_VERSION`); what a Worker
+The models describe record version 2 (:data:`rlark.record.build.RECORD_VERSION`); what a Worker
 reported about itself (``facts``) stays open (``additionalProperties``), since older and newer
 bootstraps report more or less. A version 1 record is the same minus the version 2 sections;
 :func:`record_schema` accepts either (``oneOf`` on ``recordVersion``).
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlark.record import RECORD_VERSION
+from rlark.record.build import RECORD_VERSION
 
 
 class _Open(BaseModel):
