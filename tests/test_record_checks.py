@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import copy
 
-from rlark.record.build import build_record, compare_inputs, public_record, render
+from rlark.record.build import build_record, compare_inputs, public_record
+from rlark.record.export import render
 from rlark.record.schema import RecordV2
 from tests.test_record_v2 import COMPOSED, PROBES, facts, rows
 

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from rlark.record.build import RECORD_VERSION, build_record, render, run_script_overrides
+from rlark.record.build import RECORD_VERSION, build_record, run_script_overrides
+from rlark.record.export import render
 from rlark.record.checks import ITEMS, run_checks
 from rlark.rlinf_config.locations import back, find_locations, location_findings
 from rlark.services.records import record_condition

@@ -14,7 +14,8 @@ import yaml
 
 from rlark.bootstrap.worker import BootstrapConfig, build_ray_start_command
 from rlark.ranks import plan_workers
-from rlark.record.build import RECORD_VERSION, build_record, render
+from rlark.record.build import RECORD_VERSION, build_record
+from rlark.record.export import render
 from rlark.runtimes.base import (
     OBJECT_STORE_DEFAULT,
     OBJECT_STORE_MAX,

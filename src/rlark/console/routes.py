@@ -54,7 +54,7 @@ from rlark.status import ACTIVE, Phase
 from rlark.exitcodes import exit_text
 from rlark.findings import Finding, Severity
 from rlark.ranks import plan_workers
-from rlark.record.build import render as render_record
+from rlark.record.export import render as render_record
 from rlark.services.auth import DEFAULT_PROJECT, Principal
 from rlark.services.errors import NotFound, ServiceError, StoreUnavailable, TooManyRequests
 from rlark.services.jobs import JobService
