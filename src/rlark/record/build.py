@@ -20,15 +20,16 @@ backing each per role), per Worker ``resources`` (asked, seen, Ray's count) and
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from rlark.record.schema import RECORD_VERSION, validate_record
 from rlark.status import text_of
 
-RECORD_VERSION = 2
 #: record versions this RLark reads
 READABLE_VERSIONS = (1, 2)
 
@@ -101,6 +102,12 @@ def ray_node_facts(facts: dict[str, Any]) -> dict[str, Any] | None:
     return {"numCpus": res.get("num_cpus"), "numGpus": res.get("num_gpus"),
             "memoryBytes": res.get("memory_bytes"), "objectStoreBytes": res.get("object_store_bytes"),
             "workerPorts": res.get("worker_ports")}
+
+
+def _text(value: Any) -> str | None:
+    """A column a Worker's report filled (its host name, IP, Ray node id) as the record's
+    text: None, the text itself, else the JSON text of what it reported."""
+    return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
 
 
 def _dict(d: dict[str, Any], key: str) -> dict[str, Any]:
@@ -283,6 +290,14 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
     only for the record stored once every Worker of the Run has ended
     (:func:`rlark.services.records.finish_record`); any other is ``provisional`` (the field,
     ``provisionalReason``, and ``checks.status`` ``provisional``).
+
+    Returns the record as :class:`rlark.record.schema.RecordV2` holds it (JSON values only, as
+    the store keeps them), so every record built matches the published schema.
+
+    Raises:
+        RecordInvalid: the assembled record does not match :class:`~rlark.record.schema.RecordV2`
+            (a bug in this function, never the Workers' doing: what they report is kept as JSON
+            values).
     """
     from rlark.record.checks import run_checks
     from rlark.rlinf_config.locations import back, find_locations
@@ -313,9 +328,9 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
                 "role": w.role,
                 "nodeRank": w.node_rank,
                 "isHead": w.is_head,
-                "host": w.host,
-                "ip": w.ip or w.node_ip,
-                "rayNodeId": w.ray_node_id,
+                "host": _text(w.host),
+                "ip": _text(w.ip or w.node_ip),
+                "rayNodeId": _text(w.ray_node_id),
                 "joined": bool((w.lifecycle or {}).get("joined")),
                 "phase": text_of(w.phase),
                 "reason": text_of(w.reason) or None,
@@ -439,4 +454,7 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
     if not final:
         # the items are what the record shows so far; their verdict comes with the final record
         rec["checks"]["status"] = "provisional"
-    return rec
+    # As the store keeps it (a JSON column: keys as text, lists for tuples; a value that is no
+    # JSON as its text), then through the record's model: a record that does not match it is a
+    # bug here, raised, never a record stored or shown.
+    return validate_record(json.dumps(rec, default=str)).model_dump(exclude_unset=True)
