@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rlark.cli import output_language
+from rlark.cli.base import output_language
 from tests.english import english_words
 from tests.test_cli import cli_env, rlark
 from tests.test_console import finish, job_doc, observe

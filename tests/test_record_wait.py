@@ -8,7 +8,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from rlark import cli
+from rlark.cli import jobs as cli
 from rlark.controller.loop import set_conditions
 from rlark.controller.phases import ConditionUpdate
 from rlark.record.build import build_record
