@@ -204,7 +204,7 @@ def test_schema_prints_the_json_schema():
 
 def all_commands() -> list[tuple[str, ...]]:
     """Every command and command group of the ``rlark`` Typer app (``()`` is ``rlark`` itself)."""
-    from rlark.cli import app
+    from rlark.cli.commands import app
 
     def name(cmd) -> str:
         return cmd.name or cmd.callback.__name__.replace("_", "-")

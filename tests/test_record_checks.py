@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import copy
 
-from rlark.record import build_record, compare_inputs, public_record, render
-from rlark.record_schema import RecordV2
+from rlark.record.build import build_record, compare_inputs, public_record
+from rlark.record.export import render
+from rlark.record.schema import RecordV2
 from tests.test_record_v2 import COMPOSED, PROBES, facts, rows
 
 

@@ -16,7 +16,8 @@ from rlark.bootstrap import archive
 from rlark.bootstrap.config import BootstrapConfig
 from rlark.bootstrap.ray_node import build_ray_start_command
 from rlark.ranks import plan_workers
-from rlark.record import RECORD_VERSION, build_record, render
+from rlark.record.build import RECORD_VERSION, build_record
+from rlark.record.export import render
 from rlark.runtimes.base import (
     OBJECT_STORE_DEFAULT,
     OBJECT_STORE_MAX,
