@@ -27,14 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlark.bootstrap.worker import (
-    FACT_BUDGET_SECONDS,
-    BootstrapConfig,
-    Budget,
-    git_facts,
-    packages_facts,
-    record_facts,
-)
+from rlark.bootstrap.config import FACT_BUDGET_SECONDS, BootstrapConfig
+from rlark.bootstrap.facts import packages_facts, record_facts
+from rlark.bootstrap.facts_code import Budget, git_facts
 
 TARGET_S = FACT_BUDGET_SECONDS / 4
 
