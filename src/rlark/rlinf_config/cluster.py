@@ -1,5 +1,10 @@
 """The ``cluster:`` section of an RLinf config, read the way RLinf 0.3.0 reads it.
 
+Long because: it mirrors RLinf's own parser of the section (``ClusterConfig`` and its node
+group, environment, hardware and robot configs) and its placement rules check for check, and a
+differential test (tests/test_rlinf_differential.py) holds it to RLinf's verdicts;
+split, the copy would no longer read side by side with the code it follows.
+
 Two layers, both pure (plain Python data in, dataclasses and Findings out):
 
 * :func:`parse_cluster` is RLark's own re-implementation of

@@ -1,5 +1,9 @@
 """Rendering a Run as Kubernetes objects (pure: no I/O except building the bootstrap archive once).
 
+Long because: one pure builder per object kind a Run is made of (ConfigMap, Secrets, Service,
+NetworkPolicy, claims, Pods) with the names and labels they share; each builder is short, and
+:func:`render_run` puts them together in one place a reviewer reads against the API reference.
+
 One Run is: a ConfigMap carrying the bootstrap archive (``rlark.bootstrap.archive``; the Run's
 *owner*: every other object
 points at it with an ownerReference when its uid is known, so deleting it removes the Run), a
