@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from rlark.runtimes.local_ports import UNIT, block_size, can_bind
+from rlark.runtimes.local.ports import UNIT, block_size, can_bind
 
 TERMINAL = {"Succeeded", "Failed", "Stopped"}
 _RAY_TMP_DIRS: list[Path] = []

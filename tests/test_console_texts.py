@@ -334,9 +334,9 @@ def _all_chinese(findings, names=frozenset({"zh", "head"})) -> set[str]:
 
 
 def test_findings_of_resources_secrets_and_the_local_runtime_in_chinese(tmp_path):
-    from rlark.runtimes.local import LocalRuntime
-    from rlark.runtimes.local_identity import DEFAULT_RANGE, Identity, UidRange, many_users_message
-    from rlark.runtimes.local_sandbox import access_problem
+    from rlark.runtimes.local.runtime import LocalRuntime
+    from rlark.runtimes.local.identity import DEFAULT_RANGE, Identity, UidRange, many_users_message
+    from rlark.runtimes.local.sandbox import access_problem
 
     seen: set[str] = set()
     for role in ({"resources": {"cpu": 4, "memory": "1Gi", "objectStoreMemory": "1Gi"},

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlark.record_checks import check_outputs
-from rlark.runtimes.local_sandbox import worker_dirs
+from rlark.runtimes.local.sandbox import worker_dirs
 from rlark.services.records import HostView, host_view, look_at, probe_outputs
 
 DIRS = worker_dirs("/home/r/.rlark", "/tmp/rr", "u1", 2)

@@ -2,7 +2,7 @@
 
 One list for every runtime: a Kubernetes ``hostPath`` mount may not be, lie under, or hold one
 (runtimes/kubernetes/podpolicy.py), and a local Worker's ``mountPath`` may not lie in one
-(runtimes/local_sandbox.py).
+(runtimes/local/sandbox.py).
 """
 
 from __future__ import annotations

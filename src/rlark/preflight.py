@@ -18,7 +18,7 @@ from typing import Callable, Any, Iterator
 from pydantic import ValidationError
 
 from rlark.findings import Finding, Severity, error, warning
-from rlark.runtimes.local_ports import (
+from rlark.runtimes.local.ports import (
     MAX_BLOCK_SIZE,
     PORT_RANGE_END,
     PORT_RANGE_START,
@@ -29,7 +29,7 @@ from rlark.runtimes.local_ports import (
     block_size,
     default_worker_ports,
 )
-from rlark.runtimes.local_ports import MAX_WORKER_PORTS as MAX_WORKER_PORTS_LOCAL
+from rlark.runtimes.local.ports import MAX_WORKER_PORTS as MAX_WORKER_PORTS_LOCAL
 from rlark.words import plural
 from rlark.spec import (
     DNS1035_LABEL,
@@ -347,7 +347,7 @@ def _role_cpus(role) -> int | None:
 
 def _tight_ports(ports: int, cpus: int, path: str, lead: str, note: str = "") -> Finding | None:
     """The ``WorkerPortsTight`` warning when ``ports`` worker ports are fewer than
-    :data:`~rlark.runtimes.local_ports.WORKER_PORTS_TIGHT_PER_CPU` per CPU; ``lead`` names the
+    :data:`~rlark.runtimes.local.ports.WORKER_PORTS_TIGHT_PER_CPU` per CPU; ``lead`` names the
     value, ``note`` says where the CPU count comes from."""
     if ports >= WORKER_PORTS_TIGHT_PER_CPU * cpus:
         return None

@@ -15,7 +15,7 @@ from rlark.api.app import create_app
 from rlark.api.security import LOOPBACK_HOSTS, SecurityPolicy
 from rlark.services.auth import AuthService
 from rlark.controller.loop import Controller
-from rlark.runtimes.local import LocalRuntime
+from rlark.runtimes.local.runtime import LocalRuntime
 from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
 from rlark.services.secrets import server_box
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # imported where used: the local runtime never loads the Kube
     from rlark.controller.leader import Leadership
     from rlark.runtimes.base import Runtime
     from rlark.runtimes.kubernetes.namespaces import ProjectNamespaces
-    from rlark.runtimes.local_isolation import Isolation
+    from rlark.runtimes.local.isolation import Isolation
 
 RUNTIMES = ("local", "kubernetes")
 log = logging.getLogger("rlark.server")
@@ -228,7 +228,7 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
             return read_secret_info(KubeClient(kube.api, ns or kube.namespace), name)
     else:
         settings.ray_tmp_root()
-        from rlark.runtimes.local import probed_isolation
+        from rlark.runtimes.local.runtime import probed_isolation
 
         first = local_first = LocalRuntime(isolation=probed_isolation(
             worker_isolation or settings.worker_isolation(), settings.cgroup_parent()))
@@ -289,7 +289,7 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
 
 def many_users(store: Store, server_url: str | None, policy: SecurityPolicy | None):
     """``() -> why this server serves more than one user, or None``, asked at every local launch
-    whose Workers would run as the server's own user (:mod:`rlark.runtimes.local_identity`):
+    whose Workers would run as the server's own user (:mod:`rlark.runtimes.local.identity`):
     it listens beyond loopback, or more than one user account is enabled."""
     from urllib.parse import urlsplit
 

@@ -173,7 +173,7 @@ def stop_runs_on_exit() -> bool:
 
 def worker_env() -> list[str]:
     """Local runtime: names of the server's environment variables every Worker also gets, beyond
-    the fixed allow-list (:data:`rlark.runtimes.local.WORKER_ENV_NAMES`):
+    the fixed allow-list (:data:`rlark.runtimes.local.runtime.WORKER_ENV_NAMES`):
     ``$RLARK_WORKER_ENV``, comma-separated (``rlark server --worker-env NAME`` adds to it).
 
     Raises:
@@ -280,7 +280,7 @@ def k8s_ray_dashboard() -> bool:
 
 def worker_isolation() -> str:
     """Local runtime: how each Worker's processes are kept together (``rlark server
-    --worker-isolation``; :mod:`rlark.runtimes.local_isolation`): ``$RLARK_WORKER_ISOLATION``,
+    --worker-isolation``; :mod:`rlark.runtimes.local.isolation`): ``$RLARK_WORKER_ISOLATION``,
     one of ``auto`` (the default: the strongest kind this server can make, probed at start),
     ``pid-namespace``, ``cgroup``, ``user-namespace``, or ``process-group`` (weak: a process
     that calls setsid() can outlive its Worker).
@@ -288,7 +288,7 @@ def worker_isolation() -> str:
     Raises:
         ValueError: another value.
     """
-    from rlark.runtimes.local_isolation import REQUESTS
+    from rlark.runtimes.local.isolation import REQUESTS
 
     raw = os.environ.get("RLARK_WORKER_ISOLATION", "").strip() or "auto"
     if raw not in REQUESTS:
@@ -298,13 +298,13 @@ def worker_isolation() -> str:
 
 def worker_identity() -> str:
     """Local runtime: who Workers run as (``rlark server --worker-identity``;
-    :mod:`rlark.runtimes.local_identity`): ``$RLARK_WORKER_IDENTITY``, one of ``auto`` (the
+    :mod:`rlark.runtimes.local.identity`): ``$RLARK_WORKER_IDENTITY``, one of ``auto`` (the
     default: a uid of each Run's own where this server can give one), ``uid``, ``server-user``.
 
     Raises:
         ValueError: another value.
     """
-    from rlark.runtimes.local_identity import MODES
+    from rlark.runtimes.local.identity import MODES
 
     raw = os.environ.get("RLARK_WORKER_IDENTITY", "").strip() or "auto"
     if raw not in MODES:
@@ -314,12 +314,12 @@ def worker_identity() -> str:
 
 def worker_uid_range():
     """Local runtime: the uids Workers run as, ``$RLARK_WORKER_UIDS`` (``FIRST-LAST``, default
-    :data:`rlark.runtimes.local_identity.DEFAULT_RANGE`).
+    :data:`rlark.runtimes.local.identity.DEFAULT_RANGE`).
 
     Raises:
         ValueError: not such a range.
     """
-    from rlark.runtimes.local_identity import DEFAULT_RANGE, UidRange
+    from rlark.runtimes.local.identity import DEFAULT_RANGE, UidRange
 
     raw = os.environ.get("RLARK_WORKER_UIDS", "").strip()
     return UidRange.parse(raw) if raw else UidRange(*DEFAULT_RANGE)
@@ -329,7 +329,7 @@ def worker_read_paths() -> list[str]:
     """Local runtime: directories under which a path other users of this machine cannot read
     may still be given to Workers that run under their own uid (their ``workingDir``, their
     Python): ``rlark server --worker-read-path DIR`` / ``$RLARK_WORKER_READ_PATHS``
-    (comma-separated absolute paths; :mod:`rlark.runtimes.local_sandbox`).
+    (comma-separated absolute paths; :mod:`rlark.runtimes.local.sandbox`).
 
     Raises:
         ValueError: a path that is not absolute, or that is ``/``.

@@ -372,7 +372,7 @@ def _at(fd: int) -> str:
 def apply_sandbox(plan: dict, host_mntns: str | None) -> None:
     """Build the Worker's view of the file system in its own mount namespace (root only).
 
-    ``plan`` (made by ``rlark.runtimes.local_sandbox.plan``): ``stage`` (an empty directory
+    ``plan`` (made by ``rlark.runtimes.local.sandbox.plan``): ``stage`` (an empty directory
     outside every hidden one), ``binds`` (``{source, target, readonly}``), ``overlays``
     (``{lower, upper, work, target}``: a copy-on-write view of ``lower``), ``hide`` (directories
     covered with an empty read-only-for-others tmpfs, so nothing below them is reachable but

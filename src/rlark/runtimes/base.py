@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable, Protocol, runtime_checkable
 
 from rlark.preflight import parse_cpu, parse_memory_bytes
 from rlark.ranks import PlannedWorker
-from rlark.runtimes.local_ports import (
+from rlark.runtimes.local.ports import (
     RAY_DEFAULT_MAX_WORKER_PORT,
     RAY_DEFAULT_MIN_WORKER_PORT,
     UNIT,
@@ -93,7 +93,7 @@ def ray_resources(role: Role) -> RayResources:
 
 def worker_ports(role: Role, host_cpus: int) -> int:
     """Worker ports one Worker of ``role`` needs on the local runtime: ``ray.workerPorts``, else
-    :func:`~rlark.runtimes.local_ports.default_worker_ports` of the CPUs its node offers Ray
+    :func:`~rlark.runtimes.local.ports.default_worker_ports` of the CPUs its node offers Ray
     (``resources.cpu`` rounded up, or ``host_cpus``, which Ray detects when cpu is not set)."""
     res = ray_resources(role)
     if res.worker_ports is not None:
@@ -103,7 +103,7 @@ def worker_ports(role: Role, host_cpus: int) -> int:
 
 def local_block_size(role: Role, host_cpus: int) -> int:
     """Ports of the block each Worker of ``role`` takes on the local runtime
-    (:func:`~rlark.runtimes.local_ports.block_size` of :func:`worker_ports`)."""
+    (:func:`~rlark.runtimes.local.ports.block_size` of :func:`worker_ports`)."""
     return block_size(worker_ports(role, host_cpus))
 
 

@@ -152,7 +152,7 @@ def host_view(path: str, *, rank: int, sandboxed: bool, working_dir: str | None,
 
     A Worker with a mount namespace of its own (``sandboxed``: its keeper reported
     ``sandbox``; docs/security.md "Worker identity", the plan in
-    :mod:`rlark.runtimes.local_sandbox`) sees, at the deepest of these that holds the path: a
+    :mod:`rlark.runtimes.local.sandbox`) sees, at the deepest of these that holds the path: a
     ``hostPath`` mount's ``source`` at its ``mountPath`` (``host_mounts``: ``(source,
     mountPath)``); the Job's ``working_dir`` as an overlay whose writes land in ``dirs.upper``
     (a path the run wrote or changed is there; one it did not touch is the working directory's
@@ -160,7 +160,7 @@ def host_view(path: str, *, rank: int, sandboxed: bool, working_dir: str | None,
     ``/tmp`` and ``/var/tmp`` as ``dirs.tmp``; its ``HOME`` ``dirs.home``; ``/dev/shm`` a
     tmpfs gone with it; anything else this machine's file system as other users see it. A
     Worker without (it runs as the server's user) sees this machine's file system as it is.
-    ``dirs``: the Worker's :class:`rlark.runtimes.local_sandbox.WorkerDirs`.
+    ``dirs``: the Worker's :class:`rlark.runtimes.local.sandbox.WorkerDirs`.
     """
     if not sandboxed:
         return HostView(path, "/", "this machine's file system")
@@ -198,7 +198,7 @@ def host_view(path: str, *, rank: int, sandboxed: bool, working_dir: str | None,
 def look_at(view: HostView, rlark_home: str) -> dict[str, Any]:
     """``{"exists", "readable", "entries", "at", "why"?}`` of one :class:`HostView`: entries
     counted below a directory up to :data:`MAX_ENTRIES`, symbolic links not followed."""
-    from rlark.runtimes.local_sandbox import readable_by_others
+    from rlark.runtimes.local.sandbox import readable_by_others
 
     if view.at is None:
         return {"exists": False, "readable": False, "entries": None, "at": None, "why": view.why}
@@ -240,7 +240,7 @@ def probe_outputs(rec: dict[str, Any], sandboxed: bool = False) -> dict[str, Any
     their own code could forge). Nothing is looked at for a Run whose Workers reported nothing
     (none ran)."""
     from rlark.rlinf_config.locations import WRITTEN_KINDS
-    from rlark.runtimes.local_sandbox import worker_dirs
+    from rlark.runtimes.local.sandbox import worker_dirs
 
     outputs: dict[str, dict[str, Any]] = {}
     if rec.get("runtime") == "local":

@@ -14,7 +14,7 @@ never starts: the raylet's "No available ports" (seen: 56 ``num_cpus=0`` actors 
 48 ports, 9 of them hung forever). So the range is sized to the role
 (:func:`default_worker_ports`, which fills its block, or exactly the role's ``ray.workerPorts``
 in a block rounded up to whole units). Units are what the host-wide
-reservations lock (:mod:`rlark.runtimes.local_reservations`), so blocks of different sizes never
+reservations lock (:mod:`rlark.runtimes.local.reservations`), so blocks of different sizes never
 overlap, in one server or across servers.
 """
 

@@ -4,12 +4,12 @@ Each Worker starts as its keeper (``bootstrap/keeper.py``, run with this server'
 isolated mode), which writes the Worker's lifecycle lines and starts the workload (the bootstrap
 ``worker.py`` with the role's Python, the scripts, Ray) under the Run's own uid in a mount
 namespace that hides the server's files, where this server can give that
-(:mod:`rlark.runtimes.local_identity`, :mod:`rlark.runtimes.local_sandbox`).
+(:mod:`rlark.runtimes.local.identity`, :mod:`rlark.runtimes.local.sandbox`).
 
 Each Worker's processes are kept together so that ending the Worker ends all of them, also those
 that made their own session (``setsid``) or were orphaned by a double fork: in its own PID
 namespace where this server can make one, else in its own cgroup (or a PID namespace inside a user
-namespace), as probed once at start (:mod:`rlark.runtimes.local_isolation`). Stopping: SIGTERM to
+namespace), as probed once at start (:mod:`rlark.runtimes.local.isolation`). Stopping: SIGTERM to
 the group, SIGKILL to the group and the cgroup after the grace period; whatever is left once the
 bootstrap has exited is killed before the Worker counts as gone.
 Never ``ray stop``: it is host-wide.
@@ -48,12 +48,12 @@ from rlark.runtimes.base import (
     WorkerRef,
     secret_env,
 )
-from rlark.runtimes import local_isolation as iso
-from rlark.runtimes import local_sandbox as sandbox
-from rlark.runtimes.local_identity import Identity, UidRange, candidates, choose, many_users_message
-from rlark.runtimes.local_isolation import Isolation, Mode
-from rlark.runtimes.local_reservations import Reservations
-from rlark.runtimes.local_ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
+from rlark.runtimes.local import isolation as iso
+from rlark.runtimes.local import sandbox
+from rlark.runtimes.local.identity import Identity, UidRange, candidates, choose, many_users_message
+from rlark.runtimes.local.isolation import Isolation, Mode
+from rlark.runtimes.local.reservations import Reservations
+from rlark.runtimes.local.ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
 from rlark.findings import Finding
 from rlark.findings import error as _err
 from rlark.findings import warning as _warn
@@ -61,7 +61,7 @@ from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job, MountType, Role
 
 log = logging.getLogger("rlark.runtime.local")
 
-BOOTSTRAP_FILE = Path(__file__).resolve().parent.parent / "bootstrap" / "worker.py"
+BOOTSTRAP_FILE = Path(__file__).resolve().parents[2] / "bootstrap" / "worker.py"
 #: the first process of every Worker (run by this server's own interpreter, ``-I -S``)
 KEEPER_FILE = BOOTSTRAP_FILE.parent / "keeper.py"
 
@@ -189,7 +189,7 @@ def keeper_argv(mode: Mode | None, cgroup: str | None = None) -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def probed_isolation(requested: str = "auto", cgroup_parent: str | None = None) -> Isolation:
-    """:func:`rlark.runtimes.local_isolation.probe`, once per process and request (what this
+    """:func:`rlark.runtimes.local.isolation.probe`, once per process and request (what this
     process may do does not change while it runs).
 
     Raises:
@@ -199,7 +199,7 @@ def probed_isolation(requested: str = "auto", cgroup_parent: str | None = None) 
 
 
 def probed_identity(requested: str, isolation: Isolation, uids: UidRange) -> Identity:
-    """Who this server's Workers run as (:func:`rlark.runtimes.local_identity.choose` for what
+    """Who this server's Workers run as (:func:`rlark.runtimes.local.identity.choose` for what
     this process may do: root, and PID namespaces as the isolation probe found them).
 
     Raises:
@@ -300,7 +300,7 @@ class LocalRuntime:
 
         Raises:
             ValueError: a setting is unusable, or no isolation is available and weak isolation
-                was not asked for (:func:`~rlark.runtimes.local_isolation.unavailable_message`).
+                was not asked for (:func:`~rlark.runtimes.local.isolation.unavailable_message`).
         """
         self.isolation = isolation or probed_isolation(settings.worker_isolation(),
                                                        settings.cgroup_parent())
@@ -509,7 +509,7 @@ class LocalRuntime:
 
     def _sandbox(self, spec: LaunchSpec, python: str, uid: int) -> dict[str, str]:
         """Make the Worker's own directories (owned by ``uid``) and return the keeper's settings
-        for its identity and mount namespace (:func:`rlark.runtimes.local_sandbox.plan`) and the
+        for its identity and mount namespace (:func:`rlark.runtimes.local.sandbox.plan`) and the
         Worker's own ``HOME``, ``USER`` and ``TMPDIR``.
 
         Raises:
@@ -574,14 +574,14 @@ class LocalRuntime:
                                               settings.ray_tmp_root())]
 
     def path_problem(self, path: str, what: str) -> str | None:
-        """Why a Worker may not be given ``path`` (:func:`rlark.runtimes.local_sandbox.access_problem`
+        """Why a Worker may not be given ``path`` (:func:`rlark.runtimes.local.sandbox.access_problem`
         with this server's roots), None when it may."""
         return sandbox.access_problem(path, what, rlark_home=str(settings.rlark_home()),
                                       allowed=self.read_paths, stat=os.stat, own=self.own_dirs())
 
     def target_problem(self, target: str, what: str) -> str | None:
         """Why ``target`` cannot be a mount point in a Worker's view
-        (:func:`rlark.runtimes.local_sandbox.mount_target_problem`), None when it can."""
+        (:func:`rlark.runtimes.local.sandbox.mount_target_problem`), None when it can."""
         return sandbox.mount_target_problem(target, what, rlark_home=str(settings.rlark_home()),
                                             own=self.own_dirs())
 
@@ -618,7 +618,7 @@ class LocalRuntime:
         every launch path report them): a server whose Workers would run as itself refuses when
         it serves more than one user (``IdentityUnavailable``) and warns otherwise
         (``WorkersRunAsServer``); a path a Worker needs that may not be given to it is an error
-        (``NotReadableByWorkers``, :func:`rlark.runtimes.local_sandbox.access_problem`); a role
+        (``NotReadableByWorkers``, :func:`rlark.runtimes.local.sandbox.access_problem`); a role
         whose Ray has no token authentication is an error, or a warning where the server allows
         unauthenticated Ray (``RayTooOld``)."""
         out: list[Finding] = []
@@ -707,7 +707,7 @@ class LocalRuntime:
         """``(path, what, kind)`` of the paths of this machine a Worker of ``role_name`` needs
         besides its own directories (``what`` names the field; ``kind``: ``python``,
         ``workingDir``, ``config`` or ``mount``): its Python installation
-        (:func:`~rlark.runtimes.local_sandbox.python_prefixes`), the Job's ``workingDir`` and
+        (:func:`~rlark.runtimes.local.sandbox.python_prefixes`), the Job's ``workingDir`` and
         absolute RLinf ``configDir``, and the sources of its ``hostPath`` mounts."""
         role = job.role(role_name)
         python = python or python_for(role.local.python if role else None)
