@@ -14,7 +14,8 @@ import threading
 import pytest
 from sqlalchemy import select, text
 
-from rlark.controller.loop import Controller, end_read
+from rlark.controller.loop import Controller
+from rlark.controller.rows import end_read
 from rlark.runtimes.local.runtime import LocalRuntime
 from rlark.services.jobs import JobService
 from rlark.store import JobRow, Store

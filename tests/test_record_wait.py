@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from rlark import cli
-from rlark.controller.loop import set_conditions
+from rlark.controller.rows import set_conditions
 from rlark.controller.phases import ConditionUpdate
 from rlark.record import build_record
 from rlark.services.jobs import JobService

@@ -28,7 +28,7 @@ from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job, Role
 from rlark.status import Reason
 
 if TYPE_CHECKING:
-    from rlark.controller.admission import Capacity
+    from rlark.runtimes.capacity import Capacity
 
 MiB = 1024 * 1024
 #: object store per Ray node unless the role sets ``resources.objectStoreMemory``: 30 % of the
@@ -465,8 +465,8 @@ class Runtime(Protocol):
 @runtime_checkable
 class HasCapacity(Protocol):
     """A runtime whose Pending Runs the controller admits by free capacity
-    (:mod:`rlark.controller.admission`): the local runtime. Others (Kubernetes) leave waiting
-    for room to their own scheduler."""
+    (:mod:`rlark.controller.admission`, in the amounts of :mod:`rlark.runtimes.capacity`): the
+    local runtime. Others (Kubernetes) leave waiting for room to their own scheduler."""
 
     def capacity(self) -> Capacity:
         """What the machine carries: CPU cores, memory bytes, GPUs and named devices."""

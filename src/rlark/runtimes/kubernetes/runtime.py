@@ -106,7 +106,7 @@ class NamesBusy(KubeError):
     are being deleted (e.g. a finalizer of another controller keeps a Pod): not a failure.
 
     The controller keeps the Run ``Pending`` with :attr:`reason` and this message and tries again
-    after :attr:`retry_after` seconds (``controller/loop.py``: a launch error that carries
+    after :attr:`retry_after` seconds (``controller/launch.py``: a launch error that carries
     ``retry_after``)."""
 
     reason = Reason.WaitingForNames

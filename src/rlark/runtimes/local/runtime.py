@@ -21,7 +21,6 @@ import functools
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,8 +30,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 import psutil
 
 from rlark import settings
-from rlark.controller.admission import Amounts, Capacity
 from rlark.ranks import PlannedWorker
+from rlark.runtimes.capacity import Amounts, Capacity
 from rlark.runtimes.base import (
     AdoptSpec,
     LaunchSpec,
