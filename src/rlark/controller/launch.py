@@ -26,6 +26,7 @@ from rlark.spec import Job, secret_refs
 from rlark.status import Phase, Reason, WorkerPhase
 from rlark.store import RunRow, WorkerRow
 from rlark.store.runs import add_event
+from rlark.store.secrets import managed_names, open_refs
 from rlark.words import plural
 
 log = logging.getLogger("rlark.controller")
@@ -192,8 +193,6 @@ class Launching(ControllerState):
         the local runtime, never an RLark secret) fails the Run: ``SecretMissing``, or
         ``SecretUnreadable`` when the server's key does not open it; then None. On Kubernetes a
         name RLark does not manage is a Kubernetes Secret's: left to the Pod."""
-        from rlark.services.secrets import managed_names, open_refs
-
         refs = secret_refs(job)
         if not refs:
             return {}

@@ -20,7 +20,7 @@ from rlark.controller.phases import ACTIVE, ConditionUpdate, Transition
 from rlark.controller.rows import RUN_GRAPH, end_read, ref, set_conditions, utcnow
 from rlark.controller.state import ControllerState
 from rlark.runtimes.base import Observed
-from rlark.services.logs import job_log_dirs, remove_dirs
+from rlark.store.files import job_log_dirs, remove_dirs
 from rlark.services.records import finish_record, record_condition
 from rlark.status import EventType, Phase, Reason, WorkerPhase
 from rlark.store import JobRow, RunRow, WorkerRow

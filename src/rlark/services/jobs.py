@@ -35,7 +35,7 @@ from rlark.services.audit import SYSTEM, Actor
 from rlark.services.auth import DEFAULT_PROJECT
 from rlark.services import quotas
 from rlark.services.errors import Conflict, Invalid, NotFound, QuotaExceeded, TooManyRequests
-from rlark.services.logs import job_log_dirs, remove_dirs
+from rlark.store.files import job_log_dirs, remove_dirs
 from rlark import settings
 from rlark.words import plural
 from rlark.status import (ACTIVE, Cause, Desired, EventType, Phase, Reason, conditions_of, is_ready,
@@ -401,7 +401,7 @@ class JobService:
         (:func:`rlark.runtimes.kubernetes.podpolicy.check_secret_refs`); a read RLark could not
         make is ``SecretNotChecked`` (an error: nothing is allowed unseen). Never opens a
         secret; never names a value, nor a key of a Secret the project may not use."""
-        from rlark.services.secrets import managed_names, missing_refs
+        from rlark.store.secrets import managed_names, missing_refs
 
         refs = secret_refs(job)
         if not refs:
@@ -683,7 +683,8 @@ class JobService:
         only ``current``, a Run already loaded) were launched with, in any text: a script may
         print its own secrets, and log tails reach messages and Events. The identity when
         nothing is referred to."""
-        from rlark.services.secrets import masker, open_refs
+        from rlark.services.secrets import masker
+        from rlark.store.secrets import open_refs
         from rlark.spec import document_secret_refs
 
         refs = set(document_secret_refs(job.spec))
