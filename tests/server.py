@@ -59,7 +59,7 @@ class ThreadedServer:
         import uvicorn
 
         from rlark import credentials
-        from rlark.api.app import create_app
+        from rlark.server import create_app
         from tests.access import admin_token
 
         self.port = free_port()

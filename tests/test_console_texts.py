@@ -159,7 +159,7 @@ def test_every_preflight_finding_is_in_the_catalog_in_both_languages():
 
 
 def test_local_runtime_findings_are_translated():
-    from rlark.preflight import check_for_local_runtime
+    from rlark.runtimes.local.preflight import check_for_local_runtime
     from rlark.spec import load_job
 
     doc = yaml.safe_load(job_doc("local"))

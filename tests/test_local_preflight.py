@@ -1,4 +1,4 @@
-"""What the local runtime cannot honour is reported at submit (preflight.check_for_local_runtime)."""
+"""What the local runtime cannot honour is reported at submit (runtimes/local/preflight.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from rlark.preflight import check_for_local_runtime
+from rlark.runtimes.local.preflight import check_for_local_runtime
 from rlark.services.errors import Invalid
 from rlark.services.jobs import JobService
 from rlark.spec import parse_job

@@ -364,7 +364,7 @@ def test_plurals(server, jobdir):
         """)
     file = jobdir / "single.yaml"
     file.write_text(one)
-    from rlark.preflight import check_for_local_runtime
+    from rlark.runtimes.local.preflight import check_for_local_runtime
     from rlark.spec import load_job
 
     job, _ = load_job(one)

@@ -686,8 +686,10 @@ def server(
 
     from rlark.store.lock import StoreBusy
 
-    if runtime not in ("local", "kubernetes"):
-        _fail(f"--runtime {runtime!r} is not supported; use local or kubernetes")
+    from rlark.runtimes import RUNTIMES
+
+    if runtime not in RUNTIMES:
+        _fail(f"--runtime {runtime!r} is not supported; use {' or '.join(RUNTIMES)}")
     if log_level.lower() not in LOG_LEVELS:
         _fail(f"--log-level {log_level!r} is not a level; use {', '.join(LOG_LEVELS)}")
     # these settings are read where they are used, from the environment, as their envvars are
@@ -757,14 +759,18 @@ def render(
     from rlark.findings import Severity, has_errors
     from rlark.runtimes.kubernetes import render as k8s
 
-    if runtime != "kubernetes":
-        _fail(f"--runtime {runtime!r}: only kubernetes has objects to render")
+    from rlark.runtimes import RENDERS
+
+    if runtime not in RENDERS:
+        _fail(f"--runtime {runtime!r}: only {' and '.join(RENDERS)} has objects to render")
     job, findings = _read_job_file(file)
     if job is not None:
         from rlark.runtimes.kubernetes.preflight import check_spec_for_kubernetes
 
         try:
-            policy = settings.k8s_pod_policy()
+            from rlark.runtimes.kubernetes.settings import pod_policy
+
+            policy = pod_policy()
         except ValueError as exc:
             _fail(str(exc))
         findings = findings + check_spec_for_kubernetes(job, policy)

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from rlark import runtimes
 from rlark.status import text_of
 
 RECORD_VERSION = 2
@@ -303,6 +304,8 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
     from rlark.record_checks import run_checks
     from rlark.rlinf_config.locations import back, find_locations
 
+    # what the Run's runtime says of itself: notes for the record, what backs a path
+    profile = runtimes.profile(run.runtime)
     spec = run.spec or {}
     body = spec.get("spec", {})
     roles = body.get("roles", [])
@@ -365,9 +368,7 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
             if version not in device_libs.setdefault(name, []):
                 device_libs[name].append(version)
     digests, mixed = image_digests(workers)
-    notes = (["local runtime: images are recorded, not pulled; each Worker ran with the Python "
-              "environment named in its facts (python_executable)"]
-             if run.runtime == "local" else [])
+    notes = list(profile.record_notes)
     for role in mixed:
         notes.append(f"role {role}: its Workers ran {len(digests[role])} different image digests ("
                      + "; ".join(f"{d}: {', '.join(ws)}" for d, ws in digests[role].items())
@@ -379,7 +380,7 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
     resolved = _resolved_config(head_facts, composed, original) if rlinf_ref.get("configName") \
         else {"source": "absent", "data": None, "note": "spec.rlinf names no config"}
     locations = back(find_locations(resolved.get("data"), body.get("workingDir")), roles,
-                     run.runtime or "local") if resolved.get("data") else []
+                     profile.filesystem) if resolved.get("data") else []
     head_code = _dict(head_facts, "code")
     rec: dict[str, Any] = {
         "recordVersion": RECORD_VERSION,

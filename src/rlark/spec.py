@@ -169,6 +169,21 @@ class Resources(_Model):
     )
 
 
+#: Ray's own worker-port range (``ray start --min-worker-port``/``--max-worker-port`` defaults,
+#: 2.47-2.60): what a node gets where nothing pins ports (a Pod has its own network), and where
+#: a role's ``ray.workerPorts`` range starts there
+RAY_DEFAULT_MIN_WORKER_PORT = 10002
+RAY_DEFAULT_MAX_WORKER_PORT = 19999
+#: the default worker-port range where RLark sizes it (the local runtime): 16 ports per CPU the
+#: node offers Ray (a task worker per CPU, and room for actors, which ``num_cpus=0`` does not
+#: bound), at most 4096 (at least what one block leaves: :mod:`rlark.runtimes.local.ports`)
+WORKER_PORTS_PER_CPU = 16
+WORKER_PORTS_MAX_DEFAULT = 4096
+#: fewer worker ports than this per CPU is "tight" (a preflight warning): a node runs up to one
+#: task worker per CPU at once, and every actor and driver needs a port on top
+WORKER_PORTS_TIGHT_PER_CPU = 4
+
+
 class RaySettings(_Model):
     """How each Worker's Ray node is started, beyond its resources."""
 

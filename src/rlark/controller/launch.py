@@ -189,10 +189,11 @@ class Launching(ControllerState):
 
     def _run_secrets(self, s: Session, run: RunRow, job: Job) -> dict[tuple[str, str], str] | None:
         """The values of the RLark-managed secrets ``job``'s env refers to, ``(secret, key)`` ->
-        value. A reference the project cannot give a value for (deleted since the submit, or, on
-        the local runtime, never an RLark secret) fails the Run: ``SecretMissing``, or
-        ``SecretUnreadable`` when the server's key does not open it; then None. On Kubernetes a
-        name RLark does not manage is a Kubernetes Secret's: left to the Pod."""
+        value. A reference the project cannot give a value for (deleted since the submit, or, where
+        the runtime has no secrets of its own, never an RLark secret) fails the Run:
+        ``SecretMissing``, or ``SecretUnreadable`` when the server's key does not open it; then
+        None. Where it has (:attr:`rlark.runtimes.base.Runtime.own_secrets`: Kubernetes) a name
+        RLark does not manage is the runtime's (a Kubernetes Secret): left to the Pod."""
         refs = secret_refs(job)
         if not refs:
             return {}
@@ -200,7 +201,7 @@ class Launching(ControllerState):
         try:
             with self._session() as r:  # a read of its own: the pass's session stays out of SQL
                 managed = managed_names(r, project_id, (n for n, _ in refs))
-                wanted = [pair for pair in refs if pair[0] in managed or self.runtime.name != "kubernetes"]
+                wanted = [pair for pair in refs if pair[0] in managed or not self.runtime.own_secrets]
                 values = open_refs(r, project_id, wanted, self.secret_box) if (
                     wanted and self.secret_box is not None) else {}
         except ValueError as exc:  # SecretKeyError

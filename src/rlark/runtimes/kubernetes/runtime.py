@@ -290,6 +290,8 @@ class KubernetesRuntime:
     """
 
     name = "kubernetes"
+    #: a reference to a secret RLark does not manage names a Kubernetes Secret (the Pod's)
+    own_secrets = True
 
     def __init__(self, namespace: str | None = None, kube: KubeClient | None = None,
                  policy: StatusPolicy = StatusPolicy(), ray_dashboard: bool = False,

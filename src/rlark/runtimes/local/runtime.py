@@ -52,6 +52,7 @@ from rlark.runtimes.local import sandbox
 from rlark.runtimes.local.identity import Identity, UidRange, candidates, choose, many_users_message
 from rlark.runtimes.local.isolation import Isolation, Mode
 from rlark.runtimes.local.reservations import Reservations
+from rlark.runtimes.local.settings import worker_identity, worker_isolation, worker_uid_range
 from rlark.runtimes.local.ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
 from rlark.findings import Finding
 from rlark.findings import error as _err
@@ -279,6 +280,8 @@ class LocalRuntime:
     watched through their PID and start time."""
 
     name = "local"
+    #: a Job's secrets are RLark's only (no secret store of its own)
+    own_secrets = False
 
     def __init__(self, reservations: Reservations | None = None,
                  worker_env: Iterable[str] | None = None,
@@ -301,12 +304,12 @@ class LocalRuntime:
             ValueError: a setting is unusable, or no isolation is available and weak isolation
                 was not asked for (:func:`~rlark.runtimes.local.isolation.unavailable_message`).
         """
-        self.isolation = isolation or probed_isolation(settings.worker_isolation(),
+        self.isolation = isolation or probed_isolation(worker_isolation(),
                                                        settings.cgroup_parent())
         if self.isolation.mode is None:
             raise ValueError(iso.unavailable_message(self.isolation))
-        self.identity = identity or probed_identity(settings.worker_identity(), self.isolation,
-                                                    settings.worker_uid_range())
+        self.identity = identity or probed_identity(worker_identity(), self.isolation,
+                                                    worker_uid_range())
         self.read_paths = tuple(dict.fromkeys(
             [*(settings.worker_read_paths() if read_paths is None else read_paths),
              *server_python_roots()]))
@@ -329,7 +332,7 @@ class LocalRuntime:
 
     def capacity(self) -> Capacity:
         """What this machine carries, for admitting Runs (:mod:`rlark.controller.admission`):
-        its CPU cores, memory and NVIDIA GPUs (:func:`rlark.preflight.host_capacity`, the numbers
+        its CPU cores, memory and NVIDIA GPUs (:func:`rlark.runtimes.local.preflight.host_capacity`, the numbers
         preflight warns against), the devices ``RLARK_LOCAL_DEVICES`` names, and
         ``RLARK_MAX_STARTING_NODES`` Ray nodes starting at once. Measured once per runtime.
 
@@ -337,7 +340,7 @@ class LocalRuntime:
             ValueError: one of those settings is unusable (the message names it).
         """
         if self._capacity is None:
-            from rlark.preflight import host_capacity
+            from rlark.runtimes.local.preflight import host_capacity
 
             host = host_capacity()
             self._capacity = Capacity(
