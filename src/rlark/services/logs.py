@@ -13,7 +13,7 @@ import time
 from typing import AsyncIterator, Callable, Iterable, Iterator
 
 from rlark import settings
-from rlark.bootstrap.worker import EVENT_PREFIX
+from rlark.bootstrap.lifecycle import EVENT_PREFIX
 from rlark.loglines import MAX_LINE_BYTES, LineSplitter, cut_line
 
 CHUNK = 64 * 1024
