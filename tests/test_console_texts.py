@@ -316,7 +316,7 @@ def test_every_finding_code_the_server_makes_is_in_the_catalog():
 
 def _job(**role):
     """A one-role Job with ``role``'s fields, and every Finding of the spec's own checks."""
-    from rlark.preflight import check_document
+    from rlark.preflight.job import check_document
 
     data = {"apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": "zh"},
             "spec": {"headRole": "head", "runScript": "true",
@@ -578,7 +578,7 @@ def test_record_check_items_and_evidence_in_chinese():
     import copy
 
     from rlark.record.build import build_record
-    from rlark.services.records import record_condition
+    from rlark.record.finish import record_condition
     from tests.test_record_v2 import COMPOSED, PROBES, facts, rows
 
     other = facts(2, "pool", packages=("ray==2.60.0", "rlinf==0.3.1"))

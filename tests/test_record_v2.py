@@ -17,7 +17,7 @@ from rlark.record.build import RECORD_VERSION, build_record, run_script_override
 from rlark.record.export import render
 from rlark.record.checks import ITEMS, run_checks
 from rlark.rlinf_config.locations import back, find_locations, location_findings
-from rlark.services.records import record_condition
+from rlark.record.finish import record_condition
 from rlark.spec import job_to_dict, load_job
 from rlark.status import ConditionType, Reason
 

@@ -375,7 +375,7 @@ def quickstart_with(config_name: str | None = None, script_name: str | None = No
     ("quickstart", "quickstrt", True),
 ])
 def test_config_name_and_run_script_are_compared(config_name, script_name, mismatch):
-    from rlark.preflight import validate_document
+    from rlark.preflight.job import validate_document
 
     _, findings = validate_document(quickstart_with(config_name, script_name))
     found = [f for f in findings if f.code == "RLinfConfigNameMismatch"]

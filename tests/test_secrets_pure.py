@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from rlark.preflight import check_job, looks_like_credential
+from rlark.preflight.job import check_job, looks_like_credential
 from rlark.ranks import plan_workers
 from rlark.runtimes.base import SecretMissing, bootstrap_env, secret_env
 from rlark.runtimes.kubernetes import render

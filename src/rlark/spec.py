@@ -1,10 +1,14 @@
 """The Job spec (``apiVersion: rlark.io/v1``, ``kind: Job``): pydantic models, load/dump, schema.
 
 The models check *structure* only (types, required and unknown fields); the rules about values
-(names, image tags, units, head role...) live in :mod:`rlark.preflight` so that every problem is
+(names, image tags, units, head role...) live in :mod:`rlark.preflight.job` so that every problem is
 reported as a Finding with a stable code, not as a pydantic message.
 
 Field names are camelCase in YAML/JSON (Kubernetes style) and snake_case in Python.
+
+Long because: the Job schema's pydantic models are the published schema (``rlark schema``), and its
+YAML reading (duplicate keys refused, unknown fields named with a suggestion) and change comparison
+read those same models.
 """
 
 from __future__ import annotations

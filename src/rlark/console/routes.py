@@ -3,6 +3,10 @@
 Full pages for plain requests; the fragment an htmx request asks for (``HX-Request``) otherwise.
 Actions are plain HTML forms that answer with a redirect (303) and a one-shot notice (a cookie),
 so every page also works as a bookmark and after a reload. Nothing here is in the OpenAPI schema.
+
+Long because: every page of the console is one router sharing the page helpers above (project
+scoping, CSRF, the one-shot notice, rendering); splitting it by page group (jobs, nodes, records,
+access) is possible and not done yet.
 """
 
 from __future__ import annotations

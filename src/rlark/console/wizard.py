@@ -5,12 +5,16 @@ The form keeps the text the user typed (``WizardState``: strings only), so every
 exactly that. :meth:`WizardState.to_document` turns it into a Job mapping; text that cannot be a
 number becomes a Finding with the field's spec path (the field is left out, so the rest of the
 document is still checked). The value rules are never repeated here: they are
-:func:`rlark.preflight.check_job` and :meth:`rlark.services.jobs.JobService.preflight`, reached
+:func:`rlark.preflight.job.check_job` and :meth:`rlark.services.jobs.JobService.preflight`, reached
 through the service.
 
 Steps: 1 name, labels and roles (with the head role); 2 each role's Worker settings; 3 the shared
 settings (run script, working dir, RLinf config, failure policy); 4 review (YAML, node ranks,
 every Finding of the preflight).
+
+Long because: the form of all four steps, its turning into a Job document and the placing of
+Findings on steps are one mapping in both directions, read and tested together
+(tests/test_console*.py).
 """
 
 from __future__ import annotations
@@ -640,7 +644,7 @@ def yaml_preview(st: "WizardState", stored: dict[str, Any], shown: dict[str, Any
     would be stored) is what that file describes; else ``shown`` (what the Job sets) as
     :func:`preview_yaml` writes it."""
     if st.source:
-        from rlark.preflight import check_document
+        from rlark.preflight.job import check_document
         from rlark.spec import SpecSyntaxError, job_to_dict, load_document, resolve_document_paths
 
         try:

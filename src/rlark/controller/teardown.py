@@ -21,7 +21,7 @@ from rlark.controller.rows import RUN_GRAPH, end_read, ref, set_conditions, utcn
 from rlark.controller.state import ControllerState
 from rlark.runtimes.base import Observed
 from rlark.store.files import job_log_dirs, remove_dirs
-from rlark.services.records import finish_record, record_condition
+from rlark.record.finish import finish_record, record_condition
 from rlark.status import EventType, Phase, Reason, WorkerPhase
 from rlark.store import JobRow, RunRow, WorkerRow
 from rlark.store.runs import add_event

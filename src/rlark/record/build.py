@@ -284,12 +284,12 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
 
     Pure: reads attributes only. ``logs_root`` is reported so readers know where logs live.
     ``composed``: RLark's own composition of the config (``{"data", "overrides", "error",
-    "inputs"}``, :func:`rlark.services.records.compose_for_record`), used when no Worker
+    "inputs"}``, :func:`rlark.record.finish.compose_for_record`), used when no Worker
     reported Hydra's output directory. ``probes``: what the caller looked at after the Run
     (``{"outputs": {path: {"exists", "readable", "entries", "at"}}, "logs": {worker: bool}}``)
     for the outputs-readable and logs checks; without them those checks warn. ``final``: True
     only for the record stored once every Worker of the Run has ended
-    (:func:`rlark.services.records.finish_record`); any other is ``provisional`` (the field,
+    (:func:`rlark.record.finish.finish_record`); any other is ``provisional`` (the field,
     ``provisionalReason``, and ``checks.status`` ``provisional``).
 
     Returns the record as :class:`rlark.record.schema.RecordV2` holds it (JSON values only, as

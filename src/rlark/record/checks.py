@@ -331,7 +331,7 @@ def _memory_bytes(value: Any) -> int | None:
     if value is None:
         return None
     try:
-        from rlark.preflight import parse_memory_bytes
+        from rlark.preflight.quantities import parse_memory_bytes
 
         return parse_memory_bytes(value)
     except ValueError:
@@ -340,7 +340,7 @@ def _memory_bytes(value: Any) -> int | None:
 
 def _cpus(value: Any) -> float | None:
     try:
-        from rlark.preflight import parse_cpu
+        from rlark.preflight.quantities import parse_cpu
 
         return float(parse_cpu(value)) if value is not None else None
     except ValueError:

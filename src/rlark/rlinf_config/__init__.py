@@ -10,7 +10,7 @@ RLark works where RLinf is not installed. RLark reads the config; it never rewri
 * :mod:`.plan` - config -> node ranks, components, suggested roles and a Job (pure).
 * :mod:`.check` - Job + config -> Findings (pure).
 * :mod:`.script` - the config names the run script gives Hydra, against ``spec.rlinf``
-  (pure; part of every Job's own checks, :func:`rlark.preflight.check_job`).
+  (pure; part of every Job's own checks, :func:`rlark.preflight.job.check_job`).
 * :func:`plan_config` - what ``rlark plan`` runs (compose + plan).
 * :func:`preflight_job` - what ``JobService.create`` and ``rlark check`` run for a Job that
   names its config in ``spec.rlinf``.

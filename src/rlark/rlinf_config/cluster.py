@@ -28,6 +28,10 @@ Facts these functions encode (RLinf 0.3.0):
   order; several groups (``node_group: "a,b"``) are numbered one after the other.
 * A YAML list is not a list to RLinf where it calls ``str()`` (``node_ranks: [0, 1]``,
   ``node_group: [a, b]``): write ``"0,1"`` / ``"a,b"``.
+
+Long because: it mirrors RLinf's own parser (``ClusterConfig.from_dict_cfg`` and its node-group,
+hardware and placement configs) function for function, so it is differential-tested against RLinf
+(tests/test_rlinf_differential.py).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, runtime_checkable
 
 from rlark.findings import Finding
-from rlark.preflight import parse_cpu, parse_memory_bytes
+from rlark.preflight.quantities import parse_cpu, parse_memory_bytes
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.local.ports import (
     UNIT,

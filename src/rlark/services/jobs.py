@@ -1,8 +1,13 @@
 """JobService: everything the API, the CLI and the console do with Jobs (validate -> persist ->
 enqueue; stop, start, restart, delete; read back Jobs, Runs, Workers, Events and records).
 
-Views are plain JSON-ready dicts, built by the ``*_view`` functions below, so every front end
-shows the same fields.
+What it answers is built by :mod:`rlark.services.views`, so every front end shows the same
+fields.
+
+Long because: JobService is the one object routes, CLI and console call for Jobs, and its
+operations share the store's transactions and its bookkeeping; the views
+(:mod:`rlark.services.views`), the record's finishing (:mod:`rlark.record.finish`) and the
+runtime's part (:class:`rlark.runtimes.base.RuntimeProfile`) are already out.
 """
 
 from __future__ import annotations
@@ -20,10 +25,9 @@ from sqlalchemy.orm import Session, selectinload
 
 from rlark.findings import Finding, Severity, has_errors
 from rlark import runtimes
-from rlark.preflight import check_document, validate_document
+from rlark.preflight.job import check_document, validate_document
 from rlark.record.build import build_record, public_record
 from rlark.rlinf_config import preflight_job
-from rlark.record.build import iso as _iso
 from rlark.spec import DNS1123_LABEL, Job, job_to_dict, secret_refs
 from rlark.services import audit
 from rlark.services.accounts import check_not_server_namespace, project_namespace
@@ -31,12 +35,12 @@ from rlark.services.audit import SYSTEM, Actor
 from rlark.services.auth import DEFAULT_PROJECT
 from rlark.services import quotas
 from rlark.services.errors import Conflict, Invalid, NotFound, QuotaExceeded, TooManyRequests
+from rlark.services.views import event_view, job_summary, run_view, worker_view
 from rlark.store.files import job_log_dirs, remove_dirs
 from rlark import settings
 from rlark.words import plural
-from rlark.status import (ACTIVE, Cause, Desired, EventType, Phase, Reason, conditions_of, is_ready,
-                          text_of)
-from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store, WorkerRow
+from rlark.status import ACTIVE, Cause, Desired, EventType, Phase, Reason
+from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store
 from rlark.store.db import retry_on_conflict
 from rlark.store.runs import add_event, new_run
 
@@ -47,133 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rlark.jobs")
 
 
-# --- views ----------------------------------------------------------------------------------------
-
-
-def worker_view(w: WorkerRow) -> dict[str, Any]:
-    return {
-        "name": w.name,
-        "role": w.role,
-        "index": w.index,
-        "nodeRank": w.node_rank,
-        "isHead": w.is_head,
-        "phase": text_of(w.phase),
-        "reason": text_of(w.reason),
-        "message": w.message,
-        "exitCode": w.exit_code,
-        "host": w.host,
-        "ip": w.ip or w.node_ip,
-        "rayNodeId": w.ray_node_id,
-        "pid": w.pid,
-        "portBase": w.port_base,
-        "log": w.log_path,
-        "startedAt": _iso(w.started_at),
-        "finishedAt": _iso(w.finished_at),
-    }
-
-
-def run_view(r: RunRow, with_workers: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "number": r.number,
-        "uid": r.uid,
-        "cause": text_of(r.cause),
-        "runtime": r.runtime,
-        "phase": text_of(r.phase),
-        "reason": text_of(r.reason),
-        "message": r.message,
-        # beside the phase: AllJoined, HeadReady, ReconcileError (rlark.status.Condition)
-        "conditions": [c.to_dict() for c in conditions_of(r.conditions)],
-        "exitCode": r.exit_code,
-        "createdAt": _iso(r.created_at),
-        "startedAt": _iso(r.started_at),
-        "runningAt": _iso(r.running_at),
-        "finishedAt": _iso(r.finished_at),
-        # active Run: Ray nodes joined; ended Run: Workers that did their part (phases.is_ready)
-        "workersReady": sum(1 for w in r.workers if is_ready(r.phase, w.phase, w.lifecycle)),
-        "workersTotal": len(r.workers),
-        "tasks": [
-            {"role": t.role, "phase": text_of(t.phase), "ready": t.ready, "total": t.total,
-             "nodeRanks": [t.first_rank, t.last_rank]}
-            for t in r.tasks
-        ],
-    }
-    if with_workers:
-        out["workers"] = [worker_view(w) for w in r.workers]
-        # what each role's Ray nodes were started with (objectStore, worker ports...): only in
-        # the detail view, where parsing the Run's spec once is cheap
-        nodes = ray_nodes_of(r.spec, r.runtime)
-        for task in out["tasks"]:
-            task["rayNode"] = nodes.get(task["role"])
-    return out
-
-
-def ray_nodes_of(spec: dict, runtime: str | None) -> dict[str, dict[str, Any]]:
-    """Role -> :func:`rlark.runtimes.base.ray_node_view` for a stored Run spec; ``{}`` when it
-    no longer parses (a spec stored by another RLark version)."""
-    from rlark.runtimes.base import ray_node_summary, ray_node_view
-
-    try:
-        job = Job.model_validate(spec)
-        views = {role.name: ray_node_view(role, runtime or runtimes.DEFAULT) for role in job.spec.roles}
-        return {name: {**v, "summary": ray_node_summary(v)} for name, v in views.items()}
-    except ValueError:  # pydantic's ValidationError, or a value that no longer parses
-        return {}
-
-
-def event_view(e: EventRow) -> dict[str, Any]:
-    return {
-        "time": _iso(e.time),
-        "type": text_of(e.type),
-        "reason": e.reason,
-        "message": e.message,
-        "run": e.run_number,
-        "worker": e.worker,
-        "from": text_of(e.from_phase) or None,
-        "to": text_of(e.to_phase) or None,
-        "actor": e.actor,
-    }
-
-
-def job_summary(job: JobRow, run: RunRow | None) -> dict[str, Any]:
-    spec = job.spec.get("spec", {})
-    roles = spec.get("roles", [])
-    return {
-        "name": job.name,
-        "project": job.project.name,
-        "phase": text_of(job.phase),
-        "reason": text_of(job.reason),
-        "message": job.message,
-        "desired": text_of(job.desired),
-        "labels": job.labels,
-        "headRole": spec.get("headRole"),
-        "roles": [{"name": r.get("name"), "workers": r.get("workers", 1)} for r in roles],
-        "workersTotal": sum(int(r.get("workers", 1)) for r in roles),
-        "workersReady": run_view(run)["workersReady"] if run else 0,
-        "run": run.number if run else None,
-        "runtime": run.runtime if run else None,
-        "createdAt": _iso(job.created_at),
-        "startedAt": _iso(run.started_at) if run else None,
-        "finishedAt": _iso(run.finished_at) if run else None,
-        "deleting": job.delete_requested,
-    }
-
-
 # --- the service -------------------------------------------------------------------------------------
-
-
-#: directories of the system as a whole: a Job's workingDir that is one of them (or lies under
-#: those of :data:`SYSTEM_TREES`) never lets the composer read configs there
-SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/mnt",
-                         "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr",
-                         "/var"})
-SYSTEM_TREES = ("/boot", "/dev", "/etc", "/proc", "/run", "/sys")
-
-
-def system_dir(path: str) -> bool:
-    """Whether ``path`` (absolute) is, once symlinks and ``..`` are resolved, ``/``, one of
-    :data:`SYSTEM_DIRS`, or lies under one of :data:`SYSTEM_TREES`."""
-    real = os.path.realpath(path)
-    return real in SYSTEM_DIRS or any(real.startswith(t + "/") for t in SYSTEM_TREES)
 
 
 class JobService:
@@ -334,9 +212,9 @@ class JobService:
         runtime, the Job's own absolute ``spec.workingDir`` (its Workers run on this machine's
         filesystem). On Kubernetes ``workingDir`` is a path inside the image, not here. A
         ``workingDir`` that is ``/`` or a system directory (:func:`system_dir`) is no root: it
-        would let a Job read any file of the server. (:func:`rlark.services.records.config_roots`,
+        would let a Job read any file of the server. (:func:`rlark.record.finish.config_roots`,
         which the run record's composition uses too.)"""
-        from rlark.services.records import config_roots
+        from rlark.record.finish import config_roots
 
         return config_roots(job_to_dict(job), self.profile)
 

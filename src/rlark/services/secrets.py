@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rlark.preflight import SECRET_KEY
+from rlark.preflight.job import SECRET_KEY
 from rlark.record.build import iso
 from rlark.secretbox import SecretBox, SecretKeyError
 from rlark.services import audit

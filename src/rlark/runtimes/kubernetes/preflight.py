@@ -15,7 +15,7 @@ from rlark.spec import Job, Mount, head_service_name, worker_name
 def _check_mount_driver(mount: Mount, path: str) -> Iterator[Finding]:
     """Names and size of an objectStorage mount's ``kubernetes`` settings, checked before the API
     server refuses the PVC or Pod of a Run that has already started."""
-    from rlark.preflight import parse_memory_bytes
+    from rlark.preflight.quantities import parse_memory_bytes
 
     k8s = mount.kubernetes
     if k8s is None:

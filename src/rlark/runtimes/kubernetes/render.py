@@ -40,6 +40,10 @@ and .../ray-core/internals/token-authentication.html): with ``RAY_AUTH_MODE=toke
 environment of every node and driver of a cluster, Ray's GCS, dashboard and other control-plane
 services take only requests that carry the token, read from ``RAY_AUTH_TOKEN`` first (KubeRay
 sets that variable from a Secret with ``valueFrom.secretKeyRef`` too). An older Ray ignores both.
+
+Long because: every object of a Run is rendered here from one :class:`RenderOptions`, as pure
+builders tested without I/O; the Pod's parts (volumes, env, security context, Ray's secret) refer
+to each other by name.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from urllib.parse import urlparse
 import yaml
 
 from rlark.bootstrap.archive import bootstrap_archive
-from rlark.preflight import parse_cpu
+from rlark.preflight.quantities import parse_cpu
 from rlark.ranks import PlannedWorker, plan_workers
 from rlark.runtimes.base import bootstrap_env
 from rlark.runtimes.kubernetes.podpolicy import (DEFAULT_RUN_AS_USER, PodPolicy, PolicyDenied,

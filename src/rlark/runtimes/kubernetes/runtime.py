@@ -37,6 +37,10 @@ launch, a refused log read fails the Run (``Forbidden``), a refused delete is ``
 a refused clean-up is raised by ``end_run``.
 
 All API calls go through :class:`.client.KubeClient`.
+
+Long because: the Runtime protocol's methods on Pods, with the log followers and the name-busy
+handling they share; the pure parts are already modules of their own (render, status, podpolicy,
+capacity, namespaces, logcursor, preflight).
 """
 
 from __future__ import annotations

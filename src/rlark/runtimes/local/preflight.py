@@ -1,7 +1,7 @@
 """What the local runtime cannot honour in a Job, said at submit: more GPUs (or CPUs, memory)
 than this machine has, port blocks that do not fit in its range, mounts it cannot make, paths
 and interpreters missing here, node selectors that mean nothing on one machine. The checks of
-every runtime are :mod:`rlark.preflight`'s; who a Run's Workers are and what of this machine
+every runtime are :mod:`rlark.preflight.job`'s; who a Run's Workers are and what of this machine
 they may read is :meth:`rlark.runtimes.local.runtime.LocalRuntime.preflight`'s.
 """
 
@@ -14,7 +14,8 @@ from typing import Callable, Iterator
 from rlark.findings import Finding
 from rlark.findings import error as _err
 from rlark.findings import warning as _warn
-from rlark.preflight import MAX_WORKER_PORTS, parse_cpu, parse_memory_bytes, role_cpus, tight_ports
+from rlark.preflight.job import MAX_WORKER_PORTS, role_cpus, tight_ports
+from rlark.preflight.quantities import parse_cpu, parse_memory_bytes
 from rlark.runtimes.local.ports import (MAX_BLOCK_SIZE, PORT_RANGE_END, PORT_RANGE_START,
                                         block_size, default_worker_ports)
 from rlark.runtimes.local.ports import MAX_WORKER_PORTS as MAX_WORKER_PORTS_LOCAL

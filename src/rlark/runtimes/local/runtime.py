@@ -14,6 +14,10 @@ namespace), as probed once at start (:mod:`rlark.runtimes.local.isolation`). Sto
 the group, SIGKILL to the group and the cgroup after the grace period; whatever is left once the
 bootstrap has exited is killed before the Worker counts as gone.
 Never ``ray stop``: it is host-wide.
+
+Long because: the Runtime protocol's methods on keepers and process groups, with the environment
+each Worker gets; the pure parts are already modules of their own (identity, isolation, sandbox,
+ports, reservations, preflight, outputs).
 """
 
 from __future__ import annotations
