@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -972,7 +971,6 @@ def test_logs_follow_streams_lines_and_ends_when_released(client, store):
         "demo-pool-0": ["pool old"],
     })
     set_run_state(store, "demo", "Running")
-    started = time.monotonic()
     stream = LiveStream(store, "/api/v1/jobs/demo/logs",
                         {"follow": "true", "role": "head", "tail": 3})
     try:
@@ -993,7 +991,6 @@ def test_logs_follow_streams_lines_and_ends_when_released(client, store):
     lines = line_events(events, ["demo-head-0"])
     assert {item["worker"] for item in lines} == {"demo-head-0"}
     assert [item["line"] for item in lines] == ["old 9", "old 10", "old 11", "new 1", "new 2", "partial"]
-    assert time.monotonic() - started < 30
 
 
 @pytest.mark.timeout(90)

@@ -21,7 +21,8 @@ import pytest
 from rlark.console import HTMX_VERSION, STATIC_DIR
 from rlark.console.i18n import CATALOG_DIR, LOCALES, Translator, catalog, negotiate
 from rlark.console.logview import stamp_of
-from rlark.console.wizard import WizardState, field_of, step_of
+from rlark.console.wizard import WizardState
+from rlark.console.wizard_steps import field_of, step_of
 from rlark.status import Cause, ConditionType, Phase, WorkerPhase
 from rlark.findings import Finding
 from rlark.spec import job_to_dict, load_job

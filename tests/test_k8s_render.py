@@ -261,7 +261,9 @@ def test_the_bootstrap_names_a_working_dir_missing_in_the_image(capsys, tmp_path
 
 
 def test_render_benchmark_runs(tmp_path):
-    """bench/render.py (the 1,000-Worker figure is in its output); here a small run."""
+    """bench/render.py (the 1,000-Worker figure is in its output); here a small run that checks
+    what it reports and that its exit status follows its own verdict, not how fast this machine
+    is (the time is the bench's to judge, against its baselines)."""
     import json as _json
     import subprocess
     import sys
@@ -270,9 +272,12 @@ def test_render_benchmark_runs(tmp_path):
     proc = subprocess.run([sys.executable, "bench/render.py", "--workers", "100", "--rounds", "1",
                            "--json", str(out)], capture_output=True, text=True, timeout=120,
                           cwd=Path(render.__file__).parents[4])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     data = _json.loads(out.read_text())
-    assert data["objects"] == 103 and data["total_s"] < 1.0
+    assert data["workers"] == 100 and data["objects"] == 103  # 100 Pods, ConfigMap, Service, NetworkPolicy
+    assert abs(data["total_s"] - (data["render_s"] + data["dump_s"])) <= 2e-4  # each rounded to 0.1 ms
+    assert data["baseline_plain_dict_copy_s"] > 0 and data["baseline_json_dumps_s"] > 0
+    under = data["total_s"] < data["target_s"]
+    assert proc.returncode == (0 if under else 1), proc.stdout + proc.stderr
 
 
 # --- Ray token authentication ---------------------------------------------------------------------------

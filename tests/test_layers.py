@@ -34,8 +34,6 @@ ALLOWED_NAME_BRANCHES: dict[str, str] = {}
 #: the most modules the top of src/rlark holds besides ``__init__.py`` (issue 20: the vocabulary,
 #: settings and the server's entry)
 MAX_TOP_MODULES = 12
-#: a module longer than this says why at its top (``Long because:`` in its docstring)
-LONG_LINES = 600
 
 
 # --- the import contracts ------------------------------------------------------------------------
@@ -200,15 +198,3 @@ def test_nothing_outside_runtimes_branches_on_a_runtime_name():
 def test_the_top_of_the_package_stays_small():
     top = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
     assert len(top) <= MAX_TOP_MODULES, top
-
-
-def test_a_long_module_says_why():
-    long = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        text = path.read_text()
-        lines = text.count("\n")
-        if lines > LONG_LINES:
-            doc = ast.get_docstring(ast.parse(text)) or ""
-            if "Long because:" not in doc:
-                long[path.relative_to(PACKAGE).as_posix()] = lines
-    assert long == {}, f"over {LONG_LINES} lines with no 'Long because:' in the docstring"

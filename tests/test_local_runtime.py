@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import psutil
@@ -78,14 +77,13 @@ def server(tmp_path_factory):
 
 
 def test_prepare_failure_names_worker_and_exit_code(server):
-    server.submit(job_yaml("prep-fail", pool_prepare="echo preparing; exit 3", join_timeout=120))
-    started = time.monotonic()
+    # the join timeout lies far past the bounded wait: the Run fails from the prepare script's
+    # exit, not from a join deadline
+    server.submit(job_yaml("prep-fail", pool_prepare="echo preparing; exit 3", join_timeout=900))
     job = server.wait_phase("prep-fail", {"Failed"}, timeout=90)
-    elapsed = time.monotonic() - started
     assert job["reason"] == "PrepareFailed"
     assert "prep-fail-pool-0" in job["message"] and "rank 1" in job["message"]
     assert "code 3" in job["message"]
-    assert elapsed < 60, f"took {elapsed:.1f} s; the join timeout is 120 s"
     pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
     assert pool["phase"] == "Failed" and pool["reason"] == "PrepareFailed"
     job = server.wait_released("prep-fail")
@@ -94,14 +92,12 @@ def test_prepare_failure_names_worker_and_exit_code(server):
 
 def test_prepare_script_past_its_timeout_fails_the_run(server):
     # the script leaves a child of its own behind: the timeout must end it too
+    # the join timeout lies far past the bounded wait: the prepare timeout ends the Run
     server.submit(job_yaml("prep-slow", pool_prepare="echo preparing; sleep 300 & sleep 300",
-                           prepare_timeout=3, join_timeout=120))
-    started = time.monotonic()
+                           prepare_timeout=3, join_timeout=900))
     job = server.wait_phase("prep-slow", {"Failed"}, timeout=90)
-    elapsed = time.monotonic() - started
     assert job["reason"] == "PrepareTimeout", job
     assert "prep-slow-pool-0" in job["message"] and "3 s" in job["message"]
-    assert elapsed < 45, f"took {elapsed:.1f} s; prepareTimeoutSeconds is 3"
     pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
     assert pool["phase"] == "Failed" and pool["reason"] == "PrepareTimeout"
     logs = server.cli("logs", "prep-slow")
@@ -163,9 +159,7 @@ def test_worker_killed_while_running_fails_the_run(server, tmp_path):
     job = server.wait_phase("kill-one", {"Running"}, timeout=120)
     pool = next(w for w in job["currentRun"]["workers"] if w["role"] == "pool")
     os.killpg(pool["pid"], signal.SIGKILL)
-    killed_at = time.monotonic()
     job = server.wait_phase("kill-one", {"Failed"}, timeout=30)
-    assert time.monotonic() - killed_at < 30
     assert job["reason"] == "WorkerLost"
     assert "rank 1" in job["message"] and "kill-one-pool-0" in job["message"]
     job = server.wait_released("kill-one")
@@ -196,10 +190,15 @@ def test_a_head_still_preparing_at_the_join_deadline_fails_the_run_from_launch(s
     """The join deadline is the Run's, from its launch, for every rank: a head whose prepare
     script outlasts it is named (rank 0), the other Workers do not wait join + prepare, and the
     pool Worker whose `ray start` is retrying the missing GCS stops at once, not after the
-    grace period."""
+    grace period.
+
+    Proved by what happens, not by a clock: the Run fails while the head is still preparing
+    (its script sleeps 600 s: a deadline counted from the end of the prepare script would
+    come after it), never before the deadline by the Run's own timestamps, and its Workers are
+    released within a wait far shorter than the grace period (600 s), so none waited for it."""
     marker = tmp_path / "run-script-started"
-    server.submit(job_yaml("late-head", head_prepare="echo preparing the head; sleep 60",
-                           join_timeout=8, grace=20, run=f"touch {marker}"))
+    server.submit(job_yaml("late-head", head_prepare="echo preparing the head; sleep 600",
+                           join_timeout=8, grace=600, run=f"touch {marker}"))
     job = server.wait_phase("late-head", {"Failed"}, timeout=60)
     run = job["currentRun"]
     assert job["reason"] == "JoinTimeout", job
@@ -208,16 +207,14 @@ def test_a_head_still_preparing_at_the_join_deadline_fails_the_run_from_launch(s
     assert "late-head-head-0: Preparing" in job["message"]
     assert "last lines of late-head-head-0:\npreparing the head" in job["message"]
     took = _seconds(run["startedAt"], run["finishedAt"])
-    assert 8 <= took < 12, f"failed {took:.1f} s after launch; joinTimeoutSeconds is 8"
+    assert took >= 8, f"failed {took:.1f} s after launch, before its deadline (joinTimeoutSeconds 8)"
     assert worker_states(job) == [("late-head-head-0", "Failed", "JoinTimeout", None),
                                   ("late-head-pool-0", "Failed", "JoinTimeout", None)]
     events = server.http.get("/api/v1/jobs/late-head/events").json()
     assert "Running" not in [e["to"] for e in events]
     failed = [e for e in events if e["to"] == "Failed"]
     assert len(failed) == 1 and failed[0]["message"] == job["message"]
-    job = server.wait_released("late-head", timeout=30)
-    stopped_in = max(_seconds(run["finishedAt"], w["finishedAt"]) for w in job["currentRun"]["workers"])
-    assert stopped_in < 8, f"Workers took {stopped_in:.1f} s to stop; the grace period is 20 s"
+    job = server.wait_released("late-head", timeout=60)  # the grace period is 600 s
     assert worker_states(job) == [("late-head-head-0", "Failed", "JoinTimeout", None),
                                   ("late-head-pool-0", "Failed", "JoinTimeout", None)]
     assert not marker.exists()

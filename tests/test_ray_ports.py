@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -44,15 +45,28 @@ sys.exit(0 if len(ready) == n else 1)
 """
 
 
-def one_worker_job(name: str, resources: dict, run: str, ray: dict | None = None) -> str:
-    role = {"name": "head", "image": "docker.io/rlinf/rlinf:0.3.0", "resources": resources}
+def one_worker_job(name: str, resources: dict, run: str, ray: dict | None = None,
+                   working_dir: Path | None = None, mounts: list[dict] | None = None) -> str:
+    role: dict = {"name": "head", "image": "docker.io/rlinf/rlinf:0.3.0", "resources": resources}
     if ray:
         role["ray"] = ray
-    return json.dumps({
-        "apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": name},
-        "spec": {"headRole": "head", "failurePolicy": {"joinTimeoutSeconds": 120},
-                 "terminationGracePeriodSeconds": 5, "roles": [role], "runScript": run},
-    })
+    if mounts:
+        role["mounts"] = mounts
+    spec: dict = {"headRole": "head", "failurePolicy": {"joinTimeoutSeconds": 120},
+                  "terminationGracePeriodSeconds": 5, "roles": [role], "runScript": run}
+    if working_dir is not None:
+        spec["workingDir"] = str(working_dir)
+    return json.dumps({"apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": name},
+                       "spec": spec})
+
+
+def actors_dir(tmp_path: Path) -> Path:
+    """A working directory holding the run script's ``actors.py`` (a Worker sees the server's
+    files only through its Job's workingDir and mounts: its /tmp is its own)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "actors.py").write_text(ACTORS)
+    return work
 
 
 def findings_of(role: dict, host: dict | None = None) -> dict[str, list]:
@@ -136,10 +150,8 @@ def head_lines(server, name: str) -> list[str]:
 def test_56_actors_on_a_worker_with_8_cpus_all_start(server, tmp_path):
     """The issue's example: one Worker, cpu 8, 56 actors with num_cpus=0. Its range is now sized
     to the role (16 per CPU: 128, filling 3 units of 64 ports: 176), so all 56 start."""
-    script = tmp_path / "actors.py"
-    script.write_text(ACTORS)
-    server.submit(one_worker_job("actors56", {"cpu": 8, "memory": "4Gi"},
-                                 f"python {script} 56 300"))
+    server.submit(one_worker_job("actors56", {"cpu": 8, "memory": "4Gi"}, "python actors.py 56 300",
+                                 working_dir=actors_dir(tmp_path)))
     job = server.wait_phase("actors56", {"Succeeded", "Failed"}, timeout=420)
     lines = head_lines(server, "actors56")
     assert job["phase"] == "Succeeded", (job["reason"], job["message"], lines[-20:])
@@ -165,12 +177,14 @@ def test_exhausted_worker_ports_are_a_warning_event(server, tmp_path):
     """A range too small for the run script (4 ports, 6 actors): the actors beyond it never
     start, and the Worker's bootstrap sees Ray's "No available ports" and says so as a Warning
     Event naming the Worker, while the Run goes on."""
-    script = tmp_path / "actors.py"
-    script.write_text(ACTORS)
-    seen = tmp_path / "warning-seen"
-    server.submit(one_worker_job("few-ports", {"cpu": 1, "memory": "1Gi"},
-                                 f"python {script} 6 120 {seen} || echo not all started",
-                                 ray={"workerPorts": 4}))
+    signal = tmp_path / "signal"  # the test's word to the run script, through a hostPath mount
+    signal.mkdir()
+    seen = signal / "warning-seen"
+    server.submit(one_worker_job(
+        "few-ports", {"cpu": 1, "memory": "1Gi"},
+        "python actors.py 6 120 /signal/warning-seen || echo not all started",
+        ray={"workerPorts": 4}, working_dir=actors_dir(tmp_path),
+        mounts=[{"name": "signal", "type": "hostPath", "source": str(signal), "mountPath": "/signal"}]))
     deadline = time.monotonic() + 180
     while True:
         events = server.http.get("/api/v1/jobs/few-ports/events").json()

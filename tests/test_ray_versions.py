@@ -24,7 +24,7 @@ from rlark.bootstrap.config import BootstrapError
 from rlark.bootstrap.node_table import node_table_method
 from rlark.bootstrap.port_watch import find_port_exhaustion
 from rlark.bootstrap.ray_node import raylet_flags
-from tests.server import assert_nothing_left, ray_tmp_dir, serve
+from tests.server import RlarkServer, assert_nothing_left, ray_tmp_dir, serve
 
 REPO = Path(__file__).resolve().parent.parent
 MATRIX = [("3.10", "2.47.1"), ("3.10", "2.54.1"), ("3.10", "2.60.0"),
@@ -95,7 +95,32 @@ def test_find_port_exhaustion_reads_only_what_is_new(tmp_path):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    yield from serve(tmp_path_factory.mktemp("rlark-home"))
+    """A server whose administrator allows Ray without token authentication: the matrix holds
+    RLinf's minimum, Ray 2.47, which has none (2.52+ has)."""
+    home = tmp_path_factory.mktemp("rlark-home")
+    srv = RlarkServer(home, {"RLARK_RAY_TMP": ray_tmp_dir(),
+                             "RLARK_ALLOW_UNAUTHENTICATED_RAY": "1"}).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.mark.ray
+def test_a_ray_without_token_authentication_is_refused_unless_the_server_allows_it(tmp_path_factory):
+    """Ray 2.47 takes any process of the machine into its cluster: a server that does not allow
+    that refuses the Job at submit (RayTooOld, an error naming the role's Python); the matrix's
+    server, which allows it, only warns."""
+    env = env_for("3.11", "2.47.1")
+    for srv in serve(tmp_path_factory.mktemp("rlark-home")):
+        r = srv.http.post("/api/v1/jobs", content=job_yaml("old-ray", env).encode(),
+                          headers={"Content-Type": "application/yaml"})
+        assert r.status_code == 422, r.text
+        found = [f for f in r.json()["detail"]["findings"] if f["code"] == "RayTooOld"]
+        assert {(f["severity"], f["path"]) for f in found} == {
+            ("error", "spec.roles[0].local.python"), ("error", "spec.roles[1].local.python")}, found
+        assert all("Ray 2.47" in f["message"] for f in found)
+        assert srv.http.get("/api/v1/jobs").json()["items"] == []  # nothing was stored
 
 
 RUN_SCRIPT = (

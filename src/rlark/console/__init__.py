@@ -38,13 +38,15 @@ def mount_console(app: FastAPI) -> None:
 
     from rlark.console.admin import router as admin_router
     from rlark.console.auth_pages import router as auth_router
-    from rlark.console.routes import error_page, failure_page, http_error_page
-    from rlark.console.routes import router
+    from rlark.console.error_pages import error_page, failure_page, http_error_page
+    from rlark.console.jobs_pages import router as jobs_router
     from rlark.console.secrets_page import router as secrets_router
+    from rlark.console.wizard_pages import router as wizard_router
     from rlark.services.errors import ServiceError
 
     app.include_router(auth_router)
-    app.include_router(router)
+    app.include_router(jobs_router)
+    app.include_router(wizard_router)
     app.include_router(admin_router)
     app.include_router(secrets_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from rlark.api.security import Access, ProjectAccess, allow_admin, allow_project, allow_user
 from rlark.console.i18n import Translator
-from rlark.console.routes import (
+from rlark.console.pages import (
     _accepted_form,
     _flash,
     _int,

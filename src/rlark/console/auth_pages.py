@@ -3,7 +3,7 @@
 ``POST /login`` trades a user name and password, or an API token, for a console session
 (:meth:`AuthService.login`: audited, rate limited); the session's cookie is ``HttpOnly``,
 ``SameSite=Lax`` and ``Secure`` over TLS, and its CSRF token goes into every form the console
-renders (:func:`rlark.console.routes.csrf_ok` checks it).
+renders (:func:`rlark.console.pages.csrf_ok` checks it).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rlark.api.security import (
     allow_user,
 )
 from rlark.console.i18n import Translator
-from rlark.console.routes import (
+from rlark.console.pages import (
     _accepted_form,
     _flash,
     _form,

@@ -15,7 +15,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from rlark.api.security import ProjectAccess, allow_project
-from rlark.console.routes import _accepted_form, _flash, _redirect, _render, _text
+from rlark.console.pages import _accepted_form, _flash, _redirect, _render, _text
 from rlark.services.errors import ServiceError
 from rlark.services.secrets import SecretService
 from rlark.store import ProjectRole

@@ -5,16 +5,13 @@ The form keeps the text the user typed (``WizardState``: strings only), so every
 exactly that. :meth:`WizardState.to_document` turns it into a Job mapping; text that cannot be a
 number becomes a Finding with the field's spec path (the field is left out, so the rest of the
 document is still checked). The value rules are never repeated here: they are
-:func:`rlark.preflight.job.check_job` and :meth:`rlark.services.jobs.JobService.preflight`, reached
+:func:`rlark.preflight.check_job` and :meth:`rlark.services.jobs.JobService.preflight`, reached
 through the service.
 
 Steps: 1 name, labels and roles (with the head role); 2 each role's Worker settings; 3 the shared
 settings (run script, working dir, RLinf config, failure policy); 4 review (YAML, node ranks,
-every Finding of the preflight).
-
-Long because: the form of all four steps, its turning into a Job document and the placing of
-Findings on steps are one mapping in both directions, read and tested together
-(tests/test_console*.py).
+every Finding of the preflight). Which step a Finding belongs to: :mod:`.wizard_steps`; the
+review step's YAML and placement: :mod:`.wizard_review`.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from rlark.findings import Finding, Severity
+from rlark.findings import Finding
 from rlark.spec import API_VERSION, KIND, MAX_NAME_LENGTH
 
 STEPS = (1, 2, 3, 4)
@@ -489,69 +486,6 @@ class WizardState:
         return f"{base}-copy"
 
 
-# --- Findings per step ------------------------------------------------------------------------
-
-_ROLE_PATH = re.compile(r"^spec\.roles\[(\d+)\](.*)$")
-
-
-def step_of(f: Finding) -> int:
-    """The wizard step whose fields a Finding is about (4: none earlier)."""
-    p = f.path
-    if p == "$" or p.startswith("metadata") or p == "spec.headRole" or f.code == "NoRoles":
-        return 1
-    m = _ROLE_PATH.match(p)
-    if m:
-        return 1 if m.group(2) == ".name" else 2
-    if p == "spec.roles":
-        return 2
-    if p.startswith("spec."):
-        return 3
-    return 4
-
-
-def role_of(f: Finding) -> int | None:
-    m = _ROLE_PATH.match(f.path)
-    return int(m.group(1)) if m else None
-
-
-def field_of(f: Finding) -> str | None:
-    """The form field (or group of fields) a Finding is shown next to."""
-    p = f.path
-    fixed = {
-        "metadata.name": "name", "spec.headRole": "head", "spec.runScript": "runScript",
-        "spec.workingDir": "workingDir",
-        "spec.failurePolicy.joinTimeoutSeconds": "joinTimeout",
-        "spec.failurePolicy.prepareTimeoutSeconds": "prepareTimeout",
-        "spec.failurePolicy.unresponsiveTimeoutSeconds": "unresponsiveTimeout",
-        "spec.failurePolicy.maxRestarts": "maxRestarts",
-        "spec.terminationGracePeriodSeconds": "grace",
-    }
-    if p in fixed:
-        return fixed[p]
-    if p.startswith("metadata.labels"):
-        return "labels"
-    if p.startswith("spec.rlinf"):
-        return "rlinf"
-    m = _ROLE_PATH.match(p)
-    if not m:
-        return None
-    i, rest = m.group(1), m.group(2)
-    simple = {".name": "name", ".workers": "workers", ".image": "image",
-              ".resources.cpu": "cpu", ".resources.memory": "memory", ".resources.gpu": "gpu",
-              ".prepareScript": "prepare", ".local.python": "python"}
-    if rest in simple:
-        return f"role-{i}-{simple[rest]}"
-    for prefix, group in ((".env", "env"), (".mounts", "mounts"), (".nodeSelector", "selector"),
-                          (".resources.devices", "devices")):
-        if rest.startswith(prefix):
-            return f"role-{i}-{group}"
-    return None
-
-
-def blocking(findings: Iterable[Finding]) -> list[Finding]:
-    return [f for f in findings if f.severity == Severity.error]
-
-
 # --- helpers -------------------------------------------------------------------------------------
 
 
@@ -622,57 +556,3 @@ def _real(text: str, path: str, bad: list[Finding]) -> float | int | None:
                            hint="enter a number of seconds such as 300"))
         return None
     return int(v) if v.is_integer() and math.isfinite(v) else v
-
-
-# --- the review step ---------------------------------------------------------------------------------
-
-
-def preview_yaml(data: Any) -> str:
-    """YAML of a Job for people to read (:func:`rlark.spec.dump_yaml`'s style), no line ever
-    folded: a long run script or image stays on its line (the preview scrolls)."""
-    import yaml
-
-    from rlark.spec import _BlockDumper  # the style of dump_yaml, with another line width
-
-    return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, default_flow_style=False,
-                     allow_unicode=True, width=2**31 - 1)
-
-
-def yaml_preview(st: "WizardState", stored: dict[str, Any], shown: dict[str, Any]) -> tuple[str, bool]:
-    """What the review step shows and whether it is the Job file itself: the file the wizard
-    was started from, comments and all, while ``stored`` (the Job the form describes, as it
-    would be stored) is what that file describes; else ``shown`` (what the Job sets) as
-    :func:`preview_yaml` writes it."""
-    if st.source:
-        from rlark.preflight.job import check_document
-        from rlark.spec import SpecSyntaxError, job_to_dict, load_document, resolve_document_paths
-
-        try:
-            doc = load_document(st.source)
-            if st.source_base and isinstance(doc, dict):
-                doc = resolve_document_paths(doc, st.source_base)
-        except SpecSyntaxError:
-            doc = None
-        job, _ = check_document(doc) if isinstance(doc, dict) else (None, [])
-        if job is not None and job_to_dict(job) == stored:
-            return st.source, True
-    return preview_yaml(shown), False
-
-
-def placement_rows(placement: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """One row per RLinf component of :meth:`rlark.services.jobs.JobService.placement`:
-    ``{"component", "node_group", "node_ranks" (text: "0-2"), "roles" (the Job's roles that
-    hold those ranks), "processes", "resource"}``."""
-    from rlark.rlinf_config.ranks import format_ranks
-
-    if not placement:
-        return []
-    role_of = {n["node_rank"]: n.get("role") for n in placement.get("nodes") or []}
-    rows = []
-    for name, c in (placement.get("components") or {}).items():
-        ranks = list(c.get("node_ranks") or [])
-        rows.append({"component": name, "node_group": c.get("node_group") or "",
-                     "node_ranks": format_ranks(ranks),
-                     "roles": sorted({role_of[r] for r in ranks if role_of.get(r)}),
-                     "processes": c.get("processes"), "resource": c.get("resource") or ""})
-    return rows

@@ -1,5 +1,10 @@
 """The ``cluster:`` section of an RLinf config, read the way RLinf 0.3.0 reads it.
 
+Long because: it mirrors RLinf's own parser of the section (``ClusterConfig`` and its node
+group, environment, hardware and robot configs) and its placement rules check for check, and a
+differential test (tests/test_rlinf_differential.py) holds it to RLinf's verdicts;
+split, the copy would no longer read side by side with the code it follows.
+
 Two layers, both pure (plain Python data in, dataclasses and Findings out):
 
 * :func:`parse_cluster` is RLark's own re-implementation of
@@ -28,10 +33,6 @@ Facts these functions encode (RLinf 0.3.0):
   order; several groups (``node_group: "a,b"``) are numbered one after the other.
 * A YAML list is not a list to RLinf where it calls ``str()`` (``node_ranks: [0, 1]``,
   ``node_group: [a, b]``): write ``"0,1"`` / ``"a,b"``.
-
-Long because: it mirrors RLinf's own parser (``ClusterConfig.from_dict_cfg`` and its node-group,
-hardware and placement configs) function for function, so it is differential-tested against RLinf
-(tests/test_rlinf_differential.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """Rendering a Run as Kubernetes objects (pure: no I/O except building the bootstrap archive once).
 
+Long because: one pure builder per object kind a Run is made of (ConfigMap, Secrets, Service,
+NetworkPolicy, claims, Pods) with the names and labels they share; each builder is short, and
+:func:`render_run` puts them together in one place a reviewer reads against the API reference.
+
 One Run is: a ConfigMap carrying the bootstrap archive (``rlark.bootstrap.archive``; the Run's
 *owner*: every other object
 points at it with an ownerReference when its uid is known, so deleting it removes the Run), a
@@ -40,10 +44,6 @@ and .../ray-core/internals/token-authentication.html): with ``RAY_AUTH_MODE=toke
 environment of every node and driver of a cluster, Ray's GCS, dashboard and other control-plane
 services take only requests that carry the token, read from ``RAY_AUTH_TOKEN`` first (KubeRay
 sets that variable from a Secret with ``valueFrom.secretKeyRef`` too). An older Ray ignores both.
-
-Long because: every object of a Run is rendered here from one :class:`RenderOptions`, as pure
-builders tested without I/O; the Pod's parts (volumes, env, security context, Ray's secret) refer
-to each other by name.
 """
 
 from __future__ import annotations
