@@ -1,5 +1,5 @@
 """The shape of src/rlark holds: layers point down only, the Runtime protocol is the one seam,
-the top of the package stays small and a long module says why it is long.
+and the top of the package stays small (a long module says why: tests/test_module_size.py).
 
 The import contracts live in pyproject.toml (``[tool.importlinter]``) and are checked here with
 import-linter, on the real package and on a copy with one import pointing up (so the contracts
