@@ -118,7 +118,7 @@ def main() -> int:
     from fastapi.testclient import TestClient
 
     from rlark import settings
-    from rlark.api.app import create_app
+    from rlark.server import create_app
     from rlark.services.jobs import JobService
     from rlark.store import Store
 

@@ -44,9 +44,9 @@ from rlark.bootstrap.ray_node import LABEL_RANK, LABEL_RUN, build_ray_start_comm
 from rlark.controller.loop import Controller
 from rlark.ranks import plan_workers
 from rlark.runtimes.base import local_block_size, local_worker_ports, ray_resources
-from rlark.runtimes.local import LocalRuntime, use_pid_namespace
-from rlark.runtimes.local_ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
-from rlark.runtimes.local_reservations import Reservations
+from rlark.runtimes.local.runtime import LocalRuntime, use_pid_namespace
+from rlark.runtimes.local.ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
+from rlark.runtimes.local.reservations import Reservations
 from rlark.services.jobs import JobService
 from rlark.spec import load_job
 from rlark.store import Store

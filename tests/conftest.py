@@ -72,7 +72,7 @@ def rlark_home(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def _workers_may_read_the_tests_files(tmp_path_factory):
-    """Workers of local Runs run under a uid of their own (a root server: runtimes/local_identity)
+    """Workers of local Runs run under a uid of their own (a root server: runtimes/local/identity)
     and are given only what other users of the machine may read, or what lies under the roots the
     server's administrator allows (``--worker-read-path``). The tests' working directories lie
     under pytest's own temporary directory (mode 0700) and the Ray matrix's environments under

@@ -24,8 +24,8 @@ import psutil
 
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.base import LaunchSpec, WorkerPlace, WorkerRef
-from rlark.runtimes.local import LocalRuntime
-from rlark.runtimes.local_reservations import Reservations
+from rlark.runtimes.local.runtime import LocalRuntime
+from rlark.runtimes.local.reservations import Reservations
 from rlark.spec import Job
 
 RUN_UID = "isotest"

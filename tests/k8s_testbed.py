@@ -778,7 +778,7 @@ class RlarkOnK8s:
 
         from rlark.controller.loop import Controller
         from rlark.runtimes.kubernetes.client import KubeClient
-        from rlark import settings
+        from rlark.runtimes.kubernetes import settings as k8s_settings
         from rlark.runtimes.kubernetes.runtime import KubernetesRuntime, read_secret_info
         from rlark.runtimes.kubernetes.status import StatusPolicy
         from rlark.secretbox import SecretBox
@@ -791,7 +791,7 @@ class RlarkOnK8s:
         self._closed = False
         self.policy = policy or StatusPolicy(image_pull_grace_seconds=1.0, mount_grace_seconds=1.0,
                                              pending_timeout_seconds=2.0)
-        self.pod_policy = pod_policy or settings.k8s_pod_policy()
+        self.pod_policy = pod_policy or k8s_settings.pod_policy()
         self.kube = kube or KubeClient(tb.core_v1(), namespace)
         self.store = Store(f"sqlite:///{home / 'rlark.db'}")
         with self.store.session() as s:

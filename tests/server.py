@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from rlark.runtimes.local_ports import UNIT, block_size, can_bind
+from rlark.runtimes.local.ports import UNIT, block_size, can_bind
 
 TERMINAL = {"Succeeded", "Failed", "Stopped"}
 _RAY_TMP_DIRS: list[Path] = []
@@ -59,7 +59,7 @@ class ThreadedServer:
         import uvicorn
 
         from rlark.cli import credentials
-        from rlark.api.app import create_app
+        from rlark.server import create_app
         from tests.access import admin_token
 
         self.port = free_port()

@@ -39,7 +39,7 @@ import pytest
 from fastapi import APIRouter, FastAPI
 from sqlalchemy import text, update
 
-from rlark.api.app import create_app
+from rlark.server import create_app
 from rlark.secretbox import SecretBox, new_key
 from rlark.services.secrets import SecretService
 from rlark.api.security import (
@@ -309,7 +309,7 @@ def test_an_app_with_a_route_without_a_rule_is_refused(monkeypatch):
     assert "/api/v1/ruled" not in str(info.value)
 
     # ... and added to RLark's own app: create_app refuses to build it
-    import rlark.api.app as app_module
+    import rlark.server as app_module
 
     real_mount = app_module.mount_console
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rlark.runtimes.local import LocalRuntime
-from rlark.runtimes.local_reservations import Reservations
+from rlark.runtimes.local.runtime import LocalRuntime
+from rlark.runtimes.local.reservations import Reservations
 from tests.k8s_testbed import wait_for
 from tests.server import RlarkServer, assert_nothing_left, ray_tmp_dir
 from tests.test_local_runtime import exchange_dir, job_yaml

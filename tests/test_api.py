@@ -20,7 +20,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy import select
 
 from rlark import __version__, settings
-from rlark.api.app import create_app
+from rlark.server import create_app
 from rlark.services.jobs import JobService
 from rlark.spec import json_schema
 from rlark.store import Base, EventRow, JobRow, RunRow, Store, TokenRow, WorkerRow
@@ -325,7 +325,7 @@ ALIAS_BOMB_CHILD = textwrap.dedent(
     import os, resource, sys
     assert os.environ["RLARK_HOME"]  # the test's own (rlark_home), removed with its tmp_path
     from fastapi.testclient import TestClient
-    from rlark.api.app import create_app
+    from rlark.server import create_app
     from rlark.services.jobs import JobService
     from rlark.store import Store
     from tests.access import admin_token, api_client

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from schemathesis.generation.modes import GenerationMode
 
-from rlark.api.app import create_app
+from rlark.server import create_app
 from rlark.services.accounts import AccountService
 from rlark.services.auth import OPEN_PRINCIPAL, AuthService
 from rlark.services.jobs import JobService

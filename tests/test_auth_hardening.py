@@ -30,7 +30,7 @@ PASSWORD = "a-long-enough-password"
 
 @pytest.fixture
 def app_store(rlark_home):
-    from rlark.api.app import create_app
+    from rlark.server import create_app
 
     store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
     app = create_app(JobService(store))

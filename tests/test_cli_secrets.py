@@ -52,7 +52,7 @@ def test_values_go_in_from_stdin_arguments_and_files_and_never_come_out(server, 
                                      ["-", "entity", "set"]]
     assert [k["key"] for k in json.loads(got.stdout)["keys"]] == ["api_key", "entity"]
     # what was sealed is what was given: the trailing line break of stdin dropped
-    from rlark.services.secrets import open_refs
+    from rlark.store.secrets import open_refs
 
     with server.store.session() as s:
         values = open_refs(s, 1, [("wandb", "api_key"), ("wandb", "entity"), ("gcp", "sa.json")],

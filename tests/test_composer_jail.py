@@ -15,8 +15,8 @@ import os
 import pytest
 
 from rlark.rlinf_config import isolated
-from rlark.runtimes.local import LocalRuntime
-from rlark.runtimes.local_identity import DEFAULT_RANGE, Identity, UidRange
+from rlark.runtimes.local.runtime import LocalRuntime
+from rlark.runtimes.local.identity import DEFAULT_RANGE, Identity, UidRange
 
 
 @pytest.fixture

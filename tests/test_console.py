@@ -60,7 +60,7 @@ def service(rlark_home):
 
 @pytest.fixture
 def client(service):
-    from rlark.api.app import create_app
+    from rlark.server import create_app
 
     with api_client(create_app(service), admin_token(service.store), follow_redirects=False) as c:
         yield c
@@ -791,7 +791,7 @@ def test_nodes_page_shows_this_machine_minus_active_jobs(client, service):
 
 
 def test_nodes_page_lists_a_kubernetes_inventory(rlark_home):
-    from rlark.api.app import create_app
+    from rlark.server import create_app
     from rlark.services.jobs import JobService
     from rlark.store import Store
     from tests.test_k8s_capacity import four_node_inventory
@@ -835,7 +835,7 @@ def test_nodes_page_survives_odd_stored_specs_odd_quantities_and_a_failing_inven
         client, service, rlark_home):
     from sqlalchemy import select as sql_select
 
-    from rlark.api.app import create_app
+    from rlark.server import create_app
     from rlark.runtimes.kubernetes.capacity import parse_nodes
     from rlark.services.jobs import JobService
     from rlark.store import RunRow, Store

@@ -38,7 +38,7 @@ def service(rlark_home):
 
 @pytest.fixture
 def app(service):
-    from rlark.api.app import create_app
+    from rlark.server import create_app
 
     return create_app(service)
 
@@ -154,7 +154,7 @@ def _cookie_attrs(set_cookie: str) -> set[str]:
 
 
 def test_session_cookie_flags_over_http_and_https(service, admin):
-    from rlark.api.app import create_app
+    from rlark.server import create_app
 
     app = create_app(service)
     r = post(browser(app), "/login", {"token": admin})
@@ -298,7 +298,7 @@ def _post_forms(html: str) -> list[dict]:
 
 
 def test_without_authentication_forms_need_no_token_but_other_sites_are_still_refused(service):
-    from rlark.api.app import create_app
+    from rlark.server import create_app
 
     app = create_app(service, policy=SecurityPolicy(auth=False))
     c = browser(app)

@@ -159,7 +159,7 @@ def test_every_preflight_finding_is_in_the_catalog_in_both_languages():
 
 
 def test_local_runtime_findings_are_translated():
-    from rlark.preflight import check_for_local_runtime
+    from rlark.runtimes.local.preflight import check_for_local_runtime
     from rlark.spec import load_job
 
     doc = yaml.safe_load(job_doc("local"))
@@ -316,7 +316,7 @@ def test_every_finding_code_the_server_makes_is_in_the_catalog():
 
 def _job(**role):
     """A one-role Job with ``role``'s fields, and every Finding of the spec's own checks."""
-    from rlark.preflight import check_document
+    from rlark.preflight.job import check_document
 
     data = {"apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": "zh"},
             "spec": {"headRole": "head", "runScript": "true",
@@ -334,9 +334,9 @@ def _all_chinese(findings, names=frozenset({"zh", "head"})) -> set[str]:
 
 
 def test_findings_of_resources_secrets_and_the_local_runtime_in_chinese(tmp_path):
-    from rlark.runtimes.local import LocalRuntime
-    from rlark.runtimes.local_identity import DEFAULT_RANGE, Identity, UidRange, many_users_message
-    from rlark.runtimes.local_sandbox import access_problem
+    from rlark.runtimes.local.runtime import LocalRuntime
+    from rlark.runtimes.local.identity import DEFAULT_RANGE, Identity, UidRange, many_users_message
+    from rlark.runtimes.local.sandbox import access_problem
 
     seen: set[str] = set()
     for role in ({"resources": {"cpu": 4, "memory": "1Gi", "objectStoreMemory": "1Gi"},
@@ -578,7 +578,7 @@ def test_record_check_items_and_evidence_in_chinese():
     import copy
 
     from rlark.record.build import build_record
-    from rlark.services.records import record_condition
+    from rlark.record.finish import record_condition
     from tests.test_record_v2 import COMPOSED, PROBES, facts, rows
 
     other = facts(2, "pool", packages=("ray==2.60.0", "rlinf==0.3.1"))

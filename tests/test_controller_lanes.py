@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from rlark.controller.loop import Controller
-from rlark.runtimes.local import LocalRuntime
+from rlark.runtimes.local.runtime import LocalRuntime
 from rlark.services.jobs import JobService
 from rlark.store import EventRow, JobRow, Store
 from tests.k8s_testbed import wait_for

@@ -14,8 +14,9 @@ import threading
 import pytest
 from sqlalchemy import select, text
 
-from rlark.controller.loop import Controller, end_read
-from rlark.runtimes.local import LocalRuntime
+from rlark.controller.loop import Controller
+from rlark.controller.rows import end_read
+from rlark.runtimes.local.runtime import LocalRuntime
 from rlark.services.jobs import JobService
 from rlark.store import JobRow, Store
 from tests.k8s_testbed import wait_for

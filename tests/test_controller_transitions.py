@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from rlark.controller.loop import Controller
 from rlark.controller.phases import Transition
-from rlark.runtimes.local import LocalRuntime
+from rlark.runtimes.local.runtime import LocalRuntime
 from rlark.services.jobs import JobService
 from rlark.store import EventRow, RunRow, Store
 from tests.test_local_runtime import job_yaml

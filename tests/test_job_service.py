@@ -580,7 +580,7 @@ def test_changes_name_their_actor_in_events_and_audit(svc, store):
 
 
 def test_local_node_subtracts_active_requests_and_never_goes_below_zero():
-    from rlark.services.jobs import local_node
+    from rlark.runtimes.local.profile import local_node
 
     host = {"cpu": 8, "memory": 16 * 1024**3, "gpu": 1}
     node = local_node("box", host, [{"cpu": 3.0, "memory": 4 * 1024**3, "gpu": 0},

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import pytest
 
-from rlark.api.app import create_app
+from rlark.server import create_app
 from rlark.findings import Severity
 from rlark.runtimes.kubernetes.capacity import (
     check_capacity,

@@ -14,9 +14,9 @@ import copy
 
 import pytest
 
-from rlark import settings
 from rlark.findings import has_errors
 from rlark.runtimes.kubernetes import render
+from rlark.runtimes.kubernetes import settings as k8s_settings
 from rlark.runtimes.kubernetes.podpolicy import (PodPolicy, PolicyDenied, check_pod_policy,
                                                  normalise_host_path, system_path)
 from rlark.runtimes.kubernetes.preflight import check_for_kubernetes, check_name_collisions
@@ -164,23 +164,23 @@ def test_render_refuses_a_host_path_preflight_would_have_refused():
 def test_the_server_refuses_a_host_path_prefix_that_would_expose_the_system(prefix, monkeypatch):
     monkeypatch.setenv("RLARK_K8S_HOST_PATH_PREFIXES", f"/data,{prefix}")
     with pytest.raises(ValueError, match="RLARK_K8S_HOST_PATH_PREFIXES"):
-        settings.k8s_pod_policy()
+        k8s_settings.pod_policy()
 
 
 def test_the_policy_from_the_servers_settings(monkeypatch):
-    assert settings.k8s_pod_policy() == PodPolicy()  # nothing allowed by default
+    assert k8s_settings.pod_policy() == PodPolicy()  # nothing allowed by default
     monkeypatch.setenv("RLARK_K8S_HOST_PATH_PREFIXES", "/data/, //scratch")
     monkeypatch.setenv("RLARK_K8S_SERVICE_ACCOUNTS", "rl-worker")
     monkeypatch.setenv("RLARK_K8S_ALLOW_ROOT", "1")
     monkeypatch.setenv("RLARK_K8S_RUN_AS_USER", "2000")
-    assert settings.k8s_pod_policy() == PodPolicy(allow_root=True, host_path_prefixes=("/data", "/scratch"),
+    assert k8s_settings.pod_policy() == PodPolicy(allow_root=True, host_path_prefixes=("/data", "/scratch"),
                                                   service_accounts=("rl-worker",), run_as_user=2000)
     for var, value in (("RLARK_K8S_SERVICE_ACCOUNTS", "Not A Name"), ("RLARK_K8S_ALLOW_ROOT", "maybe"),
                        ("RLARK_K8S_RUN_AS_USER", "0")):
         with monkeypatch.context() as m:
             m.setenv(var, value)
             with pytest.raises(ValueError, match=var):
-                settings.k8s_pod_policy()
+                k8s_settings.pod_policy()
 
 
 def test_system_paths_are_judged_after_normalising():
@@ -379,7 +379,7 @@ def test_the_allow_lists_from_the_servers_settings(monkeypatch):
     monkeypatch.setenv("RLARK_K8S_CSI_DRIVERS", "gcsfuse.csi.storage.gke.io, s3.csi.aws.com")
     monkeypatch.setenv("RLARK_K8S_STORAGE_CLASSES", "csi-s3")
     monkeypatch.setenv("RLARK_K8S_TOLERATIONS", "nvidia.com/gpu:NoSchedule,pool=rl,*")
-    policy = settings.k8s_pod_policy()
+    policy = k8s_settings.pod_policy()
     assert policy.csi_drivers == ("gcsfuse.csi.storage.gke.io", "s3.csi.aws.com")
     assert policy.storage_classes == ("csi-s3",)
     assert [str(r) for r in policy.tolerations] == ["nvidia.com/gpu:NoSchedule", "pool=rl", "*"]
@@ -389,7 +389,7 @@ def test_the_allow_lists_from_the_servers_settings(monkeypatch):
         with monkeypatch.context() as m:
             m.setenv(var, value)
             with pytest.raises(ValueError, match=var):
-                settings.k8s_pod_policy()
+                k8s_settings.pod_policy()
 
 
 def test_the_allow_lists_are_part_of_the_kubernetes_preflight():

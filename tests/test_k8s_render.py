@@ -11,7 +11,7 @@ import yaml
 from rlark.bootstrap import archive
 from rlark.bootstrap.config import BootstrapConfig
 from rlark.findings import has_errors
-from rlark.preflight import check_job
+from rlark.preflight.job import check_job
 from rlark.ranks import plan_workers
 from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.podpolicy import PodPolicy

@@ -322,7 +322,7 @@ def test_the_keeper_reaches_paths_without_following_links(tmp_path):
 
 def test_root_makes_and_gives_a_workers_directory_but_never_through_a_link(tmp_path):
     from rlark.runtimes.base import LaunchRefused
-    from rlark.runtimes.local import make_dir
+    from rlark.runtimes.local.runtime import make_dir
 
     target = tmp_path / "outside"
     target.mkdir(mode=0o755)

@@ -123,7 +123,7 @@ def test_a_controller_whose_gate_is_closed_neither_acts_nor_writes(rlark_home):
     """``may_act`` (the elector's ``is_leader``) is asked before a pass: closed, a pass adopts
     nothing, changes no Run and writes no heartbeat; open, the same pass acts."""
     from rlark.controller.loop import Controller
-    from rlark.runtimes.local import LocalRuntime
+    from rlark.runtimes.local.runtime import LocalRuntime
     from rlark.services.jobs import JobService
     from rlark.store import ControllerStateRow, Store
 

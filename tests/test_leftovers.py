@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rlark.runtimes.local import use_pid_namespace
+from rlark.runtimes.local.runtime import use_pid_namespace
 from tests.server import RlarkServer, assert_nothing_left, ray_tmp_dir, run_processes
 from tests.test_local_isolation import AS_USER, NOBODY
 

@@ -117,7 +117,7 @@ def test_with_tail():
 def test_a_log_left_at_a_new_workers_path_is_set_aside_not_read(tmp_path):
     """A store made again on an old $RLARK_HOME gives a new Run the path of an old Run's log: its
     lines (an old "stopped", an old exit) must not become the new Worker's."""
-    from rlark.controller.loop import set_aside_stale_log
+    from rlark.controller.launch import set_aside_stale_log
 
     log = tmp_path / "job" / "1" / "job-head-0.log"
     log.parent.mkdir(parents=True)

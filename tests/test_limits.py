@@ -24,7 +24,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from rlark.api.app import create_app
+from rlark.server import create_app
 from rlark.bootstrap.lifecycle import EVENT_PREFIX
 from rlark.controller.lifecycle import read_new_events
 from rlark.loglines import CUT_MARK, MAX_LINE_BYTES, LineSplitter

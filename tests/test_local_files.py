@@ -9,7 +9,7 @@ import os
 import pytest
 
 from rlark import settings
-from rlark.runtimes.local_reservations import Reservations
+from rlark.runtimes.local.reservations import Reservations
 
 
 @pytest.fixture

@@ -27,8 +27,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rlark.runtimes import local_isolation as iso
-from rlark.runtimes.local_isolation import Mode
+from rlark.runtimes.local import isolation as iso
+from rlark.runtimes.local.isolation import Mode
 
 REPO = Path(__file__).resolve().parent.parent
 NOBODY = 65534
@@ -259,7 +259,7 @@ def test_a_mode_that_cannot_be_given_stops_the_server_with_the_reason(box):
     _require_root()
     done = subprocess.run(
         ["setpriv", "--bounding-set", "-sys_admin", "--inh-caps", "-sys_admin", "--",
-         sys.executable, "-c", "from rlark.runtimes.local import LocalRuntime; LocalRuntime()"],
+         sys.executable, "-c", "from rlark.runtimes.local.runtime import LocalRuntime; LocalRuntime()"],
         cwd=REPO, env={**os.environ, "RLARK_WORKER_ISOLATION": "pid-namespace"},
         capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
@@ -416,7 +416,7 @@ def test_choose_takes_the_strongest_that_works_and_refuses_the_impossible():
 
 
 def test_no_isolation_at_all_refuses_local_workers_and_names_the_ways_out():
-    from rlark.runtimes.local import LocalRuntime
+    from rlark.runtimes.local.runtime import LocalRuntime
 
     none = iso.Isolation(mode=None, probes={"pid-namespace": "no", "cgroup": "no", "user-namespace": "no"})
     with pytest.raises(ValueError) as exc:

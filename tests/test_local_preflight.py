@@ -1,4 +1,4 @@
-"""What the local runtime cannot honour is reported at submit (preflight.check_for_local_runtime)."""
+"""What the local runtime cannot honour is reported at submit (runtimes/local/preflight.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from rlark.preflight import check_for_local_runtime
+from rlark.runtimes.local.preflight import check_for_local_runtime
 from rlark.services.errors import Invalid
 from rlark.services.jobs import JobService
 from rlark.spec import parse_job
@@ -50,8 +50,8 @@ def test_local_runtime_accepts(extra):
 
 
 def test_hostpath_mounts_are_bound_for_workers_with_their_own_uid_only(tmp_path):
-    from rlark.runtimes.local import LocalRuntime
-    from rlark.runtimes.local_identity import DEFAULT_RANGE, Identity, UidRange
+    from rlark.runtimes.local.runtime import LocalRuntime
+    from rlark.runtimes.local.identity import DEFAULT_RANGE, Identity, UidRange
 
     shared, private = tmp_path / "shared", tmp_path / "private"
     shared.mkdir(mode=0o777)
@@ -88,8 +88,8 @@ def test_a_path_workers_may_not_see_is_never_said_to_exist_or_not(rlark_home, tm
     enter exists must not show in its answer, or a member maps other projects' Jobs (their log
     directories) and /root through submit (found by an attack pass). The Workers' own rule says
     why the path cannot be given instead."""
-    from rlark.runtimes.local import LocalRuntime
-    from rlark.runtimes.local_identity import DEFAULT_RANGE, Identity, UidRange
+    from rlark.runtimes.local.runtime import LocalRuntime
+    from rlark.runtimes.local.identity import DEFAULT_RANGE, Identity, UidRange
 
     rt = LocalRuntime(identity=Identity("uid", uids=UidRange(*DEFAULT_RANGE)), read_paths=[])
     (rlark_home / "logs" / "other-project" / "their-job").mkdir(parents=True)

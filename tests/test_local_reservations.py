@@ -7,9 +7,9 @@ import sys
 
 from rlark.ranks import plan_workers
 from rlark.runtimes.base import Taken, WorkerRef
-from rlark.runtimes.local import LocalRuntime
-from rlark.runtimes.local_ports import UNIT
-from rlark.runtimes.local_reservations import Reservations
+from rlark.runtimes.local.runtime import LocalRuntime
+from rlark.runtimes.local.ports import UNIT
+from rlark.runtimes.local.reservations import Reservations
 from rlark.spec import parse_job
 
 
@@ -51,7 +51,7 @@ def test_two_runtimes_sharing_a_lock_dir_get_disjoint_places(tmp_path, rlark_hom
 def test_a_reservation_held_by_another_process_is_respected(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from rlark.runtimes.local_reservations import Reservations; "
+         "import sys, time; from rlark.runtimes.local.reservations import Reservations; "
          f"r = Reservations({str(tmp_path)!r}); assert r.try_reserve('ports', 20000); "
          "print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)

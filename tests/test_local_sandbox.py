@@ -1,6 +1,6 @@
 """Who a local Worker runs as and what it may see (pure): the uid range and its allocation, the
 choice of identity, which paths may be given to a Worker, and the mount plan its keeper builds
-(runtimes/local_identity.py, runtimes/local_sandbox.py). A file system is a table of modes."""
+(runtimes/local/identity.py, runtimes/local/sandbox.py). A file system is a table of modes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import stat
 
 import pytest
 
-from rlark.runtimes.local import installed_version
-from rlark.runtimes.local_identity import DEFAULT_RANGE, UidRange, candidates, choose
-from rlark.runtimes.local_sandbox import (SandboxPlanError, access_problem, blocking_dir, plan,
+from rlark.runtimes.local.runtime import installed_version
+from rlark.runtimes.local.identity import DEFAULT_RANGE, UidRange, candidates, choose
+from rlark.runtimes.local.sandbox import (SandboxPlanError, access_problem, blocking_dir, plan,
                                           python_prefixes, readable_by_others, worker_dirs)
 
 DIR, FILE = stat.S_IFDIR, stat.S_IFREG
@@ -108,7 +108,7 @@ def test_what_may_be_given_to_a_worker(path, allowed, problem):
     ("/data/../etc", "'..'"), ("data", "not an absolute path"),
 ])
 def test_where_a_worker_may_mount(target, problem):
-    from rlark.runtimes.local_sandbox import mount_target_problem
+    from rlark.runtimes.local.sandbox import mount_target_problem
 
     got = mount_target_problem(target, "mountPath", rlark_home="/srv/rlark", own=["/srv/locks"])
     assert (got is None) if problem is None else (got is not None and problem in got), got

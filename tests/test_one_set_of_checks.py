@@ -195,7 +195,7 @@ def test_a_typo_gets_a_suggestion_and_no_false_relative_path(server, jobdir):
 @pytest.mark.parametrize("key, meant", [("worker", "workers"), ("workdir", "workingDir"),
                                         ("imgae", "image"), ("gpus", "gpu"), ("readonly", "readOnly")])
 def test_near_miss_field_names_are_suggested(key, meant):
-    from rlark.preflight import check_document
+    from rlark.preflight.job import check_document
 
     doc = yaml.safe_load(job_yaml("near"))
     where = {"worker": doc["spec"]["roles"][0], "workdir": doc["spec"],
@@ -212,7 +212,7 @@ def test_near_miss_field_names_are_suggested(key, meant):
 
 
 def test_an_unknown_field_far_from_any_name_gets_no_guess():
-    from rlark.preflight import check_document
+    from rlark.preflight.job import check_document
 
     doc = yaml.safe_load(job_yaml("far"))
     doc["spec"]["zebra"] = 1
@@ -364,7 +364,7 @@ def test_plurals(server, jobdir):
         """)
     file = jobdir / "single.yaml"
     file.write_text(one)
-    from rlark.preflight import check_for_local_runtime
+    from rlark.runtimes.local.preflight import check_for_local_runtime
     from rlark.spec import load_job
 
     job, _ = load_job(one)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from rlark.findings import Severity, has_errors
-from rlark.preflight import check_job, validate_document
+from rlark.preflight.job import check_job, validate_document
 from rlark.spec import load_job, parse_job
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4

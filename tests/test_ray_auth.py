@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import select
 
 from rlark.controller.loop import Controller
-from rlark.runtimes.local import LocalRuntime, ray_auth_env
-from rlark.runtimes.local_ports import port_layout
+from rlark.runtimes.local.runtime import LocalRuntime, ray_auth_env
+from rlark.runtimes.local.ports import port_layout
 from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
 from rlark.store import JobRow, RunRow, Store, WorkerRow

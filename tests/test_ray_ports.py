@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rlark.preflight import check_for_local_runtime, check_job
+from rlark.preflight.job import check_job
+from rlark.runtimes.local.preflight import check_for_local_runtime
 from rlark.spec import parse_job
 from tests.server import assert_nothing_left, serve
 

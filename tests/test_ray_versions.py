@@ -230,8 +230,8 @@ def _head_command(env: Path, tmp: str):
     """``ray start --head`` of ``env`` on a free loopback address and port block, reserved
     host-wide as the local runtime reserves them (other tests' Workers may run meanwhile).
     Returns (argv, GCS address, release)."""
-    from rlark.runtimes.local_ports import UNIT, can_bind, pick_loopback, pick_port_block, port_layout
-    from rlark.runtimes.local_reservations import Reservations
+    from rlark.runtimes.local.ports import UNIT, can_bind, pick_loopback, pick_port_block, port_layout
+    from rlark.runtimes.local.reservations import Reservations
 
     res = Reservations()
     used: set[str] = set()
@@ -267,7 +267,7 @@ def _head_command(env: Path, tmp: str):
 @pytest.mark.parametrize("python, ray", [("3.10", "2.47.1"), ("3.11", "2.60.0")],
                          ids=["py3.10-ray2.47.1", "py3.11-ray2.60.0"])
 def test_driver_node_table_lists_ranks_and_notices_a_dead_gcs(python, ray, tmp_path):
-    from rlark.runtimes.local import use_pid_namespace
+    from rlark.runtimes.local.runtime import use_pid_namespace
 
     env = env_for(python, ray)
     argv, address, release = _head_command(env, ray_tmp_dir())

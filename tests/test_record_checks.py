@@ -113,7 +113,7 @@ def test_the_server_hashes_the_files_the_heads_snapshot_lists(tmp_path):
     """``config_inputs`` finds the Hydra files as the head's ``config_snapshot`` does, so the two
     compare equal on the same directory; a link out of the config roots is never read."""
     from rlark.bootstrap.facts_config import config_snapshot
-    from rlark.services.records import config_inputs
+    from rlark.record.finish import config_inputs
 
     config = tmp_path / "config"
     (config / "sub").mkdir(parents=True)

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from rlark.record.checks import check_outputs
-from rlark.runtimes.local_sandbox import worker_dirs
-from rlark.services.records import HostView, host_view, look_at, probe_outputs
+from rlark.runtimes.local.sandbox import worker_dirs
+from rlark.runtimes.local.outputs import HostView, host_view, look_at
+from rlark.record.finish import probe_outputs
 
 DIRS = worker_dirs("/home/r/.rlark", "/tmp/rr", "u1", 2)
 MOUNTS = [("/srv/out", "/w/out"), ("/srv/data", "/data")]

@@ -12,13 +12,18 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from rlark import runtimes
 from rlark.record.build import RECORD_VERSION, build_record, run_script_overrides
 from rlark.record.export import render
 from rlark.record.checks import ITEMS, run_checks
 from rlark.rlinf_config.locations import back, find_locations, location_findings
-from rlark.services.records import record_condition
+from rlark.record.finish import record_condition
 from rlark.spec import job_to_dict, load_job
 from rlark.status import ConditionType, Reason
+
+#: what backs a path under no mount, as each runtime says
+LOCAL_FS = runtimes.profile("local").filesystem
+K8S_FS = runtimes.profile("kubernetes").filesystem
 
 CORPUS = Path("/work/shared/corpus/rlinf/examples")
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
@@ -73,28 +78,28 @@ def test_locations_of_real_rlinf_configs():
 
 
 def test_backing_on_kubernetes_and_local():
-    k8s = {x.key: x.to_dict() for x in back(find_locations(RESOLVED, "/w"), roles(), "kubernetes")}
+    k8s = {x.key: x.to_dict() for x in back(find_locations(RESOLVED, "/w"), roles(), K8S_FS)}
     assert k8s["runner.logger.log_path"]["byRole"]["head"]["mount"] == "ckpt"
     assert k8s["runner.logger.log_path"]["persistent"] is True
     assert k8s["runner.output_dir"]["byRole"]["pool"] == {
         "mount": None, "persistent": False, "why": "under no mount: the container's own filesystem"}
     assert k8s["data.train_data_paths[0]"]["byRole"]["head"]["readOnly"] is True
     assert k8s["data.train_data_paths[0]"]["byRole"]["pool"]["persistent"] is False
-    local = {x.key: x.to_dict() for x in back(find_locations(RESOLVED, "/w"), roles(), "local")}
+    local = {x.key: x.to_dict() for x in back(find_locations(RESOLVED, "/w"), roles(), LOCAL_FS)}
     assert local["runner.output_dir"]["persistent"] is True
     # the local runtime does not bind mounts: a hostPath backs what is under its *source*
     assert local["data.train_data_paths[0]"]["byRole"]["head"]["why"].startswith("local runtime")
 
 
 def test_output_not_persistent_is_a_preflight_warning_on_kubernetes_only():
-    found = location_findings(RESOLVED, roles(), "kubernetes", "/w")
+    found = location_findings(RESOLVED, roles(), K8S_FS, "/w")
     assert [(f.code, f.severity.value, f.path) for f in found] == [
         ("OutputNotPersistent", "warning", "runner.output_dir"),
         ("OutputNotPersistent", "warning", "env.eval.video_cfg.video_base_dir")]
     assert "lost when its Workers go" in found[0].message
     assert "override runner.output_dir" in found[0].hint
-    assert location_findings(RESOLVED, roles(), "local", "/w") == []
-    ro = location_findings({"runner": {"output_dir": "/data/out"}}, roles(), "kubernetes", "/w")
+    assert location_findings(RESOLVED, roles(), LOCAL_FS, "/w") == []
+    ro = location_findings({"runner": {"output_dir": "/data/out"}}, roles(), K8S_FS, "/w")
     assert [f.message for f in ro] == [
         "output path /data/out (runner.output_dir) is not on a persistent mount for role(s) pool; "
         "what the Run writes there is lost when its Workers go",
@@ -399,7 +404,7 @@ def test_the_json_schema_accepts_records_of_both_versions():
 def test_output_not_persistent_has_chinese_text():
     from rlark.console.messages import localize_finding
 
-    [f] = location_findings({"runner": {"output_dir": "/out"}}, roles(False)[:1], "kubernetes", "/w")
+    [f] = location_findings({"runner": {"output_dir": "/out"}}, roles(False)[:1], K8S_FS, "/w")
     message, hint = localize_finding(f.code, f.message, f.hint, "zh-CN")
     assert "持久挂载" in message and "/out" in message and "runner.output_dir" in hint
 
@@ -409,7 +414,7 @@ def test_output_not_persistent_has_chinese_text():
 
 @pytest.fixture
 def api(rlark_home):
-    from rlark.api.app import create_app
+    from rlark.server import create_app
     from rlark.services.jobs import JobService
     from rlark.store import Store
     from tests.access import admin_token, api_client

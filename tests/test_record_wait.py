@@ -9,11 +9,11 @@ import pytest
 from sqlalchemy import select
 
 from rlark.cli import jobs as cli
-from rlark.controller.loop import set_conditions
+from rlark.controller.rows import set_conditions
 from rlark.controller.phases import ConditionUpdate
 from rlark.record.build import build_record
 from rlark.services.jobs import JobService
-from rlark.services.records import record_condition
+from rlark.record.finish import record_condition
 from rlark.store import JobRow, RunRow
 from tests.test_api import job_yaml, set_run_state
 from tests.test_cli import serve_live

@@ -22,7 +22,7 @@ import re
 import pytest
 
 from rlark.findings import Severity, has_errors
-from rlark.preflight import check_job
+from rlark.preflight.job import check_job
 from rlark.ranks import plan_workers
 from rlark.rlinf_config.check import check_config
 from rlark.spec import parse_job

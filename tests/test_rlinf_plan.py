@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from rlark.findings import Severity, has_errors
-from rlark.preflight import check_job
+from rlark.preflight.job import check_job
 from rlark.ranks import plan_workers
 from rlark.rlinf_config.check import check_config
 from rlark.rlinf_config.cluster import parse_cluster, resolve_placements

@@ -17,7 +17,8 @@ import pytest
 import yaml
 from sqlalchemy import func, select
 
-from rlark.api.app import create_app
+from rlark import runtimes
+from rlark.server import create_app
 from rlark.services.errors import Invalid
 from rlark.services.jobs import JobService
 from rlark.spec import load_job, resolve_relative_paths
@@ -119,7 +120,8 @@ def test_a_config_that_is_not_here_is_a_warning_where_workers_have_an_image(proj
 
     job = load_job(job_yaml("elsewhere", config_dir="image-only/config",
                             working_dir=str(project)).encode())[0]
-    findings = preflight_job(job, runtime="kubernetes", roots=[str(project)])
+    findings = preflight_job(job, filesystem=runtimes.profile("kubernetes").filesystem,
+                             roots=[str(project)])
     assert rlinf_findings(findings) == [("RLinfConfigNotFound", "warning")]
     assert "only inside the image" in findings[0].message
 
@@ -373,7 +375,7 @@ def quickstart_with(config_name: str | None = None, script_name: str | None = No
     ("quickstart", "quickstrt", True),
 ])
 def test_config_name_and_run_script_are_compared(config_name, script_name, mismatch):
-    from rlark.preflight import validate_document
+    from rlark.preflight.job import validate_document
 
     _, findings = validate_document(quickstart_with(config_name, script_name))
     found = [f for f in findings if f.code == "RLinfConfigNameMismatch"]

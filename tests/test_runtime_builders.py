@@ -30,9 +30,9 @@ from rlark.runtimes.base import (
     taken_port_ranges,
     worker_ports,
 )
-from rlark.runtimes.local import keeper_argv, python_for, server_archive
-from rlark.runtimes.local_isolation import Mode
-from rlark.runtimes.local_ports import (
+from rlark.runtimes.local.runtime import keeper_argv, python_for, server_archive
+from rlark.runtimes.local.isolation import Mode
+from rlark.runtimes.local.ports import (
     LOOPBACK_FIRST,
     MAX_BLOCK_SIZE,
     PORT_RANGE_END,

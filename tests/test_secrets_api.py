@@ -16,7 +16,7 @@ import threading
 import pytest
 import yaml
 
-from rlark.api.app import create_app
+from rlark.server import create_app
 from rlark.services.jobs import JobService
 from rlark.store import SecretRow, Store
 from tests.access import admin_token, api_client, make_user

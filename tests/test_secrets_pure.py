@@ -15,11 +15,11 @@ import threading
 
 import pytest
 
-from rlark.preflight import check_job, looks_like_credential
+from rlark.preflight.job import check_job, looks_like_credential
 from rlark.ranks import plan_workers
 from rlark.runtimes.base import SecretMissing, bootstrap_env, secret_env
 from rlark.runtimes.kubernetes import render
-from rlark.runtimes.local import worker_environment
+from rlark.runtimes.local.runtime import worker_environment
 from rlark.secretbox import KEY_ENV, KEY_FILE_ENV, SecretBox, SecretKeyError, load_keys, new_key
 from rlark.services.secrets import MASK, mask_data, masker
 from rlark.spec import Job, dump_job, secret_refs

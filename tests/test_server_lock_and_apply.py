@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rlark.preflight import _host_capacity
+from rlark.runtimes.local.preflight import _host_capacity
 from rlark.services.errors import Invalid, NotFound
 from rlark.services.jobs import JobService
 from rlark.spec import parse_job

@@ -1,11 +1,15 @@
-"""Paths of a machine that no Job may touch: the system's own directories (pure).
+"""Paths of a machine that no Job may touch: the system's own directories (pure, but for
+:func:`system_dir`, which resolves links).
 
 One list for every runtime: a Kubernetes ``hostPath`` mount may not be, lie under, or hold one
 (runtimes/kubernetes/podpolicy.py), and a local Worker's ``mountPath`` may not lie in one
-(runtimes/local_sandbox.py).
+(runtimes/local/sandbox.py). A Job's ``workingDir`` that is a directory of the system as a whole
+(:func:`system_dir`) is never a root the server reads RLinf configs from.
 """
 
 from __future__ import annotations
+
+import os
 
 #: directories of a node a hostPath mount may never be, lie under, or hold: the node's own
 #: configuration, kernel interfaces, devices, runtime sockets (containerd, docker, the kubelet's),
@@ -45,3 +49,18 @@ def system_path(path: str) -> str | None:
         if within(path, sys_path) or within(sys_path, path):
             return sys_path
     return None
+
+
+#: directories of the system as a whole: a Job's workingDir that is one of them (or lies under
+#: those of :data:`SYSTEM_TREES`) never lets the composer read configs there
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/mnt",
+                         "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr",
+                         "/var"})
+SYSTEM_TREES = ("/boot", "/dev", "/etc", "/proc", "/run", "/sys")
+
+
+def system_dir(path: str) -> bool:
+    """Whether ``path`` (absolute) is, once symlinks and ``..`` are resolved, ``/``, one of
+    :data:`SYSTEM_DIRS`, or lies under one of :data:`SYSTEM_TREES`."""
+    real = os.path.realpath(path)
+    return real in SYSTEM_DIRS or any(real.startswith(t + "/") for t in SYSTEM_TREES)

@@ -6,17 +6,20 @@ import ipaddress
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
 from rlark import settings
 from rlark.cli import credentials
-from rlark.api.app import create_app
+from rlark.api.app import create_api
 from rlark.api.security import LOOPBACK_HOSTS, SecurityPolicy
+from rlark.console import mount_console
 from rlark.services.auth import AuthService
+from rlark import runtimes
 from rlark.controller.loop import Controller
-from rlark.runtimes.local import LocalRuntime
+from rlark.runtimes import RUNTIMES
+from rlark.runtimes.base import Opened
 from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
 from rlark.services.secrets import server_box
@@ -25,11 +28,7 @@ from rlark.store.lock import ControllerLock, owner_info
 
 if TYPE_CHECKING:  # imported where used: the local runtime never loads the Kubernetes client
     from rlark.controller.leader import Leadership
-    from rlark.runtimes.base import Runtime
-    from rlark.runtimes.kubernetes.namespaces import ProjectNamespaces
-    from rlark.runtimes.local_isolation import Isolation
 
-RUNTIMES = ("local", "kubernetes")
 log = logging.getLogger("rlark.server")
 
 
@@ -145,12 +144,12 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     the Lease ``rlark-controller`` in ``namespace`` reconciles (:mod:`rlark.controller.leader`).
     Kubernetes settings from the environment: ``RLARK_K8S_PENDING_TIMEOUT``,
     ``RLARK_K8S_IMAGE_PULL_GRACE``, ``RLARK_K8S_MOUNT_GRACE`` (seconds),
-    ``RLARK_K8S_RAY_DASHBOARD=1``, and the Worker Pod policy (:func:`rlark.settings.k8s_pod_policy`:
+    ``RLARK_K8S_RAY_DASHBOARD=1``, and the Worker Pod policy (:func:`rlark.runtimes.kubernetes.settings.pod_policy`:
     ``RLARK_K8S_ALLOW_ROOT``, ``RLARK_K8S_HOST_PATH_PREFIXES``, ``RLARK_K8S_SERVICE_ACCOUNTS``,
     ``RLARK_K8S_RUN_AS_USER``, ``RLARK_K8S_CSI_DRIVERS``, ``RLARK_K8S_STORAGE_CLASSES``,
     ``RLARK_K8S_TOLERATIONS``). No project may map to ``namespace`` itself (it holds RLark's
     own Secrets): a store with such a project is refused here. ``worker_isolation``: local runtime, how each Worker's
-    processes are kept together (default :func:`rlark.settings.worker_isolation`; probed once
+    processes are kept together (default :func:`rlark.runtimes.local.settings.worker_isolation`; probed once
     here, logged, and shown by ``GET /api/v1/server`` and ``rlark nodes``). ``quota_defaults``: the
     per-project quotas (:class:`rlark.services.quotas.Quotas`; default from the environment).
 
@@ -169,71 +168,24 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     settings.config_roots()  # unusable settings stop the start, not a later request
     settings.worker_env()
     composer_slots()
+    can_elect = runtimes.profile(runtime).leader_election
     if leader_elect is None:
-        leader_elect = runtime == "kubernetes"
-    if leader_elect and runtime != "kubernetes":
+        leader_elect = can_elect
+    if leader_elect and not can_elect:
         raise ValueError("--leader-elect needs --runtime kubernetes (the leader holds a Kubernetes "
                          "Lease); on the local runtime one server serves a store")
-    inventory = None
-    pod_policy = None
-    kube_secret_info = None
-    pending = None
     stores: list[Store] = []  # the store, once made: the runtimes read projects from it
-    first: Runtime  # the runtime of the (first) controller
-    k8s_first: ProjectNamespaces | None = None  # the same, on Kubernetes
-    local_first: LocalRuntime | None = None  # the same, on the local runtime
-    api_client = None
-    if runtime == "kubernetes":
-        from rlark.runtimes.kubernetes.client import KubeClient, KubeError
-        from rlark.runtimes.kubernetes.namespaces import ProjectNamespaces
-        from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
 
-        k8s_policy = settings.k8s_status_policy()
-        pending = k8s_policy.pending_timeout_seconds
-        dashboard = settings.k8s_ray_dashboard()
-        pod_policy = settings.k8s_pod_policy()
-        try:
-            kube = KubeClient.connect(namespace)
-        except KubeError as exc:
-            raise ValueError(str(exc)) from None
+    def projects_in(ns: str, server_ns: str) -> list[str]:
+        """The projects whose Runs go to namespace ``ns`` (whose Secrets labelled for them
+        their Jobs may name)."""
+        from rlark.services.accounts import projects_in_namespace
 
-        def projects_in(ns: str) -> list[str]:
-            """The projects whose Runs go to namespace ``ns`` (whose Secrets labelled for them
-            their Jobs may name)."""
-            from rlark.services.accounts import projects_in_namespace
+        with stores[0].session() as s:
+            return projects_in_namespace(s, ns, server_ns)
 
-            with stores[0].session() as s:
-                return projects_in_namespace(s, ns, kube.namespace)
-
-        def runtime_for(ns: str) -> KubernetesRuntime:
-            return KubernetesRuntime(kube=KubeClient(kube.api, ns), policy=k8s_policy,
-                                     ray_dashboard=dashboard, pod_policy=pod_policy,
-                                     secret_projects=lambda: projects_in(ns))
-
-        def namespaces() -> ProjectNamespaces:
-            """Every namespace's runtime (watches started: RBAC refusing them raises)."""
-            return ProjectNamespaces(runtime_for(kube.namespace), runtime_for)
-
-        try:  # every replica starts its watches, so RBAC refusing them shows at start
-            first = k8s_first = namespaces()
-        except KubeError as exc:
-            raise ValueError(str(exc)) from None
-        inventory = KubernetesRuntime(kube=kube, policy=k8s_policy, start=False).inventory
-        api_client = kube.api.api_client
-
-        def kube_secret_info(ns: str | None, name: str):
-            """The labels and key names of Kubernetes Secret ``name`` in ``ns`` (None: it does
-            not exist); its values are read by the API call and dropped there."""
-            from rlark.runtimes.kubernetes.runtime import read_secret_info
-
-            return read_secret_info(KubeClient(kube.api, ns or kube.namespace), name)
-    else:
-        settings.ray_tmp_root()
-        from rlark.runtimes.local import probed_isolation
-
-        first = local_first = LocalRuntime(isolation=probed_isolation(
-            worker_isolation or settings.worker_isolation(), settings.cgroup_parent()))
-        log_isolation(local_first.isolation)
+    opened = runtimes.open_runtime(runtime, namespace=namespace, worker_isolation=worker_isolation,
+                                   projects_in=projects_in)
     # the lock first, the migrations after: a second server on a store in use must change
     # nothing, not even the schema under the running server (a newer release's migrations)
     store = Store(database_url, migrate=False)
@@ -243,44 +195,30 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
         lock = ControllerLock(store.engine, owner_info(server_url), shared=leader_elect).acquire()
         store.migrate()
         box = server_box(store)  # before the controller: a Run must never launch without it
-        if k8s_first is not None:  # no project may run its Pods beside RLark's own Secrets
+        if opened.namespace is not None:  # no project may run its Pods beside RLark's own Secrets
             from rlark.services.accounts import check_projects_for
 
-            check_projects_for(store, k8s_first.namespace)
+            check_projects_for(store, opened.namespace)
     except BaseException:
         if lock is not None:
             lock.release()
-        if k8s_first is not None:
-            k8s_first.shutdown()
+        opened.shutdown(opened.runtime)
         store.dispose()
         raise
     stop_runs = settings.stop_runs_on_exit() if stop_runs_on_exit is None else stop_runs_on_exit
     controller: Any
-    if leader_elect and k8s_first is not None:
-        controller = _leadership(store, k8s_first, namespaces, api_client, k8s_first.namespace,
-                                 lock, stop_runs, box)
+    if leader_elect:
+        controller = _leadership(store, opened, lock, stop_runs, box)
     else:
         # acts only while this server holds the store's lock: a PostgreSQL restart takes the
         # lock away, and another server may have taken the store before this one gets it back
-        controller = Controller(store, first, on_shutdown=lock.release, stop_runs_on_exit=stop_runs,
-                                secret_box=box, may_act=lock.held)
+        controller = Controller(store, opened.runtime, on_shutdown=lock.release,
+                                stop_runs_on_exit=stop_runs, secret_box=box, may_act=lock.held)
     policy = policy or SecurityPolicy()
-    if local_first is not None:
-        local_first.serves_many = many_users(store, server_url, policy)
-        log_identity(local_first.identity)
-        from rlark.rlinf_config.isolated import set_jail
-
-        set_jail(local_first.composer_jail)  # the composer reads what the Workers may
-    service = JobService(store, controller.wake, runtime=runtime, inventory=inventory,
-                         pending_timeout=pending,
-                         namespace=k8s_first.namespace if k8s_first is not None else None,
-                         secret_box=box, kube_secret_info=kube_secret_info,
-                         isolation={**local_first.isolation.view(),
-                                    "identity": local_first.identity.view()}
-                         if local_first is not None else None,
-                         quota_defaults=quota_defaults, pod_policy=pod_policy,
-                         runtime_checks=local_first.preflight if local_first is not None else None,
-                         path_reachable=local_first.path_reachable if local_first is not None else None)
+    opened.started(many_users(store, server_url, policy))
+    service = JobService(store, controller.wake, runtime=runtime, namespace=opened.namespace,
+                         secret_box=box, isolation=opened.profile.isolation,
+                         quota_defaults=quota_defaults, profile=opened.profile)
     auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),
                        login_rate=os.environ.get("RLARK_LOGIN_RATE") or "10/5 minutes")
     if policy.auth:
@@ -288,9 +226,22 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     return create_app(service, controller, policy=policy, auth=auth, secret_box=box)
 
 
+def create_app(service: JobService, controller=None, *, policy: SecurityPolicy | None = None,
+               auth: AuthService | None = None, secret_box: SecretBox | None = None) -> FastAPI:
+    """The app ``rlark server`` serves: the API (:func:`rlark.api.app.create_api`, with the same
+    arguments) and the web console at ``/`` (:func:`rlark.console.mount_console`), both behind
+    the one request guard of :mod:`rlark.api.security`.
+
+    Raises:
+        RuntimeError: a route or page declares no access rule.
+    """
+    return create_api(service, controller, policy=policy, auth=auth, secret_box=secret_box,
+                      fronts=(mount_console,))
+
+
 def many_users(store: Store, server_url: str | None, policy: SecurityPolicy | None):
     """``() -> why this server serves more than one user, or None``, asked at every local launch
-    whose Workers would run as the server's own user (:mod:`rlark.runtimes.local_identity`):
+    whose Workers would run as the server's own user (:mod:`rlark.runtimes.local.identity`):
     it listens beyond loopback, or more than one user account is enabled."""
     from urllib.parse import urlsplit
 
@@ -312,33 +263,11 @@ def many_users(store: Store, server_url: str | None, policy: SecurityPolicy | No
     return check
 
 
-def log_identity(identity) -> None:
-    """Say at start who local Workers run as (loudly when it is the server's own user)."""
-    if identity.own_uid:
-        log.info("%s", identity.summary())
-        return
-    log.warning("!!! WORKERS RUN AS THIS SERVER'S OWN USER (--worker-identity %s)",
-                identity.requested)
-    log.warning("!!! %s", identity.summary())
-    log.warning("!!! a server that serves more than one user refuses local Jobs so (docs/security.md)")
-
-
-def log_isolation(isolation: Isolation) -> None:
-    """Say at start what isolation local Workers get (loudly when it is weak)."""
-    if isolation.strong:
-        log.info("%s", isolation.summary())
-        return
-    for line in (f"WEAK WORKER ISOLATION (--worker-isolation {isolation.requested}): a process",
-                 "a Worker starts that calls setsid() or drops its environment can outlive the",
-                 "Worker and its Run. " + isolation.summary()):
-        log.warning("!!! %s", line)
-
-
-def _leadership(store: Store, first: ProjectNamespaces, make_runtime: Callable[[], ProjectNamespaces],
-                api_client: Any, namespace: str, lock: ControllerLock, stop_runs: bool,
+def _leadership(store: Store, opened: Opened, lock: ControllerLock, stop_runs: bool,
                 box: SecretBox | None = None) -> Leadership:
     """The controller of a replica: a :class:`~rlark.controller.leader.Leadership` whose terms
-    are Controllers on a fresh runtime (``first`` for the first term: its watches already run).
+    are Controllers on a fresh runtime (``opened.runtime`` for the first term: its watches
+    already run).
 
     Raises:
         ValueError: RBAC forbids reading the Lease (the message names the rule).
@@ -346,17 +275,19 @@ def _leadership(store: Store, first: ProjectNamespaces, make_runtime: Callable[[
     from rlark.controller.leader import LeaderElector, LeaseClient, Leadership
     from rlark.runtimes.kubernetes.client import KubeError
 
-    elector = LeaderElector(LeaseClient(api_client, namespace))
+    assert opened.fresh is not None and opened.namespace is not None  # a runtime that can elect
+    make_runtime = opened.fresh
+    elector = LeaderElector(LeaseClient(opened.lease_api, opened.namespace))
     try:
         elector.check_access()
     except KubeError as exc:
         if exc.status in (401, 403):
-            first.shutdown()
+            opened.shutdown(opened.runtime)
             lock.release()
             store.dispose()
             raise ValueError(str(exc)) from None
         log.warning("%s; trying again", exc)  # an API server that does not answer yet
-    spare = [first]
+    spare = [opened.runtime]
 
     def make_term() -> Controller:
         rt = spare.pop() if spare else make_runtime()
@@ -366,7 +297,7 @@ def _leadership(store: Store, first: ProjectNamespaces, make_runtime: Callable[[
 
     def on_shutdown() -> None:
         for rt in spare:  # never led: its watches stop here
-            rt.shutdown()
+            opened.shutdown(rt)
         lock.release()
 
     log.info("leader election: this server is %s; Lease %s", elector.identity, elector.leases.where)

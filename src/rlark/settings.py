@@ -173,7 +173,7 @@ def stop_runs_on_exit() -> bool:
 
 def worker_env() -> list[str]:
     """Local runtime: names of the server's environment variables every Worker also gets, beyond
-    the fixed allow-list (:data:`rlark.runtimes.local.WORKER_ENV_NAMES`):
+    the fixed allow-list (:data:`rlark.runtimes.local.runtime.WORKER_ENV_NAMES`):
     ``$RLARK_WORKER_ENV``, comma-separated (``rlark server --worker-env NAME`` adds to it).
 
     Raises:
@@ -218,7 +218,7 @@ def positive_float_env(name: str, default: float) -> float:
     Raises:
         ValueError: set, but not a positive number.
     """
-    return _seconds(name, default, unit="")
+    return seconds_env(name, default, unit="")
 
 
 def positive_int_env(name: str, default: int) -> int:
@@ -239,7 +239,12 @@ def positive_int_env(name: str, default: int) -> int:
     return value
 
 
-def _seconds(name: str, default: float, unit: str = " of seconds") -> float:
+def seconds_env(name: str, default: float, unit: str = " of seconds") -> float:
+    """A positive number (of seconds) from the environment (``default`` when unset).
+
+    Raises:
+        ValueError: set, but not a positive number.
+    """
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -252,84 +257,11 @@ def _seconds(name: str, default: float, unit: str = " of seconds") -> float:
     return value
 
 
-def k8s_status_policy():
-    """Kubernetes runtime: how long Kubernetes may retry before RLark names a failure.
-
-    ``RLARK_K8S_PENDING_TIMEOUT`` (default 300 s; a Pod still unscheduled then fails the Run as
-    ``Unschedulable``; capped per Job at 0.9 x its joinTimeoutSeconds), ``RLARK_K8S_IMAGE_PULL_GRACE``
-    (30 s of ErrImagePull/ImagePullBackOff before ``ImagePull``), ``RLARK_K8S_MOUNT_GRACE`` (60 s
-    of FailedMount before ``MountFailed``).
-
-    Raises:
-        ValueError: a value is not a positive number.
-    """
-    from rlark.runtimes.kubernetes.status import StatusPolicy
-
-    return StatusPolicy(
-        image_pull_grace_seconds=_seconds("RLARK_K8S_IMAGE_PULL_GRACE", 30.0),
-        mount_grace_seconds=_seconds("RLARK_K8S_MOUNT_GRACE", 60.0),
-        pending_timeout_seconds=_seconds("RLARK_K8S_PENDING_TIMEOUT", 300.0),
-    )
-
-
-def k8s_ray_dashboard() -> bool:
-    """``RLARK_K8S_RAY_DASHBOARD=1`` starts Ray's dashboard on each head Pod (port 8265 of the
-    head Service; the image needs ``ray[default]``)."""
-    return os.environ.get("RLARK_K8S_RAY_DASHBOARD", "") == "1"
-
-
-def worker_isolation() -> str:
-    """Local runtime: how each Worker's processes are kept together (``rlark server
-    --worker-isolation``; :mod:`rlark.runtimes.local_isolation`): ``$RLARK_WORKER_ISOLATION``,
-    one of ``auto`` (the default: the strongest kind this server can make, probed at start),
-    ``pid-namespace``, ``cgroup``, ``user-namespace``, or ``process-group`` (weak: a process
-    that calls setsid() can outlive its Worker).
-
-    Raises:
-        ValueError: another value.
-    """
-    from rlark.runtimes.local_isolation import REQUESTS
-
-    raw = os.environ.get("RLARK_WORKER_ISOLATION", "").strip() or "auto"
-    if raw not in REQUESTS:
-        raise ValueError(f"RLARK_WORKER_ISOLATION={raw!r} is not one of {', '.join(REQUESTS)}")
-    return raw
-
-
-def worker_identity() -> str:
-    """Local runtime: who Workers run as (``rlark server --worker-identity``;
-    :mod:`rlark.runtimes.local_identity`): ``$RLARK_WORKER_IDENTITY``, one of ``auto`` (the
-    default: a uid of each Run's own where this server can give one), ``uid``, ``server-user``.
-
-    Raises:
-        ValueError: another value.
-    """
-    from rlark.runtimes.local_identity import MODES
-
-    raw = os.environ.get("RLARK_WORKER_IDENTITY", "").strip() or "auto"
-    if raw not in MODES:
-        raise ValueError(f"RLARK_WORKER_IDENTITY={raw!r} is not one of {', '.join(MODES)}")
-    return raw
-
-
-def worker_uid_range():
-    """Local runtime: the uids Workers run as, ``$RLARK_WORKER_UIDS`` (``FIRST-LAST``, default
-    :data:`rlark.runtimes.local_identity.DEFAULT_RANGE`).
-
-    Raises:
-        ValueError: not such a range.
-    """
-    from rlark.runtimes.local_identity import DEFAULT_RANGE, UidRange
-
-    raw = os.environ.get("RLARK_WORKER_UIDS", "").strip()
-    return UidRange.parse(raw) if raw else UidRange(*DEFAULT_RANGE)
-
-
 def worker_read_paths() -> list[str]:
     """Local runtime: directories under which a path other users of this machine cannot read
     may still be given to Workers that run under their own uid (their ``workingDir``, their
     Python): ``rlark server --worker-read-path DIR`` / ``$RLARK_WORKER_READ_PATHS``
-    (comma-separated absolute paths; :mod:`rlark.runtimes.local_sandbox`).
+    (comma-separated absolute paths; :mod:`rlark.runtimes.local.sandbox`).
 
     Raises:
         ValueError: a path that is not absolute, or that is ``/``.
@@ -352,7 +284,7 @@ def allow_unauthenticated_ray() -> bool:
     Raises:
         ValueError: not a boolean.
     """
-    return _bool_env("RLARK_ALLOW_UNAUTHENTICATED_RAY")
+    return bool_env("RLARK_ALLOW_UNAUTHENTICATED_RAY")
 
 
 def cgroup_parent() -> str | None:
@@ -372,48 +304,15 @@ def cgroup_parent() -> str | None:
     return raw
 
 
-def _bool_env(name: str) -> bool:
+def bool_env(name: str) -> bool:
+    """``1``/``true``/``yes`` or ``0``/``false``/``no`` (unset: False) from the environment.
+
+    Raises:
+        ValueError: another value.
+    """
     raw = os.environ.get(name, "").strip().lower()
     if raw in ("", "0", "false", "no"):
         return False
     if raw in ("1", "true", "yes"):
         return True
     raise ValueError(f"{name}={raw!r} is not a boolean; use 1 or 0")
-
-
-def k8s_pod_policy():
-    """Kubernetes runtime: what Worker Pods may ask for beyond the secure defaults
-    (:class:`rlark.runtimes.kubernetes.podpolicy.PodPolicy`; docs/security.md):
-
-    * ``RLARK_K8S_ALLOW_ROOT=1`` (``rlark server --k8s-allow-root``): a role may set
-      ``kubernetes.runAsRoot`` (default: refused at preflight);
-    * ``RLARK_K8S_HOST_PATH_PREFIXES``: comma-separated absolute directories a ``hostPath``
-      mount may lie under (``--k8s-host-path-prefix DIR``; default none: no hostPath at all);
-    * ``RLARK_K8S_SERVICE_ACCOUNTS``: comma-separated ServiceAccount names a role may name in
-      ``kubernetes.serviceAccountName`` (``--k8s-service-account NAME``; default none: the
-      namespace's ``default``);
-    * ``RLARK_K8S_RUN_AS_USER``: the user id Workers run as when their role names none
-      (default 1000);
-    * ``RLARK_K8S_CSI_DRIVERS``: comma-separated CSI drivers an objectStorage mount may name in
-      ``kubernetes.csiDriver`` (``--k8s-csi-driver NAME``; default none: no inline CSI volumes);
-    * ``RLARK_K8S_STORAGE_CLASSES``: comma-separated StorageClasses an objectStorage mount may
-      name in ``kubernetes.storageClass`` (``--k8s-storage-class NAME``; default none);
-    * ``RLARK_K8S_TOLERATIONS``: comma-separated ``KEY[=VALUE][:EFFECT]`` entries (or ``*``)
-      covering the tolerations a role may have (``--k8s-toleration``; default none).
-
-    Raises:
-        ValueError: a value is unusable (a prefix that is relative or a system directory, a
-            ServiceAccount or StorageClass name that is not a DNS-1123 subdomain, a CSI driver
-            or toleration entry that is not one, a user id below 1).
-    """
-    from rlark.runtimes.kubernetes.podpolicy import PodPolicy
-
-    return PodPolicy.checked(
-        allow_root=_bool_env("RLARK_K8S_ALLOW_ROOT"),
-        host_path_prefixes=tuple(csv_env("RLARK_K8S_HOST_PATH_PREFIXES")),
-        service_accounts=tuple(csv_env("RLARK_K8S_SERVICE_ACCOUNTS")),
-        run_as_user=positive_int_env("RLARK_K8S_RUN_AS_USER", 1000),
-        csi_drivers=tuple(csv_env("RLARK_K8S_CSI_DRIVERS")),
-        storage_classes=tuple(csv_env("RLARK_K8S_STORAGE_CLASSES")),
-        tolerations=tuple(csv_env("RLARK_K8S_TOLERATIONS")),
-    )

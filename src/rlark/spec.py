@@ -1,10 +1,14 @@
 """The Job spec (``apiVersion: rlark.io/v1``, ``kind: Job``): pydantic models, load/dump, schema.
 
 The models check *structure* only (types, required and unknown fields); the rules about values
-(names, image tags, units, head role...) live in :mod:`rlark.preflight` so that every problem is
+(names, image tags, units, head role...) live in :mod:`rlark.preflight.job` so that every problem is
 reported as a Finding with a stable code, not as a pydantic message.
 
 Field names are camelCase in YAML/JSON (Kubernetes style) and snake_case in Python.
+
+Long because: the Job schema's pydantic models are the published schema (``rlark schema``), and its
+YAML reading (duplicate keys refused, unknown fields named with a suggestion) and change comparison
+read those same models.
 """
 
 from __future__ import annotations
@@ -167,6 +171,21 @@ class Resources(_Model):
         "with a unit like memory: '2Gi'. At least 75Mi (Ray's minimum). Default: 30% of memory, "
         "between 128Mi and 4Gi; 512Mi when the role gives no memory.",
     )
+
+
+#: Ray's own worker-port range (``ray start --min-worker-port``/``--max-worker-port`` defaults,
+#: 2.47-2.60): what a node gets where nothing pins ports (a Pod has its own network), and where
+#: a role's ``ray.workerPorts`` range starts there
+RAY_DEFAULT_MIN_WORKER_PORT = 10002
+RAY_DEFAULT_MAX_WORKER_PORT = 19999
+#: the default worker-port range where RLark sizes it (the local runtime): 16 ports per CPU the
+#: node offers Ray (a task worker per CPU, and room for actors, which ``num_cpus=0`` does not
+#: bound), at most 4096 (at least what one block leaves: :mod:`rlark.runtimes.local.ports`)
+WORKER_PORTS_PER_CPU = 16
+WORKER_PORTS_MAX_DEFAULT = 4096
+#: fewer worker ports than this per CPU is "tight" (a preflight warning): a node runs up to one
+#: task worker per CPU at once, and every actor and driver needs a port on top
+WORKER_PORTS_TIGHT_PER_CPU = 4
 
 
 class RaySettings(_Model):

@@ -1,4 +1,6 @@
-"""The FastAPI application: routers, error mapping, and the controller's life with the server."""
+"""The FastAPI application of the API: routers, error mapping, and the controller's life with
+the server. The console is mounted beside it where ``rlark server`` wires the two
+(:func:`rlark.server.create_app`): the API knows nothing of the console."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import inspect
 import json
 import logging
 from contextlib import asynccontextmanager
+from typing import Callable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +26,6 @@ from rlark.api.security import (
     SecurityPolicy,
     check_every_route_has_a_rule,
 )
-from rlark.console import mount_console
 from rlark.findings import format_path
 from rlark.services.accounts import AccountService
 from rlark.services.auth import AuthService
@@ -44,10 +46,13 @@ class SafeJSONResponse(JSONResponse):
                           separators=(",", ":")).encode("ascii")
 
 
-def create_app(service: JobService, controller=None, *, policy: SecurityPolicy | None = None,
-               auth: AuthService | None = None, secret_box: SecretBox | None = None) -> FastAPI:
+def create_api(service: JobService, controller=None, *, policy: SecurityPolicy | None = None,
+               auth: AuthService | None = None, secret_box: SecretBox | None = None,
+               fronts: Sequence[Callable[[FastAPI], None]] = ()) -> FastAPI:
     """The app for ``service``; when a ``controller`` is given it runs while the app runs and
-    shuts down (stopping its Workers) with it.
+    shuts down (stopping its Workers) with it. ``fronts``: what else the app serves beside the
+    API, each mounted on it after the API's routes and held to the same access rules (the web
+    console: :func:`rlark.server.create_app`).
 
     ``policy``: how requests are guarded (default: authentication on, loopback ``Host`` names
     only, CORS closed; see :mod:`rlark.api.security`). ``auth``: the authentication service
@@ -152,7 +157,8 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
     app.include_router(nodes.router)
     app.include_router(access.router)
     app.include_router(secrets.router)
-    mount_console(app)  # the web console at / (its pages are not part of the OpenAPI schema)
+    for mount in fronts:  # e.g. the web console at / (its pages are not in the OpenAPI schema)
+        mount(app)
     check_every_route_has_a_rule(app)
     _document_bearer_auth(app)
     if policy.cors_origins:  # closed unless configured: then only these origins, tokens only

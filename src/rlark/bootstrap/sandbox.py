@@ -2,7 +2,7 @@
 
 * :func:`make_undumpable` / :func:`set_no_new_privs`: prctl(2) on the keeper itself.
 * :func:`apply_sandbox`: the Worker's mount namespace from the plan the local runtime made
-  (``rlark.runtimes.local_sandbox.plan``), every path reached without following a link
+  (``rlark.runtimes.local.sandbox.plan``), every path reached without following a link
   (:func:`open_nofollow`).
 * :func:`exec_jailed`: the same view for a helper of the server (``exec``: the RLinf config
   composer), run as an unprivileged uid.
@@ -123,7 +123,7 @@ def _at(fd: int) -> str:
 def apply_sandbox(plan: dict, host_mntns: str | None) -> None:
     """Build the Worker's view of the file system in its own mount namespace (root only).
 
-    ``plan`` (made by ``rlark.runtimes.local_sandbox.plan``): ``stage`` (an empty directory
+    ``plan`` (made by ``rlark.runtimes.local.sandbox.plan``): ``stage`` (an empty directory
     outside every hidden one), ``binds`` (``{source, target, readonly}``), ``overlays``
     (``{lower, upper, work, target}``: a copy-on-write view of ``lower``), ``hide`` (directories
     covered with an empty read-only-for-others tmpfs, so nothing below them is reachable but

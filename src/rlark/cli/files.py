@@ -50,7 +50,7 @@ def _load_job_file(path: Path) -> tuple[dict | None, list[Finding]]:
 def _read_job_file(path: Path) -> tuple[Job | None, list[Finding]]:
     """:func:`_load_job_file`, then the spec's own checks here (no server): for commands that
     work without one (render)."""
-    from rlark.preflight import check_document
+    from rlark.preflight.job import check_document
 
     data, findings = _load_job_file(path)
     if data is None:
@@ -107,7 +107,7 @@ def _check_file(file: Path, server: Optional[str], project: Optional[str], *,
     against that config here, instead of the server's check of ``spec.rlinf``.
     """
     from rlark.findings import Finding, Severity
-    from rlark.preflight import check_document
+    from rlark.preflight.job import check_document
     from rlark.rlinf_config import preflight_job
 
     data, findings = _load_job_file(file)
@@ -366,14 +366,18 @@ def render(
     from rlark.findings import Severity, has_errors
     from rlark.runtimes.kubernetes import render as k8s
 
-    if runtime != "kubernetes":
-        _fail(f"--runtime {runtime!r}: only kubernetes has objects to render")
+    from rlark.runtimes import RENDERS
+
+    if runtime not in RENDERS:
+        _fail(f"--runtime {runtime!r}: only {' and '.join(RENDERS)} has objects to render")
     job, findings = _read_job_file(file)
     if job is not None:
         from rlark.runtimes.kubernetes.preflight import check_spec_for_kubernetes
 
+        from rlark.runtimes.kubernetes.settings import pod_policy
+
         try:
-            policy = settings.k8s_pod_policy()
+            policy = pod_policy()
         except ValueError as exc:
             _fail(str(exc))
         findings = findings + check_spec_for_kubernetes(job, policy)

@@ -30,7 +30,7 @@ def _send_job(file: Path, verb: str) -> tuple[bytes, str]:
     body = _document_body(data) if data is not None else None
     if data is None or body is None:
         if data is not None:
-            from rlark.preflight import check_document
+            from rlark.preflight.job import check_document
 
             findings = check_document(data)[1]
         _print_findings(findings)

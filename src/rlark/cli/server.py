@@ -171,8 +171,10 @@ def server(
 
     from rlark.store.lock import StoreBusy
 
-    if runtime not in ("local", "kubernetes"):
-        _fail(f"--runtime {runtime!r} is not supported; use local or kubernetes")
+    from rlark.runtimes import RUNTIMES
+
+    if runtime not in RUNTIMES:
+        _fail(f"--runtime {runtime!r} is not supported; use {' or '.join(RUNTIMES)}")
     if log_level.lower() not in LOG_LEVELS:
         _fail(f"--log-level {log_level!r} is not a level; use {', '.join(LOG_LEVELS)}")
     # these settings are read where they are used, from the environment, as their envvars are

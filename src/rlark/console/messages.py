@@ -237,7 +237,7 @@ _TAIL_ZH = "{worker} 的最后几行日志："
 
 
 def _failed_checks(text: str) -> str:
-    """The ``RecordVerified`` False message (:func:`rlark.services.records.record_condition`:
+    """The ``RecordVerified`` False message (:func:`rlark.record.finish.record_condition`:
     ``"<check id>: <evidence>; ..."``) in Chinese, each evidence as its check's."""
     ids = sorted(catalog()["check"], key=len, reverse=True)
     at = re.compile(r"(?:^|; )(" + "|".join(map(re.escape, ids)) + r"): ")

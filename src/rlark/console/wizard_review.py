@@ -27,7 +27,7 @@ def yaml_preview(st: "WizardState", stored: dict[str, Any], shown: dict[str, Any
     would be stored) is what that file describes; else ``shown`` (what the Job sets) as
     :func:`preview_yaml` writes it."""
     if st.source:
-        from rlark.preflight import check_document
+        from rlark.preflight.job import check_document
         from rlark.spec import SpecSyntaxError, job_to_dict, load_document, resolve_document_paths
 
         try:

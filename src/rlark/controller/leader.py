@@ -410,7 +410,7 @@ class Leadership:
     and log followers stop, no Run is touched and nothing is written (the new leader adopts
     them). A term that cannot start makes this server step aside for a while.
 
-    Stands in for the Controller in :func:`rlark.api.app.create_app`: :meth:`start`,
+    Stands in for the Controller in :func:`rlark.server.create_app`: :meth:`start`,
     :meth:`shutdown`, :meth:`wake`, :meth:`status`. On shutdown a leading server ends its term
     as a single server would (the Controller's own shutdown) and then releases the Lease.
     """

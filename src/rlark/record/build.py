@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from rlark import runtimes
 from rlark.record.schema import RECORD_VERSION, validate_record
 from rlark.status import text_of
 
@@ -283,12 +284,12 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
 
     Pure: reads attributes only. ``logs_root`` is reported so readers know where logs live.
     ``composed``: RLark's own composition of the config (``{"data", "overrides", "error",
-    "inputs"}``, :func:`rlark.services.records.compose_for_record`), used when no Worker
+    "inputs"}``, :func:`rlark.record.finish.compose_for_record`), used when no Worker
     reported Hydra's output directory. ``probes``: what the caller looked at after the Run
     (``{"outputs": {path: {"exists", "readable", "entries", "at"}}, "logs": {worker: bool}}``)
     for the outputs-readable and logs checks; without them those checks warn. ``final``: True
     only for the record stored once every Worker of the Run has ended
-    (:func:`rlark.services.records.finish_record`); any other is ``provisional`` (the field,
+    (:func:`rlark.record.finish.finish_record`); any other is ``provisional`` (the field,
     ``provisionalReason``, and ``checks.status`` ``provisional``).
 
     Returns the record as :class:`rlark.record.schema.RecordV2` holds it (JSON values only, as
@@ -302,6 +303,8 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
     from rlark.record.checks import run_checks
     from rlark.rlinf_config.locations import back, find_locations
 
+    # what the Run's runtime says of itself: notes for the record, what backs a path
+    profile = runtimes.profile(run.runtime)
     spec = run.spec or {}
     body = spec.get("spec", {})
     roles = body.get("roles", [])
@@ -364,9 +367,7 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
             if version not in device_libs.setdefault(name, []):
                 device_libs[name].append(version)
     digests, mixed = image_digests(workers)
-    notes = (["local runtime: images are recorded, not pulled; each Worker ran with the Python "
-              "environment named in its facts (python_executable)"]
-             if run.runtime == "local" else [])
+    notes = list(profile.record_notes)
     for role in mixed:
         notes.append(f"role {role}: its Workers ran {len(digests[role])} different image digests ("
                      + "; ".join(f"{d}: {', '.join(ws)}" for d, ws in digests[role].items())
@@ -378,7 +379,7 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
     resolved = _resolved_config(head_facts, composed, original) if rlinf_ref.get("configName") \
         else {"source": "absent", "data": None, "note": "spec.rlinf names no config"}
     locations = back(find_locations(resolved.get("data"), body.get("workingDir")), roles,
-                     run.runtime or "local") if resolved.get("data") else []
+                     profile.filesystem) if resolved.get("data") else []
     head_code = _dict(head_facts, "code")
     rec: dict[str, Any] = {
         "recordVersion": RECORD_VERSION,

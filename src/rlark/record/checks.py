@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from rlark import runtimes
 from rlark.status import Phase, text_of
 
 SUCCEEDED = text_of(Phase.Succeeded)  # a record's result.phase as it stores it
@@ -204,6 +205,17 @@ def check_packages(rec: dict[str, Any]) -> dict[str, Any]:
                    + ", ".join(f"{h[:12]} ({(v or {}).get('count')} packages)" for h, v in lists.items())])
 
 
+def _pulls_images(runtime: Any) -> bool:
+    """Whether runtime ``runtime`` (a record's) pulls each role's image, as it says
+    (:attr:`rlark.runtimes.base.RuntimeProfile.pulls_images`); a runtime this version does not
+    know is taken to pull them (nothing is said for it)."""
+    try:
+        return runtimes.profile(runtime).pulls_images if isinstance(runtime, str) and runtime \
+            else True
+    except ValueError:
+        return True
+
+
 def check_images(rec: dict[str, Any]) -> dict[str, Any]:
     fails, warns, passes = [], [], []
     for role in rec.get("imageDigestMismatch") or []:
@@ -217,8 +229,8 @@ def check_images(rec: dict[str, Any]) -> dict[str, Any]:
             warns.append(f"role {role}: image {ref!r} has no explicit version")
         else:
             passes.append(f"role {role}: {ref}")
-    if rec.get("runtime") == "local":
-        passes.append("local runtime: images are recorded, not pulled")
+    if not _pulls_images(rec.get("runtime")):
+        passes.append(f"{rec.get('runtime')} runtime: images are recorded, not pulled")
     return _check("images", fails, warns, passes)
 
 
@@ -319,7 +331,7 @@ def _memory_bytes(value: Any) -> int | None:
     if value is None:
         return None
     try:
-        from rlark.preflight import parse_memory_bytes
+        from rlark.preflight.quantities import parse_memory_bytes
 
         return parse_memory_bytes(value)
     except ValueError:
@@ -328,7 +340,7 @@ def _memory_bytes(value: Any) -> int | None:
 
 def _cpus(value: Any) -> float | None:
     try:
-        from rlark.preflight import parse_cpu
+        from rlark.preflight.quantities import parse_cpu
 
         return float(parse_cpu(value)) if value is not None else None
     except ValueError:

@@ -10,7 +10,7 @@ RLark works where RLinf is not installed. RLark reads the config; it never rewri
 * :mod:`.plan` - config -> node ranks, components, suggested roles and a Job (pure).
 * :mod:`.check` - Job + config -> Findings (pure).
 * :mod:`.script` - the config names the run script gives Hydra, against ``spec.rlinf``
-  (pure; part of every Job's own checks, :func:`rlark.preflight.check_job`).
+  (pure; part of every Job's own checks, :func:`rlark.preflight.job.check_job`).
 * :func:`plan_config` - what ``rlark plan`` runs (compose + plan).
 * :func:`preflight_job` - what ``JobService.create`` and ``rlark check`` run for a Job that
   names its config in ``spec.rlinf``.
@@ -19,10 +19,13 @@ RLark works where RLinf is not installed. RLark reads the config; it never rewri
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from rlark.findings import Finding, Severity
 from rlark.spec import Job
+
+if TYPE_CHECKING:
+    from rlark.rlinf_config.locations import Filesystem
 
 __all__ = ["config_location", "plan_config", "preflight_job"]
 
@@ -104,7 +107,7 @@ def preflight_job(
     missing_is_error: bool = False,
     isolated: bool = False,
     roots: Sequence[str] | None = None,
-    runtime: str | None = None,
+    filesystem: Filesystem | None = None,
     here_only: bool = False,
 ) -> list[Finding]:
     """Compose the RLinf config of ``job`` and check the Job against it.
@@ -123,7 +126,9 @@ def preflight_job(
             read at all: one ``RLinfConfigNotChecked`` warning, the same whether it exists or
             not; files it pulls in from elsewhere read as missing. None: anywhere (the CLI on
             the caller's own machine).
-        runtime: the runtime the Job will run on (``OutputNotPersistent``); None: unknown.
+        filesystem: what backs a path under no mount on the runtime the Job will run on
+            (:attr:`rlark.runtimes.base.RuntimeProfile.filesystem`, for ``OutputNotPersistent``);
+            None: unknown (that check is left out).
         here_only: the Workers read this machine's files and no image (the local runtime): a
             config that is not here (``RLinfConfigNotFound``) is an error, as with
             ``missing_is_error``, and no Finding says it may be inside an image.
@@ -188,5 +193,5 @@ def preflight_job(
         findings.append(f)
     findings.extend(check_config(job, composed.data, source=composed.source,
                                  unresolved=composed.unresolved,
-                                 known_dirs=list(composed.env.values()), runtime=runtime))
+                                 known_dirs=list(composed.env.values()), filesystem=filesystem))
     return findings

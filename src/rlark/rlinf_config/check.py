@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from rlark.findings import Finding, Severity
 from rlark.ranks import plan_workers
@@ -55,6 +55,9 @@ from rlark.rlinf_config.cluster import (
 from rlark.rlinf_config.plan import rank_conditions
 from rlark.rlinf_config.ranks import format_ranks
 from rlark.spec import Job
+
+if TYPE_CHECKING:
+    from rlark.rlinf_config.locations import Filesystem
 
 #: Words that mark an ALL_CAPS value as a placeholder (``ROBOT_IP``, ``MODEL_PATH``,
 #: ``ZED_SERIAL_1``); values such as ``FLASH_ATTN`` or ``D435`` are not placeholders.
@@ -182,7 +185,7 @@ def check_config(
     source: str = "the RLinf config",
     unresolved: Mapping[str, str] | None = None,
     known_dirs: Sequence[str] = (),
-    runtime: str | None = None,
+    filesystem: Filesystem | None = None,
 ) -> list[Finding]:
     """Every RLinf Finding for ``job`` run with the composed config ``data``.
 
@@ -193,7 +196,8 @@ def check_config(
         unresolved: ``ComposedConfig.unresolved`` (for ``ConfigEnvNotSet``).
         known_dirs: directories the Workers have anyway (the RLinf checkout), for
             ``PathNotMounted``.
-        runtime: ``local`` or ``kubernetes``, for ``OutputNotPersistent``
+        filesystem: what backs a path under no mount on the runtime the Job will run on
+            (:attr:`rlark.runtimes.base.RuntimeProfile.filesystem`), for ``OutputNotPersistent``
             (:mod:`.locations`); None (not known) leaves that check out.
 
     Returns:
@@ -217,11 +221,11 @@ def check_config(
     findings.extend(placeholder_findings(data, skip={f.path for f in cluster_findings}))
     mounts = [m.mount_path for r in job.spec.roles for m in r.mounts]
     findings.extend(path_findings(data, mounts, known_dirs))
-    if runtime is not None:
+    if filesystem is not None:
         from rlark.rlinf_config.locations import location_findings
 
         roles = [r.model_dump(by_alias=True) for r in job.spec.roles]
-        findings.extend(location_findings(data, roles, runtime, job.spec.working_dir))
+        findings.extend(location_findings(data, roles, filesystem, job.spec.working_dir))
     findings.extend(env_findings(unresolved or {}, job))
     findings.extend(override_findings(job))
     return findings

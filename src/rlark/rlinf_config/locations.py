@@ -64,6 +64,25 @@ _COMPILED = tuple((re.compile(p + r"$"), kind, src) for p, kind, src in LOCATION
 WRITTEN_KINDS = frozenset({"output", "checkpoint"})
 
 
+@dataclass(frozen=True)
+class Filesystem:
+    """What backs a Worker's path beyond the mounts its role names, as its runtime says
+    (:attr:`rlark.runtimes.base.RuntimeProfile.filesystem`)."""
+
+    #: whether a path under no mount outlives the Workers
+    persistent: bool
+    #: why, said of such a path
+    why: str
+    #: Workers see a ``hostPath`` mount's files at its ``source`` (they share this machine's
+    #: file system), rather than at its ``mountPath``
+    host_paths_at_source: bool = False
+
+
+#: a container's own file system, gone with its Worker: how a path under no mount is judged
+#: where the runtime is not known (the stricter judgement)
+CONTAINER = Filesystem(persistent=False, why="under no mount: the container's own filesystem")
+
+
 @dataclass
 class Location:
     """One location key of a config: ``key`` (dotted, list items as ``[i]``), ``kind``,
@@ -120,22 +139,23 @@ def _under(path: str, root: str) -> bool:
 
 
 def back(locations: Sequence[Location], roles: Sequence[Mapping[str, Any]],
-         runtime: str) -> list[Location]:
+         filesystem: Filesystem) -> list[Location]:
     """Fill each location's ``backing``: per role (a Job document's ``spec.roles`` entries),
     ``{"mount": name or None, "type", "source", "mountPath", "readOnly", "persistent", "why"}``
-    for the deepest mount whose ``mountPath`` holds the path (on the local runtime a hostPath
-    whose ``source`` holds it, as Workers see sources at their own paths). Returns the list."""
+    for the deepest mount whose ``mountPath`` holds the path (a hostPath whose ``source`` holds
+    it where Workers see sources at their own paths: :attr:`Filesystem.host_paths_at_source`);
+    a path under no mount is as ``filesystem`` (the runtime's) says. Returns the list."""
     for loc in locations:
         for role in roles:
             name = str(role.get("name"))
             if loc.path is None:
-                loc.backing[name] = {"mount": None, "persistent": runtime == "local",
+                loc.backing[name] = {"mount": None, "persistent": filesystem.persistent,
                                      "why": "relative path and no spec.workingDir"}
                 continue
             best = None
             for m in role.get("mounts") or []:
-                at = m.get("source") if runtime == "local" and m.get("type") == "hostPath" \
-                    else m.get("mountPath")
+                at = m.get("source") if filesystem.host_paths_at_source \
+                    and m.get("type") == "hostPath" else m.get("mountPath")
                 if isinstance(at, str) and _under(loc.path, at) and (
                         best is None or len(at) > len(best[0])):
                     best = (at, m)
@@ -145,12 +165,9 @@ def back(locations: Sequence[Location], roles: Sequence[Mapping[str, Any]],
                                      "source": m.get("source"), "mountPath": m.get("mountPath"),
                                      "readOnly": bool(m.get("readOnly")), "persistent": True,
                                      "why": f"{m.get('type')} mount {m.get('name')}"}
-            elif runtime == "local":
-                loc.backing[name] = {"mount": None, "persistent": True,
-                                     "why": "local runtime: this machine's own filesystem"}
             else:
-                loc.backing[name] = {"mount": None, "persistent": False,
-                                     "why": "under no mount: the container's own filesystem"}
+                loc.backing[name] = {"mount": None, "persistent": filesystem.persistent,
+                                     "why": filesystem.why}
     return list(locations)
 
 
@@ -172,12 +189,13 @@ def location_problems(locations: Sequence[Location]) -> list[str]:
     return out
 
 
-def location_findings(data: Any, roles: Sequence[Mapping[str, Any]], runtime: str | None,
-                      working_dir: str | None) -> list[Finding]:
+def location_findings(data: Any, roles: Sequence[Mapping[str, Any]],
+                      filesystem: Filesystem | None, working_dir: str | None) -> list[Finding]:
     """``OutputNotPersistent`` warnings before a Run: an output or checkpoint location of the
     config that no persistent mount backs (its contents are lost when the Workers go) or that a
-    read-only mount backs. ``runtime`` None (unknown): judged as Kubernetes, the stricter."""
-    found = back(find_locations(data, working_dir), roles, runtime or "kubernetes")
+    read-only mount backs. ``filesystem``: the runtime's (None, unknown: :data:`CONTAINER`, the
+    stricter)."""
+    found = back(find_locations(data, working_dir), roles, filesystem or CONTAINER)
     out = []
     for loc, problem in ((loc, p) for loc in found for p in location_problems([loc])):
         out.append(Finding(

@@ -12,23 +12,24 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, runtime_checkable
 
-from rlark.preflight import parse_cpu, parse_memory_bytes
+from rlark.findings import Finding
+from rlark.preflight.quantities import parse_cpu, parse_memory_bytes
 from rlark.ranks import PlannedWorker
-from rlark.runtimes.local_ports import (
-    RAY_DEFAULT_MAX_WORKER_PORT,
-    RAY_DEFAULT_MIN_WORKER_PORT,
+from rlark.runtimes.local.ports import (
     UNIT,
     block_size,
     default_worker_ports,
     worker_ports_of,
 )
-from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job, Role
+from rlark.spec import (RAY_DEFAULT_MAX_WORKER_PORT, RAY_DEFAULT_MIN_WORKER_PORT, RESERVED_ENV,
+                        RESERVED_ENV_PREFIX, Job, Role)
 from rlark.status import Reason
 
 if TYPE_CHECKING:
-    from rlark.controller.admission import Capacity
+    from rlark.rlinf_config.locations import Filesystem
+    from rlark.runtimes.capacity import Capacity
 
 MiB = 1024 * 1024
 #: object store per Ray node unless the role sets ``resources.objectStoreMemory``: 30 % of the
@@ -93,7 +94,7 @@ def ray_resources(role: Role) -> RayResources:
 
 def worker_ports(role: Role, host_cpus: int) -> int:
     """Worker ports one Worker of ``role`` needs on the local runtime: ``ray.workerPorts``, else
-    :func:`~rlark.runtimes.local_ports.default_worker_ports` of the CPUs its node offers Ray
+    :func:`~rlark.runtimes.local.ports.default_worker_ports` of the CPUs its node offers Ray
     (``resources.cpu`` rounded up, or ``host_cpus``, which Ray detects when cpu is not set)."""
     res = ray_resources(role)
     if res.worker_ports is not None:
@@ -103,7 +104,7 @@ def worker_ports(role: Role, host_cpus: int) -> int:
 
 def local_block_size(role: Role, host_cpus: int) -> int:
     """Ports of the block each Worker of ``role`` takes on the local runtime
-    (:func:`~rlark.runtimes.local_ports.block_size` of :func:`worker_ports`)."""
+    (:func:`~rlark.runtimes.local.ports.block_size` of :func:`worker_ports`)."""
     return block_size(worker_ports(role, host_cpus))
 
 
@@ -421,6 +422,9 @@ class Runtime(Protocol):
     Every method returns quickly; nothing here decides a Run's fate."""
 
     name: str
+    #: the runtime has secrets of its own (Kubernetes Secrets): a Job's reference to a secret
+    #: RLark does not manage is the runtime's to resolve; where False it has no value
+    own_secrets: bool
 
     def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken,
               namespace: str | None = None) -> Placement:
@@ -465,9 +469,130 @@ class Runtime(Protocol):
 @runtime_checkable
 class HasCapacity(Protocol):
     """A runtime whose Pending Runs the controller admits by free capacity
-    (:mod:`rlark.controller.admission`): the local runtime. Others (Kubernetes) leave waiting
-    for room to their own scheduler."""
+    (:mod:`rlark.controller.admission`, in the amounts of :mod:`rlark.runtimes.capacity`): the
+    local runtime. Others (Kubernetes) leave waiting for room to their own scheduler."""
 
     def capacity(self) -> Capacity:
         """What the machine carries: CPU cores, memory bytes, GPUs and named devices."""
         ...
+
+
+class RuntimeProfile(Protocol):
+    """What the services ask of the server's runtime before and after a Run, running nothing:
+    its Findings for a Job, where a Run's objects go, what backs a Worker's path, what a Run's
+    record says of it, the machines it offers. One per runtime (:func:`rlark.runtimes.profile`);
+    the services never branch on the runtime's name, they ask its profile. The
+    :class:`Runtime` itself (the controller's) runs the Workers."""
+
+    # what the runtime is (read-only: each profile says it as a class attribute)
+
+    @property
+    def name(self) -> str:
+        """The runtime's name (``rlark server --runtime``, a Run's ``runtime``)."""
+        ...
+
+    @property
+    def here_only(self) -> bool:
+        """Workers run on this machine and read its files, with no image: a Job's absolute
+        ``workingDir`` is on this machine (a root of its RLinf config), and a config missing
+        here is missing for the Run."""
+        ...
+
+    @property
+    def own_secrets(self) -> bool:
+        """See :attr:`Runtime.own_secrets`."""
+        ...
+
+    @property
+    def namespaced(self) -> bool:
+        """A Run's objects go to its project's namespace (projects map to namespaces)."""
+        ...
+
+    @property
+    def leader_election(self) -> bool:
+        """Replicas of the server elect one leader by default (``rlark server --leader-elect``)."""
+        ...
+
+    @property
+    def filesystem(self) -> Filesystem:
+        """What backs a Worker's path under no mount, and where it sees a hostPath mount."""
+        ...
+
+    @property
+    def record_notes(self) -> tuple[str, ...]:
+        """Said in every run record of this runtime (``runtimeNotes``)."""
+        ...
+
+    @property
+    def pulls_images(self) -> bool:
+        """The runtime pulls each role's image (else the record's images check says they were
+        recorded, not pulled)."""
+        ...
+
+    @property
+    def isolation(self) -> dict[str, Any] | None:
+        """What keeps each Worker's processes together, as ``rlark nodes`` and
+        ``GET /api/v1/server`` show it (:meth:`rlark.runtimes.local.isolation.Isolation.view`);
+        None: the runtime's own (a Pod)."""
+        ...
+
+    def preflight(self, job: Job, *, errors: bool,
+                  neighbours: Callable[[], list[tuple[str, str, dict[str, Any]]]]) -> list[Finding]:
+        """The runtime's Findings for a submitted ``job`` (after the spec's own and its
+        secrets'): ``errors`` says whether those already hold an error; ``neighbours`` lists
+        the other stored Jobs whose objects could share names with it (``(project, name,
+        spec)``; asked only by a runtime with names to collide)."""
+        ...
+
+    def launch_findings(self, job: Job, secret_findings: Callable[[], list[Finding]]) -> list[Finding]:
+        """What would refuse a new Run of the stored ``job`` today (a policy made stricter since
+        it was stored); ``secret_findings``: the secret references' Findings, asked when they
+        count again at launch."""
+        ...
+
+    def own_secret_findings(self, job: Job, managed: set[tuple[str, str]], project: str,
+                            namespace: str | None) -> list[Finding]:
+        """Findings for ``job``'s references that name no RLark-managed secret (``managed``:
+        the ``(secret, key)`` pairs RLark holds), where the runtime has secrets of its own
+        (:attr:`own_secrets`); never opens one."""
+        ...
+
+    def request_of(self, spec: dict[str, Any]) -> dict[str, float]:
+        """What all Workers of a stored Run spec ask of the machine they share (``cpu``,
+        ``memory``, ``gpu``), for :meth:`nodes`; nothing for a spec that no longer parses."""
+        ...
+
+    def nodes(self, requests: Callable[[], list[dict[str, float]]]
+              ) -> tuple[list[dict[str, Any]], str, str | None]:
+        """``(items, free basis, error)`` of the machines Workers run on, as
+        :meth:`rlark.services.jobs.JobService.nodes` lists them; ``requests``: what the active
+        Runs of this runtime ask for (:meth:`request_of` of each), asked where they count."""
+        ...
+
+    def output_probes(self, rec: dict[str, Any], sandboxed: bool) -> dict[str, dict[str, Any]]:
+        """After a Run: what is left of each output location of the record, where the server
+        can look (``{path: {"exists", "readable", "entries", "at", "why"?}}``); ``{}`` where
+        it cannot see the Workers' files."""
+        ...
+
+
+@dataclass
+class Opened:
+    """A runtime opened for ``rlark server`` (:func:`rlark.runtimes.open_runtime`): the runtime
+    of the (first) controller, its profile for the services, and what the server's wiring does
+    with it."""
+
+    runtime: Runtime
+    profile: RuntimeProfile
+    #: the server's own namespace, where Runs go to their projects' namespaces (no project may
+    #: map to it: it holds RLark's own Secrets); None: the runtime has none
+    namespace: str | None = None
+    #: a fresh runtime for each term of a leader (:mod:`rlark.controller.leader`), and the API
+    #: client that holds the leader's Lease; None: replicas cannot elect a leader
+    fresh: Callable[[], Runtime] | None = None
+    lease_api: Any = None
+    #: stop what a runtime this opening made started (its watches)
+    shutdown: Callable[[Runtime], None] = lambda runtime: None
+    #: the store is open: the runtime's last steps; takes ``() -> why this server serves more
+    #: than one user, or None``
+    started: Callable[[Callable[[], str | None]], None] = lambda many_users: None

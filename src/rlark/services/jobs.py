@@ -1,8 +1,13 @@
 """JobService: everything the API, the CLI and the console do with Jobs (validate -> persist ->
 enqueue; stop, start, restart, delete; read back Jobs, Runs, Workers, Events and records).
 
-Views are plain JSON-ready dicts, built by the ``*_view`` functions below, so every front end
-shows the same fields.
+What it answers is built by :mod:`rlark.services.views`, so every front end shows the same
+fields.
+
+Long because: JobService is the one object routes, CLI and console call for Jobs, and its
+operations share the store's transactions and its bookkeeping; the views
+(:mod:`rlark.services.views`), the record's finishing (:mod:`rlark.record.finish`) and the
+runtime's part (:class:`rlark.runtimes.base.RuntimeProfile`) are already out.
 """
 
 from __future__ import annotations
@@ -19,15 +24,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from rlark.findings import Finding, Severity, has_errors
-from rlark.preflight import (
-    check_document,
-    check_for_local_runtime,
-    local_request,
-    validate_document,
-)
+from rlark import runtimes
+from rlark.preflight.job import check_document, validate_document
 from rlark.record.build import build_record, public_record
 from rlark.rlinf_config import preflight_job
-from rlark.record.build import iso as _iso
 from rlark.spec import DNS1123_LABEL, Job, job_to_dict, secret_refs
 from rlark.services import audit
 from rlark.services.accounts import check_not_server_namespace, project_namespace
@@ -35,221 +35,57 @@ from rlark.services.audit import SYSTEM, Actor
 from rlark.services.auth import DEFAULT_PROJECT
 from rlark.services import quotas
 from rlark.services.errors import Conflict, Invalid, NotFound, QuotaExceeded, TooManyRequests
-from rlark.services.logs import job_log_dirs, remove_dirs
+from rlark.services.views import event_view, job_summary, run_view, worker_view
+from rlark.store.files import job_log_dirs, remove_dirs
 from rlark import settings
 from rlark.words import plural
-from rlark.status import (ACTIVE, Cause, Desired, EventType, Phase, Reason, conditions_of, is_ready,
-                          text_of)
-from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store, WorkerRow
+from rlark.status import ACTIVE, Cause, Desired, EventType, Phase, Reason
+from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store
 from rlark.store.db import retry_on_conflict
 from rlark.store.runs import add_event, new_run
 
 if TYPE_CHECKING:
-    from rlark.runtimes.kubernetes.podpolicy import PodPolicy, SecretInfo
+    from rlark.runtimes.base import RuntimeProfile
     from rlark.secretbox import SecretBox
 
 log = logging.getLogger("rlark.jobs")
 
 
-# --- views ----------------------------------------------------------------------------------------
-
-
-def worker_view(w: WorkerRow) -> dict[str, Any]:
-    return {
-        "name": w.name,
-        "role": w.role,
-        "index": w.index,
-        "nodeRank": w.node_rank,
-        "isHead": w.is_head,
-        "phase": text_of(w.phase),
-        "reason": text_of(w.reason),
-        "message": w.message,
-        "exitCode": w.exit_code,
-        "host": w.host,
-        "ip": w.ip or w.node_ip,
-        "rayNodeId": w.ray_node_id,
-        "pid": w.pid,
-        "portBase": w.port_base,
-        "log": w.log_path,
-        "startedAt": _iso(w.started_at),
-        "finishedAt": _iso(w.finished_at),
-    }
-
-
-def run_view(r: RunRow, with_workers: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "number": r.number,
-        "uid": r.uid,
-        "cause": text_of(r.cause),
-        "runtime": r.runtime,
-        "phase": text_of(r.phase),
-        "reason": text_of(r.reason),
-        "message": r.message,
-        # beside the phase: AllJoined, HeadReady, ReconcileError (rlark.status.Condition)
-        "conditions": [c.to_dict() for c in conditions_of(r.conditions)],
-        "exitCode": r.exit_code,
-        "createdAt": _iso(r.created_at),
-        "startedAt": _iso(r.started_at),
-        "runningAt": _iso(r.running_at),
-        "finishedAt": _iso(r.finished_at),
-        # active Run: Ray nodes joined; ended Run: Workers that did their part (phases.is_ready)
-        "workersReady": sum(1 for w in r.workers if is_ready(r.phase, w.phase, w.lifecycle)),
-        "workersTotal": len(r.workers),
-        "tasks": [
-            {"role": t.role, "phase": text_of(t.phase), "ready": t.ready, "total": t.total,
-             "nodeRanks": [t.first_rank, t.last_rank]}
-            for t in r.tasks
-        ],
-    }
-    if with_workers:
-        out["workers"] = [worker_view(w) for w in r.workers]
-        # what each role's Ray nodes were started with (objectStore, worker ports...): only in
-        # the detail view, where parsing the Run's spec once is cheap
-        nodes = ray_nodes_of(r.spec, r.runtime)
-        for task in out["tasks"]:
-            task["rayNode"] = nodes.get(task["role"])
-    return out
-
-
-def ray_nodes_of(spec: dict, runtime: str | None) -> dict[str, dict[str, Any]]:
-    """Role -> :func:`rlark.runtimes.base.ray_node_view` for a stored Run spec; ``{}`` when it
-    no longer parses (a spec stored by another RLark version)."""
-    from rlark.runtimes.base import ray_node_summary, ray_node_view
-
-    try:
-        job = Job.model_validate(spec)
-        views = {role.name: ray_node_view(role, runtime or "local") for role in job.spec.roles}
-        return {name: {**v, "summary": ray_node_summary(v)} for name, v in views.items()}
-    except ValueError:  # pydantic's ValidationError, or a value that no longer parses
-        return {}
-
-
-def event_view(e: EventRow) -> dict[str, Any]:
-    return {
-        "time": _iso(e.time),
-        "type": text_of(e.type),
-        "reason": e.reason,
-        "message": e.message,
-        "run": e.run_number,
-        "worker": e.worker,
-        "from": text_of(e.from_phase) or None,
-        "to": text_of(e.to_phase) or None,
-        "actor": e.actor,
-    }
-
-
-def job_summary(job: JobRow, run: RunRow | None) -> dict[str, Any]:
-    spec = job.spec.get("spec", {})
-    roles = spec.get("roles", [])
-    return {
-        "name": job.name,
-        "project": job.project.name,
-        "phase": text_of(job.phase),
-        "reason": text_of(job.reason),
-        "message": job.message,
-        "desired": text_of(job.desired),
-        "labels": job.labels,
-        "headRole": spec.get("headRole"),
-        "roles": [{"name": r.get("name"), "workers": r.get("workers", 1)} for r in roles],
-        "workersTotal": sum(int(r.get("workers", 1)) for r in roles),
-        "workersReady": run_view(run)["workersReady"] if run else 0,
-        "run": run.number if run else None,
-        "runtime": run.runtime if run else None,
-        "createdAt": _iso(job.created_at),
-        "startedAt": _iso(run.started_at) if run else None,
-        "finishedAt": _iso(run.finished_at) if run else None,
-        "deleting": job.delete_requested,
-    }
-
-
-def _run_request(spec: dict) -> dict[str, float]:
-    """:func:`local_request` of a stored Run spec; nothing for one that no longer parses (a spec
-    stored by another RLark version must not break the node view)."""
-    try:
-        return local_request(Job.model_validate(spec))
-    except ValueError:  # pydantic's ValidationError is a ValueError
-        return {"cpu": 0.0, "memory": 0, "gpu": 0}
-
-
-def local_node(hostname: str, host: dict[str, float], requests: list[dict[str, float]]) -> dict[str, Any]:
-    """This machine as :meth:`JobService.nodes` lists it: ``host`` is its capacity
-    (:func:`rlark.preflight.host_capacity`: cpu cores, memory bytes, gpu count), ``requests`` what
-    each active local Job asks for (:func:`rlark.preflight.local_request`); free never goes
-    below 0."""
-    keys = (("cpu", "cpu"), ("memory", "memory"), ("nvidia.com/gpu", "gpu"))
-    alloc = {k: host[h] if k == "cpu" else int(host[h]) for k, h in keys}
-    requested = {k: sum(r[h] for r in requests) for k, h in keys}
-    requested = {k: v if k == "cpu" else int(v) for k, v in requested.items()}
-    return {"name": hostname, "ready": True, "schedulable": True, "labels": {}, "taints": [],
-            "allocatable": alloc, "requested": requested,
-            "free": {k: max(alloc[k] - requested[k], 0) for k in alloc}}
-
-
 # --- the service -------------------------------------------------------------------------------------
-
-
-#: directories of the system as a whole: a Job's workingDir that is one of them (or lies under
-#: those of :data:`SYSTEM_TREES`) never lets the composer read configs there
-SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/mnt",
-                         "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr",
-                         "/var"})
-SYSTEM_TREES = ("/boot", "/dev", "/etc", "/proc", "/run", "/sys")
-
-
-def system_dir(path: str) -> bool:
-    """Whether ``path`` (absolute) is, once symlinks and ``..`` are resolved, ``/``, one of
-    :data:`SYSTEM_DIRS`, or lies under one of :data:`SYSTEM_TREES`."""
-    real = os.path.realpath(path)
-    return real in SYSTEM_DIRS or any(real.startswith(t + "/") for t in SYSTEM_TREES)
 
 
 class JobService:
     """Job operations on a :class:`Store`. ``wake`` is called after every change so the
     controller acts at once."""
 
-    def __init__(self, store: Store, wake: Callable[[], None] = lambda: None, runtime: str = "local",
-                 host: dict[str, float] | None = None, inventory: Callable[[], tuple] | None = None,
-                 pending_timeout: float | None = None, namespace: str | None = None,
-                 secret_box: "SecretBox | None" = None,
-                 kube_secret_info: Callable[[str | None, str], "SecretInfo | None"] | None = None,
+    def __init__(self, store: Store, wake: Callable[[], None] = lambda: None, runtime: str = runtimes.DEFAULT,
+                 *, namespace: str | None = None, secret_box: "SecretBox | None" = None,
                  isolation: dict[str, Any] | None = None,
                  quota_defaults: quotas.Quotas | None = None,
-                 pod_policy: "PodPolicy | None" = None,
-                 runtime_checks: Callable[[Job], list[Finding]] | None = None,
-                 path_reachable: Callable[[str], bool] | None = None):
+                 profile: "RuntimeProfile | None" = None, **runtime_options: Any):
+        """``runtime``: the name of the server's runtime (each new Run's ``runtime``);
+        ``profile``: what differs between runtimes (:class:`rlark.runtimes.base.RuntimeProfile`;
+        default: :func:`rlark.runtimes.profile` of ``runtime`` with ``runtime_options``: the
+        local runtime's ``host``, ``path_reachable``, ``runtime_checks``; Kubernetes'
+        ``inventory``, ``pending_timeout``, ``pod_policy``, ``kube_secret_info``)."""
         self.store = store
-        #: local runtime: whether Workers may see a path at all (LocalRuntime.path_reachable):
-        #: what they may not, preflight never says exists or not
-        self.path_reachable = path_reachable
-        #: the runtime's own Findings for a Job (local: who its Workers run as, what of this
-        #: machine they may read; LocalRuntime.preflight); None: none
-        self.runtime_checks = runtime_checks
-        #: kubernetes: what Worker Pods may ask for (None: rlark.settings.k8s_pod_policy() at
-        #: each preflight)
-        self.pod_policy = pod_policy
         #: the server's per-project quotas (a project's own override them); bad settings fail here
         self.quota_defaults = quota_defaults or quotas.server_defaults()
-        #: local runtime: what isolation Workers get (local_isolation.Isolation.view())
+        #: what keeps each Worker's processes together (the local runtime's
+        #: Isolation.view(), with who they run as); None: the runtime's own business
         self.isolation = isolation
         #: opens the project's secrets to mask their values in what reads answer (None: ask
         #: ``secret_source`` when a Job refers to one; neither: nothing is masked)
         self.secret_box = secret_box
         self.secret_source: Callable[[], "SecretBox"] | None = None
-        #: kubernetes: ``(namespace, name)`` -> the labels and key names of that Kubernetes
-        #: Secret (podpolicy.SecretInfo), None when it does not exist (raises KubeError when
-        #: RLark may not read it); None: no Kubernetes Secret can be checked, so none is allowed
-        self.kube_secret_info = kube_secret_info
-        #: kubernetes: the server's namespace (projects map to namespaces: accounts.project_namespace)
+        #: the server's namespace, where Runs go to their projects' namespaces
+        #: (accounts.project_namespace); None: the runtime has none
         self.namespace = namespace
         self.wake = wake
         self.runtime = runtime
-        #: capacity of the machine local Workers run on (preflight.host_capacity); None: measure
-        self.host = host
-        #: kubernetes: () -> (nodes or None, free basis, error or None), e.g.
-        #: KubernetesRuntime.inventory; None: the capacity preflight is skipped
-        self.inventory = inventory
-        self.pending_timeout = pending_timeout
-        #: run id -> what its Workers ask of this machine (local runtime; see nodes())
+        self.profile: RuntimeProfile = profile or runtimes.profile(runtime, isolation=isolation,
+                                                                   **runtime_options)
+        #: run id -> what its Workers ask of the machine they share (see nodes())
         self._run_requests: dict[int, dict[str, float]] = {}
         self._lock = threading.Lock()
 
@@ -275,28 +111,19 @@ class JobService:
         job, findings = self.validate(document)
         if job is not None:
             findings = findings + self.secret_findings(job, project)
-        if job is not None and self.runtime == "local":
-            findings = findings + check_for_local_runtime(job, self.host, self.path_reachable)
-        if job is not None and self.runtime_checks is not None:
-            findings = findings + self.runtime_checks(job)
-        if job is not None and self.runtime == "kubernetes" and not has_errors(findings):
-            from rlark.runtimes.kubernetes.preflight import check_for_kubernetes
-
-            nodes, basis, error = self.inventory() if self.inventory else (None, "none", None)
-            findings = findings + check_for_kubernetes(job, nodes, free_basis=basis,
-                                                       pending_timeout=self.pending_timeout,
-                                                       inventory_error=error,
-                                                       policy=self.pod_policy,
-                                                       neighbours=self.neighbours(job, project))
+            checked = job
+            findings = findings + self.profile.preflight(
+                job, errors=has_errors(findings), neighbours=lambda: self.neighbours(checked, project))
         if job is not None and rlinf:
             from rlark.rlinf_config.isolated import ComposerBusy
 
             try:
                 # local Workers use this machine's files and no image: a config missing here
                 # is missing for the Run too
-                findings = findings + preflight_job(job, isolated=True, runtime=self.runtime,
+                findings = findings + preflight_job(job, isolated=True,
+                                                    filesystem=self.profile.filesystem,
                                                     roots=self.config_roots(job),
-                                                    here_only=self.runtime == "local")
+                                                    here_only=self.profile.here_only)
             except ComposerBusy as exc:
                 raise TooManyRequests(f"{exc}; try again in {exc.retry_after} s",
                                       exc.retry_after) from None
@@ -385,23 +212,21 @@ class JobService:
         runtime, the Job's own absolute ``spec.workingDir`` (its Workers run on this machine's
         filesystem). On Kubernetes ``workingDir`` is a path inside the image, not here. A
         ``workingDir`` that is ``/`` or a system directory (:func:`system_dir`) is no root: it
-        would let a Job read any file of the server. (:func:`rlark.services.records.config_roots`,
+        would let a Job read any file of the server. (:func:`rlark.record.finish.config_roots`,
         which the run record's composition uses too.)"""
-        from rlark.services.records import config_roots
+        from rlark.record.finish import config_roots
 
-        return config_roots(job_to_dict(job), self.runtime)
+        return config_roots(job_to_dict(job), self.profile)
 
     def secret_findings(self, job: Job, project: str) -> list[Finding]:
-        """Errors for the ``valueFrom.secretKeyRef`` references ``project`` may not use: on the
-        local runtime every reference must name an RLark-managed secret and key (``rlark secret
-        set``; ``SecretNotFound``); on Kubernetes a name RLark does not manage must be a
-        Kubernetes Secret of the project's namespace that an administrator allowed for the
-        project (label ``rlark.io/project=<project>``), else ``SecretNotAllowed``, worded the
-        same whether such a Secret exists or not
-        (:func:`rlark.runtimes.kubernetes.podpolicy.check_secret_refs`); a read RLark could not
-        make is ``SecretNotChecked`` (an error: nothing is allowed unseen). Never opens a
+        """Errors for the ``valueFrom.secretKeyRef`` references ``project`` may not use: every
+        reference must name an RLark-managed secret and key (``rlark secret set``;
+        ``SecretNotFound``), except, where the runtime has secrets of its own
+        (:attr:`rlark.runtimes.base.RuntimeProfile.own_secrets`: Kubernetes), a name RLark does
+        not manage, which the runtime judges
+        (:meth:`~rlark.runtimes.base.RuntimeProfile.own_secret_findings`). Never opens a
         secret; never names a value, nor a key of a Secret the project may not use."""
-        from rlark.services.secrets import managed_names, missing_refs
+        from rlark.store.secrets import managed_names, missing_refs
 
         refs = secret_refs(job)
         if not refs:
@@ -414,12 +239,12 @@ class JobService:
             managed = managed_names(s, prow.id, (n for n, _ in refs))
             missing = set(missing_refs(s, prow.id, [r for r in refs if r[0] in managed]))
             namespace = (project_namespace(prow, prow.namespace, self.namespace)
-                         if self.runtime == "kubernetes" else None)
+                         if self.profile.namespaced else None)
         out: list[Finding] = []
         for i, role in enumerate(job.spec.roles):
             for j, env in enumerate(role.env):
                 ref = env.secret_ref
-                if ref is None or (ref.name not in managed and self.runtime == "kubernetes"):
+                if ref is None or (ref.name not in managed and self.profile.own_secrets):
                     continue
                 path = f"spec.roles[{i}].env[{j}].valueFrom.secretKeyRef"
                 if ref.name not in managed:
@@ -436,30 +261,10 @@ class JobService:
                                 f"key ({env.name} would have no value)",
                         hint=f"add it: `rlark secret set {ref.name} {ref.key} -p {project}`, "
                              "or use one of the keys `rlark secret list` shows"))
-        if self.runtime == "kubernetes":
-            out += self._kube_secret_findings(job, project, namespace,
-                                              {r for r in refs if r[0] in managed})
+        if self.profile.own_secrets:
+            out += self.profile.own_secret_findings(job, {r for r in refs if r[0] in managed},
+                                                    project, namespace)
         return out
-
-    def _kube_secret_findings(self, job: Job, project: str, namespace: str | None,
-                              managed: set[tuple[str, str]]) -> list[Finding]:
-        """Kubernetes: the Findings for the references that name no RLark-managed secret
-        (see :meth:`secret_findings`)."""
-        from rlark.runtimes.kubernetes.podpolicy import check_secret_refs
-
-        lookup = self.kube_secret_info
-        try:
-            return check_secret_refs(
-                job, managed, project, namespace,
-                (lambda name: lookup(namespace, name)) if lookup is not None else (lambda name: None))
-        except Exception as exc:  # noqa: BLE001 - RBAC, an API server away: refused, said why
-            return [Finding(
-                code="SecretNotChecked", severity=Severity.error, path="spec.roles",
-                message=f"spec.roles: the Job's env names Kubernetes Secrets of namespace "
-                        f"{namespace}, and RLark could not check that project {project!r} may "
-                        f"use them: {str(exc)[:300]}",
-                hint="try again; if it persists, the administrator checks RLark's access to "
-                     "the namespace (RBAC: get secrets, deploy/kubernetes/)")]
 
     def _checked(self, document: str | bytes | dict,
                  project: str = DEFAULT_PROJECT) -> tuple[Job, list[Finding]]:
@@ -526,13 +331,13 @@ class JobService:
         return out
 
     def _make_run(self, job: JobRow, cause: Cause) -> RunRow:
-        """A new Run of ``job``, in its project's namespace on Kubernetes.
+        """A new Run of ``job``, in its project's namespace where the runtime has namespaces.
 
         Raises:
             Invalid: that namespace is the server's own (:func:`check_not_server_namespace`).
         """
         run = new_run(job, cause, self.runtime)
-        if self.runtime == "kubernetes":
+        if self.profile.namespaced:
             run.namespace = project_namespace(job.project, job.project.namespace, self.namespace)
             check_not_server_namespace(job.project.name, run.namespace, self.namespace)
         return run
@@ -547,44 +352,32 @@ class JobService:
         be read; ``freeBasis`` ``cluster``, ``namespace`` or ``none``: whose Pods' requests
         ``requested`` counts); local: this machine, ``requested`` being what the Workers of
         active local Jobs ask for (``freeBasis`` ``rlark``)."""
-        from rlark.runtimes.kubernetes.capacity import node_view
-
-        if self.runtime == "kubernetes":
-            try:
-                nodes, basis, error = self.inventory() if self.inventory else (
-                    None, "none", "this server has no node inventory")
-            except Exception as exc:  # noqa: BLE001 - the page says why instead of failing
-                nodes, basis, error = None, "none", f"reading the node inventory failed: {exc}"
-            items = [node_view(n) for n in nodes or []]
-        else:
-            import socket
-
-            from rlark.preflight import host_capacity
-
-            with self.store.session() as s:
-                active = set(s.scalars(
-                    select(RunRow.id).join(JobRow, JobRow.current_run_id == RunRow.id)
-                    .where(JobRow.phase.in_(ACTIVE), RunRow.runtime == "local")))
-                with self._lock:  # a Run's spec never changes: worked out once per Run
-                    missing = active - self._run_requests.keys()
-                found = {run_id: _run_request(spec) for run_id, spec in (
-                    s.execute(select(RunRow.id, RunRow.spec).where(RunRow.id.in_(missing)))
-                    if missing else ())}
-            with self._lock:
-                self._run_requests.update(found)
-                for run_id in self._run_requests.keys() - active:
-                    del self._run_requests[run_id]
-                requests = [self._run_requests[r] for r in active if r in self._run_requests]
-            items = [local_node(socket.gethostname(), self.host or host_capacity(), requests)]
-            if self.isolation is not None:
-                items[0]["isolation"] = self.isolation
-            basis, error = "rlark", None
+        items, basis, error = self.profile.nodes(self._active_requests)
         totals: dict[str, float] = {}
         for item in items:
             for k, v in item["allocatable"].items():
                 totals[k] = totals.get(k, 0) + v
         return {"runtime": self.runtime, "freeBasis": basis, "error": error, "items": items,
                 "totals": totals}
+
+    def _active_requests(self) -> builtins.list[dict[str, float]]:
+        """What the Workers of every active Run of this server's runtime ask of the machine
+        they share (:meth:`rlark.runtimes.base.RuntimeProfile.request_of`, worked out once per
+        Run: a Run's spec never changes)."""
+        with self.store.session() as s:
+            active = set(s.scalars(
+                select(RunRow.id).join(JobRow, JobRow.current_run_id == RunRow.id)
+                .where(JobRow.phase.in_(ACTIVE), RunRow.runtime == self.runtime)))
+            with self._lock:
+                missing = active - self._run_requests.keys()
+            found = {run_id: self.profile.request_of(spec) for run_id, spec in (
+                s.execute(select(RunRow.id, RunRow.spec).where(RunRow.id.in_(missing)))
+                if missing else ())}
+        with self._lock:
+            self._run_requests.update(found)
+            for run_id in self._run_requests.keys() - active:
+                del self._run_requests[run_id]
+            return [self._run_requests[r] for r in active if r in self._run_requests]
 
     # reads --------------------------------------------------------------------------------------
 
@@ -683,7 +476,8 @@ class JobService:
         only ``current``, a Run already loaded) were launched with, in any text: a script may
         print its own secrets, and log tails reach messages and Events. The identity when
         nothing is referred to."""
-        from rlark.services.secrets import masker, open_refs
+        from rlark.services.secrets import masker
+        from rlark.store.secrets import open_refs
         from rlark.spec import document_secret_refs
 
         refs = set(document_secret_refs(job.spec))
@@ -867,17 +661,12 @@ class JobService:
         return out
 
     def launch_findings(self, job: Job, project: str) -> builtins.list[Finding]:
-        """What would refuse a new Run of the stored ``job`` on this server today: on
-        Kubernetes the Pod policy (:func:`rlark.runtimes.kubernetes.podpolicy.check_pod_policy`:
-        a policy made stricter since the Job was stored applies) and the secrets its env names
-        (:meth:`secret_findings`). Errors only. The runtime checks both again at launch, so an
-        automatic retry is held to them too."""
-        if self.runtime != "kubernetes":
-            return []
-        from rlark.runtimes.kubernetes.podpolicy import check_pod_policy
-
-        policy = self.pod_policy if self.pod_policy is not None else settings.k8s_pod_policy()
-        found = check_pod_policy(job, policy) + self.secret_findings(job, project)
+        """What would refuse a new Run of the stored ``job`` on this server today
+        (:meth:`rlark.runtimes.base.RuntimeProfile.launch_findings`: on Kubernetes the Pod
+        policy, a policy made stricter since the Job was stored applying, and the secrets its
+        env names, :meth:`secret_findings`). Errors only. The runtime checks them again at
+        launch, so an automatic retry is held to them too."""
+        found = self.profile.launch_findings(job, lambda: self.secret_findings(job, project))
         return [f for f in found if f.severity == Severity.error]
 
     def _refuse_unlaunchable(self, name: str, project: str) -> None:

@@ -9,17 +9,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterable, Iterator
+from typing import AsyncIterator, Callable, Iterable, Iterator
 
 from rlark import settings
 from rlark.bootstrap.lifecycle import EVENT_PREFIX
 from rlark.loglines import MAX_LINE_BYTES, LineSplitter, cut_line
-
-if TYPE_CHECKING:
-    from rlark.store import JobRow
 
 CHUNK = 64 * 1024
 
@@ -246,27 +241,6 @@ def follow_lines(
             if not active:
                 continue  # one more read to the end of the file
         time.sleep(poll_seconds)
-
-
-def job_log_dirs(job: "JobRow") -> list[Path]:
-    """A Job's Worker files, removed with it: its log directory under ``$RLARK_HOME/logs`` (and,
-    for Runs made before logs were kept per project, the directories its Workers' log paths
-    name), and each Run's Worker directories under ``$RLARK_HOME/workers/<run uid>`` (a Worker's
-    home and what it wrote into its working directory, on the local runtime); never anything
-    outside those two directories of RLark's own."""
-    dirs = {settings.job_logs_dir(job.project.name, job.name)}
-    dirs |= {Path(w.log_path).parent for r in job.runs for w in r.workers if w.log_path}
-    logs = settings.logs_dir().resolve()
-    workers = (settings.rlark_home() / "workers").resolve()
-    dirs |= {workers / r.uid for r in job.runs if r.uid and "/" not in r.uid and r.uid not in (".", "..")}
-    return sorted(d for d in dirs if d.resolve().is_relative_to(logs)
-                  or (d.resolve().is_relative_to(workers) and d.resolve() != workers))
-
-
-def remove_dirs(dirs: list[Path]) -> None:
-    """Remove directories (those :func:`job_log_dirs` names), ignoring ones already gone."""
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 # --- following logs -------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Any, Iterable
 from kubernetes.utils.quantity import parse_quantity
 
 from rlark.findings import Finding, Severity
-from rlark.preflight import parse_cpu, parse_memory_bytes
+from rlark.preflight.quantities import parse_cpu, parse_memory_bytes
 from rlark.runtimes.kubernetes.status import PodPhase
 from rlark.spec import Job, Role, Toleration
 

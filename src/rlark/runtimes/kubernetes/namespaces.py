@@ -50,6 +50,8 @@ class ProjectNamespaces:
     """
 
     name = "kubernetes"
+    #: a reference to a secret RLark does not manage names a Kubernetes Secret (the Pod's)
+    own_secrets = True
 
     def __init__(self, default: KubernetesRuntime, factory: Callable[[str], KubernetesRuntime]):
         self.default = default

@@ -147,7 +147,7 @@ class PolicyDenied(ValueError):
 
 @dataclass(frozen=True)
 class PodPolicy:
-    """The server's policy for Worker Pods (:func:`rlark.settings.k8s_pod_policy` reads it).
+    """The server's policy for Worker Pods (:func:`rlark.runtimes.kubernetes.settings.pod_policy` reads it).
 
     ``allow_root``: a role may set ``kubernetes.runAsRoot``. ``host_path_prefixes``: normalised
     absolute directories hostPath mounts may lie under. ``service_accounts``: names a role may

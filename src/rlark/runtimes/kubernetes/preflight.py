@@ -15,7 +15,7 @@ from rlark.spec import Job, Mount, head_service_name, worker_name
 def _check_mount_driver(mount: Mount, path: str) -> Iterator[Finding]:
     """Names and size of an objectStorage mount's ``kubernetes`` settings, checked before the API
     server refuses the PVC or Pod of a Run that has already started."""
-    from rlark.preflight import parse_memory_bytes
+    from rlark.preflight.quantities import parse_memory_bytes
 
     k8s = mount.kubernetes
     if k8s is None:
@@ -49,7 +49,7 @@ def _check_mount_driver(mount: Mount, path: str) -> Iterator[Finding]:
 
 def check_spec_for_kubernetes(job: Job, policy: PodPolicy | None = None) -> list[Finding]:
     """Spec rules of the Kubernetes runtime (pure but for reading ``policy`` from the
-    environment when it is None: :func:`rlark.settings.k8s_pod_policy`).
+    environment when it is None: :func:`rlark.runtimes.kubernetes.settings.pod_policy`).
 
     First what the server's Pod policy refuses (:func:`.podpolicy.check_pod_policy`: root,
     hostPath, ServiceAccount).
@@ -61,9 +61,9 @@ def check_spec_for_kubernetes(job: Job, policy: PodPolicy | None = None) -> list
     bootstrap). Info: a ``workingDir`` under no mount must exist in the image.
     """
     if policy is None:
-        from rlark import settings
+        from rlark.runtimes.kubernetes.settings import pod_policy
 
-        policy = settings.k8s_pod_policy()
+        policy = pod_policy()
     out: list[Finding] = check_pod_policy(job, policy)
     wd = job.spec.working_dir
     if wd and not any(wd == m.mount_path or wd.startswith(m.mount_path.rstrip("/") + "/")

@@ -59,7 +59,7 @@ from urllib.parse import urlparse
 import yaml
 
 from rlark.bootstrap.archive import bootstrap_archive
-from rlark.preflight import parse_cpu
+from rlark.preflight.quantities import parse_cpu
 from rlark.ranks import PlannedWorker, plan_workers
 from rlark.runtimes.base import bootstrap_env
 from rlark.runtimes.kubernetes.podpolicy import (DEFAULT_RUN_AS_USER, PodPolicy, PolicyDenied,

@@ -37,6 +37,10 @@ launch, a refused log read fails the Run (``Forbidden``), a refused delete is ``
 a refused clean-up is raised by ``end_run``.
 
 All API calls go through :class:`.client.KubeClient`.
+
+Long because: the Runtime protocol's methods on Pods, with the log followers and the name-busy
+handling they share; the pure parts are already modules of their own (render, status, podpolicy,
+capacity, namespaces, logcursor, preflight).
 """
 
 from __future__ import annotations
@@ -106,7 +110,7 @@ class NamesBusy(KubeError):
     are being deleted (e.g. a finalizer of another controller keeps a Pod): not a failure.
 
     The controller keeps the Run ``Pending`` with :attr:`reason` and this message and tries again
-    after :attr:`retry_after` seconds (``controller/loop.py``: a launch error that carries
+    after :attr:`retry_after` seconds (``controller/launch.py``: a launch error that carries
     ``retry_after``)."""
 
     reason = Reason.WaitingForNames
@@ -290,6 +294,8 @@ class KubernetesRuntime:
     """
 
     name = "kubernetes"
+    #: a reference to a secret RLark does not manage names a Kubernetes Secret (the Pod's)
+    own_secrets = True
 
     def __init__(self, namespace: str | None = None, kube: KubeClient | None = None,
                  policy: StatusPolicy = StatusPolicy(), ray_dashboard: bool = False,

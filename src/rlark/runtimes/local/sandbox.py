@@ -1,6 +1,6 @@
 """What a local Worker may see of this machine, when it runs under an identity of its own.
 
-A Worker whose Run has its own uid (:mod:`rlark.runtimes.local_identity`) sees the file system
+A Worker whose Run has its own uid (:mod:`rlark.runtimes.local.identity`) sees the file system
 as any other user of this machine does ("others" in the permission bits), in a mount namespace
 of its own that its keeper builds (``bootstrap/keeper.py``, :func:`apply_sandbox`) from the plan
 made here:

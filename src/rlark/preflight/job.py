@@ -1,10 +1,14 @@
-"""Preflight: Findings about a Job spec, before anything is stored or started.
+"""A Job's own checks: Findings about a Job spec, before anything is stored or started, the same
+on every runtime (each runtime adds its own: ``runtimes/*/preflight.py``).
 
 :func:`check_job` applies the value rules to a structurally valid :class:`~rlark.spec.Job`;
 :func:`validate_document` runs parsing and the rules together, and is what the CLI
 (``rlark validate``), the REST API and the console all call.
 
 Every message names the field path and the bad value; every hint says how to fix it.
+
+Long because: one rule per field of the spec, in the spec's order; each is short, and keeping them
+together is what makes them the one list of the Job's own checks.
 """
 
 from __future__ import annotations
@@ -12,26 +16,22 @@ from __future__ import annotations
 import math
 import os
 import re
-from decimal import Decimal
-from typing import Callable, Any, Iterator
+from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from rlark.findings import Finding, Severity, error, warning
-from rlark.runtimes.local_ports import (
-    MAX_BLOCK_SIZE,
-    PORT_RANGE_END,
-    PORT_RANGE_START,
+from rlark.findings import Finding, error, warning
+from rlark.preflight.quantities import (
+    parse_cpu,
+    parse_image_reference,
+    parse_memory_bytes,
+)
+from rlark.words import plural
+from rlark.spec import (
     RAY_DEFAULT_MIN_WORKER_PORT,
     WORKER_PORTS_MAX_DEFAULT,
     WORKER_PORTS_PER_CPU,
     WORKER_PORTS_TIGHT_PER_CPU,
-    block_size,
-    default_worker_ports,
-)
-from rlark.runtimes.local_ports import MAX_WORKER_PORTS as MAX_WORKER_PORTS_LOCAL
-from rlark.words import plural
-from rlark.spec import (
     DNS1035_LABEL,
     DNS1123_LABEL,
     MAX_NAME_LENGTH,
@@ -47,92 +47,18 @@ from rlark.spec import (
     worker_name,
 )
 
-# Docker/OCI image reference (github.com/distribution/reference grammar, simplified):
-# [host[:port]/]path-component(/path-component)*[:tag][@algorithm:hex]
-_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?)"
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE_RE = re.compile(
-    rf"^(?:(?P<host>{_HOST})/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
-    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}))?$"
-)
 # Kubernetes label keys: optional DNS-subdomain prefix + '/' + name (63 chars), values 63 chars.
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_MEMORY_BYTES = 2**60
 MAX_DEVICES = 1_000_000
 #: named device resources become Ray custom resources (``ray start --resources``) and Kubernetes
 #: extended resources: a DNS-like name with an optional prefix
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(/[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?$")
-MAX_CPUS = 100_000
+
 
 
 _err, _warn = error, warning
-
-
-def parse_image_reference(image: str) -> dict[str, str | None] | None:
-    """Split an image reference into ``host``, ``path``, ``tag`` and ``digest``.
-
-    Returns None when the reference is malformed. Grammar: github.com/distribution/reference.
-    """
-    m = _IMAGE_RE.match(image or "")
-    return m.groupdict() if m else None
-
-
-def parse_quantity(text: str):
-    """Kubernetes quantity -> Decimal, by the official client's parser (imported on first use:
-    importing `kubernetes` costs about half a second, which every CLI command would pay)."""
-    from kubernetes.utils.quantity import parse_quantity as parse
-
-    return parse(text)
-
-
-def parse_memory_bytes(value: int | str) -> int:
-    """Memory quantity -> bytes. ``'8Gi'`` -> 8589934592, ``'512M'`` -> 512000000, int = bytes.
-
-    Raises:
-        ValueError: the value has no unit (a bare number in a string), an unknown unit, or is
-        not positive. Units are Kubernetes quantities (Ki Mi Gi Ti, k M G T).
-    """
-    if isinstance(value, bool):
-        raise ValueError("a boolean is not a memory size")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError("must be positive")
-        if value > MAX_MEMORY_BYTES:
-            raise ValueError("is larger than any machine (more than 1 EiB)")
-        return value
-    text = str(value).strip()
-    if re.fullmatch(r"[0-9.]+", text):
-        raise ValueError("has no unit")
-    try:
-        q = parse_quantity(text)
-    except ValueError:
-        raise ValueError("is not a memory quantity") from None
-    if not q.is_finite() or q <= 0:
-        raise ValueError("must be positive and finite")
-    if q > MAX_MEMORY_BYTES:
-        raise ValueError("is larger than any machine (more than 1 EiB)")
-    return int(q.to_integral_value(rounding="ROUND_CEILING"))
-
-
-def parse_cpu(value: float | int | str) -> Decimal:
-    """CPU quantity -> cores as a Decimal: ``2`` -> 2, ``'500m'`` -> 0.5.
-
-    Raises:
-        ValueError: not a Kubernetes CPU quantity, or not positive.
-    """
-    if isinstance(value, bool):
-        raise ValueError("a boolean is not a CPU count")
-    try:
-        q = parse_quantity(value if isinstance(value, str) else repr(value))
-    except ValueError:
-        raise ValueError("is not a CPU quantity") from None
-    if not q.is_finite() or q <= 0:
-        raise ValueError("must be positive and finite")
-    if q > MAX_CPUS:
-        raise ValueError(f"is more than {MAX_CPUS} cores")
-    return q
 
 
 def _check_label_map(labels: dict[str, str], path: str, what: str) -> Iterator[Finding]:
@@ -334,7 +260,7 @@ OBJECT_STORE_MIN_BYTES = 75 * 1024 * 1024
 MAX_WORKER_PORTS = 65535 - RAY_DEFAULT_MIN_WORKER_PORT + 1
 
 
-def _role_cpus(role) -> int | None:
+def role_cpus(role) -> int | None:
     """The role's CPUs as ``ray start --num-cpus`` gets them (rounded up); None when unset or
     not a CPU quantity (reported elsewhere)."""
     if role.resources.cpu is None:
@@ -345,9 +271,9 @@ def _role_cpus(role) -> int | None:
         return None
 
 
-def _tight_ports(ports: int, cpus: int, path: str, lead: str, note: str = "") -> Finding | None:
+def tight_ports(ports: int, cpus: int, path: str, lead: str, note: str = "") -> Finding | None:
     """The ``WorkerPortsTight`` warning when ``ports`` worker ports are fewer than
-    :data:`~rlark.runtimes.local_ports.WORKER_PORTS_TIGHT_PER_CPU` per CPU; ``lead`` names the
+    :data:`~rlark.spec.WORKER_PORTS_TIGHT_PER_CPU` per CPU; ``lead`` names the
     value, ``note`` says where the CPU count comes from."""
     if ports >= WORKER_PORTS_TIGHT_PER_CPU * cpus:
         return None
@@ -409,9 +335,9 @@ def _check_ray_node(role, base: str) -> Iterator[Finding]:
                 "remove it for the default (16 per CPU)",
             )
             return
-        cpus = _role_cpus(role)
+        cpus = role_cpus(role)
         if cpus is not None:
-            tight = _tight_ports(ports, cpus, path, f"{path} = {ports}")
+            tight = tight_ports(ports, cpus, path, f"{path} = {ports}")
             if tight:
                 yield tight
 
@@ -699,174 +625,3 @@ def validate_document(text: str | bytes) -> tuple[Job | None, list[Finding]]:
     except SpecSyntaxError:
         return load_job(text)  # its one InvalidDocument Finding, with line and column
     return check_document(data)
-
-
-def host_capacity() -> dict[str, float]:
-    """This machine: ``cpu`` (cores), ``memory`` (bytes), ``gpu`` (NVIDIA devices the driver
-    lists in /proc/driver/nvidia/gpus)."""
-    import psutil
-
-    try:
-        gpus = len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        gpus = 0
-    return {"cpu": os.cpu_count() or 1, "memory": psutil.virtual_memory().total, "gpu": gpus}
-
-
-def local_request(job: Job) -> dict[str, float]:
-    """What all Workers of ``job`` ask of this machine on the local runtime: ``cpu`` (cores,
-    each Worker's request rounded up as Ray's ``--num-cpus`` is), ``memory`` (bytes), ``gpu``
-    (count). A role whose cpu or memory does not parse adds nothing (check_job reports it)."""
-    want = {"cpu": 0.0, "memory": 0, "gpu": 0}
-    for role in job.spec.roles:
-        n = max(role.workers, 0)
-        try:
-            if role.resources.cpu is not None:
-                want["cpu"] += math.ceil(parse_cpu(role.resources.cpu)) * n
-            if role.resources.memory is not None:
-                want["memory"] += parse_memory_bytes(role.resources.memory) * n
-        except ValueError:
-            continue
-        want["gpu"] += max(role.resources.gpu, 0) * n
-    return want
-
-
-def _host_capacity(job: Job, host: dict[str, float] | None = None) -> Iterator[Finding]:
-    """All Workers of a local Job share this machine: more GPUs than it has is an error (Ray
-    would advertise GPUs that do not exist); more CPU or memory than it has is a warning (Ray's
-    numbers are logical, but the Workers will compete)."""
-    host = host or host_capacity()
-    want = local_request(job)
-    gib = 1024**3
-    if want["gpu"] > host["gpu"]:
-        yield _err(
-            "ExceedsHostGpu", "spec.roles",
-            f"spec.roles: the Workers ask for {plural(want['gpu'], 'GPU')} in all; this machine "
-            f"has {host['gpu']}",
-            "lower resources.gpu, or run on Kubernetes",
-        )
-    if want["cpu"] > host["cpu"]:
-        yield _warn(
-            "ExceedsHostCpu", "spec.roles",
-            f"spec.roles: the Workers ask for {plural(float(want['cpu']), 'CPU')} in all (each "
-            f"Worker's resources.cpu counted in whole CPUs, as its Ray node counts them); this "
-            f"machine has {host['cpu']:g}",
-            "lower resources.cpu or the worker counts; Ray's CPU counts are logical, so the Job "
-            "still starts, but its Workers share the cores",
-        )
-    if want["memory"] > host["memory"]:
-        yield _warn(
-            "ExceedsHostMemory", "spec.roles",
-            f"spec.roles: the Workers ask for {want['memory'] / gib:.1f} GiB in all; this "
-            f"machine has {host['memory'] / gib:.1f} GiB",
-            "lower resources.memory or the worker counts",
-        )
-
-
-def _local_ports(job: Job, host_cpus: int) -> Iterator[Finding]:
-    """Every local Worker takes a block of ports in 20000-32767 sized to its role
-    (:func:`rlark.runtimes.base.local_block_size`): a role whose block exceeds that range, or
-    Workers whose blocks together do, cannot start (errors); a role without ``cpu`` whose
-    ``ray.workerPorts`` is tight for this machine's CPUs (which its Ray node offers), or whose
-    default range is capped, gets ``WorkerPortsTight``."""
-    total = 0
-    sized = True
-    for i, role in enumerate(job.spec.roles):
-        ports = role.ray.worker_ports
-        if ports is not None and not 1 <= ports <= MAX_WORKER_PORTS:
-            sized = False
-            continue  # check_job reports it
-        cpus = _role_cpus(role)
-        if role.resources.cpu is not None and cpus is None:
-            sized = False
-            continue
-        node_cpus = cpus if cpus is not None else host_cpus
-        want = ports if ports is not None else default_worker_ports(node_cpus)
-        size = block_size(want)
-        path = f"spec.roles[{i}].ray.workerPorts"
-        if size > MAX_BLOCK_SIZE:
-            sized = False
-            yield _err(
-                "ExceedsLocalPorts", path,
-                f"{path}: {want} worker ports per Worker; the local runtime has "
-                f"{MAX_WORKER_PORTS_LOCAL} for one Ray node (ports "
-                f"{PORT_RANGE_START}-{PORT_RANGE_END - 1})",
-                f"give at most {MAX_WORKER_PORTS_LOCAL}, or run on Kubernetes",
-            )
-            continue
-        total += size * max(role.workers, 0)
-        lead = (f"{path} = {ports}" if ports is not None
-                else f"{path} is not set and its default stops at {want}")
-        if cpus is None:
-            tight = _tight_ports(want, node_cpus, path, lead,
-                                 " (no resources.cpu: the node offers Ray all of this machine's)")
-        elif ports is None:
-            tight = _tight_ports(want, node_cpus, path, lead)
-        else:
-            tight = None  # check_job reports an explicit value against resources.cpu
-        if tight:
-            yield tight
-    if sized and total > PORT_RANGE_END - PORT_RANGE_START:
-        yield _err(
-            "ExceedsLocalPorts", "spec.roles",
-            f"spec.roles: the {plural(job.total_workers, 'Worker')} need {total} ports in all "
-            f"(a block of 16 own ports plus their worker ports, in units of 64, each); one "
-            f"machine has {PORT_RANGE_END - PORT_RANGE_START} (ports "
-            f"{PORT_RANGE_START}-{PORT_RANGE_END - 1})",
-            "use fewer Workers or fewer ray.workerPorts, or run on Kubernetes",
-        )
-
-
-def check_for_local_runtime(job: Job, host: dict[str, float] | None = None,
-                            reachable: Callable[[str], bool] | None = None) -> list[Finding]:
-    """What the local runtime cannot honour: pvc and objectStorage mounts are not applied, a
-    hostPath source must exist, and node selectors mean nothing (warnings); a role's
-    ``local.python`` must exist here (error). Whether a hostPath mount is bound at its
-    ``mountPath`` depends on the Workers' identity: ``LocalRuntime.preflight`` says.
-    ``reachable``: whether the Workers may see a path at all (``LocalRuntime.path_reachable``);
-    a path they may not is not said to exist or not (``NotReadableByWorkers`` says why instead),
-    so a Finding never tells what lies where others may not look. ``host`` is the machine's capacity as
-    :func:`host_capacity` returns it (default: measured now)."""
-    findings: list[Finding] = list(_host_capacity(job, host))
-    findings.extend(_local_ports(job, int((host or {}).get("cpu") or os.cpu_count() or 1)))
-    seen = reachable or (lambda path: True)
-    wd = job.spec.working_dir
-    if wd and os.path.isabs(wd) and seen(wd) and not os.path.isdir(wd):
-        findings.append(_err(
-            "WorkingDirMissing", "spec.workingDir",
-            f"spec.workingDir = {wd!r} is not a directory on this machine",
-            "create it, or fix the path (`rlark submit FILE` resolves a relative one against "
-            "FILE's directory)",
-        ))
-    for i, role in enumerate(job.spec.roles):
-        for j, mount in enumerate(role.mounts):
-            path = f"spec.roles[{i}].mounts[{j}]"
-            if mount.type != "hostPath":
-                findings.append(_warn(
-                    "MountNotAppliedLocally", path,
-                    f"{path}: the local runtime cannot mount {mount.type} {mount.source!r}",
-                    "use the Kubernetes runtime for pvc/objectStorage mounts, or a hostPath",
-                ))
-            elif seen(mount.source) and not os.path.exists(mount.source):
-                findings.append(_warn(
-                    "MountSourceMissing", f"{path}.source",
-                    f"{path}.source = {mount.source!r} does not exist on this machine",
-                    "create it or fix the path",
-                ))
-        python = role.local.python
-        if python and os.path.isabs(python) and seen(python):
-            exe = os.path.join(python, "bin", "python") if os.path.isdir(python) else python
-            if not os.access(exe, os.X_OK):
-                findings.append(_err(
-                    "PythonNotFound", f"spec.roles[{i}].local.python",
-                    f"spec.roles[{i}].local.python = {python!r}: no executable {exe!r} on this "
-                    "machine",
-                    "give the path of a python (or virtualenv) that has ray installed",
-                ))
-        if role.node_selector:
-            findings.append(_warn(
-                "NodeSelectorIgnoredLocally", f"spec.roles[{i}].nodeSelector",
-                f"spec.roles[{i}].nodeSelector is ignored by the local runtime (one machine)",
-                "remove it, or run on Kubernetes",
-            ))
-    return findings

@@ -14,7 +14,7 @@ never starts: the raylet's "No available ports" (seen: 56 ``num_cpus=0`` actors 
 48 ports, 9 of them hung forever). So the range is sized to the role
 (:func:`default_worker_ports`, which fills its block, or exactly the role's ``ray.workerPorts``
 in a block rounded up to whole units). Units are what the host-wide
-reservations lock (:mod:`rlark.runtimes.local_reservations`), so blocks of different sizes never
+reservations lock (:mod:`rlark.runtimes.local.reservations`), so blocks of different sizes never
 overlap, in one server or across servers.
 """
 
@@ -25,30 +25,21 @@ import math
 import socket
 from typing import Callable, Iterable
 
+from rlark.spec import WORKER_PORTS_MAX_DEFAULT, WORKER_PORTS_PER_CPU
+
 PORT_RANGE_START = 20000
 PORT_RANGE_END = 32768  # exclusive
 #: blocks are allocated and reserved in units of this many ports
 UNIT = 64
 #: ports base+16 .. base+size-1 are Ray worker processes' ports
 WORKER_PORTS_OFFSET = 16
-#: the default worker-port range: 16 ports per CPU the node offers Ray (a task worker per CPU,
-#: and room for actors, which ``num_cpus=0`` does not bound), at least 48 (what one unit leaves),
-#: at most 4096; rounded up to fill whole units (:func:`block_size`)
-WORKER_PORTS_PER_CPU = 16
+#: the default worker-port range: :data:`~rlark.spec.WORKER_PORTS_PER_CPU` ports per CPU the node
+#: offers Ray, at least 48 (what one unit leaves), at most
+#: :data:`~rlark.spec.WORKER_PORTS_MAX_DEFAULT`; rounded up to fill whole units (:func:`block_size`)
 WORKER_PORTS_MIN_DEFAULT = UNIT - WORKER_PORTS_OFFSET
-WORKER_PORTS_MAX_DEFAULT = 4096
-#: fewer worker ports than this per CPU is "tight" (a preflight warning): a node runs up to one
-#: task worker per CPU at once, and every actor and driver needs a port on top
-WORKER_PORTS_TIGHT_PER_CPU = 4
 #: the largest block one host's range holds (whole units)
 MAX_BLOCK_SIZE = (PORT_RANGE_END - PORT_RANGE_START) // UNIT * UNIT
 MAX_WORKER_PORTS = MAX_BLOCK_SIZE - WORKER_PORTS_OFFSET
-
-#: Ray's own worker-port range (``ray start --min-worker-port``/``--max-worker-port`` defaults,
-#: 2.47-2.60): what a node gets where nothing pins ports (a Pod has its own network), and where
-#: a role's ``ray.workerPorts`` range starts there
-RAY_DEFAULT_MIN_WORKER_PORT = 10002
-RAY_DEFAULT_MAX_WORKER_PORT = 19999
 
 #: offset inside the block -> ``ray start`` flag (see bootstrap/worker.py for the flag list)
 PORT_OFFSETS = {

@@ -5,15 +5,19 @@ server's own Python in isolated mode), which writes the Worker's lifecycle lines
 workload (the bootstrap's ``worker`` with the role's Python, the scripts, Ray) under the Run's own
 uid in a mount
 namespace that hides the server's files, where this server can give that
-(:mod:`rlark.runtimes.local_identity`, :mod:`rlark.runtimes.local_sandbox`).
+(:mod:`rlark.runtimes.local.identity`, :mod:`rlark.runtimes.local.sandbox`).
 
 Each Worker's processes are kept together so that ending the Worker ends all of them, also those
 that made their own session (``setsid``) or were orphaned by a double fork: in its own PID
 namespace where this server can make one, else in its own cgroup (or a PID namespace inside a user
-namespace), as probed once at start (:mod:`rlark.runtimes.local_isolation`). Stopping: SIGTERM to
+namespace), as probed once at start (:mod:`rlark.runtimes.local.isolation`). Stopping: SIGTERM to
 the group, SIGKILL to the group and the cgroup after the grace period; whatever is left once the
 bootstrap has exited is killed before the Worker counts as gone.
 Never ``ray stop``: it is host-wide.
+
+Long because: the Runtime protocol's methods on keepers and process groups, with the environment
+each Worker gets; the pure parts are already modules of their own (identity, isolation, sandbox,
+ports, reservations, preflight, outputs).
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import functools
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,8 +36,8 @@ import psutil
 
 from rlark import settings
 from rlark.bootstrap import archive
-from rlark.controller.admission import Amounts, Capacity
 from rlark.ranks import PlannedWorker
+from rlark.runtimes.capacity import Amounts, Capacity
 from rlark.runtimes.base import (
     AdoptSpec,
     LaunchSpec,
@@ -50,12 +53,13 @@ from rlark.runtimes.base import (
     WorkerRef,
     secret_env,
 )
-from rlark.runtimes import local_isolation as iso
-from rlark.runtimes import local_sandbox as sandbox
-from rlark.runtimes.local_identity import Identity, UidRange, candidates, choose, many_users_message
-from rlark.runtimes.local_isolation import Isolation, Mode
-from rlark.runtimes.local_reservations import Reservations
-from rlark.runtimes.local_ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
+from rlark.runtimes.local import isolation as iso
+from rlark.runtimes.local import sandbox
+from rlark.runtimes.local.identity import Identity, UidRange, candidates, choose, many_users_message
+from rlark.runtimes.local.isolation import Isolation, Mode
+from rlark.runtimes.local.reservations import Reservations
+from rlark.runtimes.local.settings import worker_identity, worker_isolation, worker_uid_range
+from rlark.runtimes.local.ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
 from rlark.findings import Finding
 from rlark.findings import error as _err
 from rlark.findings import warning as _warn
@@ -203,7 +207,7 @@ def keeper_argv(archive_path: str, mode: Mode | None, cgroup: str | None = None)
 
 @functools.lru_cache(maxsize=None)
 def probed_isolation(requested: str = "auto", cgroup_parent: str | None = None) -> Isolation:
-    """:func:`rlark.runtimes.local_isolation.probe`, once per process and request (what this
+    """:func:`rlark.runtimes.local.isolation.probe`, once per process and request (what this
     process may do does not change while it runs).
 
     Raises:
@@ -213,7 +217,7 @@ def probed_isolation(requested: str = "auto", cgroup_parent: str | None = None) 
 
 
 def probed_identity(requested: str, isolation: Isolation, uids: UidRange) -> Identity:
-    """Who this server's Workers run as (:func:`rlark.runtimes.local_identity.choose` for what
+    """Who this server's Workers run as (:func:`rlark.runtimes.local.identity.choose` for what
     this process may do: root, and PID namespaces as the isolation probe found them).
 
     Raises:
@@ -294,6 +298,8 @@ class LocalRuntime:
     watched through their PID and start time."""
 
     name = "local"
+    #: a Job's secrets are RLark's only (no secret store of its own)
+    own_secrets = False
 
     def __init__(self, reservations: Reservations | None = None,
                  worker_env: Iterable[str] | None = None,
@@ -314,14 +320,14 @@ class LocalRuntime:
 
         Raises:
             ValueError: a setting is unusable, or no isolation is available and weak isolation
-                was not asked for (:func:`~rlark.runtimes.local_isolation.unavailable_message`).
+                was not asked for (:func:`~rlark.runtimes.local.isolation.unavailable_message`).
         """
-        self.isolation = isolation or probed_isolation(settings.worker_isolation(),
+        self.isolation = isolation or probed_isolation(worker_isolation(),
                                                        settings.cgroup_parent())
         if self.isolation.mode is None:
             raise ValueError(iso.unavailable_message(self.isolation))
-        self.identity = identity or probed_identity(settings.worker_identity(), self.isolation,
-                                                    settings.worker_uid_range())
+        self.identity = identity or probed_identity(worker_identity(), self.isolation,
+                                                    worker_uid_range())
         self.read_paths = tuple(dict.fromkeys(
             [*(settings.worker_read_paths() if read_paths is None else read_paths),
              *server_python_roots()]))
@@ -344,7 +350,7 @@ class LocalRuntime:
 
     def capacity(self) -> Capacity:
         """What this machine carries, for admitting Runs (:mod:`rlark.controller.admission`):
-        its CPU cores, memory and NVIDIA GPUs (:func:`rlark.preflight.host_capacity`, the numbers
+        its CPU cores, memory and NVIDIA GPUs (:func:`rlark.runtimes.local.preflight.host_capacity`, the numbers
         preflight warns against), the devices ``RLARK_LOCAL_DEVICES`` names, and
         ``RLARK_MAX_STARTING_NODES`` Ray nodes starting at once. Measured once per runtime.
 
@@ -352,7 +358,7 @@ class LocalRuntime:
             ValueError: one of those settings is unusable (the message names it).
         """
         if self._capacity is None:
-            from rlark.preflight import host_capacity
+            from rlark.runtimes.local.preflight import host_capacity
 
             host = host_capacity()
             self._capacity = Capacity(
@@ -524,7 +530,7 @@ class LocalRuntime:
 
     def _sandbox(self, spec: LaunchSpec, python: str, uid: int) -> dict[str, str]:
         """Make the Worker's own directories (owned by ``uid``) and return the keeper's settings
-        for its identity and mount namespace (:func:`rlark.runtimes.local_sandbox.plan`) and the
+        for its identity and mount namespace (:func:`rlark.runtimes.local.sandbox.plan`) and the
         Worker's own ``HOME``, ``USER`` and ``TMPDIR``.
 
         Raises:
@@ -594,14 +600,14 @@ class LocalRuntime:
                                               settings.ray_tmp_root())]
 
     def path_problem(self, path: str, what: str) -> str | None:
-        """Why a Worker may not be given ``path`` (:func:`rlark.runtimes.local_sandbox.access_problem`
+        """Why a Worker may not be given ``path`` (:func:`rlark.runtimes.local.sandbox.access_problem`
         with this server's roots), None when it may."""
         return sandbox.access_problem(path, what, rlark_home=str(settings.rlark_home()),
                                       allowed=self.read_paths, stat=os.stat, own=self.own_dirs())
 
     def target_problem(self, target: str, what: str) -> str | None:
         """Why ``target`` cannot be a mount point in a Worker's view
-        (:func:`rlark.runtimes.local_sandbox.mount_target_problem`), None when it can."""
+        (:func:`rlark.runtimes.local.sandbox.mount_target_problem`), None when it can."""
         return sandbox.mount_target_problem(target, what, rlark_home=str(settings.rlark_home()),
                                             own=self.own_dirs())
 
@@ -638,7 +644,7 @@ class LocalRuntime:
         every launch path report them): a server whose Workers would run as itself refuses when
         it serves more than one user (``IdentityUnavailable``) and warns otherwise
         (``WorkersRunAsServer``); a path a Worker needs that may not be given to it is an error
-        (``NotReadableByWorkers``, :func:`rlark.runtimes.local_sandbox.access_problem`); a role
+        (``NotReadableByWorkers``, :func:`rlark.runtimes.local.sandbox.access_problem`); a role
         whose Ray has no token authentication is an error, or a warning where the server allows
         unauthenticated Ray (``RayTooOld``)."""
         out: list[Finding] = []
@@ -727,7 +733,7 @@ class LocalRuntime:
         """``(path, what, kind)`` of the paths of this machine a Worker of ``role_name`` needs
         besides its own directories (``what`` names the field; ``kind``: ``python``,
         ``workingDir``, ``config`` or ``mount``): its Python installation
-        (:func:`~rlark.runtimes.local_sandbox.python_prefixes`), the Job's ``workingDir`` and
+        (:func:`~rlark.runtimes.local.sandbox.python_prefixes`), the Job's ``workingDir`` and
         absolute RLinf ``configDir``, and the sources of its ``hostPath`` mounts."""
         role = job.role(role_name)
         python = python or python_for(role.local.python if role else None)

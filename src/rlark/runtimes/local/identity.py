@@ -8,7 +8,7 @@ the server's own user.
     as unusable), one no other live Run of any RLark server on this machine holds (a host-wide
     reservation, like ports). No such user exists in ``/etc/passwd``, so no file on the machine
     belongs to it: the Worker reads what others may read, and writes only its own directories
-    (:mod:`rlark.runtimes.local_sandbox`). Needs root (CAP_SETUID, CAP_SETGID) and the
+    (:mod:`rlark.runtimes.local.sandbox`). Needs root (CAP_SETUID, CAP_SETGID) and the
     ``pid-namespace`` isolation (CAP_SYS_ADMIN: the Worker's mount namespace is built there).
     Why a range of uids and not a user namespace: switching to a plain unprivileged uid takes
     nothing from the kernel beyond what every Linux has, leaves the Worker no capability at all

@@ -1,0 +1,72 @@
+"""What the passes of the controller share: the state one :class:`~rlark.controller.loop.Controller`
+holds, and the calls one pass makes into another.
+
+The controller is one class assembled from its passes (:mod:`.launch`, :mod:`.observe`,
+:mod:`.adopt`, :mod:`.transitions`, :mod:`.teardown`, and :mod:`.loop` that runs them); each pass
+is a mixin of :class:`ControllerState`, which declares what they share so that each module reads
+(and type-checks) on its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Callable
+
+from sqlalchemy.orm import Session
+
+from rlark.controller.phases import Transition
+from rlark.runtimes.base import Runtime
+from rlark.runtimes.capacity import Amounts
+from rlark.store import RunRow, Store
+
+if TYPE_CHECKING:
+    from rlark.secretbox import SecretBox
+
+
+class ControllerState:
+    """The state of one controller (set by :meth:`rlark.controller.loop.Controller.__init__`)
+    and the calls between its passes (each implemented by the pass named)."""
+
+    store: Store
+    runtime: Runtime
+    #: opens the RLark-managed secrets a Run's env refers to (None: such a Run fails)
+    secret_box: SecretBox | None
+    #: why this controller adopts the active Runs (said in their ``Adopted`` Event)
+    adopt_cause: str
+    #: shutdown() stops every active Run (else the next server adopts them)
+    stop_runs_on_exit: bool
+    _on_shutdown: Callable[[], None] | None
+    #: Worker id -> (last heartbeat of the previous server, adoption time)
+    _adopted: dict[int, tuple[float | None, float]]
+    #: run id -> (one Worker's demand per role, the whole Run's demand, its Worker count)
+    _demands: dict[int, tuple[dict[str, Amounts], Amounts, int]]
+    #: run id -> time.monotonic() before which its launch is not tried again
+    _launch_after: dict[int, float]
+    _lanes_lock: threading.Lock
+    #: Runs whose launch is under way (their Workers are not in the store yet)
+    _launching: set[int]
+
+    def _session(self):
+        # autoflush off: nothing is written before the commit at the end of a block, so no write
+        # transaction is open while the controller calls a process or an API
+        return self.store.session(autoflush=False)
+
+    def _transition(self, s: Session, run: RunRow, t: Transition) -> None:
+        """:meth:`rlark.controller.transitions.Transitions._transition`."""
+        raise NotImplementedError
+
+    def _sync_tasks(self, run: RunRow) -> None:
+        """:meth:`rlark.controller.transitions.Transitions._sync_tasks`."""
+        raise NotImplementedError
+
+    def _finish(self, s: Session, run: RunRow) -> None:
+        """:meth:`rlark.controller.teardown.TearingDown._finish`."""
+        raise NotImplementedError
+
+    def _beat(self, force: bool = False) -> None:
+        """:meth:`rlark.controller.loop.Controller._beat`."""
+        raise NotImplementedError
+
+    def stop_loop(self, wait: bool = True) -> None:
+        """:meth:`rlark.controller.loop.Controller.stop_loop`."""
+        raise NotImplementedError

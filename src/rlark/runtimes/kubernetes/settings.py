@@ -1,0 +1,72 @@
+"""The Kubernetes runtime's settings, from the server's environment (``rlark server`` sets the
+variables from its options): how long Kubernetes may retry before RLark names a failure, Ray's
+dashboard on head Pods, and what Worker Pods may ask for.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rlark.runtimes.kubernetes.podpolicy import PodPolicy
+from rlark.runtimes.kubernetes.status import StatusPolicy
+from rlark.settings import bool_env, csv_env, positive_int_env, seconds_env
+
+
+def status_policy() -> StatusPolicy:
+    """Kubernetes runtime: how long Kubernetes may retry before RLark names a failure.
+
+    ``RLARK_K8S_PENDING_TIMEOUT`` (default 300 s; a Pod still unscheduled then fails the Run as
+    ``Unschedulable``; capped per Job at 0.9 x its joinTimeoutSeconds), ``RLARK_K8S_IMAGE_PULL_GRACE``
+    (30 s of ErrImagePull/ImagePullBackOff before ``ImagePull``), ``RLARK_K8S_MOUNT_GRACE`` (60 s
+    of FailedMount before ``MountFailed``).
+
+    Raises:
+        ValueError: a value is not a positive number.
+    """
+    return StatusPolicy(
+        image_pull_grace_seconds=seconds_env("RLARK_K8S_IMAGE_PULL_GRACE", 30.0),
+        mount_grace_seconds=seconds_env("RLARK_K8S_MOUNT_GRACE", 60.0),
+        pending_timeout_seconds=seconds_env("RLARK_K8S_PENDING_TIMEOUT", 300.0),
+    )
+
+
+def ray_dashboard() -> bool:
+    """``RLARK_K8S_RAY_DASHBOARD=1`` starts Ray's dashboard on each head Pod (port 8265 of the
+    head Service; the image needs ``ray[default]``)."""
+    return os.environ.get("RLARK_K8S_RAY_DASHBOARD", "") == "1"
+
+
+def pod_policy() -> PodPolicy:
+    """Kubernetes runtime: what Worker Pods may ask for beyond the secure defaults
+    (:class:`rlark.runtimes.kubernetes.podpolicy.PodPolicy`; docs/security.md):
+
+    * ``RLARK_K8S_ALLOW_ROOT=1`` (``rlark server --k8s-allow-root``): a role may set
+      ``kubernetes.runAsRoot`` (default: refused at preflight);
+    * ``RLARK_K8S_HOST_PATH_PREFIXES``: comma-separated absolute directories a ``hostPath``
+      mount may lie under (``--k8s-host-path-prefix DIR``; default none: no hostPath at all);
+    * ``RLARK_K8S_SERVICE_ACCOUNTS``: comma-separated ServiceAccount names a role may name in
+      ``kubernetes.serviceAccountName`` (``--k8s-service-account NAME``; default none: the
+      namespace's ``default``);
+    * ``RLARK_K8S_RUN_AS_USER``: the user id Workers run as when their role names none
+      (default 1000);
+    * ``RLARK_K8S_CSI_DRIVERS``: comma-separated CSI drivers an objectStorage mount may name in
+      ``kubernetes.csiDriver`` (``--k8s-csi-driver NAME``; default none: no inline CSI volumes);
+    * ``RLARK_K8S_STORAGE_CLASSES``: comma-separated StorageClasses an objectStorage mount may
+      name in ``kubernetes.storageClass`` (``--k8s-storage-class NAME``; default none);
+    * ``RLARK_K8S_TOLERATIONS``: comma-separated ``KEY[=VALUE][:EFFECT]`` entries (or ``*``)
+      covering the tolerations a role may have (``--k8s-toleration``; default none).
+
+    Raises:
+        ValueError: a value is unusable (a prefix that is relative or a system directory, a
+            ServiceAccount or StorageClass name that is not a DNS-1123 subdomain, a CSI driver
+            or toleration entry that is not one, a user id below 1).
+    """
+    return PodPolicy.checked(
+        allow_root=bool_env("RLARK_K8S_ALLOW_ROOT"),
+        host_path_prefixes=tuple(csv_env("RLARK_K8S_HOST_PATH_PREFIXES")),
+        service_accounts=tuple(csv_env("RLARK_K8S_SERVICE_ACCOUNTS")),
+        run_as_user=positive_int_env("RLARK_K8S_RUN_AS_USER", 1000),
+        csi_drivers=tuple(csv_env("RLARK_K8S_CSI_DRIVERS")),
+        storage_classes=tuple(csv_env("RLARK_K8S_STORAGE_CLASSES")),
+        tolerations=tuple(csv_env("RLARK_K8S_TOLERATIONS")),
+    )
