@@ -121,18 +121,22 @@ def test_a_run_creates_its_configmap_then_owned_objects_then_pods_and_the_garbag
     r.submit(job_yaml(pool_extra=PVC_MOUNT))
     r.wait_phase("ppo", "Starting")
     # the Run is Starting once its plan is committed, before its launch calls: wait for them
-    wait_for("the launch of all three Workers", lambda: len(kube.created) >= 7)
+    wait_for("the launch of all three Workers", lambda: len(kube.created) >= 8)
     uid = r.run_row("ppo").uid
     cm = f"ppo-run-{uid}"
-    assert kube.created == [("ConfigMap", cm), ("Service", "ppo-head"), ("NetworkPolicy", cm),
+    # the Run's Ray token Secret (render.render_ray_secret) comes right after its owner
+    assert kube.created == [("ConfigMap", cm), ("Secret", f"{cm}-ray"), ("Service", "ppo-head"),
+                            ("NetworkPolicy", cm),
                             ("PersistentVolumeClaim", f"ppo-pool-models-{uid}"),
                             ("Pod", "ppo-head-0"), ("Pod", "ppo-pool-0"), ("Pod", "ppo-pool-1")]
     objs = r.objects(f"{render.LABEL_RUN}={uid}")
     owner = objs["ConfigMap"][0]
     assert owner.metadata.name == cm and owner_uid(owner) is None
-    owned = [o for kind in ("Service", "NetworkPolicy", "PersistentVolumeClaim", "Pod")
+    owned = [o for kind in ("Secret", "Service", "NetworkPolicy", "PersistentVolumeClaim", "Pod")
              for o in objs[kind]]
-    assert len(owned) == 6
+    assert sorted(o.metadata.name for o in owned) == sorted(
+        [f"{cm}-ray", "ppo-head", cm, f"ppo-pool-models-{uid}", "ppo-head-0", "ppo-pool-0",
+         "ppo-pool-1"])
     for o in owned:
         assert owner_uid(o) == owner.metadata.uid, o.metadata.name
         assert o.metadata.owner_references[0].kind == "ConfigMap"

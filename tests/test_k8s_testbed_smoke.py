@@ -32,7 +32,7 @@ from kubernetes.watch.watch import iter_resp_lines  # noqa: E402
 pytestmark = pytest.mark.timeout(setup_timeout())
 
 NS = "rlark"
-WAIT = 60  # seconds: bound of every wait below
+WAIT = 120  # seconds: bound of every wait below (a busy 2-core CI machine once took over 60)
 
 
 def wait_until(what: str, predicate, timeout: float = WAIT, interval: float = 0.2):

@@ -43,10 +43,11 @@ def test_wait_names_a_record_still_provisional_and_returns_once_it_is_final(
     monkeypatch.setattr(cli, "_record_wait_seconds", lambda job: 1.0)
     assert cli._wait(client, "demo") == 0
     captured = capsys.readouterr()
-    assert "finishing the run record" in captured.err
+    said = " ".join(captured.err.split())  # Rich wraps lines at the console's width
+    assert "finishing the run record" in said
     assert "note: run 1's record is still provisional after 1 s (its Workers have not all " \
            "ended: `rlark describe job demo` shows them); `rlark record demo` says so until it " \
-           "is final" in " ".join(captured.err.split())
+           "is final" in said
     assert captured.out.startswith("Succeeded")
     live_rec = client.get("/api/v1/jobs/demo/record")
     assert live_rec["provisional"] is True and live_rec["checks"]["status"] == "provisional"
