@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 from rlark.rlinf_config.plan import plan
+from bench_timing import median_time
 
 TARGET_10K_S = 10.0
 TARGET_GROWTH = 20.0
@@ -36,15 +35,6 @@ def section(n: int) -> dict:
     last = max(0, n // 10 - 1)
     return {"cluster": {"num_nodes": n, "component_placement": {"a": f"0-{last}", "b": "all"},
                         "node_groups": [{"label": "x", "node_ranks": "all"}]}}
-
-
-def median_time(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> int:

@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from rlark.bootstrap.config import FACT_BUDGET_SECONDS, BootstrapConfig
 from rlark.bootstrap.facts import packages_facts, record_facts
 from rlark.bootstrap.facts_code import Budget, git_facts
+from bench_timing import median_time
 
 TARGET_S = FACT_BUDGET_SECONDS / 4
 
@@ -51,15 +50,6 @@ def make_checkout(root: Path) -> Path:
     (repo / "train.py").write_text("print('v2, uncommitted')\n")
     (repo / "scratch.txt").write_text("untracked\n")
     return repo
-
-
-def median_time(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> int:

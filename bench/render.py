@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlark.runtimes.kubernetes.render import RenderOptions, dump_stream, render_run  # noqa: E402
 from tests.k8s_jobs import big_job  # noqa: E402
+from bench_timing import median_time  # noqa: E402
 
 TARGET_SECONDS = 1.0
 
@@ -38,15 +37,6 @@ def plain_copy(node):
     if isinstance(node, list):
         return [plain_copy(v) for v in node]
     return node
-
-
-def median_time(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> int:
