@@ -52,11 +52,20 @@ def resolve_token(server: str, explicit: str | None = None) -> str | None:
     token = explicit or os.environ.get("RLARK_TOKEN")
     if token:
         return token.strip()
+    item = _saved(server)
+    return item.get("token") if item else None
+
+
+def _saved(server: str) -> dict | None:
+    """The credentials file's entry for ``server`` (None: none saved).
+
+    Raises:
+        ClientError: the credentials file cannot be used (e.g. readable by others).
+    """
     try:
-        item = credentials.entry(server)
+        return credentials.entry(server)
     except credentials.CredentialsError as exc:
         raise ClientError(str(exc)) from None
-    return item.get("token") if item else None
 
 
 def token_source(explicit: str | None = None) -> str:
@@ -78,11 +87,7 @@ def resolve_project(server: str, explicit: str | None = None) -> str:
     project = explicit or os.environ.get("RLARK_PROJECT")
     if project:
         return project.strip()
-    try:
-        item = credentials.entry(server)
-    except credentials.CredentialsError as exc:
-        raise ClientError(str(exc)) from None
-    return (item or {}).get("project") or DEFAULT_PROJECT
+    return (_saved(server) or {}).get("project") or DEFAULT_PROJECT
 
 
 
