@@ -9,7 +9,9 @@
 # has ray 2.60 and rlinf 0.3.0 (RLARK_SMOKE_IMAGE; pull it into kind with `kind load docker-image`
 # if the nodes cannot reach the registry); nodes with ~7 GiB of memory free for the 3 Workers.
 # Settings: RLARK_SMOKE_NAMESPACE (rlark-smoke), RLARK_SMOKE_IMAGE (docker.io/rlinf/rlinf:0.3.0),
-# RLARK_SMOKE_PORT (18470), RLARK_SMOKE_TIMEOUT (900 s for the quickstart Run).
+# RLARK_SMOKE_PORT (18470), RLARK_SMOKE_TIMEOUT (900 s for the quickstart Run), RLARK_SMOKE_CPU
+# (each quickstart Worker's CPU request; default the quickstart's own, 1: on a cluster with fewer
+# than 3 CPUs free, e.g. one 2-core node, 500m still gives each Ray node 1 CPU, rounded up).
 #
 # What it checks (each line says PASS or FAIL; exit status 1 if any failed):
 #  1. the rendered objects pass the API server's own validation (kubectl apply --dry-run=server)
@@ -62,10 +64,10 @@ done
 # The quickstart as a Kubernetes Job: its code and config travel in an env variable (the Pods do
 # not see this machine's files) and are unpacked by the prepare script; the image provides python,
 # ray and rlinf.
-"$PY" - "$IMAGE" "$WORK" <<'EOF'
+"$PY" - "$IMAGE" "$WORK" "${RLARK_SMOKE_CPU:-}" <<'EOF'
 import base64, io, sys, tarfile, yaml
 from pathlib import Path
-image, work = sys.argv[1], Path(sys.argv[2])
+image, work, cpu = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 src = Path("examples/quickstart")
 buf = io.BytesIO()
 with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -80,6 +82,8 @@ unpack = ('mkdir -p /tmp/quickstart && echo "$QUICKSTART_TGZ" | base64 -d | tar 
           'python -c "import ray, rlinf.scheduler"\n')
 for role in spec["roles"]:
     role["image"] = image
+    if cpu:
+        role["resources"]["cpu"] = cpu
     role["env"] = [{"name": "QUICKSTART_TGZ", "value": payload}]
     role["prepareScript"] = unpack
 spec["runScript"] = ("cd /tmp/quickstart && python placement_check.py --config-dir config "
