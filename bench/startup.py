@@ -39,7 +39,8 @@ import time
 import uuid
 from pathlib import Path
 
-from rlark.bootstrap.worker import LABEL_RANK, LABEL_RUN, BootstrapConfig, build_ray_start_command
+from rlark.bootstrap.config import BootstrapConfig
+from rlark.bootstrap.ray_node import LABEL_RANK, LABEL_RUN, build_ray_start_command
 from rlark.controller.loop import Controller
 from rlark.ranks import plan_workers
 from rlark.runtimes.base import local_block_size, local_worker_ports, ray_resources
@@ -66,14 +67,17 @@ spec:
     sleep 30
 """
 
-# the operator's barrier: RLark's own (bootstrap/worker.py), so both sides wait the same way
+# the operator's barrier: RLark's own (bootstrap/barrier.py), so both sides wait the same way
 WAITER = r"""
 import os, subprocess, sys, threading, time
-from rlark.bootstrap.worker import BARRIER_POLL_SECONDS, _port_open, check_ranks, open_node_table
+from rlark.bootstrap.barrier import check_ranks
+from rlark.bootstrap.config import BARRIER_POLL_SECONDS
+from rlark.bootstrap.node_table import open_node_table
+from rlark.bootstrap.ray_node import port_open
 head, n, uid, script = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 threading.Thread(target=lambda: __import__("ray._raylet"), daemon=True).start()  # as the head does
 host, port = head.rsplit(":", 1)
-while not _port_open(host, int(port)):
+while not port_open(host, int(port)):
     time.sleep(0.05)
 while True:
     try:

@@ -7,6 +7,10 @@
 * ``k8s_testbed`` (session), ``k8s_namespace``: a real Kubernetes control plane and a fresh
   namespace in it (tests/k8s_testbed.py).
 
+Under ``CI=true`` any skip (skip, skipif, importorskip, xfail) fails the session and the summary
+names each one with its reason (tests/ci_skips.py): the fixtures above skip only where a
+developer's machine lacks a part, never in CI.
+
 Parallel runs: ``scripts/test`` runs pytest-xdist (``-n 2 --dist loadgroup``); the hooks below
 put the tests in groups (tests/xdist_groups.py): the tests that start Ray nodes run one at a time
 (**a new module that starts Workers must mark at least one test** ``@pytest.mark.ray``), the
@@ -26,8 +30,10 @@ import pytest
 from tests import xdist_groups
 from tests.server import ray_tmp_dir, remove_ray_tmp_dirs
 
-#: the Kubernetes test bed's fixtures (``k8s_testbed``, ``k8s_namespace``) for every module
-pytest_plugins = ["tests.k8s_testbed"]
+#: the Kubernetes test bed's fixtures (``k8s_testbed``, ``k8s_namespace``) for every module; under
+#: ``CI=true`` a skip fails the session, whoever runs pytest (tests/ci_skips.py); ``pytester``
+#: for the tests of that plugin (tests/test_ci_skips.py)
+pytest_plugins = ["tests.k8s_testbed", "tests.ci_skips", "pytester"]
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"

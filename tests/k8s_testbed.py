@@ -230,6 +230,10 @@ class K8sTestbed:
         build(real_node="--real-node" in up_args)
         timeout = timeout or float(os.environ.get("RLARK_TESTBED_UP_TIMEOUT", "300"))
         parent = Path(base_dir) if base_dir else None
+        if "--real-node" in up_args:
+            # the real node's unix sockets live under its directory, and a socket path has at
+            # most 107 bytes: pytest's basetemp (xdist's popen-gwN in it) can be too long for them
+            parent = None if parent is None or len(str(parent)) > 30 else parent
         last_error = ""
         for _attempt in range(3):
             bases = [b for b in range(PORT_RANGE[0], PORT_RANGE[1], 10) if _ports_free(b)]
@@ -562,7 +566,7 @@ class PodLog:
         signed with the Run's event token."""
         import json
 
-        from rlark.bootstrap.worker import EVENT_PREFIX
+        from rlark.bootstrap.lifecycle import EVENT_PREFIX
 
         body = {"ts": round(time.time(), 3), "event": event, **data}
         if token:

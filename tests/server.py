@@ -58,7 +58,7 @@ class ThreadedServer:
     def __init__(self, service, policy=None):
         import uvicorn
 
-        from rlark import credentials
+        from rlark.cli import credentials
         from rlark.api.app import create_app
         from tests.access import admin_token
 
@@ -117,7 +117,7 @@ class RlarkServer:
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
     def start(self) -> "RlarkServer":
-        from rlark import credentials
+        from rlark.cli import credentials
 
         log = open(self.home / "server.log", "ab")
         self.proc = subprocess.Popen(

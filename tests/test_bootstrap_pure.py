@@ -8,19 +8,19 @@ import socket
 
 import pytest
 
-from rlark.bootstrap.worker import (
-    EVENT_PREFIX,
+from rlark.bootstrap.barrier import check_ranks
+from rlark.bootstrap.config import BootstrapConfig, BootstrapError
+from rlark.bootstrap.lifecycle import EVENT_PREFIX, lifecycle_line
+from rlark.bootstrap.ray_node import (
     HEAD_PORT_FLAGS,
     LABEL_RANK,
     LABEL_ROLE,
     LABEL_RUN,
     WORKER_PORT_FLAGS,
-    BootstrapConfig,
-    BootstrapError,
     build_ray_start_command,
-    check_ranks,
-    script_argv,
 )
+from rlark.bootstrap.relay import Channel
+from rlark.bootstrap.scripts import script_argv
 from rlark.controller.lifecycle import parse_lifecycle
 
 REQUIRED = {
@@ -327,6 +327,21 @@ def test_check_ranks_bad_label_value(raw):
 
 def line(event: str, **data) -> bytes:
     return (EVENT_PREFIX + json.dumps({"event": event, **data}) + "\n").encode()
+
+
+def test_the_line_builder_writes_what_the_server_reads():
+    """``lifecycle_line`` is the one builder of a lifecycle line: the keeper writes with it, and
+    so may anything that stands in for a Worker (kwok Pods in the Kubernetes tests)."""
+    text = lifecycle_line("exit", ts=12.5, code=3, tok="t0k")
+    assert text == 'RLARK_EVENT {"ts": 12.5, "event": "exit", "code": 3, "tok": "t0k"}'
+    events, _ = parse_lifecycle((text + "\n").encode(), 0, token="t0k")
+    assert events == [{"ts": 12.5, "event": "exit", "code": 3}]  # the token checked, then dropped
+    assert "\n" not in lifecycle_line("facts", note="two\nlines")  # one line, whatever the data
+    assert json.loads(lifecycle_line("facts", when=object)[len(EVENT_PREFIX):])["when"]  # str()
+    out = bytearray()
+    Channel(out.extend).emit("exit", code=3)  # the keeper's own lines are the builder's
+    (written,), _ = parse_lifecycle(bytes(out), 0)
+    assert written["event"] == "exit" and written["code"] == 3 and written["ts"] > 1.7e9
 
 
 def test_parse_complete_lines_skipping_other_output():

@@ -24,6 +24,7 @@ from rlark.services.jobs import JobService
 from rlark.spec import json_schema
 from rlark.store import JobRow, RunRow, Store
 from tests.server import ThreadedServer, free_port
+from tests.streams import ArrivingLines
 from tests.test_api import BAD_JOB_YAML, job_yaml, set_run_state, set_worker_logs, snapshot
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -203,7 +204,7 @@ def test_schema_prints_the_json_schema():
 
 def all_commands() -> list[tuple[str, ...]]:
     """Every command and command group of the ``rlark`` Typer app (``()`` is ``rlark`` itself)."""
-    from rlark.cli import app
+    from rlark.cli.commands import app
 
     def name(cmd) -> str:
         return cmd.name or cmd.callback.__name__.replace("_", "-")
@@ -656,26 +657,35 @@ def test_logs(server, files):
 
 
 @pytest.mark.timeout(120)
-def test_logs_follow_ends_when_the_workers_are_released(server, files):
+def test_logs_follow_ends_when_the_workers_are_released(server, files, tmp_path):
+    """``logs --follow`` prints what the logs hold, then what is appended while it follows, and
+    ends once the Workers are released. The new line is written only after the follower has
+    printed what came before it, so it can only come through following."""
     server.cli("submit", str(files["good"]))
     paths = set_worker_logs(server.store, "demo", {"demo-head-0": ["h1"], "demo-pool-0": ["p1"]})
     set_run_state(server.store, "demo", "Running")
 
-    def finish():
-        time.sleep(2.0)
+    stderr = tmp_path / "follow.stderr"
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "rlark.cli", "logs", "demo", "--follow"],
+                                stdout=subprocess.PIPE, stderr=err, text=True,
+                                env=cli_env(RLARK_SERVER=server.url))
+    try:
+        out = ArrivingLines((line.rstrip("\n") for line in proc.stdout), "rlark logs --follow")
+        held = out.take(2, "the lines the logs held when the follow began")
+        assert sorted(held) == ["[demo-head-0] h1", "[demo-pool-0] p1"]
         with open(paths["demo-head-0"], "a") as f:
             f.write("h2\n")
-        time.sleep(0.5)
+        assert out.take(1, "h2, appended after the follower printed h1 and p1") == ["[demo-head-0] h2"]
+        assert proc.poll() is None  # still following: the Workers still run
         set_run_state(server.store, "demo", "Succeeded", released=True)
-
-    t = threading.Thread(target=finish)
-    t.start()
-    proc = server.cli("logs", "demo", "--follow", timeout=60)
-    t.join()
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert sorted(lines) == ["[demo-head-0] h1", "[demo-head-0] h2", "[demo-pool-0] p1"]
-    assert lines.index("[demo-head-0] h1") < lines.index("[demo-head-0] h2")
+        assert out.rest("its end once the Workers were released") == []
+        assert proc.wait(timeout=10) == 0, stderr.read_text()
+        assert "Traceback" not in stderr.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     one = server.cli("logs", "demo", "-f", "--rank", "0", timeout=60)
     assert one.returncode == 0 and one.stdout.splitlines() == ["h1", "h2"]
     ghost = server.cli("logs", "demo", "-f", "--worker", "ghost", timeout=60)

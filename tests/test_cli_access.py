@@ -20,7 +20,7 @@ import httpx
 import pytest
 import yaml
 
-from rlark import credentials
+from rlark.cli import credentials
 from rlark.services.jobs import JobService
 from rlark.store import Store
 from tests.access import make_user

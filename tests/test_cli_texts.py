@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rlark.cli import output_language
+from rlark.cli.base import output_language
 from tests.english import english_words
 from tests.test_cli import cli_env, rlark
 from tests.test_console import finish, job_doc, observe
@@ -36,7 +36,7 @@ def test_the_language_comes_from_rlark_lang_then_the_locale(environ, language):
 #: identifiers describe shows: the Job's names, user and project, signal names, and the record
 #: checks' ids (code in the console)
 NAMES = {"zhcli", "zhcli-head-0", "zhcli-pool-0", "head", "pool", "default", "admin", "A",
-         "SIGTERM", "SIGKILL", *__import__("rlark.record_checks", fromlist=["ITEMS"]).ITEMS}
+         "SIGTERM", "SIGKILL", *__import__("rlark.record.checks", fromlist=["ITEMS"]).ITEMS}
 TAIL = "ValueError: no such file"  # the Worker's own last line: shown as written
 
 

@@ -167,11 +167,11 @@ def test_every_key_the_console_uses_is_in_the_catalogs():
     used |= {f"check.{s}" for s in ("pass", "warn", "fail", "provisional")}  # a record check's status
     used |= {f"recSource.{s}" for s in ("hydra-output", "rlark-composition", "absent")}
     used |= {f"runtime.{r}" for r in ("local", "kubernetes")}
-    from rlark.record_diff import SECTIONS
+    from rlark.record.diff import SECTIONS
 
     used |= {f"diffSection.{s}" for s in SECTIONS}
-    # the CLI's describe/get/events write with the same catalogs (rlark.cli._labels)
-    cli = (TEMPLATES.parents[1] / "cli.py").read_text()
+    # the CLI's describe/get/events write with the same catalogs (rlark.cli.base._labels)
+    cli = "\n".join(p.read_text() for p in sorted((TEMPLATES.parents[1] / "cli").glob("*.py")))
     used |= set(re.findall(r"""\bt\(\s*["'](cli\.[A-Za-z0-9_.]+)["']""", cli))
     used |= {f"cli.{k}" for k in ("name", "project", "phase", "headRole", "created", "run",
                                   "finding")}

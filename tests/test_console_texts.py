@@ -203,7 +203,7 @@ def test_catalog_entries_are_well_formed():
     every check has its Chinese label."""
     import string
 
-    from rlark.record_checks import ITEMS
+    from rlark.record.checks import ITEMS
     from rlark.status import Reason
 
     cat = messages()
@@ -577,7 +577,7 @@ def test_record_check_items_and_evidence_in_chinese():
     (tests/test_record_v2.py's Runs), and the RecordVerified message they give."""
     import copy
 
-    from rlark.record import build_record
+    from rlark.record.build import build_record
     from rlark.services.records import record_condition
     from tests.test_record_v2 import COMPOSED, PROBES, facts, rows
 

@@ -25,6 +25,7 @@ from tests.k8s_testbed import (
     setup_timeout,
     wait_for,
 )
+from tests.streams import ArrivingLines, close_followed, split_chunks
 
 kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client as k8s  # noqa: E402
@@ -324,28 +325,32 @@ def test_a_watch_ends_when_the_api_server_restarts_and_a_new_one_resumes(kube, k
 
 
 def test_log_stream_follows_with_timestamps_and_resumes_since(kube, k8s_testbed, k8s_namespace, tmp_path):
+    """The stream gives what the log holds, then what is written while it is open: "third" is
+    written only after the stream delivered "first" and "second", so it arrives only through
+    following."""
     log = k8s_testbed.pod_log(k8s_namespace, "talker", tmp_path)
     log.write("first", "second", at=time.time() - 60)  # a minute ago
     kube.create(pod("talker", node=GPU_NODES[0]))
     wait_for("Pod talker running", lambda: (kube.get("Pod", "talker") or {}).get("status", {}).get("phase") == "Running")
 
-    def read_lines(resp, n: int) -> list[bytes]:
-        data = b""
-        for chunk in resp.stream(4096):
-            data += chunk
-            if data.count(b"\n") >= n:
-                break
-        resp.close()
-        return data.splitlines()
-
     resp = wait_for("the log through the API server", lambda: _open(kube, "talker", None))
-    threading.Timer(0.5, log.write, args=("third",)).start()  # followed: arrives while streaming
-    lines = read_lines(resp, 3)
+    try:
+        stream = ArrivingLines(split_chunks(resp.stream(4096)), "the followed log of Pod talker")
+        lines = stream.take(2, "the two lines the log held when the stream opened")
+        log.write("third")
+        lines += stream.take(1, "third, written after the stream delivered first and second")
+    finally:
+        close_followed(resp)
     stamps = [line.split(b" ", 1)[0] for line in lines]
     assert [line.split(b" ", 1)[1] for line in lines] == [b"first", b"second", b"third"]
     assert all(s.endswith(b"Z") and b"T" in s for s in stamps)  # RFC 3339, for LogCursor
     # sinceSeconds (how the follower resumes): only what is newer than that many seconds
-    assert [line.split(b" ", 1)[1] for line in read_lines(kube.log_stream("talker", "worker", 30), 1)] == [b"third"]
+    resp = kube.log_stream("talker", "worker", 30)
+    try:
+        newer = ArrivingLines(split_chunks(resp.stream(4096)), "the log of Pod talker since 30 s")
+        assert [line.split(b" ", 1)[1] for line in newer.take(1, "the lines of the last 30 s")] == [b"third"]
+    finally:
+        close_followed(resp)
     with pytest.raises(KubeError) as e:
         kube.log_stream("no-such-pod", "worker")
     assert e.value.status == 404

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+from pathlib import Path
+
 import pytest
 import yaml
 
-from rlark.bootstrap.worker import BootstrapConfig
+from rlark.bootstrap import archive
+from rlark.bootstrap.config import BootstrapConfig
 from rlark.findings import has_errors
 from rlark.preflight import check_job
 from rlark.ranks import plan_workers
@@ -80,7 +84,7 @@ def test_pod_spec_safety_and_lifecycle_settings():
     assert c["securityContext"] == {"privileged": False, "allowPrivilegeEscalation": False,
                                     "capabilities": {"drop": ["ALL"]}}
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert c["command"] == ["python", "-I", "-S", "/rlark/keeper.py"]
+    assert c["command"] == ["python", "-I", "-S", "/rlark/rlark-bootstrap.pyz", "keeper"]
     assert c["ports"] == [{"name": "gcs", "containerPort": 6379, "protocol": "TCP"}]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in spec["volumes"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
@@ -185,8 +189,11 @@ def test_service_configmap_and_owner_references():
     objs = render.render_run(job(3), "r1", render.RenderOptions(namespace="rl", owner=OWNER))
     cm, svc = objs[0], objs[1]
     assert cm["metadata"]["name"] == "ppo-run-r1" and "ownerReferences" not in cm["metadata"]
-    assert cm["data"]["worker.py"] == render.BOOTSTRAP_FILE.read_text()
-    assert cm["data"]["keeper.py"] == render.KEEPER_FILE.read_text()
+    # the bootstrap archive, byte for byte, and its hash for whoever compares Runs
+    built = archive.bootstrap_archive()
+    assert base64.b64decode(cm["binaryData"]["rlark-bootstrap.pyz"]) == built.data
+    assert cm["metadata"]["annotations"]["rlark.io/bootstrap-sha256"] == built.sha256
+    assert "data" not in cm
     assert svc["metadata"]["name"] == "ppo-head"
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
     assert svc["spec"]["selector"] == {"rlark.io/run": "r1", "rlark.io/node-rank": "0"}
@@ -224,8 +231,8 @@ def test_yaml_stream_round_trips_and_has_no_anchors():
     assert text.startswith("# line one\n# line two\n---\n")
     assert "&id" not in text and "*id" not in text
     assert list(yaml.safe_load_all(text)) == objs
-    # scripts and the bootstrap stay readable block scalars
-    assert "worker.py: |" in text
+    # scripts stay readable block scalars
+    assert "RLARK_RUN_SCRIPT" in text and "value: |" in text
 
 
 def test_pods_share_no_mutable_parts():
@@ -239,7 +246,8 @@ def test_the_bootstrap_names_a_working_dir_missing_in_the_image(capsys, tmp_path
     """On Kubernetes spec.workingDir must exist in the image; the bootstrap says so and stops."""
     import json as _json
 
-    from rlark.bootstrap.worker import EXIT_BAD_CONFIG, Bootstrap
+    from rlark.bootstrap.config import EXIT_BAD_CONFIG
+    from rlark.bootstrap.worker import Bootstrap
 
     j = job(1)
     env = render.worker_env(j, plan_workers(j)[0], "r1", render.RenderOptions())
@@ -261,7 +269,7 @@ def test_render_benchmark_runs(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, "bench/render.py", "--workers", "100", "--rounds", "1",
                            "--json", str(out)], capture_output=True, text=True, timeout=120,
-                          cwd=render.BOOTSTRAP_FILE.parents[3])
+                          cwd=Path(render.__file__).parents[4])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = _json.loads(out.read_text())
     assert data["objects"] == 103 and data["total_s"] < 1.0

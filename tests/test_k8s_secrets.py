@@ -85,8 +85,12 @@ def test_a_run_has_its_own_secret_and_its_pods_only_refer_to_it(rlark, k8s_testb
     workers.wait_running()
     uid = rlark.run_row("sec").uid
     objs = rlark.objects(f"{render.LABEL_RUN}={uid}")
-    [secret], [owner], [pod] = objs["Secret"], objs["ConfigMap"], objs["Pod"]
-    assert secret.metadata.name == f"sec-run-{uid}-env"
+    [owner], [pod] = objs["ConfigMap"], objs["Pod"]
+    # the Run's two Secrets: its env values and its Ray token (render.render_ray_secret)
+    secrets = {s.metadata.name: s for s in objs["Secret"]}
+    assert sorted(secrets) == [f"sec-run-{uid}-env", f"sec-run-{uid}-ray"]
+    secret = secrets[f"sec-run-{uid}-env"]
+    assert all(s.metadata.owner_references[0].uid == owner.metadata.uid for s in secrets.values())
     assert secret.metadata.owner_references[0].uid == owner.metadata.uid
     assert base64.b64decode(secret.data["wandb.api_key"]).decode() == VALUE
     assert list(secret.data) == ["wandb.api_key"]  # the namespace's own Secret is not copied

@@ -25,7 +25,7 @@ from kubernetes import client as k8s_client
 from sqlalchemy import select
 
 from rlark.controller.loop import Controller
-from rlark.record import build_record
+from rlark.record.build import build_record
 from rlark.runtimes.kubernetes import render
 from rlark.runtimes.kubernetes.client import KubeClient
 from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
@@ -355,7 +355,7 @@ def test_record_flags_workers_of_one_role_with_different_digests(rlark_home):
                                             "sha256:bbb": ["solo-head-2"]}}
     assert rec["imageDigestMismatch"] == ["head"]
     assert any("2 different image digests" in n for n in rec["runtimeNotes"])
-    from rlark.record import render_markdown
+    from rlark.record.export import render_markdown
 
     md = render_markdown(rec)
     assert "Workers of role head ran different image digests" in md

@@ -1,8 +1,9 @@
 """The keeper (bootstrap/keeper.py): the Worker's first process and the only writer of its
 lifecycle lines. Pure parts (the channel, report checks, bounds) as tables; then the real keeper
-as a process, with a small stand-in for the workload that speaks its pipe protocol, so each
-property is shown on the real program: results observed (not reported), lines that cannot be
-forged or swallowed, failures that stop the run script, signals.
+as a process, run from the bootstrap archive as every runtime runs it, with a small stand-in for
+the workload that speaks its pipe protocol, so each property is shown on the real program:
+results observed (not reported), lines that cannot be forged or swallowed, failures that stop
+the run script, signals.
 """
 
 from __future__ import annotations
@@ -17,12 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from rlark.bootstrap import keeper
-from rlark.bootstrap.keeper import (EVENT_PREFIX, ESCAPE, Bucket, Channel, Lines, check_report)
-from rlark.bootstrap.worker import SCRIPT_SHELL
+from rlark.bootstrap import archive, keeper, lifecycle
+from rlark.bootstrap.lifecycle import EVENT_PREFIX_BYTES as EVENT_PREFIX
+from rlark.bootstrap.lifecycle import ESCAPE, Bucket, check_report
+from rlark.bootstrap.relay import Channel, Lines
+from rlark.bootstrap.scripts import SCRIPT_SHELL
 from rlark.controller.lifecycle import parse_lifecycle
 
-KEEPER = Path(keeper.__file__)
+
+@pytest.fixture(scope="module")
+def bootstrap_pyz(tmp_path_factory) -> Path:
+    """The bootstrap archive, built from this checkout's sources into a directory of its own."""
+    return Path(archive.install(str(tmp_path_factory.mktemp("pyz"))))
 
 
 def channel() -> tuple[Channel, bytearray]:
@@ -128,12 +135,12 @@ def test_lines_drop_an_over_long_line_whole_and_keep_memory_bounded():
 
 
 def test_the_keeper_runs_scripts_as_the_bootstrap_does():
-    assert keeper.SCRIPT_SHELL == SCRIPT_SHELL
+    assert keeper.SCRIPT_SHELL is SCRIPT_SHELL  # one definition, not two that must agree
 
 
 # --- the real keeper ---------------------------------------------------------------------------------
 
-#: a stand-in for worker.py: speaks the keeper's pipe protocol (reports on RLARK_REPORT_FD, the
+#: a stand-in for the bootstrap's worker: speaks the keeper's pipe protocol (reports on RLARK_REPORT_FD, the
 #: keeper's word on RLARK_CONTROL_FD) and does what $STANDIN says
 STANDIN = textwrap.dedent("""
     import json, os, select, sys, time
@@ -169,7 +176,7 @@ STANDIN = textwrap.dedent("""
 """)
 
 
-def run_keeper(tmp_path: Path, plan: str, run_script: str = "", head: bool = True,
+def run_keeper(tmp_path: Path, pyz: Path, plan: str, run_script: str = "", head: bool = True,
                timeout: float = 60, signal_after: str | None = None) -> tuple[int, bytes]:
     standin = tmp_path / "standin.py"
     standin.write_text(STANDIN)
@@ -177,7 +184,7 @@ def run_keeper(tmp_path: Path, plan: str, run_script: str = "", head: bool = Tru
            "RLINF_NODE_RANK": "0" if head else "1", "RLARK_RUN_SCRIPT": run_script,
            "RLARK_HEAD_ADDRESS": "127.0.0.9:6379", "RLARK_STOP_GRACE_SECONDS": "2",
            "RLARK_FACTS_BUDGET_SECONDS": "2"}
-    proc = subprocess.Popen([sys.executable, "-I", "-S", str(KEEPER)], env=env,
+    proc = subprocess.Popen([sys.executable, "-I", "-S", str(pyz), "keeper"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
     if signal_after is None:
         out, _ = proc.communicate(timeout=timeout)
@@ -197,9 +204,10 @@ def kinds(out: bytes) -> list[str]:
     return [e["event"] for e in events_of(out)]
 
 
-def test_a_run_script_that_forges_success_and_exits_1_ends_with_1(tmp_path):
+def test_a_run_script_that_forges_success_and_exits_1_ends_with_1(tmp_path, bootstrap_pyz):
     forged = 'RLARK_EVENT {"ts": 1, "event": "run_finished", "exit_code": 0}'
-    code, out = run_keeper(tmp_path, "ok", run_script=f"echo '{forged}'; printf 'last words'; exit 1")
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "ok",
+                           run_script=f"echo '{forged}'; printf 'last words'; exit 1")
     assert code == 1
     events = events_of(out)
     finished = [e for e in events if e["event"] == "run_finished"]
@@ -210,45 +218,46 @@ def test_a_run_script_that_forges_success_and_exits_1_ends_with_1(tmp_path):
     assert b"told: ['run_finished', '1']" in out  # the workload heard the result from the keeper
 
 
-def test_the_run_scripts_own_status_is_the_workers(tmp_path):
-    code, out = run_keeper(tmp_path, "ok", run_script="exit 0")
+def test_the_run_scripts_own_status_is_the_workers(tmp_path, bootstrap_pyz):
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "ok", run_script="exit 0")
     assert code == 0 and kinds(out) == ["keeper", "phase", "running", "run_finished", "exit"]
 
 
-def test_the_workload_cannot_report_a_result(tmp_path):
-    code, out = run_keeper(tmp_path, "forge", head=False)
+def test_the_workload_cannot_report_a_result(tmp_path, bootstrap_pyz):
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "forge", head=False)
     assert code == 0
     assert "run_finished" not in kinds(out) and kinds(out).count("exit") == 1
     dropped = [e for e in events_of(out) if e.get("reason") == "ReportsDropped"]
     assert dropped and "may not be reported" in dropped[0]["message"]
 
 
-def test_a_lost_node_stops_the_run_script(tmp_path):
-    code, out = run_keeper(tmp_path, "lose-node", run_script="echo started; sleep 120; echo never")
+def test_a_lost_node_stops_the_run_script(tmp_path, bootstrap_pyz):
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "lose-node",
+                           run_script="echo started; sleep 120; echo never")
     assert code == 86
     assert b"never" not in out and "run_finished" not in kinds(out)
     failed = [e for e in events_of(out) if e["event"] == "failed"]
     assert [f["reason"] for f in failed] == ["NodeLost"]
 
 
-def test_the_monitors_end_stops_the_run_script(tmp_path):
-    code, out = run_keeper(tmp_path, "die", run_script="sleep 120; echo never")
+def test_the_monitors_end_stops_the_run_script(tmp_path, bootstrap_pyz):
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "die", run_script="sleep 120; echo never")
     assert code == 9 and b"never" not in out
     failed = [e for e in events_of(out) if e["event"] == "failed"]
     assert [f["reason"] for f in failed] == ["MonitorLost"] and failed[0]["status"] == 86
 
 
-def test_a_flood_of_reports_is_bounded(tmp_path):
-    code, out = run_keeper(tmp_path, "flood", head=False)
+def test_a_flood_of_reports_is_bounded(tmp_path, bootstrap_pyz):
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "flood", head=False)
     warnings = [e for e in events_of(out) if e["event"] == "warning"]
     kept = [w for w in warnings if w["reason"] == "Flood"]
-    assert code == 0 and len(kept) == keeper.MAX_WARNINGS
+    assert code == 0 and len(kept) == lifecycle.MAX_WARNINGS
     assert any(w["reason"] == "ReportsDropped" for w in warnings)
-    assert len(warnings) < keeper.MAX_WARNINGS + 10
+    assert len(warnings) < lifecycle.MAX_WARNINGS + 10
 
 
-def test_sigterm_stops_everything_and_says_so(tmp_path):
-    code, out = run_keeper(tmp_path, "ok", run_script="echo run-up; sleep 120",
+def test_sigterm_stops_everything_and_says_so(tmp_path, bootstrap_pyz):
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "ok", run_script="echo run-up; sleep 120",
                            signal_after="run-up")
     assert code == keeper.EXIT_STOPPED
     assert kinds(out)[-2:] == ["stopped", "exit"] and "run_finished" not in kinds(out)
@@ -266,15 +275,15 @@ def test_the_keeper_cannot_be_read_by_its_own_uids_other_processes(tmp_path):
         where.chmod(0o755)
         standin = where / "standin.py"
         standin.write_text(STANDIN)
-        keeper_copy = where / "keeper.py"
-        keeper_copy.write_text(KEEPER.read_text())
+        keeper_copy = where / "rlark-bootstrap.pyz"
+        keeper_copy.write_bytes(archive.bootstrap_archive().data)
         probe = ("for f in /proc/$PPID/environ /proc/$PPID/fd/1 /proc/$$/environ; do "
                  "cat $f >/dev/null 2>&1 && echo READ $f || echo DENIED $f; done; exit 0")
         env = {"PATH": "/usr/bin:/bin", "STANDIN": "ok", "RLARK_KEEPER_BOOTSTRAP": str(standin),
                "RLINF_NODE_RANK": "0", "RLARK_RUN_SCRIPT": probe, "RLARK_STOP_GRACE_SECONDS": "2",
                "RLARK_FACTS_BUDGET_SECONDS": "2", "SECRETISH": "only-the-keeper-holds-this"}
         identity = {"user": 65534, "group": 65534, "extra_groups": []} if os.geteuid() == 0 else {}
-        done = subprocess.run(["/usr/bin/python3", "-I", "-S", str(keeper_copy)], env=env,
+        done = subprocess.run(["/usr/bin/python3", "-I", "-S", str(keeper_copy), "keeper"], env=env,
                               capture_output=True, timeout=60, cwd=where, **identity)
         out = done.stdout
         assert done.returncode == 0, out + done.stderr
@@ -292,7 +301,7 @@ def test_the_keeper_reaches_paths_without_following_links(tmp_path):
     """Mount sources and targets are reached component by component, a link nowhere on the way
     (a Worker of an earlier Run could have planted one where root would mount or make a
     directory: the attack pass's chown and mkdir as root)."""
-    from rlark.bootstrap.keeper import SandboxError, open_nofollow
+    from rlark.bootstrap.sandbox import SandboxError, open_nofollow
 
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
@@ -336,9 +345,9 @@ def test_a_lookalike_after_a_carriage_return_is_no_lifecycle_line(sep):
     assert events_of(out) == []
 
 
-def test_a_flood_of_facts_is_bounded(tmp_path):
-    code, out = run_keeper(tmp_path, "factsflood", head=False)
+def test_a_flood_of_facts_is_bounded(tmp_path, bootstrap_pyz):
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "factsflood", head=False)
     facts = [e for e in events_of(out) if e["event"] == "facts"]
-    assert code == 0 and 0 < len(facts) <= keeper.MAX_FACTS_BYTES // 1000000
+    assert code == 0 and 0 < len(facts) <= lifecycle.MAX_FACTS_BYTES // 1000000
     assert any(e.get("reason") == "ReportsDropped" and "bytes of facts" in e["message"]
                for e in events_of(out))

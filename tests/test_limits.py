@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import select
 
 from rlark.api.app import create_app
-from rlark.bootstrap.worker import EVENT_PREFIX
+from rlark.bootstrap.lifecycle import EVENT_PREFIX
 from rlark.controller.lifecycle import read_new_events
 from rlark.loglines import CUT_MARK, MAX_LINE_BYTES, LineSplitter
 from rlark.runtimes.kubernetes.logcursor import LogCursor
@@ -449,7 +449,7 @@ def test_a_client_that_never_reads_is_dropped_and_leaves_nothing_behind(store, m
 def test_the_cli_says_when_the_server_ended_its_stream(store, monkeypatch):
     """``rlark logs -f`` whose reader stalled (a paused terminal) and was dropped: a message
     saying so and how to carry on, not a traceback."""
-    from rlark.client import Client, ClientError
+    from rlark.cli.client import Client, ClientError
 
     monkeypatch.setenv("RLARK_LOG_FOLLOW_SEND_TIMEOUT", "1")
     paths = job_with_logs(store)

@@ -19,7 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from rlark.bootstrap import worker as bootstrap
+from rlark.bootstrap import archive
+from rlark.bootstrap.config import BootstrapError
+from rlark.bootstrap.node_table import node_table_method
+from rlark.bootstrap.port_watch import find_port_exhaustion
+from rlark.bootstrap.ray_node import raylet_flags
 from tests.server import assert_nothing_left, ray_tmp_dir, serve
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,19 +55,19 @@ def env_for(python: str, ray: str) -> Path:
     ((2, 46), "driver"), ((2, 61), "driver"), ((3, 0), "driver"), (None, "driver"),
 ])
 def test_node_table_method_by_version(version, method):
-    assert bootstrap.node_table_method(version) == method
-    assert bootstrap.node_table_method(version, "driver") == "driver"
+    assert node_table_method(version) == method
+    assert node_table_method(version, "driver") == "driver"
 
 
 def test_node_table_method_override_is_checked():
-    with pytest.raises(bootstrap.BootstrapError, match="RLARK_RAY_NODES='grpc'"):
-        bootstrap.node_table_method((2, 60), "grpc")
+    with pytest.raises(BootstrapError, match="RLARK_RAY_NODES='grpc'"):
+        node_table_method((2, 60), "grpc")
 
 
 def test_raylet_flags():
     argv = ["/x/raylet", "--node_id=abc", "--raylet_socket_name=/t/s/raylet",
             "--store_socket_name=/t/s/plasma_store", "--log_dir=/t/s/logs", "positional"]
-    assert bootstrap.raylet_flags(argv) == {
+    assert raylet_flags(argv) == {
         "node_id": "abc", "raylet_socket_name": "/t/s/raylet",
         "store_socket_name": "/t/s/plasma_store", "log_dir": "/t/s/logs"}
 
@@ -73,17 +77,17 @@ def test_find_port_exhaustion_reads_only_what_is_new(tmp_path):
     (tmp_path / "raylet.out").write_text("all good\n")
     (tmp_path / "notes.txt").write_text("No available ports\n")  # not a Ray log file
     (tmp_path / "worker-07.out").write_text("No available ports\n")  # a task's own print
-    assert bootstrap.find_port_exhaustion(str(tmp_path), offsets) is None
+    assert find_port_exhaustion(str(tmp_path), offsets) is None
     err = tmp_path / "worker-01-02.err"
     err.write_text("starting\n")
-    assert bootstrap.find_port_exhaustion(str(tmp_path), offsets) is None
+    assert find_port_exhaustion(str(tmp_path), offsets) is None
     with err.open("a") as f:  # the needle arrives split across two writes
         f.write("Failed to register worker to Raylet: Invalid: No avail")
-    assert bootstrap.find_port_exhaustion(str(tmp_path), offsets) is None
+    assert find_port_exhaustion(str(tmp_path), offsets) is None
     with err.open("a") as f:
         f.write("able ports. Please specify a wider port range\n")
-    assert bootstrap.find_port_exhaustion(str(tmp_path), offsets) == "worker-01-02.err"
-    assert bootstrap.find_port_exhaustion(str(tmp_path / "missing"), {}) is None
+    assert find_port_exhaustion(str(tmp_path), offsets) == "worker-01-02.err"
+    assert find_port_exhaustion(str(tmp_path / "missing"), {}) is None
 
 
 # --- for real: a 3-Worker Job per (Python, Ray) ---------------------------------------------------
@@ -139,14 +143,15 @@ def test_three_worker_job_succeeds(server, python, ray):
 # --- for real: the public ray.nodes() reader, on the oldest and the newest Ray ---------------------
 
 # Runs in the Worker env's own Python, as PID 1 of its own PID namespace when possible (as a
-# local Worker's bootstrap runs): starts a Ray head, waits for its raylet, reads the node table
-# with the bootstrap's DriverNodes, kills the GCS and times how long the reader takes to notice.
+# local Worker's bootstrap runs), importing the bootstrap from its archive: starts a Ray head,
+# waits for its raylet, reads the node table with the bootstrap's DriverNodes, kills the GCS and
+# times how long the reader takes to notice.
 # Prints one JSON object per step; when it exits, the kernel ends the namespace with everything
 # Ray started.
 DRIVER_CHECK = r"""
 import json, os, subprocess, sys, time
-sys.path.insert(0, sys.argv[1])
-import worker
+sys.path.insert(0, sys.argv[1])  # the bootstrap archive, as it travels into a Worker
+from rlark.bootstrap import barrier, node_table, ray_node
 ray_start, address = json.loads(sys.argv[2]), sys.argv[3]
 head = subprocess.Popen(ray_start, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                         start_new_session=True)
@@ -158,7 +163,7 @@ def raylet():
         except OSError:
             continue
         if argv and argv[0].endswith("/raylet") and f"--gcs-address={address}" in " ".join(argv):
-            return worker.raylet_flags(argv)
+            return ray_node.raylet_flags(argv)
     return None
 
 deadline = time.monotonic() + 180
@@ -166,12 +171,12 @@ while not ((flags := raylet()) and os.path.exists(flags.get("raylet_socket_name"
     assert head.poll() is None, f"ray start exited with {head.returncode}"
     assert time.monotonic() < deadline, "the head's raylet never started"
     time.sleep(0.2)
-table = worker.DriverNodes(address, dict(os.environ), stale=5.0)
+table = node_table.DriverNodes(address, dict(os.environ), stale=5.0)
 deadline = time.monotonic() + 120
 while not (nodes := table.nodes()):
     assert time.monotonic() < deadline, "the driver never listed a node"
     time.sleep(0.1)
-by_rank, missing, problems = worker.check_ranks(nodes, "drv", 1)
+by_rank, missing, problems = barrier.check_ranks(nodes, "drv", 1)
 print(json.dumps({"ranks": sorted(by_rank), "missing": missing, "problems": problems,
                   "labels": nodes[0]["Labels"]}), flush=True)
 port = address.rsplit(":", 1)[1]
@@ -236,12 +241,12 @@ def _head_command(env: Path, tmp: str):
 @pytest.mark.ray
 @pytest.mark.parametrize("python, ray", [("3.10", "2.47.1"), ("3.11", "2.60.0")],
                          ids=["py3.10-ray2.47.1", "py3.11-ray2.60.0"])
-def test_driver_node_table_lists_ranks_and_notices_a_dead_gcs(python, ray):
+def test_driver_node_table_lists_ranks_and_notices_a_dead_gcs(python, ray, tmp_path):
     from rlark.runtimes.local import use_pid_namespace
 
     env = env_for(python, ray)
     argv, address, release = _head_command(env, ray_tmp_dir())
-    cmd = [str(env / "bin" / "python"), "-c", DRIVER_CHECK, str(REPO / "src" / "rlark" / "bootstrap"),
+    cmd = [str(env / "bin" / "python"), "-c", DRIVER_CHECK, archive.install(str(tmp_path)),
            json.dumps(argv), address]
     if use_pid_namespace():
         cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL", *cmd]

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import copy
 
-from rlark.record import build_record, compare_inputs, public_record, render
-from rlark.record_schema import RecordV2
+from rlark.record.build import build_record, compare_inputs, public_record
+from rlark.record.export import render
+from rlark.record.schema import RecordV2
 from tests.test_record_v2 import COMPOSED, PROBES, facts, rows
 
 
@@ -111,7 +112,7 @@ def test_resources_show_bytes_in_units_and_compare_what_ray_counts():
 def test_the_server_hashes_the_files_the_heads_snapshot_lists(tmp_path):
     """``config_inputs`` finds the Hydra files as the head's ``config_snapshot`` does, so the two
     compare equal on the same directory; a link out of the config roots is never read."""
-    from rlark.bootstrap.worker import config_snapshot
+    from rlark.bootstrap.facts_config import config_snapshot
     from rlark.services.records import config_inputs
 
     config = tmp_path / "config"

@@ -7,8 +7,9 @@ from __future__ import annotations
 import copy
 from datetime import timedelta
 
-from rlark.record import build_record, human_bytes
-from rlark.record_diff import SECTIONS, comparable, diff_records, display, per_run_resource
+from rlark.record.build import build_record
+from rlark.record.export import human_bytes
+from rlark.record.diff import SECTIONS, comparable, diff_records, display, per_run_resource
 from tests.test_record_v2 import COMPOSED, PROBES, T0, rows
 
 

@@ -100,7 +100,7 @@ def test_the_quickstarts_record_holds_every_item_and_passes_every_check(server, 
     # torch's CUDA runtime as its own version.py says (None: a CPU build, recorded as absent)
     import importlib.util
 
-    from rlark.bootstrap.worker import parse_torch_version_py
+    from rlark.bootstrap.facts import parse_torch_version_py
 
     spec = importlib.util.find_spec("torch")
     cuda = parse_torch_version_py((Path(spec.origin).parent / "version.py").read_text()).get("cuda")

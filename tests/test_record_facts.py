@@ -13,25 +13,25 @@ import time
 
 import pytest
 
-from rlark.bootstrap.worker import (
-    BootstrapConfig,
-    Budget,
-    cap_bytes,
-    config_snapshot,
-    find_hydra_outputs,
-    git_facts,
-    hydra_output_facts,
-    installed_copy,
+from rlark.bootstrap.config import BootstrapConfig
+from rlark.bootstrap.facts import (
     package_list,
-    parse_direct_url,
-    parse_git_status,
     parse_nvidia_proc_version,
     parse_nvidia_smi,
     parse_torch_version_py,
-    raylet_env_value,
     record_facts,
+)
+from rlark.bootstrap.facts_code import (
+    Budget,
+    cap_bytes,
+    git_facts,
+    installed_copy,
+    parse_direct_url,
+    parse_git_status,
     strip_credentials,
 )
+from rlark.bootstrap.facts_config import config_snapshot, find_hydra_outputs, hydra_output_facts
+from rlark.bootstrap.ray_node import raylet_env_value
 
 # --- pure ------------------------------------------------------------------------------------------
 
@@ -192,9 +192,10 @@ def test_record_facts_on_a_head_with_a_config(checkout):
         "RLINF_NODE_RANK": "0", "RLARK_NUM_NODES": "1", "RLARK_HEAD_ADDRESS": "127.0.0.1:1",
         "RLARK_WORKING_DIR": str(checkout), "RLARK_RLINF_CONFIG_DIR": "config",
         "RLARK_RLINF_CONFIG_NAME": "train"})
-    started = time.monotonic()
     facts = record_facts(cfg, Budget(20))
-    assert time.monotonic() - started < 20
+    # within the budget every probe ran to its end (how long they take: bench/record_facts.py)
+    assert "no time left" not in json.dumps(facts) and "took longer than" not in json.dumps(facts)
+    assert isinstance(facts["factsSeconds"], float) and facts["factsSeconds"] >= 0
     assert facts["code"]["workingDir"]["dirty"] is True
     rlinf = facts["code"]["rlinf"]
     assert rlinf["version"] == "0.3.0" and rlinf["directUrl"]["absent"]
@@ -209,6 +210,24 @@ def test_record_facts_on_a_head_with_a_config(checkout):
     assert json.dumps(facts)  # one lifecycle line
 
 
+def test_record_facts_with_no_time_left_runs_no_probe_and_says_why(checkout):
+    """A spent budget: every fact that needs a process (git, nvidia-smi) is absent with the
+    reason instead of started; what is read in this process (packages, the config files) is
+    still there. This is what keeps the facts within their budget however slow git is."""
+    cfg = BootstrapConfig.from_env({
+        "RLINF_NODE_RANK": "0", "RLARK_NUM_NODES": "1", "RLARK_HEAD_ADDRESS": "127.0.0.1:1",
+        "RLARK_WORKING_DIR": str(checkout), "RLARK_RLINF_CONFIG_DIR": "config",
+        "RLARK_RLINF_CONFIG_NAME": "train"})
+    facts = record_facts(cfg, Budget(0))
+    assert facts["code"]["workingDir"] == {"path": str(checkout),
+                                           "absent": "no time left in the facts budget"}
+    devices = facts["devices"]
+    assert devices["gpus"] is None
+    assert devices["gpusAbsent"] in ("no time left in the facts budget", "nvidia-smi not found")
+    assert facts["packages"]["count"] > 10
+    assert [f["path"] for f in facts["config"]["files"]] == ["train.yaml", "sub/model.yaml"]
+
+
 def test_rlinf_from_a_checkout_on_pythonpath(tmp_path):
     src = tmp_path / "RLinf"
     (src / "rlinf").mkdir(parents=True)
@@ -217,7 +236,7 @@ def test_rlinf_from_a_checkout_on_pythonpath(tmp_path):
     git(src, "add", ".")
     git(src, "commit", "-q", "-m", "fork")
     out = subprocess.run(
-        [sys.executable, "-c", "import json; from rlark.bootstrap.worker import Budget, "
+        [sys.executable, "-c", "import json; from rlark.bootstrap.facts_code import Budget, "
          "rlinf_code_facts; print(json.dumps(rlinf_code_facts(Budget(20))))"],
         env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True, check=True)
     facts = json.loads(out.stdout)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlark.record_checks import check_outputs
+from rlark.record.checks import check_outputs
 from rlark.runtimes.local_sandbox import worker_dirs
 from rlark.services.records import HostView, host_view, look_at, probe_outputs
 

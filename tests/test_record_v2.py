@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from rlark.record import RECORD_VERSION, build_record, render, run_script_overrides
-from rlark.record_checks import ITEMS, run_checks
+from rlark.record.build import RECORD_VERSION, build_record, run_script_overrides
+from rlark.record.export import render
+from rlark.record.checks import ITEMS, run_checks
 from rlark.rlinf_config.locations import back, find_locations, location_findings
 from rlark.services.records import record_condition
 from rlark.spec import job_to_dict, load_job
@@ -338,7 +339,7 @@ def two_runs(override_b: str) -> tuple[dict, dict]:
 
 
 def test_diff_of_two_runs_differing_in_one_override_shows_that_key():
-    from rlark.record_diff import diff_records
+    from rlark.record.diff import diff_records
 
     a, b = two_runs("runner.max_steps=5")
     d = diff_records(a, b)
@@ -356,7 +357,7 @@ def test_diff_of_two_runs_differing_in_one_override_shows_that_key():
 
 
 def test_diff_sees_code_versions_images_workers_and_result():
-    from rlark.record_diff import diff_records
+    from rlark.record.diff import diff_records
 
     other = facts(2, "pool", packages=("ray==2.60.0", "rlinf==0.3.1"))
     other["torch"] = "2.14.0"
@@ -368,7 +369,7 @@ def test_diff_sees_code_versions_images_workers_and_result():
 
 
 def test_version_1_records_still_render_and_diff():
-    from rlark.record_diff import diff_records
+    from rlark.record.diff import diff_records
 
     md = render(V1, "md")
     assert md.startswith("# Run record: old run 1") and "## Checks" not in md
@@ -382,7 +383,7 @@ def test_version_1_records_still_render_and_diff():
 def test_the_json_schema_accepts_records_of_both_versions():
     import jsonschema
 
-    from rlark.record_schema import RecordV2, record_schema
+    from rlark.record.schema import RecordV2, record_schema
 
     schema = record_schema()
     jsonschema.Draft202012Validator.check_schema(schema)

@@ -8,10 +8,10 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from rlark import cli
+from rlark.cli import jobs as cli
 from rlark.controller.loop import set_conditions
 from rlark.controller.phases import ConditionUpdate
-from rlark.record import build_record
+from rlark.record.build import build_record
 from rlark.services.jobs import JobService
 from rlark.services.records import record_condition
 from rlark.store import JobRow, RunRow

@@ -220,17 +220,15 @@ def test_resolve_placements_keeps_the_first_of_a_twice_placed_component():
     assert [f.code for f in findings] == ["ComponentPlacedTwice"]
 
 
-def test_huge_clusters_are_refused_or_planned_quickly():
-    import time
-
-    started = time.monotonic()
+def test_huge_clusters_are_refused_or_planned():
+    """10**12 nodes are refused before any node is looked at; 10,000 are planned whole. How long
+    these take: bench/huge_plan.py."""
     p = plan({"cluster": {"num_nodes": 10**12, "component_placement": {"a": "all"},
                           "node_groups": [{"label": "x", "node_ranks": "all"}]}})
     assert [f.code for f in p.findings] == ["NumNodesInvalid"] and p.job is None
     p = plan({"cluster": {"num_nodes": 10_000, "component_placement": {"a": "0-1000", "b": "all"},
                           "node_groups": [{"label": "x", "node_ranks": "all"}]}})
     assert [r.workers for r in p.roles] == [10_000]
-    assert time.monotonic() - started < 10
 
 
 def test_any_value_anywhere_gives_findings_not_exceptions():

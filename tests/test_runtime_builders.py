@@ -12,9 +12,12 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from rlark.bootstrap.worker import BootstrapConfig, build_ray_start_command
+from rlark.bootstrap import archive
+from rlark.bootstrap.config import BootstrapConfig
+from rlark.bootstrap.ray_node import build_ray_start_command
 from rlark.ranks import plan_workers
-from rlark.record import RECORD_VERSION, build_record, render
+from rlark.record.build import RECORD_VERSION, build_record
+from rlark.record.export import render
 from rlark.runtimes.base import (
     OBJECT_STORE_DEFAULT,
     OBJECT_STORE_MAX,
@@ -27,7 +30,7 @@ from rlark.runtimes.base import (
     taken_port_ranges,
     worker_ports,
 )
-from rlark.runtimes.local import BOOTSTRAP_FILE, KEEPER_FILE, keeper_argv, python_for
+from rlark.runtimes.local import keeper_argv, python_for, server_archive
 from rlark.runtimes.local_isolation import Mode
 from rlark.runtimes.local_ports import (
     LOOPBACK_FIRST,
@@ -397,73 +400,111 @@ def test_pick_loopback_skips_0_and_255():
 # --- local runtime command line ------------------------------------------------------------------------
 
 
+#: where a server keeps its bootstrap archive (server_archive), as a keeper's command line names it
+PYZ = "/home/rl/.rlark/bootstrap/rlark-bootstrap-0123456789abcdef.pyz"
+
+
 def test_keeper_argv_plain_runs_the_servers_interpreter_isolated():
-    keeper = [sys.executable, "-I", "-S", str(KEEPER_FILE)]
-    assert keeper_argv(None) == keeper
-    assert keeper_argv(Mode.process_group) == keeper
+    keeper = [sys.executable, "-I", "-S", PYZ, "keeper"]
+    assert keeper_argv(PYZ, None) == keeper
+    assert keeper_argv(PYZ, Mode.process_group) == keeper
 
 
 def test_keeper_argv_pid_namespace():
     for mode in (Mode.pid_namespace, Mode.user_namespace):
-        argv = keeper_argv(mode)
+        argv = keeper_argv(PYZ, mode)
         # by its absolute path: never looked up on a PATH a Job could set
         assert os.path.isabs(argv[0]) and argv[0].endswith("/unshare")
         assert {"--pid", "--fork", "--mount-proc", "--ipc"} <= set(argv)
         assert any(a.startswith("--kill-child") for a in argv)
-        assert argv[-4:] == [sys.executable, "-I", "-S", str(KEEPER_FILE)]
-    assert "--map-current-user" in keeper_argv(Mode.user_namespace)
-    assert "--map-current-user" not in keeper_argv(Mode.pid_namespace)
+        assert argv[-5:] == [sys.executable, "-I", "-S", PYZ, "keeper"]
+    assert "--map-current-user" in keeper_argv(PYZ, Mode.user_namespace)
+    assert "--map-current-user" not in keeper_argv(PYZ, Mode.pid_namespace)
 
 
 def test_keeper_argv_cgroup_joins_before_the_keeper_runs():
-    argv = keeper_argv(Mode.cgroup, "/sys/fs/cgroup/rlark-workers/abc-0")
+    argv = keeper_argv(PYZ, Mode.cgroup, "/sys/fs/cgroup/rlark-workers/abc-0")
     assert argv[:2] == ["/bin/sh", "-c"] and "exec" in argv[2]
     assert argv[3:] == ["/sys/fs/cgroup/rlark-workers/abc-0/cgroup.procs", sys.executable, "-I",
-                        "-S", str(KEEPER_FILE)]
+                        "-S", PYZ, "keeper"]
     with pytest.raises(ValueError, match="cgroup directory"):
-        keeper_argv(Mode.cgroup)
+        keeper_argv(PYZ, Mode.cgroup)
 
 
-def test_bootstrap_file_is_the_worker_program():
-    assert BOOTSTRAP_FILE.name == "worker.py" and BOOTSTRAP_FILE.parent.name == "bootstrap"
-    assert BOOTSTRAP_FILE.is_file()
+def test_the_servers_archive_is_the_bootstrap_in_its_private_home(rlark_home):
+    """Keepers (root, where the server is root) run the archive from the server's own home,
+    which no Worker sees; it is this checkout's bootstrap, read-only, under a name of its hash."""
+    path = server_archive()
+    built = archive.bootstrap_archive()
+    assert path == str(rlark_home / "bootstrap" / built.name)
+    with open(path, "rb") as f:
+        assert f.read() == built.data
+    assert os.stat(path).st_mode & 0o777 == 0o444
+    assert os.stat(rlark_home / "bootstrap").st_mode & 0o777 == 0o700
+    assert server_archive() == path  # found, not written twice
 
 
-def _imported_roots(path) -> set[str]:
+def _shipped_modules() -> dict[str, str]:
+    """Module name -> source text of every module in the bootstrap archive (what ships into a
+    Worker; ``__main__`` is the archive's entry)."""
+    entries = archive.archive_entries(archive.package_sources())
+    return {path[:-3].replace("/", "."): data.decode() for path, data in entries.items()}
+
+
+def _imports(text: str) -> list[tuple[str, int, bool]]:
+    """``(module, line, at module level)`` of every import in ``text``; a relative import fails
+    (the modules keep their absolute names inside the archive)."""
     import ast
 
-    tree = ast.parse(path.read_text())
-    roots = set()
+    tree = ast.parse(text)
+    nested = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.ClassDef))
+              for n in ast.walk(f)}
+    out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
+            out += [(a.name, node.lineno, id(node) not in nested) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0 and node.module, f"relative import at line {node.lineno}"
-            roots.add(node.module.split(".")[0])
-    return roots
+            names = [f"{node.module}.{a.name}" if node.module == "rlark.bootstrap" else node.module
+                     for a in node.names]
+            out += [(n, node.lineno, id(node) not in nested) for n in names]
+    return out
 
 
-def test_bootstrap_imports_only_the_standard_library_and_ray():
-    """The same file runs in every Worker's image (ARCHITECTURE.md's bootstrap contract), where
-    RLark itself is not installed: anything but the standard library and ray breaks it there."""
-    roots = _imported_roots(BOOTSTRAP_FILE)
-    outside = sorted(r for r in roots if r not in sys.stdlib_module_names and r != "ray")
-    assert not outside, f"bootstrap/worker.py imports {outside}"
-    assert "json" in roots and "subprocess" in roots  # the walk sees the imports at all
+def test_bootstrap_imports_only_the_standard_library_ray_and_itself():
+    """The archive runs in every Worker's image (ARCHITECTURE.md's bootstrap contract), where
+    RLark itself is not installed: anything but the standard library, ray and the archive's own
+    modules breaks it there."""
+    modules = _shipped_modules()
+    assert {"__main__", "rlark.bootstrap.worker", "rlark.bootstrap.keeper"} <= set(modules)
+    outside = sorted((m, name, line) for m, text in modules.items()
+                     for name, line, _ in _imports(text)
+                     if name not in modules and name.split(".")[0] != "ray"
+                     and name.split(".")[0] not in sys.stdlib_module_names)
+    assert not outside, f"the bootstrap imports what a Worker's image may not have: {outside}"
+    seen = {name for text in modules.values() for name, _, _ in _imports(text)}
+    assert {"json", "subprocess", "rlark.bootstrap.config"} <= seen  # the walk sees the imports
 
 
 def test_the_keeper_imports_only_the_standard_library_and_at_the_top():
     """The keeper runs as ``python -I -S`` and must import nothing the workload could change:
-    the standard library only, and every import at module level (before any workload runs)."""
-    import ast
-
-    roots = _imported_roots(KEEPER_FILE)
-    assert not sorted(r for r in roots if r not in sys.stdlib_module_names), roots
-    assert {"ctypes", "json", "selectors", "subprocess"} <= roots
-    tree = ast.parse(KEEPER_FILE.read_text())
-    nested = [n.lineno for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.ClassDef))
-              for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert not nested, f"keeper.py imports inside a function at lines {nested}"
+    the standard library and the archive's own modules only, and in every module it loads each
+    import at module level (before any workload runs)."""
+    modules = _shipped_modules()
+    todo, closure = ["rlark.bootstrap.keeper"], set()
+    while todo:
+        name = todo.pop()
+        if name in closure:
+            continue
+        closure.add(name)
+        for dep, line, top in _imports(modules[name]):
+            assert top, f"{name} imports {dep} inside a function (line {line})"
+            if dep in modules:
+                todo.append(dep)
+            else:
+                assert dep.split(".")[0] in sys.stdlib_module_names, f"{name} imports {dep}"
+    assert {"rlark.bootstrap.sandbox", "rlark.bootstrap.relay", "rlark.bootstrap.lifecycle"} <= closure
+    assert "rlark.bootstrap.worker" not in closure and "rlark.bootstrap.facts" not in closure
 
 
 def test_python_for(tmp_path):

@@ -189,6 +189,15 @@ def quickstart(tmp_path) -> dict:
     return doc
 
 
+def with_config(doc: dict, config_dir: str, name: str) -> dict:
+    """``doc`` naming another RLinf config, its run script naming the same one (a run script
+    naming a different config is RLinfConfigNameMismatch, not what these tests are about)."""
+    doc["spec"]["rlinf"] = {"configDir": config_dir, "configName": name}
+    doc["spec"]["runScript"] = doc["spec"]["runScript"].replace(
+        "--config-name quickstart", f"--config-name {name}")
+    return doc
+
+
 def check(client, doc) -> list[dict]:
     r = client.post("/api/v1/check", json=doc)
     assert r.status_code == 200, r.text
@@ -210,8 +219,7 @@ def test_a_config_dir_outside_the_working_dir_gets_one_answer_whether_it_exists_
                              (str(elsewhere / "config"), "missing"),
                              (str(tmp_path / "no-such-dir"), "secret"),
                              ("../../../../../../../" + str(elsewhere / "config"), "secret")):
-        doc = quickstart(tmp_path)
-        doc["spec"]["rlinf"] = {"configDir": config_dir, "configName": name}
+        doc = with_config(quickstart(tmp_path), config_dir, name)
         found = rlinf_findings(check(member, doc))
         assert [f["code"] for f in found] == ["RLinfConfigNotChecked"], found
         shown = os.path.normpath(os.path.join(doc["spec"]["workingDir"], config_dir))
@@ -246,7 +254,7 @@ def test_files_a_config_pulls_in_from_elsewhere_read_as_missing(clients, tmp_pat
         "defaults:\n  - leak: data\n  - _self_\ncluster: {num_nodes: 1}\n")
     doc = quickstart(tmp_path)
     doc["spec"]["workingDir"] = str(work)
-    doc["spec"]["rlinf"] = {"configDir": "config", "configName": "main"}
+    with_config(doc, "config", "main")
     member = clients["member"]
     absent = rlinf_findings(check(member, doc))
     (outside / "leak" / "data.yaml").write_text("stolen: the-servers-file-content\n")
@@ -260,8 +268,7 @@ def test_a_config_root_of_the_server_is_read(clients, tmp_path, monkeypatch):
     root = tmp_path / "configs"
     root.mkdir()
     (root / "three.yaml").write_text("cluster: {num_nodes: 3}\n")
-    doc = quickstart(tmp_path)
-    doc["spec"]["rlinf"] = {"configDir": str(root), "configName": "three"}
+    doc = with_config(quickstart(tmp_path), str(root), "three")
     assert [f["code"] for f in rlinf_findings(check(clients["member"], doc))] == ["RLinfConfigNotChecked"]
     monkeypatch.setenv("RLARK_CONFIG_ROOTS", str(root))
     codes = [f["code"] for f in check(clients["member"], doc)]

@@ -277,7 +277,7 @@ def test_a_value_with_regex_characters_is_masked_literally():
 
 
 def test_values_come_from_arguments_files_and_stdin(tmp_path):
-    from rlark.cli_secrets import parse_values
+    from rlark.cli.secrets import parse_values
 
     f = tmp_path / "sa.json"
     f.write_text('{"type": "service_account"}\n')

@@ -95,6 +95,7 @@ def test_defaults_are_filled_and_dumped():
         "joinTimeoutSeconds": 300,
         "prepareTimeoutSeconds": 1800,
         "maxRestarts": 0,
+        "unresponsiveTimeoutSeconds": 300,
     }
     assert data["spec"]["terminationGracePeriodSeconds"] == 10
     assert "workingDir" not in data["spec"] and "rlinf" not in data["spec"]

@@ -395,9 +395,14 @@ def test_json_columns_round_trip(store):
     }
     findings = [{"code": "DuplicateEnv", "severity": "warning", "path": "spec.roles[0].env[1].name"}]
     facts = {"versions": {"ray": "2.40.0", "python": "3.11.9"}, "gpus": [], "mem": 2 ** 40}
+    # a record as the builder makes it (the store keeps no other), holding the spec above
+    from rlark.record.build import build_record
+    from tests.test_record_v2 import rows
+
+    record = {**build_record(*rows(), final=True), "spec": spec}
     with store.session() as s:
         job = _job("json", spec=spec, labels={"a": "b"}, findings=findings)
-        run = RunRow(job=job, number=1, uid="u1", spec=spec, record={"configs": {"x": [1, {}]}})
+        run = RunRow(job=job, number=1, uid="u1", spec=spec, record=record)
         run.workers.append(WorkerRow(name="json-head-0", role="head", index=0, node_rank=0,
                                      facts=facts, lifecycle={"joined": True, "exit": {"code": 0}}))
         s.add(job)
@@ -408,7 +413,7 @@ def test_json_columns_round_trip(store):
         assert job.findings == findings
         run = job.runs[0]
         assert run.spec == spec
-        assert run.record == {"configs": {"x": [1, {}]}}
+        assert run.record == record
         assert run.workers[0].facts == facts
         assert run.workers[0].lifecycle == {"joined": True, "exit": {"code": 0}}
 

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import select
 
-from rlark.record import build_record
+from rlark.record.build import build_record
 from rlark.store import JobRow, RunRow
 from tests.test_api import job_yaml, set_run_state, set_worker_logs
 from tests.test_cli import serve_live

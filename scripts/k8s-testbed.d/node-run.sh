@@ -10,6 +10,7 @@ NODE_COMPONENTS=(containerd coredns kubelet)   # start order
 # /var/lib/kubelet/device-plugins/kubelet.sock and the /var/log/containers links; so one real node
 # per machine, recorded here (the test bed's DIR).
 REAL_NODE_MARKER=/run/rlark-k8s-testbed/real-node
+REAL_NODE_MAX_DIR=64
 # what the kubelet sets on start (cm.setupKernelTunables) and `down` puts back
 KUBELET_SYSCTLS=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
     kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
@@ -316,6 +317,9 @@ check_real_node_possible() {  # before anything starts: what the real node needs
     require_images
     cgroup_hierarchies | grep -q '/memory$' || die "--real-node: no cgroup v1 memory hierarchy mounted (docs/kubernetes.md, \"Real node\": this node is set up for cgroup v1)"
     command -v ip >/dev/null || die "--real-node needs ip (apt-get install iproute2)"
+    # unix sockets under DIR (containerd's, the kubelet's pod-resources one: DIR plus at most
+    # 38 bytes) must fit the 107 bytes of a socket path (sun_path, unix(7))
+    [ "${#DIR}" -le "$REAL_NODE_MAX_DIR" ] || die "--real-node: --dir $DIR is ${#DIR} bytes long; its unix sockets need one of at most $REAL_NODE_MAX_DIR (choose a shorter --dir, e.g. under /tmp)"
     if [ -f "$REAL_NODE_MARKER" ]; then
         local other
         other=$(cat "$REAL_NODE_MARKER")

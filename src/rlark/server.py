@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from fastapi import FastAPI
 
-from rlark import credentials, settings
+from rlark import settings
+from rlark.cli import credentials
 from rlark.api.app import create_app
 from rlark.api.security import LOOPBACK_HOSTS, SecurityPolicy
 from rlark.services.auth import AuthService

@@ -54,7 +54,7 @@ from rlark.status import ACTIVE, Phase
 from rlark.exitcodes import exit_text
 from rlark.findings import Finding, Severity
 from rlark.ranks import plan_workers
-from rlark.record import render as render_record
+from rlark.record.export import render as render_record
 from rlark.services.auth import DEFAULT_PROJECT, Principal
 from rlark.services.errors import NotFound, ServiceError, StoreUnavailable, TooManyRequests
 from rlark.services.jobs import JobService
@@ -609,7 +609,7 @@ def compare_runs(request: Request, name: str, access: Reader, a: str | None = No
 
 
 def earlier_first(diff: dict) -> dict:
-    """A comparison (:func:`rlark.record_diff.diff_records`) of two runs of one Job with the
+    """A comparison (:func:`rlark.record.diff.diff_records`) of two runs of one Job with the
     earlier run as ``a``, as ``rlark record diff JOB`` and a Job's own comparison (no ``b``)
     order them, whichever of the two the form named first. Runs of two Jobs keep their order."""
     a, b = diff["a"], diff["b"]

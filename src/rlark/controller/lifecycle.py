@@ -12,8 +12,7 @@ import json
 import os
 import re
 
-from rlark.bootstrap.keeper import ESCAPE
-from rlark.bootstrap.worker import EVENT_PREFIX
+from rlark.bootstrap.lifecycle import ESCAPE, EVENT_PREFIX
 from rlark.loglines import MAX_LINE_BYTES
 
 _PREFIX = EVENT_PREFIX.encode()
@@ -158,7 +157,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: lines at a time, printed by Ray's components into what `ray start --block` shows): kept in
 #: the logs, never in a failure's tail
 _RAY_STATE_DUMP = re.compile(r"\[state-dump\]")
-#: a workload line that looked like a lifecycle line, as the keeper relays it (keeper.py ESCAPE)
+#: a workload line that looked like a lifecycle line, as the keeper relays it (lifecycle.ESCAPE)
 _ESCAPED_EVENT = ESCAPE.decode() + EVENT_PREFIX
 
 

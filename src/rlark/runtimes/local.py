@@ -1,8 +1,9 @@
 """The local runtime: every Worker is its own process group on this machine.
 
-Each Worker starts as its keeper (``bootstrap/keeper.py``, run with this server's own Python in
-isolated mode), which writes the Worker's lifecycle lines and starts the workload (the bootstrap
-``worker.py`` with the role's Python, the scripts, Ray) under the Run's own uid in a mount
+Each Worker starts as its keeper (``bootstrap/keeper.py``, run from the bootstrap archive with this
+server's own Python in isolated mode), which writes the Worker's lifecycle lines and starts the
+workload (the bootstrap's ``worker`` with the role's Python, the scripts, Ray) under the Run's own
+uid in a mount
 namespace that hides the server's files, where this server can give that
 (:mod:`rlark.runtimes.local_identity`, :mod:`rlark.runtimes.local_sandbox`).
 
@@ -31,6 +32,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import psutil
 
 from rlark import settings
+from rlark.bootstrap import archive
 from rlark.controller.admission import Amounts, Capacity
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.base import (
@@ -61,9 +63,6 @@ from rlark.spec import RESERVED_ENV, RESERVED_ENV_PREFIX, Job, MountType, Role
 
 log = logging.getLogger("rlark.runtime.local")
 
-BOOTSTRAP_FILE = Path(__file__).resolve().parent.parent / "bootstrap" / "worker.py"
-#: the first process of every Worker (run by this server's own interpreter, ``-I -S``)
-KEEPER_FILE = BOOTSTRAP_FILE.parent / "keeper.py"
 
 #: what a Worker takes from the server's environment, and nothing else (the server's own
 #: secrets, its database URL, cloud credentials stay with it): where programs and the user's
@@ -122,12 +121,26 @@ KEEPER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def keeper_environment(run_uid: str, worker: str, python: str) -> dict[str, str]:
-    """The keeper's own environment (pure): a fixed ``PATH`` and locale, where its bootstrap is
-    and which Python runs it, and the Run and Worker it belongs to (:meth:`LocalRuntime.find`
-    finds a Worker by them). Nothing of the Job's."""
+    """The keeper's own environment (pure): a fixed ``PATH`` and locale, which Python runs the
+    workload, and the Run and Worker it belongs to (:meth:`LocalRuntime.find` finds a Worker by
+    them). Nothing of the Job's. The workload runs the keeper's own archive unless
+    ``RLARK_KEEPER_BOOTSTRAP`` names the Worker's copy (:meth:`LocalRuntime._sandbox`)."""
     return {"PATH": KEEPER_PATH, "LANG": "C.UTF-8", "RLARK_RUN_ID": run_uid,
-            "RLARK_WORKER": worker, "RLARK_KEEPER_BOOTSTRAP": str(BOOTSTRAP_FILE),
-            "RLARK_KEEPER_PYTHON": python}
+            "RLARK_WORKER": worker, "RLARK_KEEPER_PYTHON": python}
+
+
+def server_archive() -> str:
+    """The bootstrap archive the keepers and the composer jail run from (as root where this
+    server is root): ``$RLARK_HOME/bootstrap/<name>`` (:func:`rlark.bootstrap.archive.install`),
+    inside the server's private home, so only this server's user may change it. Written when
+    missing or different, checked on every call.
+
+    Raises:
+        OSError: it cannot be written there.
+    """
+    where = settings.rlark_home() / "bootstrap"
+    where.mkdir(mode=0o700, exist_ok=True)
+    return archive.install(str(where))
 
 
 def make_dir(path: str, owner: int, mode: int) -> None:
@@ -172,12 +185,13 @@ def feed_pipe(fd: int, data: bytes) -> None:
     threading.Thread(target=feed, name="keeper-env", daemon=True).start()
 
 
-def keeper_argv(mode: Mode | None, cgroup: str | None = None) -> list[str]:
+def keeper_argv(archive_path: str, mode: Mode | None, cgroup: str | None = None) -> list[str]:
     """The command line that starts one Worker's keeper (pure): this server's interpreter in
     isolated mode without site-packages (``-I -S``: the keeper imports the standard library
-    only, nothing the workload could change), in a PID namespace (and its own IPC namespace)
-    for the namespace modes, joining the cgroup directory ``cgroup`` first for ``cgroup``."""
-    argv = [sys.executable, "-I", "-S", str(KEEPER_FILE)]
+    only, nothing the workload could change) running the bootstrap archive at ``archive_path``
+    (:func:`server_archive`) as ``keeper``, in a PID namespace (and its own IPC namespace) for
+    the namespace modes, joining the cgroup directory ``cgroup`` first for ``cgroup``."""
+    argv = [sys.executable, "-I", "-S", archive_path, "keeper"]
     if mode in (Mode.pid_namespace, Mode.user_namespace):
         return [*iso.namespace_argv(mode), *argv]
     if mode == Mode.cgroup:
@@ -215,7 +229,7 @@ def server_python_roots() -> list[str]:
     return sandbox.python_prefixes(sys.executable)
 
 
-#: the first Ray with token authentication (bootstrap/worker.py's RAY_TOKEN_AUTH)
+#: the first Ray with token authentication (bootstrap/ray_node.py's RAY_TOKEN_AUTH)
 RAY_TOKEN_AUTH = (2, 52)
 
 
@@ -474,6 +488,7 @@ class LocalRuntime:
         elif spec.place.ray_temp_dir:
             os.makedirs(os.path.dirname(spec.place.ray_temp_dir), exist_ok=True)
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
+        keeper_archive = server_archive()
         mode = self.isolation.mode
         cgroup = self._make_cgroup(spec) if mode == Mode.cgroup else None
         read_end, write_end = os.pipe()
@@ -482,7 +497,7 @@ class LocalRuntime:
             fd = os.open(spec.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             with open(fd, "ab", buffering=0) as log:
                 proc = subprocess.Popen(
-                    keeper_argv(mode, cgroup),
+                    keeper_argv(keeper_archive, mode, cgroup),
                     env=own,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -537,7 +552,7 @@ class LocalRuntime:
                                (dirs.upper, uid, 0o755), (dirs.work, 0, 0o700),
                                (dirs.ray_run, 0, 0o755), (dirs.ray_temp, uid, 0o700)):
             make_dir(d, owner, mode)
-        # the start lock of a Ray older than 2.55 (bootstrap/worker.py _start_lock_path), made
+        # the start lock of a Ray older than 2.55 (bootstrap/ray_node.py _start_lock_path), made
         # here: the Worker may not create files in the Run's Ray directory
         lock = os.open(os.path.join(dirs.ray_run, f".{spec.run_uid}.ray-start.lock"),
                        os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -545,6 +560,10 @@ class LocalRuntime:
             os.fchown(lock, uid, uid)
         finally:
             os.close(lock)
+        # the bootstrap the workload runs: the Run's own copy, in the Run's Ray directory (bound
+        # into every Worker's view; root's, so the Worker reads the 0444 file and can neither
+        # change nor replace it); the keeper itself runs the server's copy, which no Worker sees
+        workload_archive = archive.install(dirs.ray_run)
         wd = spec.job.spec.working_dir
         shm = ray_resources(role).object_store_bytes if role is not None else 0
         real = os.path.realpath  # what was checked is what the keeper binds (it follows no link)
@@ -560,6 +579,7 @@ class LocalRuntime:
             raise RuntimeError(str(exc)) from None
         return {
             "RLARK_KEEPER_UID": str(uid), "RLARK_KEEPER_GID": str(uid),
+            "RLARK_KEEPER_BOOTSTRAP": workload_archive,
             "RLARK_KEEPER_SANDBOX": json.dumps(plan),
             "RLARK_KEEPER_HOST_MNTNS": os.readlink("/proc/self/ns/mnt"),
             "HOME": dirs.home, "USER": f"rlark-{uid}", "LOGNAME": f"rlark-{uid}",
@@ -603,7 +623,7 @@ class LocalRuntime:
                                    read_only=[*server_python_roots(), code, *readable], stat=os.stat)
         uid = self.identity.uids.last
         argv = [iso.unshare_path(), "--mount", "--propagation", "private", sys.executable, "-I",
-                "-S", str(KEEPER_FILE), "--exec"]
+                "-S", server_archive(), "exec"]
         return argv, {"PATH": KEEPER_PATH, "LANG": "C.UTF-8", "RLARK_KEEPER_UID": str(uid),
                       "RLARK_KEEPER_GID": str(uid), "RLARK_KEEPER_SANDBOX": json.dumps(plan),
                       "RLARK_KEEPER_HOST_MNTNS": os.readlink("/proc/self/ns/mnt")}
@@ -915,6 +935,16 @@ class LocalRuntime:
             os.unlink(os.path.join(ray_run, f".{run_uid}.ray-start.lock"))
         except OSError:
             pass
+        try:
+            copies = [n for n in os.listdir(ray_run) if n.startswith(archive.NAME_PREFIX)
+                      and n.endswith(archive.NAME_SUFFIX)]
+        except OSError:
+            copies = []
+        for name in copies:  # the Workers' bootstrap (_sandbox), of this or an older server
+            try:
+                os.unlink(os.path.join(ray_run, name))
+            except OSError:
+                pass
         try:
             os.rmdir(ray_run)
         except OSError:

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from rlark.record import iso
+from rlark.record.build import iso
 from rlark.services import audit, quotas
 from rlark.services.auth import (
     DEFAULT_PROJECT,

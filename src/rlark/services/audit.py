@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rlark.record import iso
+from rlark.record.build import iso
 from rlark.store import AuditRow
 
 MAX_DETAIL = 2000

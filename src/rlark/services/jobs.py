@@ -25,9 +25,9 @@ from rlark.preflight import (
     local_request,
     validate_document,
 )
-from rlark.record import build_record, public_record
+from rlark.record.build import build_record, public_record
 from rlark.rlinf_config import preflight_job
-from rlark.record import iso as _iso
+from rlark.record.build import iso as _iso
 from rlark.spec import DNS1123_LABEL, Job, job_to_dict, secret_refs
 from rlark.services import audit
 from rlark.services.accounts import check_not_server_namespace, project_namespace

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterable, Iterator
 
 from rlark import settings
-from rlark.bootstrap.worker import EVENT_PREFIX
+from rlark.bootstrap.lifecycle import EVENT_PREFIX
 from rlark.loglines import MAX_LINE_BYTES, LineSplitter, cut_line
 
 if TYPE_CHECKING:

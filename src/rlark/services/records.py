@@ -1,5 +1,5 @@
 """Run records as the controller writes them and as routes, CLI and console read and compare
-them: the I/O around :func:`rlark.record.build_record` (composing the config when RLinf wrote
+them: the I/O around :func:`rlark.record.build.build_record` (composing the config when RLinf wrote
 no Hydra output, looking at logs and outputs after the Run) and the one comparison service.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rlark import settings
-from rlark.record import build_record
-from rlark.record_checks import failed_checks
+from rlark.record.build import build_record
+from rlark.record.checks import failed_checks
 from rlark.status import ConditionType, Reason
 
 #: how many entries :func:`probe_outputs` counts in one output directory at most
@@ -85,13 +85,13 @@ def compose_for_record(spec: dict[str, Any], runtime: str) -> dict[str, Any] | N
 
 def config_inputs(config_dir: str, roots: Sequence[str]) -> dict[str, Any]:
     """The sha256 of every Hydra file below ``config_dir`` on this machine, found the way the
-    head's snapshot finds them (``bootstrap/worker.py`` ``config_snapshot``: ``*.yaml`` and
+    head's snapshot finds them (``bootstrap/facts_config.py`` ``config_snapshot``: ``*.yaml`` and
     ``*.yml``, directories starting with ``.`` skipped, at most ``CONFIG_MAX_FILES``):
     ``{"files": {relative path: sha256}, "cut": bool}``. A file whose real path leaves ``roots``
     (a symbolic link out of the config roots) is not read: its hash is None, so it never
     compares equal. The record compares these with the head's snapshot
-    (:func:`rlark.record.compare_inputs`)."""
-    from rlark.bootstrap.worker import CONFIG_MAX_FILES
+    (:func:`rlark.record.build.compare_inputs`)."""
+    from rlark.bootstrap.facts_config import CONFIG_MAX_FILES
     from rlark.rlinf_config import _inside
 
     found: list[str] = []
@@ -314,7 +314,7 @@ def parse_run_ref(text: str, field: str) -> tuple[str, int | None]:
 
 
 def diff_runs(jobs: Any, a: str, b: str | None, project: str) -> dict[str, Any]:
-    """The comparison of two runs of ``project`` (:func:`rlark.record_diff.diff_records`), each
+    """The comparison of two runs of ``project`` (:func:`rlark.record.diff.diff_records`), each
     given as ``JOB`` (its current Run) or ``JOB:RUN``; ``b`` None: ``a`` against the run before
     it of the same Job (itself when it is the first), the earlier one as ``a``. The records are
     read as every reader reads them (:meth:`rlark.services.jobs.JobService.record`: stored or
@@ -323,7 +323,7 @@ def diff_runs(jobs: Any, a: str, b: str | None, project: str) -> dict[str, Any]:
     Raises:
         Invalid: a reference is malformed. NotFound: no such Job or Run in ``project``.
     """
-    from rlark.record_diff import diff_records
+    from rlark.record.diff import diff_records
 
     ja, ra = parse_run_ref(a, "a")
     rec_a = jobs.record(ja, ra, project)

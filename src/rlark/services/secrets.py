@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rlark.preflight import SECRET_KEY
-from rlark.record import iso
+from rlark.record.build import iso
 from rlark.secretbox import SecretBox, SecretKeyError
 from rlark.services import audit
 from rlark.services.auth import Principal, authorize, utcnow

@@ -31,9 +31,10 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 from sqlalchemy.types import TypeDecorator
 
+from rlark.record.schema import validate_record
 from rlark.status import Cause, Desired, EventType, Phase, Reason, WorkerPhase
 
 if TYPE_CHECKING:
@@ -170,6 +171,8 @@ class RunRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     stop_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: the run record, stored once every Worker of the Run has ended; only a record that matches
+    #: its schema (rlark.record.schema.RecordV2) can be set (:meth:`_valid_record`)
     record: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     #: the values of the RLark-managed secrets the Run was launched with, a Fernet token of
     #: ``{"<secret>/<key>": value}`` (secretbox.SecretBox.seal): what its logs and messages are masked with,
@@ -198,6 +201,15 @@ class RunRow(Base):
         back_populates="run", cascade="all, delete-orphan", passive_deletes=True,
         order_by="WorkerRow.node_rank",
     )
+
+    @validates("record")
+    def _valid_record(self, _key: str, rec: dict[str, Any] | None) -> dict[str, Any] | None:
+        # The record readers trust is the one the published schema describes: one that does not
+        # match it raises here (rlark.record.schema.RecordInvalid), before anything is written.
+        # Records stored earlier are read as they are (loading sets no attribute).
+        if rec is not None:
+            validate_record(rec)
+        return rec
     #: optimistic concurrency, as JobRow.version
     version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
 

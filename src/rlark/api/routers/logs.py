@@ -14,7 +14,7 @@ from rlark.api.deps import job_service
 from rlark.api.routers.jobs import INT32_MAX, Reader
 from rlark.api.security import access_check
 from rlark.store import ProjectRole
-from rlark.record import render
+from rlark.record.export import render
 from rlark.services.jobs import JobService
 from rlark import settings
 from rlark.services.logs import (

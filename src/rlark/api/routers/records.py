@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from rlark.api.deps import job_service
 from rlark.api.routers.jobs import Reader
 from rlark.api.security import allow_user
-from rlark.record_schema import record_schema
+from rlark.record.schema import record_schema
 from rlark.services.jobs import JobService
 from rlark.services.records import diff_runs
 

@@ -1,6 +1,7 @@
-"""Rendering a Run as Kubernetes objects (pure: no I/O except reading the bootstrap file once).
+"""Rendering a Run as Kubernetes objects (pure: no I/O except building the bootstrap archive once).
 
-One Run is: a ConfigMap carrying ``bootstrap/worker.py`` (the Run's *owner*: every other object
+One Run is: a ConfigMap carrying the bootstrap archive (``rlark.bootstrap.archive``; the Run's
+*owner*: every other object
 points at it with an ownerReference when its uid is known, so deleting it removes the Run), a
 Secret with the Run's Ray token when it has one, a headless Service ``<job>-head`` selecting the
 Run's rank-0 Pod, a NetworkPolicy letting only the Run's own Pods reach them, a
@@ -43,17 +44,17 @@ sets that variable from a Secret with ``valueFrom.secretKeyRef`` too). An older 
 
 from __future__ import annotations
 
-import hashlib
+import base64
 import math
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import urlparse
 
 import yaml
 
+from rlark.bootstrap.archive import bootstrap_archive
 from rlark.preflight import parse_cpu
 from rlark.ranks import PlannedWorker, plan_workers
 from rlark.runtimes.base import bootstrap_env
@@ -61,9 +62,13 @@ from rlark.runtimes.kubernetes.podpolicy import (DEFAULT_RUN_AS_USER, PodPolicy,
                                                  check_role_policy, enforce, normalise_host_path)
 from rlark.spec import Job, Mount, Role, head_service_name
 
-BOOTSTRAP_FILE = Path(__file__).resolve().parent.parent.parent / "bootstrap" / "worker.py"
+#: where the Run's ConfigMap is mounted in every Worker, and the key (file name) of the bootstrap
+#: archive in it (binaryData: a ConfigMap's ``data`` holds UTF-8 text only)
 BOOTSTRAP_DIR = "/rlark"
-BOOTSTRAP_KEY = "worker.py"
+BOOTSTRAP_KEY = "rlark-bootstrap.pyz"
+#: the most a ConfigMap may hold (https://kubernetes.io/docs/concepts/configuration/configmap/:
+#: "The data stored in a ConfigMap cannot exceed 1 MiB")
+CONFIG_MAP_MAX_BYTES = 1024 * 1024
 CONTAINER = "worker"
 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -120,21 +125,11 @@ class RenderOptions:
         return PodPolicy(allow_root=self.allow_root, run_as_user=self.run_as_user)
 
 
-#: the Worker's first process (bootstrap/keeper.py), beside worker.py in the ConfigMap
-KEEPER_FILE = BOOTSTRAP_FILE.parent / "keeper.py"
-KEEPER_KEY = "keeper.py"
-
-
 @lru_cache(maxsize=1)
-def bootstrap_source() -> str:
-    """The text of ``bootstrap/worker.py`` (read once per process)."""
-    return BOOTSTRAP_FILE.read_text()
-
-
-@lru_cache(maxsize=1)
-def keeper_source() -> str:
-    """The text of ``bootstrap/keeper.py`` (read once per process)."""
-    return KEEPER_FILE.read_text()
+def bootstrap_archive_base64() -> str:
+    """The bootstrap archive (:func:`rlark.bootstrap.archive.bootstrap_archive`) as the base64
+    text of a ConfigMap's ``binaryData`` (encoded once per process)."""
+    return base64.b64encode(bootstrap_archive().data).decode("ascii")
 
 
 def check_run_id(run_id: str) -> str:
@@ -221,17 +216,16 @@ def _meta(name: str, namespace: str, labels: dict[str, str], owner: dict | None,
 
 
 def render_config_map(job: Job, run_id: str, opts: RenderOptions) -> dict[str, Any]:
-    """The Run's ConfigMap with the bootstrap, ``worker.py``, and its keeper, ``keeper.py``
-    (keys of those names, mounted read-only at /rlark). It is the Run's owner, so it has no
-    ownerReference itself."""
-    source, keeper = bootstrap_source(), keeper_source()
+    """The Run's ConfigMap with the bootstrap archive under ``binaryData`` key
+    :data:`BOOTSTRAP_KEY` (mounted read-only at :data:`BOOTSTRAP_DIR`; the keeper and the
+    workload both run from it) and its sha256 in the ``rlark.io/bootstrap-sha256`` annotation.
+    It is the Run's owner, so it has no ownerReference itself."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(owner_name(job, run_id), opts.namespace, run_labels(job, run_id), None,
-                          {"rlark.io/bootstrap-sha256": hashlib.sha256(source.encode()).hexdigest(),
-                           "rlark.io/keeper-sha256": hashlib.sha256(keeper.encode()).hexdigest()}),
-        "data": {BOOTSTRAP_KEY: source, KEEPER_KEY: keeper},
+                          {"rlark.io/bootstrap-sha256": bootstrap_archive().sha256}),
+        "binaryData": {BOOTSTRAP_KEY: bootstrap_archive_base64()},
     }
 
 
@@ -254,8 +248,6 @@ def render_secret(job: Job, run_id: str, opts: RenderOptions,
     ConfigMap and labelled like the Run's other objects, so it goes with the Run. None when the
     Job refers to none. The Pods refer to it with ``valueFrom.secretKeyRef``
     (:func:`env_from_secrets`); no value is ever written into a Pod."""
-    import base64
-
     if not values:
         return None
     return {
@@ -534,9 +526,10 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
         "name": CONTAINER,
         "image": role.image,
         "imagePullPolicy": "IfNotPresent",
-        # the keeper is PID 1 (bootstrap/keeper.py): it writes the lifecycle lines and starts
-        # worker.py beside it; -I -S: nothing from the image's site-packages or PYTHON* variables
-        "command": ["python", "-I", "-S", f"{BOOTSTRAP_DIR}/{KEEPER_KEY}"],
+        # the keeper is PID 1 (bootstrap/keeper.py): it writes the lifecycle lines and starts the
+        # workload from the same archive; -I -S: nothing from the image's site-packages or
+        # PYTHON* variables
+        "command": ["python", "-I", "-S", f"{BOOTSTRAP_DIR}/{BOOTSTRAP_KEY}", "keeper"],
         "env": [{"name": k, "value": v} for k, v in env.items()]
         + env_from_secrets(job, role, run_id, managed)
         + [{"name": "PYTHONUNBUFFERED", "value": "1"}],
@@ -646,7 +639,7 @@ class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[mi
 
 
 def _str_presenter(dumper: yaml.SafeDumper, data: str):
-    if "\n" in data:  # scripts and worker.py as readable block scalars
+    if "\n" in data:  # scripts as readable block scalars
         return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
     return dumper.represent_scalar("tag:yaml.org,2002:str", data)
 

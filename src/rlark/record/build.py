@@ -1,9 +1,10 @@
 """The run record: what ran, where, with which versions and configs, how it ended, and whether
 that is what was intended.
 
-:func:`build_record` assembles it from stored rows (no I/O); :func:`render_markdown` and
-:func:`render` export it; :mod:`rlark.record_checks` holds the automatic checks and
-:mod:`rlark.record_diff` the comparison of two records. docs/record.md documents the format.
+:func:`build_record` assembles it from stored rows (no I/O) through the models of
+:mod:`rlark.record.schema`; :mod:`rlark.record.export` renders it, :mod:`rlark.record.checks`
+holds the automatic checks and
+:mod:`rlark.record.diff` the comparison of two records. docs/record.md documents the format.
 
 Record version 2 (:data:`RECORD_VERSION`) holds everything version 1 did (the spec snapshot,
 expected vs actual Workers with node ranks, hosts, IPs and Ray node ids, each Worker's facts,
@@ -26,9 +27,9 @@ from typing import Any
 
 import yaml
 
+from rlark.record.schema import RECORD_VERSION, validate_record
 from rlark.status import text_of
 
-RECORD_VERSION = 2
 #: record versions this RLark reads
 READABLE_VERSIONS = (1, 2)
 
@@ -36,22 +37,6 @@ READABLE_VERSIONS = (1, 2)
 def iso(t: datetime | None) -> str | None:
     """ISO 8601 text of a timestamp, or None."""
     return t.isoformat() if t else None
-
-
-def human_bytes(n: Any) -> str:
-    """A byte count as people read it, in binary units: ``25275990016`` -> ``"23.5 GiB"``,
-    ``1073741824`` -> ``"1 GiB"``, ``322122547`` -> ``"307.2 MiB"``, ``512`` -> ``"512 B"``
-    (one decimal, a trailing ``.0`` dropped). Anything that is not a number is returned as text
-    (``None`` as ``"-"``)."""
-    if isinstance(n, bool) or not isinstance(n, (int, float)):
-        return "-" if n is None else str(n)
-    value, unit = float(n), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(value) < 1024 or unit == "PiB":
-            break
-        value /= 1024
-    text = f"{value:.0f}" if unit == "B" else f"{value:.1f}".removesuffix(".0")
-    return f"{text} {unit}"
 
 
 #: why a record built before its Run's Workers all ended is provisional (``provisionalReason``)
@@ -117,6 +102,12 @@ def ray_node_facts(facts: dict[str, Any]) -> dict[str, Any] | None:
     return {"numCpus": res.get("num_cpus"), "numGpus": res.get("num_gpus"),
             "memoryBytes": res.get("memory_bytes"), "objectStoreBytes": res.get("object_store_bytes"),
             "workerPorts": res.get("worker_ports")}
+
+
+def _text(value: Any) -> str | None:
+    """A column a Worker's report filled (its host name, IP, Ray node id) as the record's
+    text: None, the text itself, else the JSON text of what it reported."""
+    return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
 
 
 def _dict(d: dict[str, Any], key: str) -> dict[str, Any]:
@@ -299,8 +290,16 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
     only for the record stored once every Worker of the Run has ended
     (:func:`rlark.services.records.finish_record`); any other is ``provisional`` (the field,
     ``provisionalReason``, and ``checks.status`` ``provisional``).
+
+    Returns the record as :class:`rlark.record.schema.RecordV2` holds it (JSON values only, as
+    the store keeps them), so every record built matches the published schema.
+
+    Raises:
+        RecordInvalid: the assembled record does not match :class:`~rlark.record.schema.RecordV2`
+            (a bug in this function, never the Workers' doing: what they report is kept as JSON
+            values).
     """
-    from rlark.record_checks import run_checks
+    from rlark.record.checks import run_checks
     from rlark.rlinf_config.locations import back, find_locations
 
     spec = run.spec or {}
@@ -329,9 +328,9 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
                 "role": w.role,
                 "nodeRank": w.node_rank,
                 "isHead": w.is_head,
-                "host": w.host,
-                "ip": w.ip or w.node_ip,
-                "rayNodeId": w.ray_node_id,
+                "host": _text(w.host),
+                "ip": _text(w.ip or w.node_ip),
+                "rayNodeId": _text(w.ray_node_id),
                 "joined": bool((w.lifecycle or {}).get("joined")),
                 "phase": text_of(w.phase),
                 "reason": text_of(w.reason) or None,
@@ -455,123 +454,7 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
     if not final:
         # the items are what the record shows so far; their verdict comes with the final record
         rec["checks"]["status"] = "provisional"
-    return rec
-
-
-def render_markdown(rec: dict[str, Any]) -> str:
-    """A human-readable Markdown view of a run record."""
-    r = rec["result"]
-    lines = [
-        f"# Run record: {rec['job']} run {rec['run']}",
-        "",
-        *([f"- **Provisional:** {rec.get('provisionalReason') or PROVISIONAL_REASON}", ""]
-          if rec.get("provisional") else []),
-        f"- Result: **{r['phase']}** ({r['reason']}) {r['message']}",
-        f"- Exit code: {r['exitCode']}",
-        f"- Runtime: {rec['runtime']}; run uid `{rec['runUid']}`; cause {rec['cause']}",
-        f"- Started {rec['times']['started']}, running {rec['times']['running']}, "
-        f"finished {rec['times']['finished']} ({rec['times']['durationSeconds']} s)",
-        f"- Workers: {rec['workers']['actual']} joined of {rec['workers']['expected']} expected",
-        "- Versions: " + ", ".join(
-            f"{k} {'/'.join(map(str, v)) or '-'}" for k, v in rec["versions"].items()
-            if isinstance(v, list) and k != "packageLists"
-        ),
-        *[f"- Note: {n}" for n in rec.get("runtimeNotes") or []],
-        "",
-        "## Images",
-        "",
-        *[f"- {role}: `{image}`" for role, image in rec["images"].items()],
-        *[f"  - {role} digest `{d}`: {', '.join(ws)}"
-          for role, ds in (rec.get("imageDigests") or {}).items() for d, ws in ds.items()],
-        *[f"- **Warning:** Workers of role {role} ran different image digests"
-          for role in rec.get("imageDigestMismatch") or []],
-        "",
-        "## RLinf config (as given, never rewritten)",
-        "",
-        *(["```json", json.dumps(rec["rlinf"], indent=2), "```"] if rec["rlinf"]
-          else ["none (spec.rlinf not set)"]),
-        "",
-        "## Workers",
-        "",
-        "| rank | worker | role | host | IP | Ray node | Ray | object store | worker ports "
-        "| phase | exit | log |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for w in rec["workers"]["items"]:
-        node = w.get("rayNode") or {}
-        store = node.get("objectStoreBytes")
-        ports = node.get("workerPorts")
-        lines.append(
-            f"| {w['nodeRank']} | {w['name']} | {w['role']} | {w['host'] or ''} | {w['ip'] or ''} "
-            f"| {(w['rayNodeId'] or '')[:12]} | {w.get('rayVersion') or ''} "
-            f"| {'' if store is None else human_bytes(store)} "
-            f"| {f'{ports[0]}-{ports[1]} ({ports[1] - ports[0] + 1})' if ports else ''} "
-            f"| {w['phase']} | {'' if w['exitCode'] is None else w['exitCode']} | {w['log'] or ''} |"
-        )
-    lines += _markdown_v2(rec)
-    if rec["mounts"]:
-        lines += ["", "## Mounts", "", "| role | name | type | source | mountPath | readOnly |",
-                  "|---|---|---|---|---|---|"]
-        for m in rec["mounts"]:
-            lines.append(
-                f"| {m.get('role')} | {m.get('name')} | {m.get('type')} | {m.get('source')} | "
-                f"{m.get('mountPath')} | {m.get('readOnly', False)} |"
-            )
-    return "\n".join(lines) + "\n"
-
-
-def _cell(text: Any) -> str:
-    return str("" if text is None else text).replace("|", "\\|").replace("\n", " ")
-
-
-def _markdown_v2(rec: dict[str, Any]) -> list[str]:
-    """The version 2 sections of :func:`render_markdown` (none for a version 1 record)."""
-    lines: list[str] = []
-    checks = (rec.get("checks") or {}).get("items") or []
-    if checks:
-        lines += ["", f"## Checks: {rec['checks'].get('status')}", "", "| check | status | evidence |",
-                  "|---|---|---|"]
-        lines += [f"| {c.get('id')} | {c.get('status')} | {_cell('; '.join(c.get('evidence') or []))} |"
-                  for c in checks]
-    code = rec.get("code") or {}
-    if code:
-        lines += ["", "## Code", ""]
-        for part, g in code.items():
-            g = g or {}
-            git = (g.get("git") or {}) if part == "rlinf" else g
-            desc = (f"`{git['commit'][:12]}` {git.get('branch') or ''} {git.get('remote') or ''} "
-                    + ("dirty, diff sha256 `" + str(git.get("diffSha256"))[:12] + "`"
-                       if git.get("dirty") else "clean")) if git.get("commit") else \
-                (git.get("absent") or (g.get("directUrl") or {}).get("absent") or "-")
-            lines.append(f"- {part}: {('rlinf ' + g['version'] + ', ') if g.get('version') else ''}{desc}")
-    configs = rec.get("configs") or {}
-    if configs:
-        resolved = configs.get("resolved") or {}
-        over = configs.get("overrides") or {}
-        lines += ["", "## Configs", "",
-                  f"- Resolved from: {resolved.get('source')} {resolved.get('dir') or ''}".rstrip(),
-                  f"- Overrides: spec {over.get('spec') or []}, run script {over.get('runScript') or []}"]
-        for f in (configs.get("original") or {}).get("files") or []:
-            lines.append(f"- `{f.get('path')}` sha256 `{f.get('sha256') or f.get('absent')}`")
-    if rec.get("locations"):
-        lines += ["", "## Locations", "", "| key | kind | path | backed by |", "|---|---|---|---|"]
-        for loc in rec["locations"]:
-            by = "; ".join(f"{r}: {b.get('why')}" for r, b in (loc.get("byRole") or {}).items())
-            lines.append(f"| {loc.get('key')} | {loc.get('kind')} | {_cell(loc.get('path') or loc.get('value'))} "
-                         f"| {_cell(by)} |")
-    return lines
-
-
-def render(rec: dict[str, Any], fmt: str) -> str:
-    """Export as ``json``, ``yaml`` or ``md``.
-
-    Raises:
-        ValueError: unknown format.
-    """
-    if fmt == "json":
-        return json.dumps(rec, indent=2) + "\n"
-    if fmt == "yaml":
-        return yaml.safe_dump(rec, sort_keys=False)
-    if fmt in ("md", "markdown"):
-        return render_markdown(rec)
-    raise ValueError(f"unknown record format {fmt!r}; use json, yaml or md")
+    # As the store keeps it (a JSON column: keys as text, lists for tuples; a value that is no
+    # JSON as its text), then through the record's model: a record that does not match it is a
+    # bug here, raised, never a record stored or shown.
+    return validate_record(json.dumps(rec, default=str)).model_dump(exclude_unset=True)

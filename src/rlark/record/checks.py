@@ -341,7 +341,7 @@ def check_resources(rec: dict[str, Any]) -> dict[str, Any]:
     shows all three, bytes in binary units."""
     import math
 
-    from rlark.record import human_bytes
+    from rlark.record.export import human_bytes
 
     fails, warns, passes = [], [], []
     for w in _workers(rec):
@@ -387,7 +387,7 @@ def check_resources(rec: dict[str, Any]) -> dict[str, Any]:
 
 def _amounts(cpus: Any, memory: Any, gpus: Any) -> str:
     """``"1 CPU, 3 GiB memory, 0 GPUs"`` (a part that is None is left out)."""
-    from rlark.record import human_bytes
+    from rlark.record.export import human_bytes
 
     parts = []
     if cpus is not None:

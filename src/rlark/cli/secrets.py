@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any, NoReturn, Optional
 
 import typer
 from rich.text import Text
+
+from rlark.cli import access, base
 
 secret_app = typer.Typer(
     help="Secrets of a project, for env[].valueFrom.secretKeyRef (values are never shown).",
@@ -26,25 +27,8 @@ ProjectOpt = typer.Option(None, "--project", "-p", envvar="RLARK_PROJECT",
                                "chose for this server, else default).")
 ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER", help="RLark server URL.")
 
-#: the ``rlark.cli`` module (its consoles and helpers), set by :func:`register`
-_base: ModuleType
-
-
-def register(app: typer.Typer, base: ModuleType) -> None:
-    """Add ``rlark secret`` to ``app``; ``base`` is the ``rlark.cli`` module."""
-    global _base
-    _base = base
-    app.add_typer(secret_app, name="secret")
-
-
-def _access() -> ModuleType:
-    from rlark import cli_access
-
-    return cli_access
-
-
 def _fail(message: str) -> NoReturn:
-    _base._fail(message)
+    base._fail(message)
     raise AssertionError("unreachable: _fail exits")
 
 
@@ -101,7 +85,7 @@ def _read_stdin(key: str) -> str:
 
 
 def _client(server: Optional[str], project: Optional[str]):
-    return _base._job_client(server, project)
+    return base._job_client(server, project)
 
 
 def _rows(secrets: list[dict]) -> list[tuple]:
@@ -111,15 +95,14 @@ def _rows(secrets: list[dict]) -> list[tuple]:
         for i, k in enumerate(keys):
             rows.append((sec["name"] if i == 0 else "", k["key"], k["state"],
                          ", ".join(k["usedBy"]) or "-",
-                         _access()._time(sec["updatedAt"]) if i == 0 and sec["exists"] else "",
+                         access._time(sec["updatedAt"]) if i == 0 and sec["exists"] else "",
                          (sec["updatedBy"] or "-") if i == 0 and sec["exists"] else ""))
     return rows
 
 
 def _show(secrets: list[dict]) -> None:
-    cli_access = _access()
-    cli_access._print(cli_access._table(("NAME", "KEY", "STATE", "USED BY", "UPDATED", "BY"),
-                                        _rows(secrets)))
+    access._print(access._table(("NAME", "KEY", "STATE", "USED BY", "UPDATED", "BY"),
+                                _rows(secrets)))
 
 
 @secret_app.command("set")
@@ -149,18 +132,18 @@ def secret_set(
       rlark secret set hf token=hf_xxx          # (then the value is in your shell history)
       rlark secret set gcp --from-file key.json=./sa.json -p vision
     """
-    output = _access()._check_output(output)
+    output = access._check_output(output)
     try:
         data = parse_values(list(pairs or []), list(from_file or []), _read_stdin)
     except ValueError as exc:
         _fail(str(exc))
     client = _client(server, project)
-    view = _base._call(client.send_json, "PUT" if replace else "PATCH", f"/api/v1/secrets/{name}",
+    view = base._call(client.send_json, "PUT" if replace else "PATCH", f"/api/v1/secrets/{name}",
                        {"data": data})
     if output != "text":
-        _access()._emit(view, output)
+        access._emit(view, output)
         return
-    _base.out.print(Text(f"secret {view['name']} ({view['project']}): "
+    base.out.print(Text(f"secret {view['name']} ({view['project']}): "
                          f"set {', '.join(sorted(data))}"))
 
 
@@ -178,13 +161,13 @@ def secret_list(
       rlark secret list
       rlark secret list -p vision -o json
     """
-    output = _access()._check_output(output)
-    items = _base._call(_client(server, project).get, "/api/v1/secrets")
+    output = access._check_output(output)
+    items = base._call(_client(server, project).get, "/api/v1/secrets")
     if output != "text":
-        _access()._emit(items, output)
+        access._emit(items, output)
         return
     if not items:
-        _base.out.print("no secrets; make one with `rlark secret set NAME KEY`")
+        base.out.print("no secrets; make one with `rlark secret set NAME KEY`")
         return
     _show(items)
 
@@ -197,10 +180,10 @@ def secret_get(
     server: Optional[str] = ServerOpt,
 ) -> None:
     """Show one secret's keys (set/unset) and who changed it last; never its values."""
-    output = _access()._check_output(output)
-    item = _base._call(_client(server, project).get, f"/api/v1/secrets/{name}")
+    output = access._check_output(output)
+    item = base._call(_client(server, project).get, f"/api/v1/secrets/{name}")
     if output != "text":
-        _access()._emit(item, output)
+        access._emit(item, output)
         return
     _show([item])
 
@@ -221,8 +204,8 @@ def secret_delete(
       rlark secret delete gcp --key old.json
     """
     client = _client(server, project)
-    _base._call(client.delete, f"/api/v1/secrets/{name}", key=key)
-    _base.out.print(f"deleted {'key ' + key + ' of ' if key else ''}secret {name}")
+    base._call(client.delete, f"/api/v1/secrets/{name}", key=key)
+    base.out.print(f"deleted {'key ' + key + ' of ' if key else ''}secret {name}")
 
 
 @secret_app.command("key")

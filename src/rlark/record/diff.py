@@ -24,7 +24,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from rlark.record import human_bytes
+from rlark.record.export import human_bytes
 
 #: what the user wrote
 SPEC_SECTIONS = ("spec",)

@@ -9,7 +9,8 @@ import os
 
 import httpx
 
-from rlark import credentials, settings
+from rlark import settings
+from rlark.cli import credentials
 
 
 #: every Job belongs to a project; this one when nobody says which

@@ -1,0 +1,5 @@
+"""``python -m rlark.cli``: the ``rlark`` command."""
+
+from rlark.cli import main
+
+main()
