@@ -279,9 +279,9 @@ build_worker_image() {  # build_worker_image OUT
         --root "$root" --site "$IMAGE_SITE" --files "$out/l3.files" 2>"$out/machine-dists.log" \
         || { tail -n 20 "$out/machine-dists.log" >&2; die "could not copy layer 3's distributions (log: $out/machine-dists.log)"; }
     say "Worker image: $(tail -n 1 "$out/machine-dists.log") in $(elapsed "$t0") s"
-    # what the quickstart imports, by the image's own python, as the Worker's user would
+    # what the quickstart imports, by the Python a Worker runs (/opt/venv's: PATH in the config)
     t0=$(now)
-    in_rootfs "$root" "python3 -c 'import time; t = time.monotonic(); import torch, rlinf.scheduler; print(\"torch\", torch.__version__, \"import\", round(time.monotonic() - t, 1), \"s\")'" \
+    in_rootfs "$root" "/opt/venv/bin/python -c 'import time; t = time.monotonic(); import torch, rlinf.scheduler; print(\"torch\", torch.__version__, \"import\", round(time.monotonic() - t, 1), \"s\")'" \
         >"$out/import.log" 2>&1 \
         || { tail -n 30 "$out/import.log" >&2; die "the Worker image cannot import torch and rlinf.scheduler (log: $out/import.log)"; }
     say "Worker image: $(tail -n 1 "$out/import.log") (cold: the first import after the copy)"
