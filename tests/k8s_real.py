@@ -140,6 +140,10 @@ def one_worker(name: str, image: str, run_script: str, **role) -> dict:
                                 "resources": dict(SMALL), **role}]}}
 
 
+#: the quickstart's memory per role on the real node (job.yaml: head 3Gi, pool 2Gi), see quickstart_copy
+QUICKSTART_MEMORY = {"head": "5Gi", "pool": "3Gi"}
+
+
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
@@ -147,8 +151,8 @@ def git(cwd: Path, *args: str) -> str:
 def quickstart_copy(shared: Path, image: str) -> Path:
     """examples/quickstart as a user has it (a git checkout) under ``shared``, with its Job for
     the real node: the README's job.yaml with the test bed's image, its directory mounted at the
-    same path (``hostPath``), and CPUs the 2-core node can give (Ray counts 1 per node either
-    way). Returns the Job file."""
+    same path (``hostPath``), CPUs the 2-core node can give (Ray counts 1 per node either way) and
+    more memory (QUICKSTART_MEMORY). Returns the Job file."""
     work = shared / "quickstart"
     shutil.copytree(EXAMPLES / "quickstart", work)
     git(work, "init", "-q", "-b", "main")
@@ -161,6 +165,11 @@ def quickstart_copy(shared: Path, image: str) -> Path:
     for role in doc["spec"]["roles"]:
         role["image"] = image
         role["resources"]["cpu"] = "500m"
+        # a container's memory cgroup (v1) is also charged the page cache of the files its
+        # processes map, torch's CUDA libraries among them: the head's 3Gi reached Ray's 95%
+        # threshold (its memory monitor killed an RLinf actor) where the local runtime's same
+        # processes stay under it
+        role["resources"]["memory"] = QUICKSTART_MEMORY[role["name"]]
         role["mounts"] = [{"name": "quickstart", "type": "hostPath", "source": ".",
                            "mountPath": str(work)}]
     path = work / "job-real-node.yaml"

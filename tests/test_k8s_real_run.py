@@ -85,7 +85,7 @@ def test_the_quickstart_succeeds_on_the_real_node(real):
     # after the Pods are gone, the logs still read through RLark's API
     logs = real.logs("quickstart", role="head")["quickstart-head-0"]
     summary = [json.loads(line.split(" ", 1)[1]) for line in logs if line.startswith("RLINF_PLACEMENT_SUMMARY ")]
-    assert summary == [{"workers": 3, "mismatches": 0, "node_ranks_used": [0, 1, 2]}], logs[-40:]
+    assert summary == [{"workers": 7, "mismatches": 0, "node_ranks_used": [0, 1, 2]}], logs[-40:]
     placed = [json.loads(line.split(" ", 1)[1]) for line in logs if line.startswith("RLINF_PLACEMENT ")]
     assert placed and all(p["ok"] for p in placed), placed
     assert json.loads((job_file.parent / "results" / "placement.json").read_text())["mismatches"] == 0
