@@ -11,7 +11,10 @@
 # Settings: RLARK_SMOKE_NAMESPACE (rlark-smoke), RLARK_SMOKE_IMAGE (docker.io/rlinf/rlinf:0.3.0),
 # RLARK_SMOKE_PORT (18470), RLARK_SMOKE_TIMEOUT (900 s for the quickstart Run), RLARK_SMOKE_CPU
 # (each quickstart Worker's CPU request; default the quickstart's own, 1: on a cluster with fewer
-# than 3 CPUs free, e.g. one 2-core node, 500m still gives each Ray node 1 CPU, rounded up).
+# than 3 CPUs free, e.g. one 2-core node, 500m still gives each Ray node 1 CPU, rounded up),
+# RLARK_SMOKE_MEMORY (each quickstart Worker's memory; default the quickstart's own, head 3Gi and
+# pool 2Gi: where a container's memory cgroup is charged the page cache of the libraries its
+# processes map, cgroup v1, a torch with CUDA libraries needs more, e.g. 5Gi).
 #
 # What it checks (each line says PASS or FAIL; exit status 1 if any failed):
 #  1. the rendered objects pass the API server's own validation (kubectl apply --dry-run=server)
@@ -64,10 +67,10 @@ done
 # The quickstart as a Kubernetes Job: its code and config travel in an env variable (the Pods do
 # not see this machine's files) and are unpacked by the prepare script; the image provides python,
 # ray and rlinf.
-"$PY" - "$IMAGE" "$WORK" "${RLARK_SMOKE_CPU:-}" <<'EOF'
+"$PY" - "$IMAGE" "$WORK" "${RLARK_SMOKE_CPU:-}" "${RLARK_SMOKE_MEMORY:-}" <<'EOF'
 import base64, io, sys, tarfile, yaml
 from pathlib import Path
-image, work, cpu = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+image, work, cpu, memory = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 src = Path("examples/quickstart")
 buf = io.BytesIO()
 with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -84,6 +87,8 @@ for role in spec["roles"]:
     role["image"] = image
     if cpu:
         role["resources"]["cpu"] = cpu
+    if memory:
+        role["resources"]["memory"] = memory
     role["env"] = [{"name": "QUICKSTART_TGZ", "value": payload}]
     role["prepareScript"] = unpack
 spec["runScript"] = ("cd /tmp/quickstart && python placement_check.py --config-dir config "
@@ -121,7 +126,7 @@ done
 check "2 rlark nodes" rlark nodes
 check "3 the quickstart Run succeeds" timeout "$TIMEOUT" "$PY" -m rlark.cli submit "$WORK/quickstart.yaml" --wait
 rlark describe job quickstart || true
-rlark record quickstart --format json --output "$WORK/record.json" >/dev/null || true
+rlark record quickstart -o json --save "$WORK/record.json" >/dev/null || true
 check "4 the record has a digest per Worker and 3/3 joined" "$PY" - "$WORK/record.json" <<'EOF'
 import json, sys
 rec = json.load(open(sys.argv[1]))
@@ -139,7 +144,7 @@ gone() {
     return 1
 }
 check "5 the Run's objects are deleted" gone
-check "5 its logs stay" bash -c "rlark() { \"$PY\" -m rlark.cli \"\$@\"; }; rlark logs quickstart --role head | grep -q RLARK_EVENT"
+check "5 its logs stay" bash -c "rlark() { \"$PY\" -m rlark.cli \"\$@\"; }; rlark logs quickstart --role head | grep -q RLINF_PLACEMENT_SUMMARY"
 
 refused() { ! rlark submit "$WORK/smoke-gpus.yaml" 2>"$WORK/gpus.err" && grep -q "no node has 4096 nvidia.com/gpu" "$WORK/gpus.err"; }
 check "6 more GPUs than any node has is refused at submit" refused
