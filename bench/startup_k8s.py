@@ -80,6 +80,7 @@ def main() -> int:
     tb = K8sTestbed.attach(attach, real_node=True) if attach else K8sTestbed.start(*REAL_NODE_UP_ARGS)
     print(f"real-node test bed {'attached' if attach else 'started'} in {time.monotonic() - started:.1f} s "
           f"(image {tb.image})", flush=True)
+    assert tb.image, "a real-node test bed names its Worker image (RLARK_TESTBED_IMAGE)"
     k8s = local = None
     rows = []
     try:
