@@ -233,7 +233,10 @@ class K8sTestbed:
     def start(cls, *up_args: str, base_dir: Path | None = None, timeout: float | None = None) -> "K8sTestbed":
         """``build`` then ``up`` on free ports in a new directory. Raises TestbedUnavailable."""
         build(real_node="--real-node" in up_args)
-        timeout = timeout or float(os.environ.get("RLARK_TESTBED_UP_TIMEOUT", "300"))
+        # a real node's `up` imports the Worker image into containerd: 191 s of a 210 s `up` for its
+        # 2.5 GB layer of torch's libraries on a loaded 2-core machine (docs/kubernetes.md)
+        timeout = timeout or float(os.environ.get("RLARK_TESTBED_UP_TIMEOUT",
+                                                  "600" if "--real-node" in up_args else "300"))
         parent = Path(base_dir) if base_dir else None
         if "--real-node" in up_args:
             # the real node's unix sockets live under its directory, and a socket path has at

@@ -3,8 +3,10 @@
 # no image registry is reachable here, and imported into containerd's image store by `up`.
 #
 # * the Worker image rlark.test/worker:<key>: Debian bookworm from debootstrap (minbase) with the
-#   packages in worker-image/packages (layer 1), and a virtualenv /opt/venv with
-#   worker-image/requirements.txt installed by the image's own pip (layer 2), user rlark (1000);
+#   packages in worker-image/packages (layer 1), a virtualenv /opt/venv with
+#   worker-image/requirements.txt installed by the image's own pip (layer 2), and what
+#   worker-image/from-machine.txt lists (torch, rlinf...) taken from this machine's RLark
+#   environment, each file checked against its RECORD (layer 3, zstd); user rlark (1000);
 # * the pause image rlark.test/pause:3.10.2: Kubernetes' own pause.c from the k8s.io/kubernetes
 #   module, compiled static, alone in one layer.
 #
@@ -13,11 +15,17 @@
 # Each is cached under $CACHE_ROOT/images by a hash of its inputs: the input files and this script
 # (any change to either builds a new image; the Debian packages and wheels come from Debian's
 # archive and PyPI at build time, so the same key may hold newer patch releases than an older
-# build of the same inputs).
+# build of the same inputs), and for layer 3 the RECORDs of the distributions it copies. Layers 1
+# and 2 are cached apart (base-<key>, venv-<key>), so a new torch builds layer 3 alone.
 
 IMAGE_CACHE=$CACHE_ROOT/images
 IMAGE_SRC=$REPO/scripts/k8s-testbed.d/worker-image
 IMAGE_SCRIPT=$REPO/scripts/k8s-testbed.d/image.sh
+MACHINE_DISTS=$IMAGE_SRC/machine-dists.py
+# the Python of RLark's environment, whose distributions layer 3 copies (scripts/setup-env makes it)
+IMAGE_PYTHON=${RLARK_TESTBED_PYTHON:-$REPO/.venv/bin/python}
+IMAGE_PYTHON_MINOR=3.11   # bookworm's python3
+IMAGE_SITE=/opt/venv/lib/python$IMAGE_PYTHON_MINOR/site-packages
 DEBIAN_SUITE=bookworm
 IMAGE_REPO=rlark.test
 
@@ -38,11 +46,26 @@ image_packages() {  # the package names in worker-image/packages
     sed 's/#.*//' "$IMAGE_SRC/packages" | tr -s ' \t' '\n\n' | grep -v '^$' | sort -u
 }
 
-image_keys() {  # sets BASE_KEY, WORKER_KEY, PAUSE_KEY, WORKER_IMAGE, PAUSE_IMAGE
-    local script
+machine_dists_key() {  # the distributions layer 3 copies, with their RECORDs' hashes; fails naming why
+    [ -x "$IMAGE_PYTHON" ] || { echo "no $IMAGE_PYTHON: run scripts/setup-env, or set RLARK_TESTBED_PYTHON" >&2; return 1; }
+    "$IMAGE_PYTHON" "$MACHINE_DISTS" key "$IMAGE_SRC/from-machine.txt"
+}
+
+image_keys() {  # sets BASE_KEY, VENV_KEY, WORKER_KEY (empty, MACHINE_DISTS_ERROR set, when layer
+    # 3's distributions cannot be read here), PAUSE_KEY, WORKER_IMAGE, PAUSE_IMAGE
+    local script dists
     script=$(sha256 <"$IMAGE_SCRIPT")
     BASE_KEY=$({ echo "debian $DEBIAN_SUITE minbase"; image_packages; echo "$script"; } | sha256 | cut -c1-16)
-    WORKER_KEY=$({ echo "$BASE_KEY"; cat "$IMAGE_SRC/requirements.txt"; } | sha256 | cut -c1-16)
+    VENV_KEY=$({ echo "$BASE_KEY"; cat "$IMAGE_SRC/requirements.txt"; } | sha256 | cut -c1-16)
+    MACHINE_DISTS_ERROR=
+    if dists=$(machine_dists_key 2>/tmp/rlark-testbed-dists.$$); then
+        WORKER_KEY=$({ echo "$VENV_KEY"; cat "$IMAGE_SRC/from-machine.txt" "$MACHINE_DISTS"; echo "$dists"; } \
+            | sha256 | cut -c1-16)
+    else
+        WORKER_KEY=
+        MACHINE_DISTS_ERROR=$(cat /tmp/rlark-testbed-dists.$$)
+    fi
+    rm -f /tmp/rlark-testbed-dists.$$
     PAUSE_KEY=$({ echo "pause $PAUSE_VERSION kubernetes $K8S_VERSION"; echo "$script"; } | sha256 | cut -c1-16)
     WORKER_IMAGE=$IMAGE_REPO/worker:$WORKER_KEY
     PAUSE_IMAGE=$IMAGE_REPO/pause:$PAUSE_VERSION-$PAUSE_KEY
@@ -54,11 +77,13 @@ image_built() {  # image_built DIR
 
 images_built() {
     image_keys
-    image_built "$IMAGE_CACHE/worker-$WORKER_KEY" && image_built "$IMAGE_CACHE/pause-$PAUSE_KEY"
+    [ -n "$WORKER_KEY" ] && image_built "$IMAGE_CACHE/worker-$WORKER_KEY" && image_built "$IMAGE_CACHE/pause-$PAUSE_KEY"
 }
 
 require_images() {
-    images_built || die "the real node's images are not built (run: scripts/k8s-testbed build --real-node)"
+    images_built && return 0
+    [ -n "$WORKER_KEY" ] || die "the Worker image's layer 3 cannot be made here: $MACHINE_DISTS_ERROR"
+    die "the real node's images are not built (run: scripts/k8s-testbed build --real-node)"
 }
 
 layer_from() {  # layer_from OUT_DIR TAR_ARGS...: OUT_DIR/layer.tar.gz, its digest and diff_id
@@ -73,18 +98,37 @@ layer_from() {  # layer_from OUT_DIR TAR_ARGS...: OUT_DIR/layer.tar.gz, its dige
     sha256 <"$out/layer.tar.gz" >"$out/digest"
 }
 
+layer_from_zstd() {  # layer_from_zstd OUT_DIR TAR_ARGS...: as layer_from, zstd-compressed and streamed:
+    # a layer of gigabytes is never written out uncompressed, and containerd unpacks zstd several
+    # times faster than gzip at each import (containerd reads zstd layers since 1.5)
+    local out=$1 hasher
+    shift
+    rm -f "$out/tar.fifo"
+    mkfifo "$out/tar.fifo"
+    sha256 <"$out/tar.fifo" >"$out/diff_id" &
+    hasher=$!
+    tar --numeric-owner --xattrs --xattrs-include='security.capability' -cf - "$@" \
+        | tee "$out/tar.fifo" | zstd -q -T0 -3 -o "$out/layer.tar.zst" \
+        || { wait "$hasher"; die "tar of a layer failed ($*)"; }
+    wait "$hasher"
+    rm -f "$out/tar.fifo"
+    sha256 <"$out/layer.tar.zst" >"$out/digest"
+}
+
 oci_image() {  # oci_image OUT NAME CONFIG_JSON LAYER_DIR...: OUT/image.tar, OUT/digest, OUT/name
     local out=$1 name=$2 config=$3 layout
     shift 3
     layout=$out/layout
     rm -rf "$layout"
     mkdir -p "$layout/blobs/sha256"
-    local l layers="" d size
+    local l layers="" d size media f
     for l in "$@"; do
         d=$(cat "$l/digest")
-        ln -f "$l/layer.tar.gz" "$layout/blobs/sha256/$d" 2>/dev/null || cp "$l/layer.tar.gz" "$layout/blobs/sha256/$d"
-        size=$(stat -c %s "$l/layer.tar.gz")
-        layers+="${layers:+,}{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\",\"digest\":\"sha256:$d\",\"size\":$size}"
+        f=$l/layer.tar.gz media=application/vnd.oci.image.layer.v1.tar+gzip
+        [ -f "$l/layer.tar.zst" ] && f=$l/layer.tar.zst media=application/vnd.oci.image.layer.v1.tar+zstd
+        ln -f "$f" "$layout/blobs/sha256/$d" 2>/dev/null || cp "$f" "$layout/blobs/sha256/$d"
+        size=$(stat -c %s "$f")
+        layers+="${layers:+,}{\"mediaType\":\"$media\",\"digest\":\"sha256:$d\",\"size\":$size}"
     done
     local cdigest csize manifest mdigest msize
     printf '%s' "$config" >"$out/config.json"
@@ -177,36 +221,79 @@ build_base_layer() {  # build_base_layer OUT: Debian minbase + worker-image/pack
     layer_from "$out/l1" -C "$root" --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' .
 }
 
-build_worker_image() {  # build_worker_image OUT
-    local out=$1 base=$IMAGE_CACHE/base-$BASE_KEY start
-    if [ ! -f "$base/.complete" ]; then
-        start=$(now)
-        rm -rf "$base"
-        mkdir -p "$base"
-        build_base_layer "$base"
-        mv "$base/l1/layer.tar.gz" "$base/l1/diff_id" "$base/l1/digest" "$base/"
-        rm -rf "$base/rootfs" "$base/l1"
-        printf 'base layer %s\nbuilt in %s s\n' "$BASE_KEY" "$(elapsed "$start")" >"$base/.complete"
-        say "Worker image: base layer built in $(elapsed "$start") s ($(du -sh "$base/layer.tar.gz" | cut -f1) compressed)"
-    else
-        say "Worker image: cached base layer $base"
+cached_layer() {  # cached_layer DIR KEY WHAT BUILD_FN: DIR/layer.tar.gz, diff_id, digest, built by
+    # BUILD_FN DIR (which leaves them in DIR/l) unless DIR/.complete says they are there
+    local dir=$1 key=$2 what=$3 fn=$4 start
+    if [ -f "$dir/.complete" ]; then
+        say "Worker image: cached $what $dir"
+        return 0
     fi
-    local root=$out/rootfs
-    mkdir -p "$root" "$out/l2"
-    tar -C "$root" --numeric-owner -xzf "$base/layer.tar.gz" || die "could not unpack the base layer"
+    start=$(now)
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    "$fn" "$dir"
+    mv "$dir/l/layer.tar.gz" "$dir/l/diff_id" "$dir/l/digest" "$dir/"
+    rm -rf "$dir/rootfs" "$dir/l"
+    printf '%s %s\nbuilt in %s s\n' "$what" "$key" "$(elapsed "$start")" >"$dir/.complete"
+    say "Worker image: $what built in $(elapsed "$start") s ($(du -sh "$dir/layer.tar.gz" | cut -f1) compressed)"
+}
+
+build_base_cached() {  # build_base_cached DIR: layer 1 into DIR/l
+    build_base_layer "$1"
+    mv "$1/l1" "$1/l"
+}
+
+build_venv_cached() {  # build_venv_cached DIR: layer 2 (/opt/venv, requirements.txt) into DIR/l
+    local out=$1 root=$1/rootfs
+    mkdir -p "$root" "$out/l"
+    tar -C "$root" --numeric-owner -xzf "$IMAGE_CACHE/base-$BASE_KEY/layer.tar.gz" || die "could not unpack the base layer"
     mkdir -p "$root/run/rlark-build"
     cp "$IMAGE_SRC/requirements.txt" "$root/run/rlark-build/requirements.txt"
     say "Worker image: pip install -r worker-image/requirements.txt into /opt/venv"
     in_rootfs "$root" 'python3 -m venv /opt/venv && /opt/venv/bin/pip install -q -r /run/rlark-build/requirements.txt' \
         >"$out/pip.log" 2>&1 || { tail -n 30 "$out/pip.log" >&2; die "pip install in the Worker image failed (log: $out/pip.log)"; }
     rm -rf "$root/run/rlark-build"
-    layer_from "$out/l2" -C "$root" ./opt/venv
+    layer_from "$out/l" -C "$root" ./opt/venv
+}
+
+link_layer() {  # link_layer FROM_DIR TO_DIR: a cached layer's files, for oci_image
+    mkdir -p "$2"
+    ln -f "$1/layer.tar.gz" "$2/layer.tar.gz" 2>/dev/null || cp "$1/layer.tar.gz" "$2/layer.tar.gz"
+    cp "$1/diff_id" "$1/digest" "$2/"
+}
+
+build_worker_image() {  # build_worker_image OUT
+    local out=$1 base=$IMAGE_CACHE/base-$BASE_KEY venv=$IMAGE_CACHE/venv-$VENV_KEY root=$1/rootfs t0
+    [ -n "$WORKER_KEY" ] || die "the Worker image's layer 3 cannot be made here: $MACHINE_DISTS_ERROR"
+    command -v zstd >/dev/null || die "zstd is needed for the Worker image's layer 3 (apt-get install zstd)"
+    cached_layer "$base" "$BASE_KEY" "base layer" build_base_cached
+    cached_layer "$venv" "$VENV_KEY" "virtualenv layer" build_venv_cached
+    # layer 3 goes on the two below, unpacked, so the image's own python can try it
+    mkdir -p "$root" "$out/l3"
+    tar -C "$root" --numeric-owner -xzf "$base/layer.tar.gz" || die "could not unpack the base layer"
+    tar -C "$root" --numeric-owner -xzf "$venv/layer.tar.gz" || die "could not unpack the virtualenv layer"
+    [ -x "$root/usr/bin/python$IMAGE_PYTHON_MINOR" ] || die "the image has no python$IMAGE_PYTHON_MINOR (worker-image/packages)"
+    t0=$(now)
+    say "Worker image: layer 3 from $("$IMAGE_PYTHON" -c 'import sys; print(sys.prefix)') (worker-image/from-machine.txt)"
+    "$IMAGE_PYTHON" "$MACHINE_DISTS" copy "$IMAGE_SRC/from-machine.txt" --python "$IMAGE_PYTHON_MINOR" \
+        --root "$root" --site "$IMAGE_SITE" --files "$out/l3.files" 2>"$out/machine-dists.log" \
+        || { tail -n 20 "$out/machine-dists.log" >&2; die "could not copy layer 3's distributions (log: $out/machine-dists.log)"; }
+    say "Worker image: $(tail -n 1 "$out/machine-dists.log") in $(elapsed "$t0") s"
+    # what the quickstart imports, by the Python a Worker runs (/opt/venv's: PATH in the config)
+    t0=$(now)
+    in_rootfs "$root" "/opt/venv/bin/python -c 'import time; t = time.monotonic(); import torch, rlinf.scheduler; print(\"torch\", torch.__version__, \"import\", round(time.monotonic() - t, 1), \"s\")'" \
+        >"$out/import.log" 2>&1 \
+        || { tail -n 30 "$out/import.log" >&2; die "the Worker image cannot import torch and rlinf.scheduler (log: $out/import.log)"; }
+    say "Worker image: $(tail -n 1 "$out/import.log") (cold: the first import after the copy)"
+    t0=$(now)
+    layer_from_zstd "$out/l3" -C "$root" --null --no-recursion -T "$out/l3.files"
+    say "Worker image: layer 3 packed in $(elapsed "$t0") s ($(du -sh "$out/l3/layer.tar.zst" | cut -f1) zstd)"
+    link_layer "$base" "$out/l1"
+    link_layer "$venv" "$out/l2"
     local env='["PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","LANG=C.UTF-8","VIRTUAL_ENV=/opt/venv"]'
-    ln -f "$base/layer.tar.gz" "$out/l1.tar.gz" 2>/dev/null || cp "$base/layer.tar.gz" "$out/l1.tar.gz"
-    mkdir -p "$out/l1" && mv "$out/l1.tar.gz" "$out/l1/layer.tar.gz" && cp "$base/diff_id" "$base/digest" "$out/l1/"
     oci_image "$out" "$WORKER_IMAGE" "$(image_config 1000 null '["python3"]' "$env" \
-        "$(cat "$out/l1/diff_id")" "$(cat "$out/l2/diff_id")")" "$out/l1" "$out/l2"
-    rm -rf "$root" "$out/l1" "$out/l2" "$out/config.json"
+        "$(cat "$out/l1/diff_id")" "$(cat "$out/l2/diff_id")" "$(cat "$out/l3/diff_id")")" "$out/l1" "$out/l2" "$out/l3"
+    rm -rf "$root" "$out/l1" "$out/l2" "$out/l3" "$out/l3.files" "$out/config.json"
 }
 
 build_images() {  # build_images [FORCE]: the pause and Worker images, unless cached
@@ -224,7 +311,7 @@ build_images() {  # build_images [FORCE]: the pause and Worker images, unless ca
             say "cached: $(cat "$dir/name") in $dir"
             continue
         fi
-        [ "$force" = 1 ] && [ "$kind" = worker ] && rm -rf "$IMAGE_CACHE/base-$BASE_KEY"
+        [ "$force" = 1 ] && [ "$kind" = worker ] && rm -rf "$IMAGE_CACHE/base-$BASE_KEY" "$IMAGE_CACHE/venv-$VENV_KEY"
         start=$(now)
         rm -rf "$dir.partial"
         mkdir -p "$dir.partial"
