@@ -1,23 +1,58 @@
 """Paths of a machine that no Job may touch: the system's own directories (pure, but for
 :func:`system_dir`, which resolves links).
 
-One list for every runtime: a Kubernetes ``hostPath`` mount may not be, lie under, or hold one
-(runtimes/kubernetes/podpolicy.py), and a local Worker's ``mountPath`` may not lie in one
-(runtimes/local/sandbox.py). A Job's ``workingDir`` that is a directory of the system as a whole
-(:func:`system_dir`) is never a root the server reads RLinf configs from.
+One table (:data:`SYSTEM_DIRECTORIES`) for every use, each directory with its own rule for each:
+
+* a mount: a Kubernetes ``hostPath`` may not be, lie under, or hold it
+  (runtimes/kubernetes/podpolicy.py), and a local Worker's ``mountPath`` may not lie in it
+  (runtimes/local/sandbox.py): :func:`system_path`;
+* a config root: a Job's ``workingDir`` that is the directory (``itself``) or lies anywhere in it
+  (``tree``) is never a root the server reads RLinf configs from (record/finish.py):
+  :func:`system_dir`. ``/root`` refuses every mount but only itself as a config root, since a
+  user's checkout under ``/root/proj`` is an ordinary place for a Job's code on a single machine.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Literal
 
-#: directories of a node a hostPath mount may never be, lie under, or hold: the node's own
-#: configuration, kernel interfaces, devices, runtime sockets (containerd, docker, the kubelet's),
-#: boot files, root's home and the system's programs and libraries
-SYSTEM_PATHS = (
-    "/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/root", "/usr", "/bin",
-    "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/var/lib/kubelet", "/var/lib/containerd",
-    "/var/lib/docker", "/var/lib/etcd", "/var/log", "/etc/kubernetes", "/opt/cni",
+
+@dataclass(frozen=True)
+class SystemDirectory:
+    """A directory of the system, and what it forbids.
+
+    ``mount``: no hostPath mount may be, lie under or hold it (nor a local ``mountPath`` lie in
+    it). ``config_root``: as a Job's ``workingDir`` the server never reads configs from it when
+    the directory is it (``"itself"``), or it or anything below it (``"tree"``); ``None``: the
+    directory says nothing about config roots."""
+
+    path: str
+    mount: bool
+    config_root: Literal["itself", "tree"] | None
+
+
+def _d(path: str, mount: bool, config_root: Literal["itself", "tree"] | None) -> SystemDirectory:
+    return SystemDirectory(path, mount, config_root)
+
+
+#: the system's directories: the node's own configuration, kernel interfaces, devices, runtime
+#: sockets (containerd, docker, the kubelet's), boot files, root's home, the system's programs and
+#: libraries, and the top-level directories that hold everything else (``/``, ``/home``, ``/var``...:
+#: never a config root themselves, a mount there is refused by what they hold or left alone)
+SYSTEM_DIRECTORIES: tuple[SystemDirectory, ...] = (
+    _d("/", False, "itself"),
+    _d("/etc", True, "tree"), _d("/proc", True, "tree"), _d("/sys", True, "tree"),
+    _d("/dev", True, "tree"), _d("/run", True, "tree"), _d("/boot", True, "tree"),
+    _d("/var/run", True, None), _d("/root", True, "itself"), _d("/usr", True, "itself"),
+    _d("/bin", True, "itself"), _d("/sbin", True, "itself"), _d("/lib", True, "itself"),
+    _d("/lib32", True, None), _d("/lib64", True, "itself"), _d("/libx32", True, None),
+    _d("/var/lib/kubelet", True, None), _d("/var/lib/containerd", True, None),
+    _d("/var/lib/docker", True, None), _d("/var/lib/etcd", True, None), _d("/var/log", True, None),
+    _d("/opt/cni", True, None),
+    _d("/home", False, "itself"), _d("/mnt", False, "itself"), _d("/opt", False, "itself"),
+    _d("/srv", False, "itself"), _d("/tmp", False, "itself"), _d("/var", False, "itself"),
 )
 
 
@@ -43,24 +78,18 @@ def within(path: str, prefix: str) -> bool:
 
 
 def system_path(path: str) -> str | None:
-    """The system directory (:data:`SYSTEM_PATHS`) a normalised ``path`` is, lies under or holds
-    (``/`` holds them all; ``/var`` holds ``/var/run``); None when it touches none."""
-    for sys_path in SYSTEM_PATHS:
-        if within(path, sys_path) or within(sys_path, path):
-            return sys_path
+    """The directory refusing mounts (:data:`SYSTEM_DIRECTORIES`, ``mount``) that a normalised
+    ``path`` is, lies under or holds (``/`` holds them all; ``/var`` holds ``/var/run``); None
+    when it touches none."""
+    for d in SYSTEM_DIRECTORIES:
+        if d.mount and (within(path, d.path) or within(d.path, path)):
+            return d.path
     return None
 
 
-#: directories of the system as a whole: a Job's workingDir that is one of them (or lies under
-#: those of :data:`SYSTEM_TREES`) never lets the composer read configs there
-SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/mnt",
-                         "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr",
-                         "/var"})
-SYSTEM_TREES = ("/boot", "/dev", "/etc", "/proc", "/run", "/sys")
-
-
 def system_dir(path: str) -> bool:
-    """Whether ``path`` (absolute) is, once symlinks and ``..`` are resolved, ``/``, one of
-    :data:`SYSTEM_DIRS`, or lies under one of :data:`SYSTEM_TREES`."""
+    """Whether ``path`` (absolute), once symlinks and ``..`` are resolved, is a directory of
+    :data:`SYSTEM_DIRECTORIES` refusing config roots, or lies in one whose rule is ``tree``."""
     real = os.path.realpath(path)
-    return real in SYSTEM_DIRS or any(real.startswith(t + "/") for t in SYSTEM_TREES)
+    return any(real == d.path or (d.config_root == "tree" and within(real, d.path))
+               for d in SYSTEM_DIRECTORIES if d.config_root)

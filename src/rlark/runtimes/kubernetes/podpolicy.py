@@ -8,7 +8,7 @@ where the server's :class:`PodPolicy` allows it:
 * ``kubernetes.runAsRoot``: only with ``allow_root`` (``rlark server --k8s-allow-root``);
 * ``hostPath`` mounts: only under ``host_path_prefixes`` (``--k8s-host-path-prefix``; none by
   default), and never ``/``, a system directory or a directory that holds one
-  (:data:`SYSTEM_PATHS`), whatever the prefixes say;
+  (:data:`rlark.paths.SYSTEM_DIRECTORIES`), whatever the prefixes say;
 * ``kubernetes.serviceAccountName``: only a name in ``service_accounts``
   (``--k8s-service-account``; none by default: the namespace's ``default`` ServiceAccount);
 * an ``objectStorage`` mount's inline CSI volume (``kubernetes.csiDriver``): only a driver in

@@ -146,7 +146,7 @@ def mount_target_problem(target: str, what: str, *, rlark_home: str,
                          own: Iterable[str] = ()) -> str | None:
     """Why ``target`` (a ``mountPath``) cannot be a mount point in a local Worker's view, or
     None: it must be absolute without ``..``, and neither be, lie under nor hold a system
-    directory (:data:`rlark.paths.SYSTEM_PATHS`) or one of RLark's own (``$RLARK_HOME``,
+    directory (:data:`rlark.paths.SYSTEM_DIRECTORIES`) or one of RLark's own (``$RLARK_HOME``,
     ``own``). A missing mount point is made, as an empty directory of root's, where the target
     asks (pure)."""
     from rlark.paths import normalise_host_path, system_path
