@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import waits
 from tests.server import RlarkServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,16 +32,8 @@ SMALL = {"cpu": "250m", "memory": "1Gi", "objectStoreMemory": "100Mi"}
 
 
 def wait_until(what: str, predicate, timeout: float = WAIT, interval: float = 0.3):
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what`` and the last
-    value seen at the deadline."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})", pytrace=False)
+    """tests.waits.wait_until, bounded by this module's WAIT s by default."""
+    return waits.wait_until(what, predicate, timeout, interval)
 
 
 class RealRlark:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 
 import pytest
 
+from tests import waits
 from tests.k8s_testbed import RlarkOnK8s, restricted, setup_timeout
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(setup_timeout(real_node=True))]
@@ -51,15 +51,9 @@ def pod(tb, name: str, head: str, env: dict[str, str]) -> dict:
     })
 
 
-def wait_until(what, predicate, timeout=WAIT):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.3)
-    pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r})", pytrace=False)
+def wait_until(what: str, predicate, timeout: float = WAIT, interval: float = 0.3):
+    """tests.waits.wait_until, bounded by this module's WAIT s by default."""
+    return waits.wait_until(what, predicate, timeout, interval)
 
 
 def run_pod(tb, namespace: str, body: dict) -> str:

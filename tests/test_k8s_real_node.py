@@ -23,6 +23,7 @@ import uuid
 
 import pytest
 
+from tests import waits
 from tests.k8s_testbed import REAL_NODE, restricted, setup_timeout
 
 kubernetes = pytest.importorskip("kubernetes")
@@ -33,17 +34,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(setup_timeout(real_node=True)
 WAIT = 180  # seconds: bound of each wait for a Pod (a cold container start on 2 busy cores)
 
 
-def wait_until(what: str, predicate, timeout: float = WAIT, interval: float = 0.2):
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what`` and the last
-    value seen at the deadline."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})", pytrace=False)
+def wait_until(what: str, predicate, timeout: float = WAIT):
+    """tests.waits.wait_until, bounded by this module's WAIT s by default."""
+    return waits.wait_until(what, predicate, timeout)
 
 
 def pod_dict(tb, namespace: str, name: str) -> dict | None:

@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from tests import waits
 from tests.k8s_testbed import (
     DEVICE_RESOURCE,
     GPU_NODE_DEVICES,
@@ -35,16 +36,9 @@ NS = "rlark"
 WAIT = 120  # seconds: bound of every wait below (a busy 2-core CI machine once took over 60)
 
 
-def wait_until(what: str, predicate, timeout: float = WAIT, interval: float = 0.2):
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+def wait_until(what: str, predicate, timeout: float = WAIT):
+    """tests.waits.wait_until, bounded by this module's WAIT s by default."""
+    return waits.wait_until(what, predicate, timeout)
 
 
 def name(prefix: str) -> str:
