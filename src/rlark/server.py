@@ -22,6 +22,7 @@ from rlark.runtimes import RUNTIMES
 from rlark.runtimes.base import Opened
 from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
+from rlark.services.metrics import ServerMetrics
 from rlark.services.secrets import server_box
 from rlark.store import Store
 from rlark.store.lock import ControllerLock, owner_info
@@ -207,13 +208,15 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
         raise
     stop_runs = settings.stop_runs_on_exit() if stop_runs_on_exit is None else stop_runs_on_exit
     controller: Any
+    metrics = ServerMetrics(lambda: store)
     if leader_elect:
-        controller = _leadership(store, opened, lock, stop_runs, box)
+        controller = _leadership(store, opened, lock, stop_runs, box, metrics)
     else:
         # acts only while this server holds the store's lock: a PostgreSQL restart takes the
         # lock away, and another server may have taken the store before this one gets it back
         controller = Controller(store, opened.runtime, on_shutdown=lock.release,
-                                stop_runs_on_exit=stop_runs, secret_box=box, may_act=lock.held)
+                                stop_runs_on_exit=stop_runs, secret_box=box, may_act=lock.held,
+                                on_timing=metrics.observe_controller)
     policy = policy or SecurityPolicy()
     opened.started(many_users(store, server_url, policy))
     service = JobService(store, controller.wake, runtime=runtime, namespace=opened.namespace,
@@ -223,11 +226,13 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
                        login_rate=os.environ.get("RLARK_LOGIN_RATE") or "10/5 minutes")
     if policy.auth:
         bootstrap_admin(auth, admin_urls or [])
-    return create_app(service, controller, policy=policy, auth=auth, secret_box=box)
+    return create_app(service, controller, policy=policy, auth=auth, secret_box=box,
+                      metrics=metrics)
 
 
 def create_app(service: JobService, controller=None, *, policy: SecurityPolicy | None = None,
-               auth: AuthService | None = None, secret_box: SecretBox | None = None) -> FastAPI:
+               auth: AuthService | None = None, secret_box: SecretBox | None = None,
+               metrics: ServerMetrics | None = None) -> FastAPI:
     """The app ``rlark server`` serves: the API (:func:`rlark.api.app.create_api`, with the same
     arguments) and the web console at ``/`` (:func:`rlark.console.mount_console`), both behind
     the one request guard of :mod:`rlark.api.security`.
@@ -236,7 +241,7 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
         RuntimeError: a route or page declares no access rule.
     """
     return create_api(service, controller, policy=policy, auth=auth, secret_box=secret_box,
-                      fronts=(mount_console,))
+                      metrics=metrics, fronts=(mount_console,))
 
 
 def many_users(store: Store, server_url: str | None, policy: SecurityPolicy | None):
@@ -264,7 +269,7 @@ def many_users(store: Store, server_url: str | None, policy: SecurityPolicy | No
 
 
 def _leadership(store: Store, opened: Opened, lock: ControllerLock, stop_runs: bool,
-                box: SecretBox | None = None) -> Leadership:
+                box: SecretBox | None = None, metrics: ServerMetrics | None = None) -> Leadership:
     """The controller of a replica: a :class:`~rlark.controller.leader.Leadership` whose terms
     are Controllers on a fresh runtime (``opened.runtime`` for the first term: its watches
     already run).
@@ -293,7 +298,7 @@ def _leadership(store: Store, opened: Opened, lock: ControllerLock, stop_runs: b
         rt = spare.pop() if spare else make_runtime()
         return Controller(store, rt, stop_runs_on_exit=stop_runs, may_act=elector.is_leader,
                           adopt_cause=f"RLark server {elector.identity} became the leader",
-                          secret_box=box)
+                          secret_box=box, on_timing=metrics.observe_controller if metrics else None)
 
     def on_shutdown() -> None:
         for rt in spare:  # never led: its watches stop here

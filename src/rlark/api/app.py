@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rlark import __version__
 from rlark.api.docs import mount_docs
 from rlark.api.store_errors import STORE_ERRORS, store_unavailable
+from rlark.api.timing import RequestTiming
 from rlark.api.routers import access, jobs, logs, meta, nodes, records, secrets
 from rlark.api.security import (
     SECURITY_HEADERS,
@@ -33,6 +34,7 @@ from rlark.services.errors import (ServiceError, StoreUnavailable, TooManyReques
                                    Unauthenticated)
 from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
+from rlark.services.metrics import ServerMetrics
 from rlark.services.secrets import SecretService
 from rlark.services.logs import FollowLimits
 
@@ -48,6 +50,7 @@ class SafeJSONResponse(JSONResponse):
 
 def create_api(service: JobService, controller=None, *, policy: SecurityPolicy | None = None,
                auth: AuthService | None = None, secret_box: SecretBox | None = None,
+               metrics: ServerMetrics | None = None,
                fronts: Sequence[Callable[[FastAPI], None]] = ()) -> FastAPI:
     """The app for ``service``; when a ``controller`` is given it runs while the app runs and
     shuts down (stopping its Workers) with it. ``fronts``: what else the app serves beside the
@@ -58,7 +61,8 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
     only, CORS closed; see :mod:`rlark.api.security`). ``auth``: the authentication service
     (default: one on ``service``'s store). ``secret_box``: seals and opens the project secrets
     (default: ``service``'s, else :meth:`SecretBox.from_settings` on first use, which makes the
-    key file).
+    key file). ``metrics``: what ``GET /metrics`` serves (default: a :class:`ServerMetrics` on
+    ``service``'s store, without the controller's timings, which the server wires).
 
     Raises:
         RuntimeError: a route declares no access rule.
@@ -94,6 +98,7 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
     if service.secret_box is None:  # the reads mask with the box the secrets are set with
         service.secret_source = lambda: secrets_service.box
     app.state.follow_limits = FollowLimits()
+    app.state.metrics = metrics = metrics or ServerMetrics(lambda: app.state.jobs.store)
 
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):
@@ -168,6 +173,8 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
                            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"], allow_credentials=False)
     app.add_middleware(RequestGuard, policy=policy, auth=lambda: app.state.auth)
+    # outermost: a refusal by the guard (401, 403, 400) is timed too
+    app.add_middleware(RequestTiming, metrics=metrics)
     return app
 
 

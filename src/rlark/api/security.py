@@ -181,7 +181,8 @@ def is_public(path: str) -> bool:
 
 
 def _is_api(path: str) -> bool:
-    return path.startswith("/api/") or path == "/openapi.json"
+    # /metrics: a scraper without a token gets a 401, not the console's login page
+    return path.startswith("/api/") or path in ("/openapi.json", "/metrics")
 
 
 async def _send_json(send: Send, status: int, code: str, message: str,

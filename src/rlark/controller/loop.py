@@ -73,8 +73,15 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
                  stop_runs_on_exit: bool = False, idle_resync_seconds: float = IDLE_RESYNC_SECONDS,
                  may_act: Callable[[], bool] | None = None,
                  adopt_cause: str = "the RLark server restarted",
-                 secret_box: "SecretBox | None" = None):
+                 secret_box: "SecretBox | None" = None,
+                 on_timing: Callable[[str, float], None] | None = None):
         self.store = store
+        #: told what the controller's own work took, ``(what, seconds)``: ``"pass"`` (a pass
+        #: over the active Runs, up to handing them to their lanes), ``"lane"`` (one Run's turn)
+        #: and ``"lag"`` (from a wake, e.g. a submit, to the pass it asked for): the server's
+        #: metrics (``GET /metrics``). None: nobody listens.
+        self.on_timing = on_timing
+        self._asked_at: float | None = None
         #: opens the RLark-managed secrets a Run's env refers to when it launches (None: a Run
         #: that refers to one fails with SecretMissing)
         self.secret_box = secret_box
@@ -123,12 +130,26 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
             self._thread.start()
 
     def wake(self) -> None:
+        if self._asked_at is None:  # the oldest wake not yet served is what the lag counts from
+            self._asked_at = time.monotonic()
         self._wake.set()
+
+    def _timing(self, what: str, seconds: float) -> None:
+        if self.on_timing is not None:
+            try:
+                self.on_timing(what, seconds)
+            except Exception as exc:  # a listener's failure never stops the loop
+                self._log_failure("reporting the controller's timing failed", exc)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
+                began = time.monotonic()
+                asked, self._asked_at = self._asked_at, None
+                if asked is not None:
+                    self._timing("lag", began - asked)
                 self.reconcile_once(wait=False)
+                self._timing("pass", time.monotonic() - began)
                 seen = self._fingerprint(refresh=True)
             except Exception as exc:  # keep the loop alive; the next pass retries
                 self._log_failure("reconcile pass failed", exc)
@@ -272,6 +293,7 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         """Reconcile one Run in its own session, on a thread of the lane pool; wake the loop
         when the Run changed phase or freed Workers (that may let another Run move on)."""
         moved = False
+        began = time.monotonic()
         try:
             if not self._acting():
                 return
@@ -301,6 +323,7 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
             with self._lanes_lock:
                 self._busy.discard(run_id)
                 self._launching.discard(run_id)
+            self._timing("lane", time.monotonic() - began)
             if moved:
                 self._wake.set()
 

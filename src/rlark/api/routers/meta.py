@@ -15,6 +15,7 @@ from rlark.store import ProjectRole
 from rlark.findings import has_errors
 from rlark.services.errors import StoreUnavailable
 from rlark.services.jobs import JobService
+from rlark.services.metrics import CONTENT_TYPE
 from rlark.store.health import RETRY_AFTER_SECONDS
 from rlark.spec import json_schema
 
@@ -58,6 +59,19 @@ def check(access: Annotated[ProjectAccess, allow_project(ProjectRole.member)],  
 @router.get("/api/v1/schema", summary="JSON Schema of the Job document", dependencies=[allow_user()])
 def schema() -> dict:
     return json_schema()
+
+
+@router.get("/metrics", summary="RLark's own metrics (Prometheus text format)",
+            dependencies=[allow_admin()], response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE: {}},
+                             "description": "the Prometheus text exposition format"}})
+def metrics(request: Request) -> Response:
+    """Runs by phase, the Pending queue by reason, submit -> Running, the controller's pass,
+    lane and lag times, and each route's request latencies
+    (:mod:`rlark.services.metrics` lists them), for a site administrator's token, as a
+    Prometheus scraper sends it (``authorization: {credentials: <token>}`` in its scrape
+    config). Store metrics are read at the scrape, so every replica answers the same."""
+    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE)
 
 
 @router.get("/healthz", summary="Readiness: the server answers and its database too",
