@@ -127,7 +127,8 @@ CASES = [
          workers(r0=RUNNING_HEAD, r1=dict(joined=True, failed=failed(
              "NodeLost", "ray exited", exit_code=1, oom_kills=3, memory_limit=512 << 20))),
          [("Failed", "NodeLost")],
-         in_message=["ppo-pool-0", "OOM killer killed 3 processes", "memory limit 512Mi"],
+         in_message=["ppo-pool-0", "OOM killer killed 3 of this Worker's processes",
+                     "memory limit 512Mi"],
          exit_code=1),
     Case("starting-running-succeeded-in-one-call", "Starting",
          workers(r0=dict(running=True, run_finished=finished(0), alive=False, exit_code=0)),

@@ -31,8 +31,8 @@ the only writer of the Worker's lifecycle lines. Design (docs/security.md, "The 
   starts and ends, and when the workload starts (its prepare script is its first step) and
   reports a failure; a count that rose goes into that ``run_finished`` or ``failed`` line
   (``oom_kills``, with the cgroup's ``memory_limit``), fields the workload may not report
-  (``lifecycle.KEEPER_FIELDS``).
-  RLark ends the Run ``OOMKilled`` from them (``rlark.controller.phases``).
+  (``lifecycle.KEEPER_FIELDS``); RLark ends the Run ``OOMKilled`` from them
+  (``rlark.controller.phases``).
 * **Fail closed.** A failure the workload reports while the run script runs (a lost Ray node)
   stops the run script; so does the end of the workload's node monitor. The Worker exits with
   the run script's status, else the workload's.

@@ -168,15 +168,15 @@ def oom_killed(line: dict[str, Any] | None, code: int | None, what: str) -> str 
 
 
 def oom_note(line: dict[str, Any] | None) -> str:
-    """``; the kernel's OOM killer killed N process(es) of this Worker meanwhile ...`` for a
-    failure whose line counts OOM kills that did not end a script itself (a Ray process
-    killed, say); empty when it counts none. Pure."""
+    """``; the kernel's OOM killer killed N of this Worker's processes meanwhile (memory limit
+    1Gi)`` for a failure whose line counts OOM kills that did not end a script itself (a Ray
+    process killed, say); empty when it counts none. Pure."""
     n = _count(line, "oom_kills")
     if n is None:
         return ""
     limit = _count(line, "memory_limit")
-    return (f"; the kernel's OOM killer killed {n} process{'es' if n > 1 else ''} of this Worker"
-            + (f" (memory limit {memory_text(limit)})" if limit else "") + " meanwhile")
+    return (f"; the kernel's OOM killer killed {n} of this Worker's processes meanwhile"
+            + (f" (memory limit {memory_text(limit)})" if limit else ""))
 
 
 def run_result(head: WorkerView) -> int | None:
