@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from rlark.bootstrap import cgroups
 from rlark.bootstrap.barrier import check_ranks
 from rlark.bootstrap.config import BootstrapConfig, BootstrapError
 from rlark.bootstrap.lifecycle import EVENT_PREFIX, lifecycle_line
@@ -410,3 +411,86 @@ def test_scripts_stop_at_the_first_failing_command(script, code, out):
     assert script_argv(script) == ["bash", "-e", "-o", "pipefail", "-c", script]
     done = subprocess.run(script_argv(script), capture_output=True, text=True, timeout=30)
     assert (done.returncode, done.stdout) == (code, out)
+
+
+# --- the memory cgroup's OOM-kill count (bootstrap/cgroups.py) --------------------------------------
+
+#: what a Worker's container on the test bed's real node (containerd, runc, cgroup v1, no cgroup
+#: namespace) showed: its /proc/self/cgroup and the cgroup lines of its /proc/self/mountinfo
+POD = "/rlark-testbed-19480/kubepods/pod42a5f902-1f0f-4d1e-ada0-21beda5399ba/b86c2f64c3e41a24c8f05b85f218ba02eb57c00ea8243b2f00f09f3a62d67d8f"
+POD_CGROUP = f"""\
+9:name=systemd:{POD}
+8:pids:{POD}
+4:memory:{POD}
+1:cpu:{POD}
+0::{POD}
+"""
+POD_MOUNTINFO = f"""\
+147 146 0:28 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755
+148 147 0:29 {POD} /sys/fs/cgroup/cpu ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,cpu
+151 147 0:32 {POD} /sys/fs/cgroup/memory ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory
+155 147 0:36 {POD} /sys/fs/cgroup/pids ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,pids
+156 147 0:37 {POD} /sys/fs/cgroup/systemd ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,name=systemd
+"""
+#: this machine's server side (cgroup v1 memory hierarchy mounted whole, a hybrid v2 one beside it)
+HOST_CGROUP = "4:memory:/process_api/960d9926084e14aa23b6340e03d9c42f\n1:cpu:/\n0::/\n"
+HOST_MOUNTINFO = """\
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+#: a cgroup v2 container with its own cgroup namespace (containerd's default on v2)
+V2_CGROUP = "0::/\n"
+V2_MOUNTINFO = "1200 1190 0:27 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup rw\n"
+
+
+@pytest.mark.parametrize("proc_cgroup, mountinfo, found", [
+    (POD_CGROUP, POD_MOUNTINFO, [(1, "/sys/fs/cgroup/memory")]),  # the container's own cgroup
+    (HOST_CGROUP, HOST_MOUNTINFO, [(1, "/sys/fs/cgroup/memory/process_api/960d9926084e14aa23b6340e03d9c42f"),
+                                   (2, "/sys/fs/cgroup/unified")]),
+    (V2_CGROUP, V2_MOUNTINFO, [(2, "/sys/fs/cgroup")]),
+    ("4:memory:/elsewhere\n", POD_MOUNTINFO, []),  # a cgroup the mount does not show
+    (POD_CGROUP, "", []),
+])
+def test_the_memory_cgroup_is_found_from_proc_self(proc_cgroup, mountinfo, found):
+    mounts = cgroups.parse_mountinfo(mountinfo)
+    assert cgroups.memory_cgroup_dirs(mounts, cgroups.parse_proc_cgroup(proc_cgroup)) == found
+
+
+@pytest.mark.parametrize("text, count", [
+    ("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n", 0),  # cgroup v1 memory.oom_control
+    ("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n", 1),  # ... after the run script's kill
+    ("oom_kill_disable 0\nunder_oom 0\n", None),  # Linux before 4.13: no count
+    ("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n", 2),  # v2 memory.events
+    ("", None),
+    ("oom_kill many\n", None),
+])
+def test_the_oom_kill_count_of_the_kernels_files(text, count):
+    assert cgroups.parse_oom_kills(text) == count
+
+
+@pytest.mark.parametrize("text, limit", [
+    ("1073741824\n", 1 << 30),  # a Pod's resources.memory 1Gi (v1 memory.limit_in_bytes, v2 memory.max)
+    ("9223372036854771712\n", None),  # v1 with no limit
+    ("max\n", None),  # v2 with no limit
+    ("", None),
+])
+def test_the_memory_limit_of_the_kernels_files(text, limit):
+    assert cgroups.parse_memory_limit(text) == limit
+
+
+def test_this_process_s_memory_cgroup_is_the_one_proc_self_names():
+    """The thin reader on this machine: the directory /proc/self/cgroup and mountinfo name, its
+    count readable (again and again, from the descriptor opened once)."""
+    cg = cgroups.find_memory_cgroup()
+    if cg is None:
+        pytest.skip("no memory cgroup with an OOM-kill count on this machine")
+    try:
+        with open("/proc/self/cgroup") as f:
+            own = cgroups.parse_proc_cgroup(f.read())
+        with open("/proc/self/mountinfo") as f:
+            dirs = cgroups.memory_cgroup_dirs(cgroups.parse_mountinfo(f.read()), own)
+        assert (cg.version, cg.path) in dirs
+        count = cg.oom_kills()
+        assert isinstance(count, int) and cg.oom_kills() is not None and count >= 0
+    finally:
+        cg.close()

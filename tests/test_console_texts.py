@@ -489,6 +489,28 @@ def test_run_worker_and_condition_messages_of_the_controller_in_chinese():
                                   run_finished={"exit_code": 3, "ts": 2}, exit_code=3)]),
         run(Phase.Running, [_view("j-head-0", 0, **up, running=True,
                                   run_finished={"exit_code": 137, "ts": 2})]),
+        # the kernel's OOM killer, as the keeper counted it: the run script, a prepare script
+        # (with and without a limit), and OOM kills beside another failure
+        run(Phase.Running, [_view("j-head-0", 0, **up, running=True, run_finished={
+            "exit_code": 137, "ts": 2, "oom_kills": 1, "memory_limit": 1 << 30})]),
+        run(Phase.Starting, [_view("j-head-0", 0, launched=True, alive=True, failed={
+            "reason": "PrepareFailed", "ts": 1, "exit_code": 137, "oom_kills": 1,
+            "message": "prepare script was killed by signal 9"})]),
+        run(Phase.Starting, [_view("j-head-0", 0, launched=True, alive=True, failed={
+            "reason": "PrepareFailed", "ts": 1, "exit_code": 137, "oom_kills": 1,
+            "memory_limit": 1 << 30, "message": "prepare script was killed by signal 9"})]),
+        run(Phase.Starting, [_view("j-head-0", 0, launched=True, alive=True, failed={
+            "reason": "PrepareFailed", "ts": 1, "exit_code": 137,
+            "message": "prepare script was killed by signal 9"})]),
+        run(Phase.Running, [_view("j-head-0", 0, **up, running=True),
+                            _view("j-pool-0", 1, **up, failed={
+                                "reason": "NodeLost", "ts": 1, "exit_code": 1, "oom_kills": 2,
+                                "memory_limit": 1 << 30,
+                                "message": "`ray start` exited with code 1 while the node should be alive"})]),
+        run(Phase.Running, [_view("j-head-0", 0, **up, running=True),
+                            _view("j-pool-0", 1, **up, failed={
+                                "reason": "NodeLost", "ts": 1, "exit_code": 1, "oom_kills": 2,
+                                "message": "`ray start` exited with code 1 while the node should be alive"})]),
         run(Phase.Running, [_view("j-head-0", 0, launched=True, alive=False, joined=True,
                                   running=True, exit_code=0)]),
         run(Phase.Running, [_view("j-head-0", 0, **up, running=True),
@@ -532,7 +554,7 @@ def test_run_worker_and_condition_messages_of_the_controller_in_chinese():
                                Reason.Stopped, Reason.StoppedByRLark, Reason.NotLaunched,
                                Reason.WaitingForWorkers, Reason.HeadStarting,
                                Reason.RayHeadStarted, Reason.Responding,
-                               Reason.WorkerUnresponsive} <= reasons, reasons
+                               Reason.WorkerUnresponsive, Reason.OOMKilled} <= reasons, reasons
     for reason, text in said:
         chinese(message_text(reason, text, "zh-CN"), NAMES)
         assert message_text(reason, text, "en") == text

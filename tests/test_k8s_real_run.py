@@ -7,9 +7,9 @@ containerd, runc, the CNI bridge, CoreDNS) in the test bed's Worker image (Ray 2
 * the README's quickstart (3 Workers: head + 2 pool, RLinf's placement check) Succeeds;
 * faults, each on the fewest Workers that show it: a container killed from outside, a Pod
   deleted by someone else, a prepare failure, an image not in the store, ``rlark stop``, the
-  server killed with SIGKILL while a Run runs (a memory limit exceeded is not here: RLark says
-  ``RunFailed``, "killed by signal 9", not ``OOMKilled``, when the kernel kills a process below
-  the container's first one, and the container itself lives on);
+  server killed with SIGKILL while a Run runs, a run script past its container's memory limit
+  (``OOMKilled``: the kernel kills the run script, not the container's first process, so the
+  container lives on and the Worker's keeper says so from its memory cgroup's OOM-kill count);
 * the same Jobs on the local runtime and on the real node give the same reasons and Events.
 
 How the quickstart's code reaches the Pods: its directory is a ``hostPath`` mount at the same
@@ -175,6 +175,24 @@ def test_rlark_stop_leaves_no_object_of_the_run(real):
     real.wait_phase("stopme", "Stopped", timeout=60)
     real.wait_ended("stopme", timeout=60)
     wait_until("no object of the stopped Run", lambda: not real.objects(uid), timeout=60)
+
+
+def test_a_run_script_past_its_memory_limit_is_oom_killed_naming_the_worker_and_the_limit(real):
+    """A one-Worker Job whose run script fills 3 GiB in a container limited to 1Gi: the kernel's
+    OOM killer kills the run script (the biggest process of the container's memory cgroup, not
+    its first process, the keeper, so the container does not end ``OOMKilled``); the Run fails
+    ``OOMKilled`` naming the Worker, its rank and the limit, and so does the Worker."""
+    tb = real.tb
+    # bytearray(n) zero-fills its buffer, so every page is touched and charged to the cgroup
+    real.submit(one_worker("oom", tb.image,
+                           "echo filling; python -c 'b = bytearray(3 << 30); print(len(b))'"))
+    job = real.wait_phase("oom", "Succeeded", "Failed")
+    reason, message = reason_and_message(job)
+    assert (job["phase"], reason) == ("Failed", "OOMKilled"), (reason, message)
+    assert "oom-head-0" in message and "rank 0" in message and "1Gi" in message, message
+    job = real.wait_ended("oom")
+    head = next(w for w in job["currentRun"]["workers"] if w["name"] == "oom-head-0")
+    assert (head["phase"], head["reason"]) == ("Failed", "OOMKilled"), head
 
 
 def test_a_server_killed_while_a_run_runs_is_replaced_and_the_run_succeeds_with_its_whole_log(real):

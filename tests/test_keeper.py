@@ -18,12 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from rlark.bootstrap import archive, keeper, lifecycle
+from rlark.bootstrap import archive, cgroups, keeper, lifecycle
 from rlark.bootstrap.lifecycle import EVENT_PREFIX_BYTES as EVENT_PREFIX
 from rlark.bootstrap.lifecycle import ESCAPE, Bucket, check_report
+from rlark.bootstrap.config import BootstrapConfig, BootstrapError
 from rlark.bootstrap.relay import Channel, Lines
+from rlark.bootstrap.scripts import run_prepare
 from rlark.bootstrap.scripts import SCRIPT_SHELL
 from rlark.controller.lifecycle import parse_lifecycle
+from rlark.runtimes.local.isolation import join_cgroup_argv
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +105,12 @@ def test_bytes_of_the_workload_pass_unchanged():
     ({"event": "warning", "reason": "X" * 100}, False),
     ({"event": "phase", "phase": "lower case"}, False),
     ({"event": "nodes", "joined": "all"}, False),
+    # what only the keeper counts, and the reason RLark gives from it
+    ({"event": "failed", "reason": "PrepareFailed", "exit_code": 137, "oom_kills": 1}, False),
+    ({"event": "failed", "reason": "NodeLost", "memory_limit": 1 << 30}, False),
+    ({"event": "facts", "oom_kills": 1}, False),
+    ({"event": "failed", "reason": "OOMKilled", "message": "not from the workload"}, False),
+    ({"event": "warning", "reason": "OOMKilled", "message": "nor this"}, False),
     ([1, 2], False),
 ])
 def test_what_the_workload_may_report(report, ok):
@@ -157,6 +166,15 @@ STANDIN = textwrap.dedent("""
         for i in range(20):
             report(event="facts", **{f"k{i}": "x" * 1000000})
         sys.exit(0)
+    if plan == "prepare":
+        # as bootstrap/scripts.py runs a prepare script, with what $PREPARE says
+        import subprocess
+        report(event="phase", phase="Preparing")
+        code = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", os.environ["PREPARE"]]).returncode
+        code = 128 - code if code < 0 else code
+        report(event="failed", reason="PrepareFailed", message="prepare failed", exit_code=code,
+               status=80)
+        sys.exit(80)
     if plan == "forge":
         report(event="run_finished", exit_code=0)
         report(event="exit", code=0)
@@ -177,14 +195,20 @@ STANDIN = textwrap.dedent("""
 
 
 def run_keeper(tmp_path: Path, pyz: Path, plan: str, run_script: str = "", head: bool = True,
-               timeout: float = 60, signal_after: str | None = None) -> tuple[int, bytes]:
+               timeout: float = 60, signal_after: str | None = None,
+               cgroup_procs: str | None = None, **extra: str) -> tuple[int, bytes]:
+    """The keeper with the stand-in as its workload; ``cgroup_procs``: the ``cgroup.procs`` of
+    a cgroup it starts in (before its first instruction); ``extra``: more environment."""
     standin = tmp_path / "standin.py"
     standin.write_text(STANDIN)
     env = {"PATH": os.environ["PATH"], "STANDIN": plan, "RLARK_KEEPER_BOOTSTRAP": str(standin),
            "RLINF_NODE_RANK": "0" if head else "1", "RLARK_RUN_SCRIPT": run_script,
            "RLARK_HEAD_ADDRESS": "127.0.0.9:6379", "RLARK_STOP_GRACE_SECONDS": "2",
-           "RLARK_FACTS_BUDGET_SECONDS": "2"}
-    proc = subprocess.Popen([sys.executable, "-I", "-S", str(pyz), "keeper"], env=env,
+           "RLARK_FACTS_BUDGET_SECONDS": "2", **extra}
+    argv = [sys.executable, "-I", "-S", str(pyz), "keeper"]
+    if cgroup_procs is not None:
+        argv = join_cgroup_argv(cgroup_procs, argv)
+    proc = subprocess.Popen(argv, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
     if signal_after is None:
         out, _ = proc.communicate(timeout=timeout)
@@ -351,3 +375,86 @@ def test_a_flood_of_facts_is_bounded(tmp_path, bootstrap_pyz):
     assert code == 0 and 0 < len(facts) <= lifecycle.MAX_FACTS_BYTES // 1000000
     assert any(e.get("reason") == "ReportsDropped" and "bytes of facts" in e["message"]
                for e in events_of(out))
+
+
+# --- the kernel's OOM killer --------------------------------------------------------------------
+
+
+def test_a_prepare_script_killed_by_a_signal_is_reported_as_the_shell_says(tmp_path):
+    """The bootstrap's prepare step (scripts.run_prepare): a script killed by SIGKILL (bash
+    execs its last command, so the signal reaches the bootstrap unshelled) fails with exit code
+    137, the shell's 128 + 9, in a ``failed`` report the keeper takes (a negative one it refused)."""
+    cfg = BootstrapConfig.from_env({"RLINF_NODE_RANK": "1", "RLARK_NUM_NODES": "2",
+                                    "RLARK_HEAD_ADDRESS": "127.0.0.2:20000",
+                                    "RLARK_PREPARE_SCRIPT": "kill -9 $$",
+                                    "RLARK_WORKING_DIR": str(tmp_path)})
+    with pytest.raises(BootstrapError) as err:
+        run_prepare(cfg, lambda argv: subprocess.Popen(argv, cwd=tmp_path), lambda: None)
+    exc = err.value
+    assert (exc.reason, exc.details, exc.status) == ("PrepareFailed", {"exit_code": 137}, 80)
+    assert exc.message == "prepare script was killed by signal 9"
+    report, why = check_report(json.dumps({"event": "failed", "reason": exc.reason,
+                                           "message": exc.message, "status": exc.status,
+                                           **exc.details}).encode())
+    assert report is not None, why
+
+#: the memory limit of the cgroup the OOM tests' keeper runs in (two Pythons fit, 512 MiB not)
+OOM_LIMIT = 160 << 20
+#: a script that fills 512 MiB (bytearray zero-fills, so every page is charged)
+FILL = "echo filling; python3 -c 'b = bytearray(512 << 20); print(len(b))'"
+
+
+@pytest.fixture
+def memory_cgroup(tmp_path):
+    """A memory cgroup of its own below this process's, limited to :data:`OOM_LIMIT` (cgroup
+    v1's memory hierarchy, or v2 where this process's cgroup delegates the memory controller);
+    yields its ``cgroup.procs``. Needs root; the cgroup is removed afterwards."""
+    own = cgroups.find_memory_cgroup()
+    if own is None:
+        pytest.skip("no memory cgroup with an OOM-kill count here")
+    own.close()
+    where = os.path.join(own.path, f"rlark-test-oom-{os.getpid()}-{tmp_path.name}")
+    limit_file = cgroups.MEMORY_FILES[own.version][1]
+    try:
+        os.mkdir(where)
+        Path(where, limit_file).write_text(str(OOM_LIMIT))
+    except OSError as exc:
+        if os.path.isdir(where):
+            os.rmdir(where)
+        pytest.skip(f"cannot make a memory cgroup below {own.path}: {exc}")
+    try:
+        yield os.path.join(where, "cgroup.procs")
+    finally:
+        procs = Path(where, "cgroup.procs")
+        assert procs.read_text().split() == [], "a process of the test is left in the cgroup"
+        os.rmdir(where)
+
+
+def test_a_run_script_the_oom_killer_kills_is_said_so_with_the_limit_and_a_kill_9_is_not(
+        tmp_path, bootstrap_pyz, memory_cgroup):
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "ok", run_script="kill -9 $$",
+                           cgroup_procs=memory_cgroup)
+    finished = [e for e in events_of(out) if e["event"] == "run_finished"]
+    assert code == 137 and finished == [{"ts": finished[0]["ts"], "event": "run_finished",
+                                         "exit_code": 137}], out[-2000:]
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "ok", run_script=FILL,
+                           cgroup_procs=memory_cgroup)
+    finished = [e for e in events_of(out) if e["event"] == "run_finished"]
+    assert code == 137 and b"filling" in out, out[-2000:]
+    assert finished == [{**finished[0], "exit_code": 137, "oom_kills": finished[0]["oom_kills"],
+                         "memory_limit": OOM_LIMIT}], finished
+    assert finished[0]["oom_kills"] >= 1
+
+
+def test_a_prepare_script_the_oom_killer_kills_is_said_so_and_another_failure_is_not(
+        tmp_path, bootstrap_pyz, memory_cgroup):
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "prepare", cgroup_procs=memory_cgroup,
+                           PREPARE="exit 3")
+    failed = [e for e in events_of(out) if e["event"] == "failed"]
+    assert code == 80 and [(f["exit_code"], "oom_kills" in f) for f in failed] == [(3, False)]
+    code, out = run_keeper(tmp_path, bootstrap_pyz, "prepare", cgroup_procs=memory_cgroup,
+                           PREPARE=FILL)
+    failed = [e for e in events_of(out) if e["event"] == "failed"]
+    assert code == 80 and len(failed) == 1, out[-2000:]
+    assert failed[0]["reason"] == "PrepareFailed" and failed[0]["exit_code"] == 137
+    assert failed[0]["oom_kills"] >= 1 and failed[0]["memory_limit"] == OOM_LIMIT, failed

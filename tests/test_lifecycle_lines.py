@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rlark.controller.lifecycle import (
     TAIL_MAX_BYTES,
     TAIL_MAX_LINES,
+    check_event,
     parse_lifecycle,
     read_new_events,
     read_tail,
@@ -128,3 +131,17 @@ def test_a_log_left_at_a_new_workers_path_is_set_aside_not_read(tmp_path):
     assert "exit" in kept.read_text()
     set_aside_stale_log(str(log))  # nothing there: nothing to do
     assert list(log.parent.iterdir()) == [kept]
+
+
+@pytest.mark.parametrize("event, ok", [
+    ({"event": "run_finished", "ts": 1.0, "exit_code": 137, "oom_kills": 1, "memory_limit": 1 << 30}, True),
+    ({"event": "failed", "ts": 1.0, "reason": "PrepareFailed", "exit_code": 137, "oom_kills": 2}, True),
+    # what a keeper counted is typed like the rest: a count of at least 1, a limit in bytes
+    ({"event": "run_finished", "ts": 1.0, "exit_code": 137, "oom_kills": 0}, False),
+    ({"event": "run_finished", "ts": 1.0, "exit_code": 137, "oom_kills": True}, False),
+    ({"event": "run_finished", "ts": 1.0, "exit_code": 137, "oom_kills": "1"}, False),
+    ({"event": "failed", "ts": 1.0, "reason": "PrepareFailed", "memory_limit": -1}, False),
+    ({"event": "failed", "ts": 1.0, "reason": "PrepareFailed", "memory_limit": 1 << 64}, False),
+])
+def test_oom_fields_of_a_line_are_typed(event, ok):
+    assert (check_event(event) is not None) == ok

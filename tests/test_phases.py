@@ -19,6 +19,7 @@ from rlark.controller.phases import (
     decide,
     failure_of,
     is_ready,
+    memory_text,
     settle,
 )
 
@@ -46,8 +47,12 @@ def failed(reason: str, message: str, ts: float = 10.0, **details) -> dict:
     return {"event": "failed", "ts": ts, "reason": reason, "message": message, **details}
 
 
-def finished(code: int, ts: float = 10.0) -> dict:
-    return {"event": "run_finished", "ts": ts, "exit_code": code}
+def finished(code: int, ts: float = 10.0, **oom) -> dict:
+    return {"event": "run_finished", "ts": ts, "exit_code": code, **oom}
+
+
+#: what a keeper adds to a line when the OOM killer killed in the Worker's memory cgroup (1Gi)
+OOM = dict(oom_kills=1, memory_limit=1 << 30)
 
 
 RUNNING_HEAD = dict(running=True)
@@ -89,6 +94,42 @@ CASES = [
          [("Failed", "RunFailed")], in_message=["ppo-head-0", "exited with code 7"], exit_code=7),
     Case("running-run-killed", "Running", workers(r0=dict(running=True, run_finished=finished(137))),
          [("Failed", "RunFailed")], in_message=["killed by signal 9"], exit_code=137),
+    # the OOM killer: a SIGKILL with OOM kills counted by the keeper, in the Worker's own cgroup
+    Case("running-run-oom-killed", "Running",
+         workers(r0=dict(running=True, run_finished=finished(137, **OOM))),
+         [("Failed", "OOMKilled")],
+         in_message=["ppo-head-0", "rank 0", "run script", "OOM killer", "limit of 1Gi",
+                     "resources.memory"], exit_code=137),
+    Case("running-run-oom-killed-without-a-limit", "Running",
+         workers(r0=dict(running=True, run_finished=finished(137, oom_kills=2))),
+         [("Failed", "OOMKilled")], in_message=["ppo-head-0", "the machine ran out of memory"],
+         exit_code=137),
+    # OOM kills of other processes while the run script ended otherwise, or a line the workload
+    # could have written (its channel unprotected): the run script's own status
+    Case("running-run-exit-1-despite-oom-kills", "Running",
+         workers(r0=dict(running=True, run_finished=finished(1, **OOM))),
+         [("Failed", "RunFailed")], in_message=["exited with code 1"], exit_code=1),
+    Case("running-run-oom-line-not-believed-untrusted", "Running",
+         workers(r0=dict(running=True, run_finished=finished(137, **OOM), trusted=False,
+                         alive=False, exit_code=137)),
+         [("Failed", "RunFailed")], in_message=["killed by signal 9"], exit_code=137),
+    Case("prepare-oom-killed", "Starting",
+         workers(r2=dict(failed=failed("PrepareFailed", "prepare script was killed by signal 9",
+                                       exit_code=137, status=80, **OOM))),
+         [("Failed", "OOMKilled")],
+         in_message=["ppo-pool-1", "rank 2", "prepare script", "OOM killer", "limit of 1Gi"],
+         exit_code=137),
+    Case("prepare-killed-without-oom-kills", "Starting",
+         workers(r2=dict(failed=failed("PrepareFailed", "prepare script was killed by signal 9",
+                                       exit_code=137, status=80))),
+         [("Failed", "PrepareFailed")], in_message=["killed by signal 9"], exit_code=137),
+    Case("node-lost-with-oom-kills-says-so", "Running",
+         workers(r0=RUNNING_HEAD, r1=dict(joined=True, failed=failed(
+             "NodeLost", "ray exited", exit_code=1, oom_kills=3, memory_limit=512 << 20))),
+         [("Failed", "NodeLost")],
+         in_message=["ppo-pool-0", "OOM killer killed 3 of this Worker's processes",
+                     "memory limit 512Mi"],
+         exit_code=1),
     Case("starting-running-succeeded-in-one-call", "Starting",
          workers(r0=dict(running=True, run_finished=finished(0), alive=False, exit_code=0)),
          [("Running", "AllJoined"), ("Succeeded", "Completed")], exit_code=0),
@@ -315,6 +356,15 @@ def _w(rank: int = 1, **changes) -> WorkerView:
      ("Succeeded", "Completed", "the run script exited with code 0", 0)),
     (_w(0, running=True, run_finished=finished(7), alive=False, exit_code=7), "Failed", "RunFailed",
      ("ppo-head-0",), ("Failed", "RunFailed", "the run script exited with code 7", 7)),
+    # ... or the kernel's OOM killer ended it (counted by its keeper)
+    (_w(0, running=True, run_finished=finished(137, **OOM), alive=False, exit_code=137), "Failed",
+     "OOMKilled", ("ppo-head-0",),
+     ("Failed", "OOMKilled", "the run script was killed by the kernel's OOM killer (signal 9): "
+      "the Worker's memory use reached its limit of 1Gi; raise resources.memory", 137)),
+    (_w(2, failed=failed("PrepareFailed", "prepare script was killed by signal 9", exit_code=137,
+                         status=80, **OOM)), "Failed", "OOMKilled", ("ppo-pool-1",),
+     ("Failed", "OOMKilled", "the prepare script was killed by the kernel's OOM killer (signal 9): "
+      "the Worker's memory use reached its limit of 1Gi; raise resources.memory", 80)),
     # Workers RLark ends because the Run is over: no 143/137, a reason
     (_w(1), "Succeeded", "Completed", (),
      ("Completed", "StoppedByRLark", "stopped by RLark: its Run succeeded", None)),
@@ -373,3 +423,11 @@ def test_a_ray_start_that_ends_before_its_node_joined_is_a_failed_start():
     run = RunView(phase="Running", stop_requested=False,
                   workers=workers(r0=RUNNING_HEAD, r1=dict(failed=line, joined=True)))
     assert [x.reason for x in decide(run)] == ["NodeLost"]
+
+
+@pytest.mark.parametrize("size, text", [
+    (1 << 30, "1Gi"), (1500 << 20, "1500Mi"), (64 << 10, "64Ki"), (999997440, "976560Ki"),
+    (1000, "1000 bytes"),
+])
+def test_memory_text_is_a_kubernetes_quantity_where_one_fits(size, text):
+    assert memory_text(size) == text

@@ -24,6 +24,15 @@ the only writer of the Worker's lifecycle lines. Design (docs/security.md, "The 
   against its kind's shape (``lifecycle.check_report``) and rate-bounded (``lifecycle.Bucket``) before the
   keeper writes it; the workload can never write ``keeper``, ``running``, ``run_finished``,
   ``stopped`` or ``exit``.
+* **Memory kills are counted, not guessed.** The kernel's OOM killer kills the biggest process
+  of a memory cgroup that reached its limit: a run or prepare script, not the keeper, so a
+  container lives on and does not end ``OOMKilled``. The keeper reads its memory cgroup's
+  OOM-kill count (``cgroups.MemoryCgroup``, opened before anything starts) when the run script
+  starts and ends, and when the workload starts (its prepare script is its first step) and
+  reports a failure; a count that rose goes into that ``run_finished`` or ``failed`` line
+  (``oom_kills``, with the cgroup's ``memory_limit``), fields the workload may not report
+  (``lifecycle.KEEPER_FIELDS``); RLark ends the Run ``OOMKilled`` from them
+  (``rlark.controller.phases``).
 * **Fail closed.** A failure the workload reports while the run script runs (a lost Ray node)
   stops the run script; so does the end of the workload's node monitor. The Worker exits with
   the run script's status, else the workload's.
@@ -53,6 +62,7 @@ import subprocess
 import sys
 import time
 
+from rlark.bootstrap.cgroups import MemoryCgroup, find_memory_cgroup
 from rlark.bootstrap.lifecycle import (MAX_FACTS_BYTES, MAX_WARNINGS, REPORT_BURST, REPORT_LIMITS,
                                        REPORT_RATE, Bucket, check_report)
 from rlark.bootstrap.relay import Channel, Lines, read_all, write_all
@@ -126,8 +136,14 @@ def exit_status(status: int) -> int:
 class Keeper:
     """One Worker's life as its keeper sees it; :meth:`run` returns the Worker's exit status."""
 
-    def __init__(self, cfg: Config, chan: Channel):
-        self.cfg, self.chan = cfg, chan
+    def __init__(self, cfg: Config, chan: Channel, memcg: MemoryCgroup | None = None):
+        """``memcg``: the Worker's memory cgroup, whose OOM kills the keeper counts (None:
+        none found, nothing is said about OOM kills)."""
+        self.cfg, self.chan, self.memcg = cfg, chan, memcg
+        #: the cgroup's OOM-kill count when the workload started (before its prepare script,
+        #: its first step) and when the run script started
+        self.oom_mark: int | None = None
+        self.run_oom_mark: int | None = None
         self.bucket = Bucket(REPORT_RATE, REPORT_BURST)
         self.warnings = 0
         self.facts_bytes = 0
@@ -191,6 +207,7 @@ class Keeper:
                 self._drop(f"more than {MAX_FACTS_BYTES} bytes of facts")
                 return
         if kind == "failed":
+            report.update(self._oom_since(self.oom_mark))
             self.failed_reported = True
             if self.run is not None and self.run_code is None:
                 _killpg(self.run, signal.SIGTERM)  # fail closed: e.g. a lost Ray node
@@ -212,6 +229,7 @@ class Keeper:
             return
         env = self._workload_env()
         env["RAY_ADDRESS"] = self.cfg.head_address
+        self.run_oom_mark = self._oom_count()
         try:
             self.run = subprocess.Popen(
                 [*SCRIPT_SHELL, self.cfg.run_script], env=env, cwd=self.cfg.working_dir,
@@ -225,6 +243,18 @@ class Keeper:
             return
         self.run_started = time.time()
         self.chan.emit("running", pid=self.run.pid)
+
+    def _oom_count(self) -> int | None:
+        return self.memcg.oom_kills() if self.memcg is not None else None
+
+    def _oom_since(self, mark: int | None) -> dict:
+        """``{"oom_kills": n, "memory_limit": bytes}`` when the cgroup's OOM-kill count rose by
+        ``n`` since ``mark`` (``memory_limit`` only when the cgroup has one); else nothing."""
+        now = self._oom_count()
+        if mark is None or now is None or now <= mark:
+            return {}
+        limit = self.memcg.limit if self.memcg is not None else None
+        return {"oom_kills": now - mark, **({"memory_limit": limit} if limit is not None else {})}
 
     def _heartbeat(self, now: float) -> None:
         """An ``alive`` line every :data:`HEARTBEAT_SECONDS`, naming the workload's processes
@@ -264,7 +294,8 @@ class Keeper:
                     # ended by itself: its status is the Run's result (a run script the keeper
                     # stopped has none; the failure or the stop says why); after all it wrote
                     self._relay_ready()
-                    self.chan.emit("run_finished", exit_code=code)
+                    self.chan.emit("run_finished", exit_code=code,
+                                   **self._oom_since(self.run_oom_mark))
                 self._tell_worker(f"run_finished {code} {self.run_started:.3f}")
                 self.finish_deadline = time.monotonic() + self.cfg.finish_grace
             # anything else: an orphan this PID 1 reaps
@@ -283,6 +314,7 @@ class Keeper:
             self.chan.relay(data)
 
     def start(self) -> None:
+        self.oom_mark = self._oom_count()
         self.out_r, self.out_w = os.pipe()
         rep_r, rep_w = os.pipe()
         ctl_r, self.ctl_w = os.pipe()
@@ -426,6 +458,8 @@ def main(archive: str | None = None) -> int:
         chan.emit("exit", code=EXIT_BAD_CONFIG)
         return EXIT_BAD_CONFIG
     unprotected = make_undumpable()
+    # before the sandbox, whose mount namespace may not show /sys
+    memcg = find_memory_cgroup()
     if cfg.sandbox is not None:
         try:
             apply_sandbox(cfg.sandbox, cfg.host_mntns)
@@ -435,7 +469,7 @@ def main(archive: str | None = None) -> int:
             chan.emit("exit", code=EXIT_SANDBOX_FAILED)
             return EXIT_SANDBOX_FAILED
     set_no_new_privs()
-    keeper = Keeper(cfg, chan)
+    keeper = Keeper(cfg, chan, memcg)
     signal.signal(signal.SIGTERM, keeper.on_signal)
     signal.signal(signal.SIGINT, keeper.on_signal)
     # out of the workload's reach: it runs under another uid than the keeper's, or the keeper

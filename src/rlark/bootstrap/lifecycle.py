@@ -21,6 +21,14 @@ ESCAPE = b"(workload) "
 
 #: lifecycle kinds only the keeper writes
 KEEPER_KINDS = frozenset({"keeper", "running", "run_finished", "stopped", "exit", "alive"})
+#: fields only the keeper writes, into its own lines and the workload's ``failed`` reports: the
+#: OOM kills it counted in the Worker's memory cgroup (``oom_kills``: in ``run_finished``, since
+#: the run script started; in ``failed``, since the workload did) and that cgroup's limit in
+#: bytes (``memory_limit``; cgroups.py)
+KEEPER_FIELDS = frozenset({"oom_kills", "memory_limit"})
+#: failure reasons the workload may not report: RLark gives them from what the keeper counted
+#: (``rlark.controller.phases``), never from what the workload says
+KEEPER_REASONS = frozenset({"OOMKilled"})
 #: what the workload may report, and the most bytes one report of the kind may take
 REPORT_LIMITS = {
     "facts": 4 * 1024 * 1024,  # package lists, a capped diff, Hydra files (the facts modules' caps)
@@ -72,8 +80,9 @@ def _text(value, cap: int) -> bool:
 def check_report(line: bytes) -> tuple[dict | None, str]:
     """One report line of the workload -> ``(report, "")`` when it is well formed, else
     ``(None, why)``. A report is a JSON object with ``event`` one of :data:`REPORT_LIMITS`,
-    within that kind's size, and for ``failed``/``warning`` a CamelCase ``reason``, a text
-    ``message`` and exit statuses that are 0..255 (pure)."""
+    within that kind's size, without the keeper's own fields (:data:`KEEPER_FIELDS`), and for
+    ``failed``/``warning`` a CamelCase ``reason`` other than those RLark gives itself
+    (:data:`KEEPER_REASONS`), a text ``message`` and exit statuses that are 0..255 (pure)."""
     try:
         obj = json.loads(line)
     except ValueError:
@@ -85,9 +94,13 @@ def check_report(line: bytes) -> tuple[dict | None, str]:
         return None, f"kind {str(kind)[:40]!r} may not be reported by the workload"
     if len(line) > REPORT_LIMITS[kind]:
         return None, f"a {kind} report of {len(line)} bytes (at most {REPORT_LIMITS[kind]})"
+    if KEEPER_FIELDS & obj.keys():
+        return None, f"{kind}: {', '.join(sorted(KEEPER_FIELDS & obj.keys()))} is the keeper's to say"
     if kind in ("failed", "warning"):
         if not isinstance(obj.get("reason"), str) or not _REASON.match(obj["reason"]):
             return None, f"{kind}: reason {str(obj.get('reason'))[:40]!r} is not a reason code"
+        if obj["reason"] in KEEPER_REASONS:
+            return None, f"{kind}: reason {obj['reason']} is RLark's to give, not the workload's"
         if not _text(obj.get("message", ""), 8192):
             return None, f"{kind}: message is not text of at most 8192 characters"
         for key in ("status", "exit_code"):

@@ -51,12 +51,17 @@ def run_prepare(cfg: BootstrapConfig, spawn: Callable[[list[str]], subprocess.Po
             timeout_seconds=cfg.prepare_timeout,
         ) from None
     check_stopped()
+    if code < 0:
+        # killed by a signal (bash execs a script's last command, so the kernel's OOM killer's
+        # SIGKILL reaches Popen as -9): the shell's 128 + signal, an exit status a report takes
+        code = 128 - code
     if code != 0:
         # the Worker exits with the script's own code where it is one (1..127), so `EXIT`
         # columns show what the user's script returned
         raise BootstrapError(
             "PrepareFailed",
-            f"prepare script exited with code {code}",
+            f"prepare script was killed by signal {code - 128}" if code > 128
+            else f"prepare script exited with code {code}",
             code if 0 < code < 128 else EXIT_PREPARE_FAILED,
             exit_code=code,
         )

@@ -98,6 +98,13 @@ def _status_fields(ev: dict, *keys: str) -> bool:
     return all(k not in ev or ev[k] is None or _int(ev[k]) for k in keys)
 
 
+def _oom_fields(ev: dict) -> bool:
+    # what a keeper counted in the Worker's memory cgroup (bootstrap/keeper.py): OOM kills and
+    # the cgroup's limit in bytes
+    return (("oom_kills" not in ev or _int(ev["oom_kills"], 1, 1 << 31))
+            and ("memory_limit" not in ev or _int(ev["memory_limit"], 1, 1 << 63)))
+
+
 #: each lifecycle kind RLark reads, and what its line must hold (a line that does not is
 #: dropped: a Worker's log is the workload's to write where the channel is not the keeper's)
 _KINDS = {
@@ -111,11 +118,12 @@ _KINDS = {
                         and all(_int(r, 0, 1 << 20) for r in e.get("missing", []))),
     "failed": lambda e: (isinstance(e.get("reason"), str) and len(e["reason"]) <= 64
                          and _opt_text(e, "message") and _status_fields(e, "status", "exit_code")
-                         and all(_int(r, 0, 1 << 20) for r in e.get("missing_ranks") or [])),
+                         and all(_int(r, 0, 1 << 20) for r in e.get("missing_ranks") or [])
+                         and _oom_fields(e)),
     "warning": lambda e: (isinstance(e.get("reason"), str) and len(e["reason"]) <= 64
                           and _opt_text(e, "message")),
     "running": lambda e: "pid" not in e or _int(e["pid"], 0, 1 << 31),
-    "run_finished": lambda e: _int(e.get("exit_code")),
+    "run_finished": lambda e: _int(e.get("exit_code")) and _oom_fields(e),
     "exit": lambda e: _int(e.get("code")),
     "stopped": lambda e: True,
     "alive": lambda e: isinstance(e.get("stopped", []), list),
@@ -125,7 +133,8 @@ _KINDS = {
 def check_event(event: dict) -> dict | None:
     """``event`` when it is a lifecycle line of a kind RLark reads, with the fields its kind
     needs of the right types (exit statuses 0..255, text within bounds, node ranks as
-    integers) and a numeric ``ts``; None otherwise (pure)."""
+    integers, OOM kill counts and memory limits as positive integers) and a numeric ``ts``;
+    None otherwise (pure)."""
     kind = event.get("event")
     check = _KINDS.get(kind) if isinstance(kind, str) else None
     if check is None or not isinstance(event.get("ts", 0.0), (int, float)):

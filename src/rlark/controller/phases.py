@@ -33,7 +33,7 @@ __all__ = ["ACTIVE", "ALLOWED", "TERMINAL", "Phase", "Reason", "WorkerPhase", "R
            "WorkerView", "Transition", "Settled", "decide", "failure_of", "join_deadline",
            "join_timeout_of", "settle", "worker_phase", "has_joined", "is_ready", "ConditionUpdate",
            "observed_conditions", "failure_conditions", "run_result", "unresponsive",
-           "UNRESPONSIVE_AFTER"]
+           "UNRESPONSIVE_AFTER", "oom_killed", "oom_note", "memory_text"]
 
 #: transitions the state machine allows (from -> to); everything else is a bug
 ALLOWED: dict[Phase, frozenset[Phase]] = {
@@ -133,6 +133,52 @@ def _exit_text(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+#: the status a shell gives a process killed by SIGKILL (128 + 9), the OOM killer's signal
+SIGKILL_STATUS = 137
+
+
+def memory_text(size: int) -> str:
+    """Bytes as a Kubernetes quantity where one fits exactly (``1Gi``, ``1500Mi``, ``64Ki``),
+    else ``<n> bytes``. Pure."""
+    for unit, shift in (("Gi", 30), ("Mi", 20), ("Ki", 10)):
+        if size and size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return f"{size} bytes"
+
+
+def _count(line: dict[str, Any] | None, key: str) -> int | None:
+    value = (line or {}).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def oom_killed(line: dict[str, Any] | None, code: int | None, what: str) -> str | None:
+    """Why ``what`` (``the run script``, ``the prepare script``) ended, when the kernel's OOM
+    killer ended it: it died by SIGKILL (``code`` 137) and its keeper counted OOM kills in the
+    Worker's memory cgroup while it ran (``oom_kills`` of its ``run_finished`` or ``failed``
+    line, with the cgroup's ``memory_limit`` in bytes where it has one; bootstrap/keeper.py).
+    None otherwise: a SIGKILL without an OOM kill is someone's ``kill -9``. Pure."""
+    if code != SIGKILL_STATUS or _count(line, "oom_kills") is None:
+        return None
+    limit = _count(line, "memory_limit")
+    if limit is None:
+        return (f"{what} was killed by the kernel's OOM killer (signal 9); the Worker's memory "
+                "cgroup has no limit: the machine ran out of memory")
+    return (f"{what} was killed by the kernel's OOM killer (signal 9): the Worker's memory use "
+            f"reached its limit of {memory_text(limit)}; raise resources.memory")
+
+
+def oom_note(line: dict[str, Any] | None) -> str:
+    """``; the kernel's OOM killer killed N of this Worker's processes meanwhile (memory limit
+    1Gi)`` for a failure whose line counts OOM kills that did not end a script itself (a Ray
+    process killed, say); empty when it counts none. Pure."""
+    n = _count(line, "oom_kills")
+    if n is None:
+        return ""
+    limit = _count(line, "memory_limit")
+    return (f"; the kernel's OOM killer killed {n} of this Worker's processes meanwhile"
+            + (f" (memory limit {memory_text(limit)})" if limit else ""))
+
+
 def run_result(head: WorkerView) -> int | None:
     """The head's run script exit status as RLark believes it: its keeper's ``run_finished``
     when the line is out of the workload's reach (:attr:`WorkerView.trusted`); otherwise the
@@ -149,8 +195,10 @@ def run_result(head: WorkerView) -> int | None:
 def failure_of(run: RunView) -> Transition | None:
     """The failure that ends this Run, if any, in order of evidence:
 
-    1. the earliest ``failed`` line of any Worker (PrepareFailed, JoinTimeout rank 2, ...);
-    2. the head's run script ending non-zero (``RunFailed``);
+    1. the earliest ``failed`` line of any Worker (PrepareFailed, JoinTimeout rank 2, ...;
+       ``OOMKilled`` for a prepare script the kernel's OOM killer killed: :func:`oom_killed`);
+    2. the head's run script ending non-zero (``RunFailed``; ``OOMKilled`` when the kernel's
+       OOM killer killed it);
     3. a Worker process gone without a word: the head (``HeadLost``) or another (``WorkerLost``).
 
     The transition's ``worker`` is the Worker to blame: the one that reported, or for a missing
@@ -182,12 +230,21 @@ def failure_of(run: RunView) -> Transition | None:
             message = f"{missing} {what}; {f.get('message', '')}"
             blame = tuple(names[r] for r in f["missing_ranks"] if r in names) or blame
         code = f.get("exit_code")
+        oom = oom_killed(f, code, "the prepare script") if reason == Reason.PrepareFailed else None
+        if oom is not None:
+            reason, message = Reason.OOMKilled, f"{first.label()}: {oom}"
+        else:
+            message += oom_note(f)
         return Transition(Phase.Failed, reason, message,
                           code if isinstance(code, int) else None, blamed=blame, at=_when(f))
     if head and head.run_finished is not None:
         code = run_result(head)
         if code is None and not head.gone:
             return None  # the runtime has not seen the head exit yet
+        oom = oom_killed(head.run_finished, code, "the run script") if head.trusted else None
+        if oom is not None:
+            return Transition(Phase.Failed, Reason.OOMKilled, f"{head.label()}: {oom}", code,
+                              blamed=(head.name,), at=_when(head.run_finished))
         if code != 0:
             return Transition(
                 Phase.Failed,
@@ -434,12 +491,19 @@ def settle(w: WorkerView, run_phase: Phase, run_reason: Reason | None = None,
         status = w.failed.get("status")
         reason, message = reported_reason(w.failed.get("reason"), str(w.failed.get("message") or ""),
                                           worker=True)
+        oom = (oom_killed(w.failed, w.failed.get("exit_code"), "the prepare script")
+               if reason == Reason.PrepareFailed else None)
+        if oom is not None:
+            reason, message = Reason.OOMKilled, oom
         return Settled(WorkerPhase.Failed, reason, message,
                        code(status if isinstance(status, int) else None))
     if w.run_finished is not None:
         believed = run_result(w)
         ran = believed if believed is not None else w.run_finished.get("exit_code")
         ok = ran == 0
+        oom = oom_killed(w.run_finished, ran, "the run script") if w.trusted else None
+        if oom is not None:
+            return Settled(WorkerPhase.Failed, Reason.OOMKilled, oom, code(ran))
         return Settled(WorkerPhase.Succeeded if ok else WorkerPhase.Failed,
                        Reason.Completed if ok else Reason.RunFailed,
                        f"the run script {_exit_text(ran)}",

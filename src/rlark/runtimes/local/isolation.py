@@ -45,6 +45,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlark.bootstrap.cgroups import (CgroupMount, cgroup_dir, parse_mountinfo,  # noqa: F401
+                                     parse_proc_cgroup)
+
 log = logging.getLogger("rlark.runtime.local")
 
 #: how long each probe may take (seconds); a probe that runs out counts as "cannot"
@@ -101,71 +104,6 @@ def join_cgroup_argv(procs_file: str, argv: list[str]) -> list[str]:
     then ``exec``s it, so the Worker and every process it starts are in the cgroup from the
     first instruction on. A refused move ends the shell with status 1 before anything runs."""
     return ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', procs_file, *argv]
-
-
-@dataclass(frozen=True)
-class CgroupMount:
-    """A mounted cgroup hierarchy: ``version`` 1 or 2, where it is mounted, the cgroup path its
-    mount shows (``root``: ``/`` unless a subtree is bind-mounted), and v1 controllers."""
-
-    version: int
-    mount_point: str
-    root: str = "/"
-    controllers: tuple[str, ...] = ()
-
-
-def parse_mountinfo(text: str) -> list[CgroupMount]:
-    """The cgroup hierarchies in ``/proc/self/mountinfo`` text (proc(5): fields 4 and 5 are the
-    mount's root and mount point; after ``-`` come the file system type and super options)."""
-    out = []
-    for line in text.splitlines():
-        left, sep, right = line.partition(" - ")
-        if not sep:
-            continue
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or not tail:
-            continue
-        fstype = tail[0]
-        root, point = _unescape(fields[3]), _unescape(fields[4])
-        if fstype == "cgroup2":
-            out.append(CgroupMount(2, point, root))
-        elif fstype == "cgroup" and len(tail) >= 3:
-            names = tuple(o for o in tail[2].split(",") if o not in ("rw", "ro") and "=" not in o)
-            out.append(CgroupMount(1, point, root, names))
-    return out
-
-
-def _unescape(path: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as octal
-    return path.encode().decode("unicode_escape") if "\\" in path else path
-
-
-def parse_proc_cgroup(text: str) -> dict[str, str]:
-    """``/proc/<pid>/cgroup`` text -> {hierarchy: path}: ``"2"`` for the v2 line (``0::/x``),
-    each v1 controller (and ``name=...``) for the v1 lines (cgroups(7))."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        ident, names, path = parts
-        if ident == "0" and names == "":
-            out["2"] = path
-        else:
-            for name in names.split(","):
-                if name:
-                    out[name] = path
-    return out
-
-
-def cgroup_dir(mount: CgroupMount, path: str) -> str | None:
-    """The directory of cgroup ``path`` (as /proc/<pid>/cgroup names it) in ``mount``; None when
-    that cgroup lies outside what the mount shows."""
-    root = mount.root.rstrip("/")
-    if root and not (path == root or path.startswith(root + "/")):
-        return None
-    rel = path[len(root):].lstrip("/")
-    return os.path.join(mount.mount_point, rel) if rel else mount.mount_point
 
 
 def pick_hierarchy(mounts: list[CgroupMount]) -> CgroupMount | None:
