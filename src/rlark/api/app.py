@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rlark import __version__
 from rlark.api.docs import mount_docs
 from rlark.api.store_errors import STORE_ERRORS, store_unavailable
-from rlark.api.routers import access, jobs, logs, meta, nodes, records, secrets
+from rlark.api.routers import access, jobs, logs, meta, nodes, records, secrets, volumes
 from rlark.api.security import (
     SECURITY_HEADERS,
     RequestGuard,
@@ -34,6 +34,7 @@ from rlark.services.errors import (ServiceError, StoreUnavailable, TooManyReques
 from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
 from rlark.services.secrets import SecretService
+from rlark.services.volumes import VolumeService
 from rlark.services.logs import FollowLimits
 
 
@@ -93,6 +94,7 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
                                                         secret_box or service.secret_box)
     if service.secret_box is None:  # the reads mask with the box the secrets are set with
         service.secret_source = lambda: secrets_service.box
+    app.state.volumes = VolumeService(service.store, service.profile)
     app.state.follow_limits = FollowLimits()
 
     @app.exception_handler(ServiceError)
@@ -157,6 +159,7 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
     app.include_router(nodes.router)
     app.include_router(access.router)
     app.include_router(secrets.router)
+    app.include_router(volumes.router)
     for mount in fronts:  # e.g. the web console at / (its pages are not in the OpenAPI schema)
         mount(app)
     check_every_route_has_a_rule(app)

@@ -368,6 +368,8 @@ class LaunchSpec:
     python: str | None = None
     #: kubernetes: the namespace of the Run's objects (its project's); None: the server's
     namespace: str | None = None
+    #: the Run's project (local: whose ``pvc`` volumes the Workers get); None: unknown
+    project: str | None = None
     #: the values of the RLark-managed secrets the Job refers to, ``(secret name, key)`` ->
     #: value (see :func:`secret_env`); never in a repr, a log line or an error message
     secrets: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
@@ -574,6 +576,29 @@ class RuntimeProfile(Protocol):
         can look (``{path: {"exists", "readable", "entries", "at", "why"?}}``); ``{}`` where
         it cannot see the Workers' files."""
         ...
+
+    def volumes(self, project: str) -> list[dict[str, Any]]:
+        """The volumes ``pvc`` mounts of ``project`` name, where the runtime keeps them:
+        ``[{"name", "bytes", "entries", "modifiedAt"}]``.
+
+        Raises:
+            VolumesElsewhere: the runtime keeps none (the message says where they are).
+        """
+        ...
+
+    def delete_volume(self, project: str, name: str) -> dict[str, Any] | None:
+        """Delete volume ``name`` of ``project`` and all it holds: ``{"name", "bytes",
+        "entries"}`` it held, or None when there is none.
+
+        Raises:
+            VolumesElsewhere: the runtime keeps none. ValueError: a bad name.
+        """
+        ...
+
+
+class VolumesElsewhere(RuntimeError):
+    """The runtime keeps no volumes of its own for ``pvc`` mounts (on Kubernetes they are the
+    namespace's PersistentVolumeClaims); the message says where they are."""
 
 
 @dataclass
