@@ -238,23 +238,6 @@ def test_an_identity_that_cannot_be_given_is_refused_at_start():
 # --- the Job's mounts (issue 22): hostPath and pvc bound at mountPath, read-only where asked ----
 
 
-def test_the_plan_binds_a_jobs_mounts_at_their_mount_paths_read_only_where_asked():
-    volume = "/root/.rlark/volumes/default/ckpt"
-    p = plan(DIRS, rlark_home=HOME, shm_bytes=0, stat=fake_stat,
-             host_mounts=[("/work/proj", "/data/in", True), (volume, "/data/ckpt", False),
-                          ("/work/proj/", "/data/rw/", False)])
-    targets = {b["target"]: b for b in p["binds"]}
-    assert targets["/data/in"] == {"source": "/work/proj", "target": "/data/in", "readonly": True}
-    assert targets["/data/ckpt"] == {"source": volume, "target": "/data/ckpt", "readonly": False}
-    assert targets["/data/rw"] == {"source": "/work/proj", "target": "/data/rw", "readonly": False}
-    # the volume lies in $RLARK_HOME, which stays covered (by /root's cover here): the keeper
-    # stages every source before it covers the hidden directories, so of $RLARK_HOME only the
-    # volume itself (and the Worker's own directories) is bound back
-    assert p["hide"] == ["/root"]
-    assert not any(b["target"].startswith(HOME) for b in p["binds"]
-                   if b["target"] not in (DIRS.home, DIRS.ray_run))
-
-
 @pytest.mark.parametrize("source, problem", [
     ("/work/proj", None), ("/data/models", None), ("/tmp/x/y", None),
     ("/etc", "is the node's system directory /etc"),

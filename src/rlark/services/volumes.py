@@ -28,6 +28,7 @@ class NotOnThisRuntime(ServiceError):
     it is instead)."""
 
     status = 400
+    code = "NotOnThisRuntime"
 
 
 def volumes_named(spec: Any) -> set[str]:
