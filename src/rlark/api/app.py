@@ -34,7 +34,6 @@ from rlark.services.errors import (ServiceError, StoreUnavailable, TooManyReques
 from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
 from rlark.services.secrets import SecretService
-from rlark.services.volumes import VolumeService
 from rlark.services.logs import FollowLimits
 
 
@@ -94,7 +93,6 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
                                                         secret_box or service.secret_box)
     if service.secret_box is None:  # the reads mask with the box the secrets are set with
         service.secret_source = lambda: secrets_service.box
-    app.state.volumes = VolumeService(service.store, service.profile)
     app.state.follow_limits = FollowLimits()
 
     @app.exception_handler(ServiceError)

@@ -1,5 +1,9 @@
 """The Runtime protocol and the pure builders every runtime shares.
 
+Long because: it is the one seam between the runtimes and the rest (the Runtime and
+RuntimeProfile protocols, the records they exchange, the Worker environment and Ray sizing every
+runtime builds alike); splitting it would make two seams.
+
 A runtime places Workers somewhere (local process groups, Kubernetes Pods) and reports what it
 sees; it never decides a Run's fate (that is the controller's state machine). Every runtime runs
 the same bootstrap program with the same ``RLARK_*`` environment, built by
@@ -578,21 +582,14 @@ class RuntimeProfile(Protocol):
         ...
 
     def volumes(self, project: str) -> list[dict[str, Any]]:
-        """The volumes ``pvc`` mounts of ``project`` name, where the runtime keeps them:
-        ``[{"name", "bytes", "entries", "modifiedAt"}]``.
-
-        Raises:
-            VolumesElsewhere: the runtime keeps none (the message says where they are).
-        """
+        """``[{"name", "bytes", "entries", "modifiedAt"}]`` of the volumes ``pvc`` mounts of
+        ``project`` name; raises :class:`VolumesElsewhere` where the runtime keeps none."""
         ...
 
     def delete_volume(self, project: str, name: str) -> dict[str, Any] | None:
-        """Delete volume ``name`` of ``project`` and all it holds: ``{"name", "bytes",
-        "entries"}`` it held, or None when there is none.
-
-        Raises:
-            VolumesElsewhere: the runtime keeps none. ValueError: a bad name.
-        """
+        """Delete volume ``name`` of ``project``: ``{"name", "bytes", "entries"}`` it held,
+        None when there is none; raises :class:`VolumesElsewhere` where the runtime keeps none,
+        ValueError for a bad name."""
         ...
 
 

@@ -16,7 +16,10 @@ Writer = Annotated[ProjectAccess, allow_project(ProjectRole.member)]
 
 
 def volumes(request: Request) -> VolumeService:
-    return request.app.state.volumes
+    """The volume service on the Job service's store and runtime profile (made per request: it
+    holds nothing of its own)."""
+    jobs = request.app.state.jobs
+    return VolumeService(jobs.store, jobs.profile)
 
 
 Service = Annotated[VolumeService, Depends(volumes)]

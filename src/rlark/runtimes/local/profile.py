@@ -44,12 +44,14 @@ class LocalProfile:
     Job (who its Workers run as, what of this machine they may read:
     :meth:`~rlark.runtimes.local.runtime.LocalRuntime.preflight`); ``isolation``: what
     isolation Workers get (:meth:`rlark.runtimes.local.isolation.Isolation.view`, shown with
-    the node)."""
+    the node); ``home``: the ``$RLARK_HOME`` whose volumes it lists (None: the server's)."""
 
     host: dict[str, float] | None = None
     path_reachable: Callable[[str], bool] | None = None
     runtime_checks: Callable[[Job], list[Finding]] | None = None
     isolation: dict[str, Any] | None = None
+    #: where the volumes are: ``$RLARK_HOME`` (None: :func:`rlark.settings.rlark_home` when asked)
+    home: str | None = None
 
     name = "local"
     here_only = True
@@ -102,9 +104,9 @@ class LocalProfile:
 
     def volumes(self, project: str) -> list[dict[str, Any]]:
         """:func:`rlark.runtimes.local.volumes.listing` in this server's ``$RLARK_HOME``."""
-        return volumes.listing(str(settings.rlark_home()), project)
+        return volumes.listing(self.home or str(settings.rlark_home()), project)
 
     def delete_volume(self, project: str, name: str) -> dict[str, Any] | None:
         """:func:`rlark.runtimes.local.volumes.remove` in this server's ``$RLARK_HOME``."""
-        held = volumes.remove(str(settings.rlark_home()), project, name)
+        held = volumes.remove(self.home or str(settings.rlark_home()), project, name)
         return None if held is None else {"name": name, "bytes": held[0], "entries": held[1]}

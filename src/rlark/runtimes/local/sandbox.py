@@ -179,13 +179,10 @@ def host_source_problem(source: str, what: str,
     from rlark.paths import system_path
 
     real = os.path.normpath(realpath(source))
-    touched = system_path(real)
-    if touched is None and real != "/":
+    touched = "/" if real == "/" else system_path(real)
+    if touched is None:
         return None
-    if real == "/" or real == touched:
-        how, touched = "is", real
-    else:
-        how = "lies under" if _inside(real, touched) else "contains"
+    how = "is" if real == touched else "lies under" if _inside(real, touched) else "contains"
     return f"{what} = {source!r} {how} the node's system directory {touched}: a Worker is never given it"
 
 
