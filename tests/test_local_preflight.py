@@ -112,3 +112,26 @@ def test_a_path_workers_may_not_see_is_never_said_to_exist_or_not(rlark_home, tm
         answers.append((codes, [f.message.replace(name, "NAME") for f in found]))
         assert "MountSourceMissing" not in codes and "NotReadableByWorkers" in codes
     assert answers[0] == answers[1]  # the same answer, whether it exists or not
+
+
+def test_a_launch_refuses_a_mount_it_cannot_provide_before_anything_starts(tmp_path):
+    """A Job stored before these checks (or whose server changed since) reaches a launch: the
+    runtime refuses there too, naming the mount, and starts nothing (no log file is made)."""
+    from rlark.ranks import PlannedWorker
+    from rlark.runtimes.base import LaunchRefused, LaunchSpec, WorkerPlace
+    from rlark.runtimes.local.identity import DEFAULT_RANGE, Identity, UidRange
+    from rlark.runtimes.local.runtime import LocalRuntime
+
+    solo = LocalRuntime(identity=Identity("server-user", why="not root", uids=UidRange(*DEFAULT_RANGE)))
+    head = PlannedWorker(name="loc-head-0", role="head", index=0, node_rank=0, is_head=True)
+    log = tmp_path / "logs" / "head.log"
+    for mount, words in (
+            ({"name": "s", "type": "objectStorage", "source": "s3://b/p", "mountPath": "/d"},
+             "object storage is not yet provided"),
+            ({"name": "v", "type": "pvc", "source": "ckpt", "mountPath": "/ckpt"},
+             "Workers that run as this server's own user have none")):
+        spec = LaunchSpec(job=job({"mounts": [mount]}), run_uid="r1", worker=head, env={},
+                          log_path=str(log), place=WorkerPlace(), project="default")
+        with pytest.raises(LaunchRefused, match=words):
+            solo.launch(spec)
+        assert not log.parent.exists()
