@@ -203,12 +203,19 @@ class Env:
     tmp: Path
 
 
+#: the ``$RLARK_HOME`` whose volumes the volume routes see (set by the ``env`` fixture)
+VOLUME_HOME: list[Path] = []
+
+
 def _services(store: Store) -> None:
     service = JobService(store, host=ROOMY_HOST)
     APP.state.jobs = service
     APP.state.auth = AuthService(store)
     APP.state.accounts = AccountService(APP.state.auth)
     APP.state.secrets = SecretService(store, BOX)
+    if VOLUME_HOME:  # volume ``demo`` of project default, again for each case that deletes it
+        (VOLUME_HOME[0] / "volumes" / "default" / "demo").mkdir(parents=True, exist_ok=True)
+        setattr(service.profile, "home", str(VOLUME_HOME[0]))
 
 
 @pytest.fixture(scope="module")
@@ -254,6 +261,7 @@ def env(tmp_path_factory) -> Env:
             conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
         store.dispose()
         shared = copy_store(template, tmp / "shared.db")
+        VOLUME_HOME[:] = [home]
         _services(shared)
         yield Env(template, tokens, mia_token_id, shared, tmp)
         shared.dispose()

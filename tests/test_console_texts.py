@@ -168,13 +168,13 @@ def test_local_runtime_findings_are_translated():
     role["resources"] = {"gpu": 2, "cpu": 999, "memory": "9999Gi"}
     role["local"] = {"python": "/nonexistent/python"}
     role["nodeSelector"] = {"pool": "a"}
-    role["mounts"] = [{"name": "p", "type": "pvc", "source": "x", "mountPath": "/p"},
+    role["mounts"] = [{"name": "p", "type": "objectStorage", "source": "s3://b/x", "mountPath": "/p"},
                       {"name": "h", "type": "hostPath", "source": "/nonexistent/h", "mountPath": "/h"},
                       {"name": "t", "type": "hostPath", "source": "/tmp", "mountPath": "/data"}]
     job, _ = load_job(yaml.safe_dump(doc))
     findings = check_for_local_runtime(job, {"cpu": 2, "memory": 2**30, "gpu": 0})
     assert {f.code for f in findings} >= {"ExceedsHostGpu", "ExceedsHostCpu", "ExceedsHostMemory",
-                                          "WorkingDirMissing", "MountNotAppliedLocally",
+                                          "WorkingDirMissing", "MountUnavailable",
                                           "MountSourceMissing", "PythonNotFound",
                                           "NodeSelectorIgnoredLocally"}
     for f in findings:

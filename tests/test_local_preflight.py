@@ -27,12 +27,12 @@ def job(role_extra: dict):
 @pytest.mark.parametrize("extra, code, path, severity", [
     ({"local": {"python": "/nonexistent/bin/python"}}, "PythonNotFound", "spec.roles[0].local.python", "error"),
     ({"local": {"python": "/nonexistent-venv"}}, "PythonNotFound", "spec.roles[0].local.python", "error"),
-    ({"mounts": [{"name": "d", "type": "pvc", "source": "data", "mountPath": "/data"}]},
-     "MountNotAppliedLocally", "spec.roles[0].mounts[0]", "warning"),
+    ({"mounts": [{"name": "d", "type": "objectStorage", "source": "s3://b/p", "mountPath": "/data"}]},
+     "MountUnavailable", "spec.roles[0].mounts[0].type", "error"),
     ({"mounts": [{"name": "d", "type": "hostPath", "source": "/nonexistent-dir", "mountPath": "/data"}]},
      "MountSourceMissing", "spec.roles[0].mounts[0].source", "warning"),
     ({"nodeSelector": {"gpu": "h100"}}, "NodeSelectorIgnoredLocally", "spec.roles[0].nodeSelector", "warning"),
-], ids=["python-missing", "venv-missing", "pvc", "hostpath-missing", "node-selector"])
+], ids=["python-missing", "venv-missing", "object-storage", "hostpath-missing", "node-selector"])
 def test_local_runtime_findings(extra, code, path, severity):
     findings = check_for_local_runtime(job(extra))
     assert [(f.code, f.path, f.severity.value) for f in findings] == [(code, path, severity)]
@@ -43,13 +43,14 @@ def test_local_runtime_findings(extra, code, path, severity):
     {"local": {"python": sys.executable}},
     {"local": {"python": sys.prefix}},  # a virtualenv directory
     {"mounts": [{"name": "t", "type": "hostPath", "source": "/tmp", "mountPath": "/tmp"}]},
+    {"mounts": [{"name": "d", "type": "pvc", "source": "data", "mountPath": "/data"}]},
     {},
-], ids=["python-exe", "venv-dir", "hostpath-same-path", "plain"])
+], ids=["python-exe", "venv-dir", "hostpath-same-path", "pvc", "plain"])
 def test_local_runtime_accepts(extra):
     assert check_for_local_runtime(job(extra)) == []
 
 
-def test_hostpath_mounts_are_bound_for_workers_with_their_own_uid_only(tmp_path):
+def test_mounts_are_bound_for_workers_with_their_own_uid_and_refused_for_the_others(tmp_path):
     from rlark.runtimes.local.runtime import LocalRuntime
     from rlark.runtimes.local.identity import DEFAULT_RANGE, Identity, UidRange
 
@@ -60,16 +61,24 @@ def test_hostpath_mounts_are_bound_for_workers_with_their_own_uid_only(tmp_path)
     mounts = {"mounts": [
         {"name": "s", "type": "hostPath", "source": str(shared), "mountPath": "/data"},
         {"name": "p", "type": "hostPath", "source": str(private), "mountPath": str(private)},
-        {"name": "r", "type": "hostPath", "source": str(private), "mountPath": "/ro", "readOnly": True}]}
+        {"name": "r", "type": "hostPath", "source": str(private), "mountPath": "/ro", "readOnly": True},
+        {"name": "v", "type": "pvc", "source": "ckpt", "mountPath": "/ckpt"},
+        {"name": "e", "type": "hostPath", "source": "/etc", "mountPath": "/host-etc", "readOnly": True}]}
     own = LocalRuntime(identity=Identity("uid", uids=UidRange(*DEFAULT_RANGE)))
     found = [(f.code, f.path) for f in own._mount_findings(0, job(mounts).spec.roles[0])]
-    # bound at mountPath; the uid of a Run may not write a directory only its owner may
-    assert found == [("HostPathNotWritable", "spec.roles[0].mounts[1].source")]
+    # bound at mountPath; the uid of a Run may not write a directory only its owner may; a
+    # system directory is never a source
+    assert found == [("HostPathNotWritable", "spec.roles[0].mounts[1].source"),
+                     ("HostPathNotAllowed", "spec.roles[0].mounts[4].source")]
     solo = LocalRuntime(identity=Identity("server-user", why="not root", uids=UidRange(*DEFAULT_RANGE)))
-    found = [(f.code, f.path) for f in solo._mount_findings(0, job(mounts).spec.roles[0])]
-    # as the server's own user nothing is bound: a mount elsewhere than its source is not there
-    assert found == [("MountNotAppliedLocally", "spec.roles[0].mounts[0].mountPath"),
-                     ("MountNotAppliedLocally", "spec.roles[0].mounts[2].mountPath")]
+    found = [(f.code, f.path, f.severity.value)
+             for f in solo._mount_findings(0, job(mounts).spec.roles[0])]
+    # as the server's own user nothing can be bound: what would be missing is refused, never run
+    assert found == [("MountUnavailable", "spec.roles[0].mounts[0].mountPath", "error"),
+                     ("MountUnavailable", "spec.roles[0].mounts[2].mountPath", "error"),
+                     ("MountUnavailable", "spec.roles[0].mounts[3].type", "error"),
+                     ("MountUnavailable", "spec.roles[0].mounts[4].mountPath", "error"),
+                     ("HostPathNotAllowed", "spec.roles[0].mounts[4].source", "error")]
 
 
 def test_submit_refuses_a_missing_interpreter_and_keeps_warnings(rlark_home):
@@ -103,3 +112,26 @@ def test_a_path_workers_may_not_see_is_never_said_to_exist_or_not(rlark_home, tm
         answers.append((codes, [f.message.replace(name, "NAME") for f in found]))
         assert "MountSourceMissing" not in codes and "NotReadableByWorkers" in codes
     assert answers[0] == answers[1]  # the same answer, whether it exists or not
+
+
+def test_a_launch_refuses_a_mount_it_cannot_provide_before_anything_starts(tmp_path):
+    """A Job stored before these checks (or whose server changed since) reaches a launch: the
+    runtime refuses there too, naming the mount, and starts nothing (no log file is made)."""
+    from rlark.ranks import PlannedWorker
+    from rlark.runtimes.base import LaunchRefused, LaunchSpec, WorkerPlace
+    from rlark.runtimes.local.identity import DEFAULT_RANGE, Identity, UidRange
+    from rlark.runtimes.local.runtime import LocalRuntime
+
+    solo = LocalRuntime(identity=Identity("server-user", why="not root", uids=UidRange(*DEFAULT_RANGE)))
+    head = PlannedWorker(name="loc-head-0", role="head", index=0, node_rank=0, is_head=True)
+    log = tmp_path / "logs" / "head.log"
+    for mount, words in (
+            ({"name": "s", "type": "objectStorage", "source": "s3://b/p", "mountPath": "/d"},
+             "object storage is not yet provided"),
+            ({"name": "v", "type": "pvc", "source": "ckpt", "mountPath": "/ckpt"},
+             "Workers that run as this server's own user have none")):
+        spec = LaunchSpec(job=job({"mounts": [mount]}), run_uid="r1", worker=head, env={},
+                          log_path=str(log), place=WorkerPlace(), project="default")
+        with pytest.raises(LaunchRefused, match=words):
+            solo.launch(spec)
+        assert not log.parent.exists()

@@ -233,3 +233,44 @@ def test_an_identity_that_cannot_be_given_is_refused_at_start():
         choose("uid", root=False, pid_namespace=True, rng=UidRange(*DEFAULT_RANGE))
     with pytest.raises(ValueError, match="not one of"):
         choose("nobody", root=True, pid_namespace=True, rng=UidRange(*DEFAULT_RANGE))
+
+
+# --- the Job's mounts (issue 22): hostPath and pvc bound at mountPath, read-only where asked ----
+
+
+@pytest.mark.parametrize("source, problem", [
+    ("/work/proj", None), ("/data/models", None), ("/tmp/x/y", None),
+    ("/etc", "is the node's system directory /etc"),
+    ("/etc/ssl", "lies under the node's system directory /etc"),
+    ("/var", "contains the node's system directory /var/run"),
+    ("/", "is the node's system directory /"),
+    ("/root/rlark/data", "lies under the node's system directory /root"),
+    ("/work/etc-link/ssl", "lies under the node's system directory /etc"),  # judged where it leads
+])
+def test_a_host_path_source_is_never_a_system_directory(source, problem):
+    from rlark.runtimes.local.sandbox import host_source_problem
+
+    def realpath(path):
+        return fake_realpath(path).replace("/work/etc-link", "/etc")
+
+    got = host_source_problem(source, "spec.roles[0].mounts[0].source", realpath=realpath)
+    if problem is None:
+        assert got is None
+    else:
+        assert got is not None and problem in got and "spec.roles[0].mounts[0].source" in got
+
+
+@pytest.mark.parametrize("project, name, ok", [
+    ("default", "ckpt", True), ("vision", "data.v2", True), ("default", "a" * 253, True),
+    ("default", "Ckpt", False), ("default", "..", False), ("default", "a/b", False),
+    ("default", "-x", False), ("default", "", False), ("default", "a" * 254, False),
+    ("..", "ckpt", False), ("a/b", "ckpt", False), ("", "ckpt", False),
+])
+def test_a_volume_is_a_directory_of_its_project_and_its_name_is_a_claims(project, name, ok):
+    from rlark.runtimes.local.volumes import volume_dir
+
+    if ok:
+        assert volume_dir("/srv/rlark", project, name) == f"/srv/rlark/volumes/{project}/{name}"
+    else:
+        with pytest.raises(ValueError):
+            volume_dir("/srv/rlark", project, name)

@@ -196,6 +196,7 @@ ROWS: list[Row] = [
     ),
     Row("mount-source-empty", put("spec.roles.0.mounts", [mount("a", "/x", source="")]), "EmptyMountSource", f"{R0}.mounts[0].source"),
     Row("mount-source-blank", put("spec.roles.0.mounts", [mount("a", "/x", "pvc", "  ")]), "EmptyMountSource", f"{R0}.mounts[0].source"),
+    Row("mount-pvc-not-a-name", put("spec.roles.0.mounts", [mount("a", "/x", "pvc", "../other-project")]), "InvalidMountSource", f"{R0}.mounts[0].source", "'../other-project'"),
     Row("mount-hostpath-relative", put("spec.roles.0.mounts", [mount("a", "/x", source="data")]), "RelativeMountSource", f"{R0}.mounts[0].source", "data"),
     Row(
         "mount-object-storage-no-scheme",

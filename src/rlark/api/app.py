@@ -20,7 +20,7 @@ from rlark import __version__
 from rlark.api.docs import mount_docs
 from rlark.api.store_errors import STORE_ERRORS, store_unavailable
 from rlark.api.timing import RequestTiming
-from rlark.api.routers import access, jobs, logs, meta, nodes, records, secrets
+from rlark.api.routers import access, jobs, logs, meta, nodes, records, secrets, volumes
 from rlark.api.security import (
     SECURITY_HEADERS,
     RequestGuard,
@@ -162,6 +162,7 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
     app.include_router(nodes.router)
     app.include_router(access.router)
     app.include_router(secrets.router)
+    app.include_router(volumes.router)
     for mount in fronts:  # e.g. the web console at / (its pages are not in the OpenAPI schema)
         mount(app)
     check_every_route_has_a_rule(app)

@@ -292,7 +292,8 @@ class Launching(ControllerState):
                 launched = self.runtime.launch(
                     LaunchSpec(job=job, run_uid=run.uid, worker=planned[w.node_rank], env=env,
                                log_path=log_paths[w.node_rank], place=place,
-                               namespace=run.namespace, secrets=secrets, ray_token=ray_token)
+                               namespace=run.namespace, project=run.job.project.name,
+                               secrets=secrets, ray_token=ray_token)
                 )
             except Exception as exc:  # e.g. the role's interpreter does not exist
                 why = launch_failure(exc)

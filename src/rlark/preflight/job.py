@@ -26,6 +26,7 @@ from rlark.preflight.quantities import (
     parse_image_reference,
     parse_memory_bytes,
 )
+from rlark.names import DNS1123_SUBDOMAIN
 from rlark.words import plural
 from rlark.spec import (
     RAY_DEFAULT_MIN_WORKER_PORT,
@@ -500,6 +501,16 @@ def _check_mounts(role, base: str) -> Iterator[Finding]:
                 "write the absolute host directory (a Job sent without its file has nothing to "
                 "resolve a relative one against; `rlark submit FILE` resolves it against FILE's "
                 "directory)",
+            )
+        elif mount.type == "pvc" and (len(mount.source) > 253
+                                      or not DNS1123_SUBDOMAIN.match(mount.source)):
+            yield _err(
+                "InvalidMountSource",
+                f"{mp}.source",
+                f"{mp}.source = {mount.source[:200]!r} is not a volume name",
+                "name the PersistentVolumeClaim (on the local runtime: the project's volume) with "
+                "lower-case letters, digits, '-' and '.', starting and ending with a letter or "
+                "digit, e.g. 'checkpoints'",
             )
         elif mount.type == "objectStorage" and "://" not in mount.source:
             yield _err(

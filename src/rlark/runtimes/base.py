@@ -1,5 +1,9 @@
 """The Runtime protocol and the pure builders every runtime shares.
 
+Long because: it is the one seam between the runtimes and the rest (the Runtime and
+RuntimeProfile protocols, the records they exchange, the Worker environment and Ray sizing every
+runtime builds alike); splitting it would make two seams.
+
 A runtime places Workers somewhere (local process groups, Kubernetes Pods) and reports what it
 sees; it never decides a Run's fate (that is the controller's state machine). Every runtime runs
 the same bootstrap program with the same ``RLARK_*`` environment, built by
@@ -368,6 +372,8 @@ class LaunchSpec:
     python: str | None = None
     #: kubernetes: the namespace of the Run's objects (its project's); None: the server's
     namespace: str | None = None
+    #: the Run's project (local: whose ``pvc`` volumes the Workers get); None: unknown
+    project: str | None = None
     #: the values of the RLark-managed secrets the Job refers to, ``(secret name, key)`` ->
     #: value (see :func:`secret_env`); never in a repr, a log line or an error message
     secrets: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
@@ -574,6 +580,22 @@ class RuntimeProfile(Protocol):
         can look (``{path: {"exists", "readable", "entries", "at", "why"?}}``); ``{}`` where
         it cannot see the Workers' files."""
         ...
+
+    def volumes(self, project: str) -> list[dict[str, Any]]:
+        """``[{"name", "bytes", "entries", "modifiedAt"}]`` of the volumes ``pvc`` mounts of
+        ``project`` name; raises :class:`VolumesElsewhere` where the runtime keeps none."""
+        ...
+
+    def delete_volume(self, project: str, name: str) -> dict[str, Any] | None:
+        """Delete volume ``name`` of ``project``: ``{"name", "bytes", "entries"}`` it held,
+        None when there is none; raises :class:`VolumesElsewhere` where the runtime keeps none,
+        ValueError for a bad name."""
+        ...
+
+
+class VolumesElsewhere(RuntimeError):
+    """The runtime keeps no volumes of its own for ``pvc`` mounts (on Kubernetes they are the
+    namespace's PersistentVolumeClaims); the message says where they are."""
 
 
 @dataclass

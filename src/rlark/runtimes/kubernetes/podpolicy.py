@@ -47,12 +47,12 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, NamedTuple
 
 from rlark.findings import Finding
+from rlark.names import DNS1123_SUBDOMAIN
 from rlark.paths import normalise_host_path, system_path
 from rlark.paths import within as _within
 from rlark.spec import Job, Role, Toleration
 
 #: a Kubernetes object name (a ServiceAccount's, a StorageClass's) is a DNS-1123 subdomain
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 DEFAULT_RUN_AS_USER = 1000
 

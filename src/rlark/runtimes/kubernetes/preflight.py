@@ -7,8 +7,8 @@ from typing import Any, Iterable, Iterator
 
 from rlark.findings import Finding, Severity
 from rlark.runtimes.kubernetes.capacity import NodeInfo, check_capacity
-from rlark.runtimes.kubernetes.podpolicy import (CSI_DRIVER, DNS1123_SUBDOMAIN, PodPolicy,
-                                                 check_pod_policy)
+from rlark.names import DNS1123_SUBDOMAIN
+from rlark.runtimes.kubernetes.podpolicy import CSI_DRIVER, PodPolicy, check_pod_policy
 from rlark.spec import Job, Mount, head_service_name, worker_name
 
 

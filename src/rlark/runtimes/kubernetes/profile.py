@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from rlark.findings import Finding, Severity
 from rlark.rlinf_config.locations import CONTAINER
+from rlark.runtimes.base import VolumesElsewhere
 from rlark.spec import Job
 
 if TYPE_CHECKING:
@@ -117,3 +118,25 @@ class KubernetesProfile:
     def output_probes(self, rec: dict[str, Any], sandboxed: bool) -> dict[str, dict[str, Any]]:
         """Nothing: the server does not see the Workers' files."""
         return {}
+
+    def volumes(self, project: str) -> list[dict[str, Any]]:
+        """None of RLark's own: :data:`VOLUMES_ELSEWHERE`.
+
+        Raises:
+            VolumesElsewhere: always.
+        """
+        raise VolumesElsewhere(VOLUMES_ELSEWHERE)
+
+    def delete_volume(self, project: str, name: str) -> dict[str, Any] | None:
+        """None of RLark's own: :data:`VOLUMES_ELSEWHERE`.
+
+        Raises:
+            VolumesElsewhere: always.
+        """
+        raise VolumesElsewhere(VOLUMES_ELSEWHERE)
+
+
+#: why the Kubernetes runtime lists no volumes
+VOLUMES_ELSEWHERE = ("not on this runtime: on Kubernetes a pvc mount names a PersistentVolumeClaim "
+                     "of the project's namespace, which RLark neither makes nor deletes; list "
+                     "and delete them with kubectl (kubectl get pvc -n NAMESPACE)")

@@ -19,7 +19,7 @@ from rlark.preflight.quantities import parse_cpu, parse_memory_bytes
 from rlark.runtimes.local.ports import (MAX_BLOCK_SIZE, PORT_RANGE_END, PORT_RANGE_START,
                                         block_size, default_worker_ports)
 from rlark.runtimes.local.ports import MAX_WORKER_PORTS as MAX_WORKER_PORTS_LOCAL
-from rlark.spec import Job
+from rlark.spec import Job, MountType, Role
 from rlark.words import plural
 
 
@@ -139,12 +139,57 @@ def _local_ports(job: Job, host_cpus: int) -> Iterator[Finding]:
         )
 
 
+#: the fix for a mount the Workers' identity cannot be given (``MountUnavailable``)
+OWN_NAMESPACE_HINT = ("run the server as root, so each Run's Workers get a uid and a mount "
+                      "namespace of their own (docs/security.md, \"Worker identity\"); or use a "
+                      "hostPath whose mountPath is its source, without readOnly")
+
+
+def unprovided_mounts(role: Role, i: int, *, own_namespace: bool | None,
+                      object_storage: bool = True) -> list[Finding]:
+    """``MountUnavailable`` errors for the mounts of role ``i`` the local runtime cannot give
+    its Workers (pure): an ``objectStorage`` mount always (not provided here yet); where the
+    Workers have no mount namespace of their own (``own_namespace`` False: they run as the
+    server's own user) also a ``pvc`` mount and a ``hostPath`` mount whose ``mountPath`` is not
+    its ``source`` or that is ``readOnly`` (nothing could be bound or made read-only). ``None``:
+    the identity is not known here, only objectStorage is judged; ``object_storage`` False:
+    objectStorage is left out (said elsewhere). A Job never runs with a mount silently missing:
+    submit refuses these and so does every launch."""
+    out: list[Finding] = []
+    for j, m in enumerate(role.mounts):
+        mp = f"spec.roles[{i}].mounts[{j}]"
+        if m.type == MountType.object_storage:
+            if object_storage:
+                out.append(_err(
+                    "MountUnavailable", f"{mp}.type",
+                    f"{mp}.type = 'objectStorage' (source {m.source[:200]!r}): object storage is "
+                    "not yet provided on the local runtime",
+                    "use a hostPath or pvc mount, or the Kubernetes runtime"))
+        elif own_namespace is False and m.type == MountType.pvc:
+            out.append(_err(
+                "MountUnavailable", f"{mp}.type",
+                f"{mp}.type = 'pvc' (source {m.source[:200]!r}): a volume is bound in a Worker's "
+                "own mount namespace, and Workers that run as this server's own user have none",
+                OWN_NAMESPACE_HINT))
+        elif own_namespace is False and m.type == MountType.host_path and (
+                m.read_only or os.path.normpath(m.source) != os.path.normpath(m.mount_path)):
+            what = ("readOnly = true cannot be enforced" if m.read_only
+                    else f"nothing can be bound at mountPath {m.mount_path[:200]!r}")
+            out.append(_err(
+                "MountUnavailable", f"{mp}.mountPath",
+                f"{mp}.mountPath = {m.mount_path[:200]!r} (source {m.source[:200]!r}): Workers "
+                f"that run as this server's own user have no mount namespace of their own: {what}",
+                OWN_NAMESPACE_HINT))
+    return out
+
+
 def check_for_local_runtime(job: Job, host: dict[str, float] | None = None,
                             reachable: Callable[[str], bool] | None = None) -> list[Finding]:
-    """What the local runtime cannot honour: pvc and objectStorage mounts are not applied, a
-    hostPath source must exist, and node selectors mean nothing (warnings); a role's
-    ``local.python`` must exist here (error). Whether a hostPath mount is bound at its
-    ``mountPath`` depends on the Workers' identity: ``LocalRuntime.preflight`` says.
+    """What the local runtime cannot honour: an objectStorage mount is refused
+    (``MountUnavailable``, :func:`unprovided_mounts`), a hostPath source must exist, and node
+    selectors mean nothing (warnings); a role's ``local.python`` must exist here (error).
+    Whether hostPath and pvc mounts can be bound at their ``mountPath`` depends on the Workers'
+    identity: ``LocalRuntime.preflight`` says.
     ``reachable``: whether the Workers may see a path at all (``LocalRuntime.path_reachable``);
     a path they may not is not said to exist or not (``NotReadableByWorkers`` says why instead),
     so a Finding never tells what lies where others may not look. ``host`` is the machine's capacity as
@@ -161,15 +206,12 @@ def check_for_local_runtime(job: Job, host: dict[str, float] | None = None,
             "FILE's directory)",
         ))
     for i, role in enumerate(job.spec.roles):
+        findings.extend(unprovided_mounts(role, i, own_namespace=None))
         for j, mount in enumerate(role.mounts):
             path = f"spec.roles[{i}].mounts[{j}]"
             if mount.type != "hostPath":
-                findings.append(_warn(
-                    "MountNotAppliedLocally", path,
-                    f"{path}: the local runtime cannot mount {mount.type} {mount.source!r}",
-                    "use the Kubernetes runtime for pvc/objectStorage mounts, or a hostPath",
-                ))
-            elif seen(mount.source) and not os.path.exists(mount.source):
+                continue
+            if seen(mount.source) and not os.path.exists(mount.source):
                 findings.append(_warn(
                     "MountSourceMissing", f"{path}.source",
                     f"{path}.source = {mount.source!r} does not exist on this machine",

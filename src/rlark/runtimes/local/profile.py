@@ -10,9 +10,11 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from rlark import settings
 from rlark.findings import Finding
 from rlark.rlinf_config.locations import Filesystem
 from rlark.runtimes.local.outputs import output_probes
+from rlark.runtimes.local import volumes
 from rlark.runtimes.local.preflight import check_for_local_runtime, host_capacity, local_request
 from rlark.spec import Job
 
@@ -42,12 +44,14 @@ class LocalProfile:
     Job (who its Workers run as, what of this machine they may read:
     :meth:`~rlark.runtimes.local.runtime.LocalRuntime.preflight`); ``isolation``: what
     isolation Workers get (:meth:`rlark.runtimes.local.isolation.Isolation.view`, shown with
-    the node)."""
+    the node); ``home``: the ``$RLARK_HOME`` whose volumes it lists (None: the server's)."""
 
     host: dict[str, float] | None = None
     path_reachable: Callable[[str], bool] | None = None
     runtime_checks: Callable[[Job], list[Finding]] | None = None
     isolation: dict[str, Any] | None = None
+    #: where the volumes are: ``$RLARK_HOME`` (None: :func:`rlark.settings.rlark_home` when asked)
+    home: str | None = None
 
     name = "local"
     here_only = True
@@ -97,3 +101,12 @@ class LocalProfile:
     def output_probes(self, rec: dict[str, Any], sandboxed: bool) -> dict[str, dict[str, Any]]:
         """:func:`rlark.runtimes.local.outputs.output_probes`."""
         return output_probes(rec, sandboxed)
+
+    def volumes(self, project: str) -> list[dict[str, Any]]:
+        """:func:`rlark.runtimes.local.volumes.listing` in this server's ``$RLARK_HOME``."""
+        return volumes.listing(self.home or str(settings.rlark_home()), project)
+
+    def delete_volume(self, project: str, name: str) -> dict[str, Any] | None:
+        """:func:`rlark.runtimes.local.volumes.remove` in this server's ``$RLARK_HOME``."""
+        held = volumes.remove(self.home or str(settings.rlark_home()), project, name)
+        return None if held is None else {"name": name, "bytes": held[0], "entries": held[1]}

@@ -54,9 +54,10 @@ from rlark.runtimes.base import (
     secret_env,
 )
 from rlark.runtimes.local import isolation as iso
-from rlark.runtimes.local import sandbox
+from rlark.runtimes.local import sandbox, volumes
 from rlark.runtimes.local.identity import Identity, UidRange, candidates, choose, many_users_message
 from rlark.runtimes.local.isolation import Isolation, Mode
+from rlark.runtimes.local.preflight import unprovided_mounts
 from rlark.runtimes.local.reservations import Reservations
 from rlark.runtimes.local.settings import worker_identity, worker_isolation, worker_uid_range
 from rlark.runtimes.local.ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
@@ -281,6 +282,10 @@ def python_for(spec_python: str | None) -> str:
     return str(path)
 
 
+#: the mounts the local runtime binds into a Worker's mount namespace (objectStorage: not yet)
+BOUND_MOUNTS = (MountType.host_path, MountType.pvc)
+
+
 def host_mounts(role: Role) -> list[tuple[str, str, bool]]:
     """A role's ``hostPath`` mounts as ``(source, mountPath, readOnly)`` (pure): what the local
     runtime binds into each Worker's mount namespace, as Kubernetes mounts a hostPath volume."""
@@ -477,6 +482,11 @@ class LocalRuntime:
             many = self.serves_many()
             if many:
                 raise LaunchRefused(many_users_message(many))
+        index = next((k for k, r in enumerate(spec.job.spec.roles) if r is role), 0)
+        unprovided = unprovided_mounts(role, index, own_namespace=spec.place.uid is not None) \
+            if role is not None else []
+        if unprovided:
+            raise LaunchRefused("; ".join(f.message for f in unprovided) + "; nothing was started")
         env = worker_environment(os.environ, spec.env,
                                  secret_env(role, spec.secrets) if role is not None else {},
                                  allow=self.worker_env)
@@ -541,10 +551,18 @@ class LocalRuntime:
                                    spec.worker.node_rank)
         needed = self.worker_paths(spec.job, spec.worker.role, python)
         role = spec.job.role(spec.worker.role)
+        mounts = role.mounts if role is not None else []
         problems = [p for p in (self.path_problem(path, what) for path, what, _ in needed) if p]
+        problems += [p for p in (sandbox.host_source_problem(m.source, f"source of mount {m.name!r}")
+                                 for m in mounts if m.type == MountType.host_path) if p]
+        problems += [f"source of mount {m.name!r} = {m.source!r} is not a directory on this "
+                     "machine" for m in mounts if m.type == MountType.host_path
+                     and self.path_problem(m.source, "source") is None
+                     and not os.path.isdir(m.source)]
         problems += [p for p in (self.target_problem(m.mount_path, f"mountPath of mount {m.name!r}")
-                                 for m in (role.mounts if role is not None else ())
-                                 if m.type == MountType.host_path) if p]
+                                 for m in mounts if m.type in BOUND_MOUNTS) if p]
+        if any(m.type == MountType.pvc for m in mounts) and not spec.project:
+            problems.append("the Run names no project, so its pvc volumes cannot be found")
         if problems:
             raise LaunchRefused("; ".join(problems))
         os.makedirs(os.path.join(home, "workers"), mode=0o700, exist_ok=True)
@@ -570,6 +588,8 @@ class LocalRuntime:
         # into every Worker's view; root's, so the Worker reads the 0444 file and can neither
         # change nor replace it); the keeper itself runs the server's copy, which no Worker sees
         workload_archive = archive.install(dirs.ray_run)
+        volumes = {m.source: self._volume(spec.project or "", m.source, uid)
+                   for m in mounts if m.type == MountType.pvc}
         wd = spec.job.spec.working_dir
         shm = ray_resources(role).object_store_bytes if role is not None else 0
         real = os.path.realpath  # what was checked is what the keeper binds (it follows no link)
@@ -579,8 +599,9 @@ class LocalRuntime:
                                            if kind in ("python", "config")],
                                 working_dir=real(wd) if wd and os.path.isabs(wd) else None,
                                 shm_bytes=shm, stat=os.stat,
-                                host_mounts=[(real(src), target, ro) for src, target, ro in
-                                             (host_mounts(role) if role is not None else ())])
+                                host_mounts=[(real(m.source) if m.type == MountType.host_path
+                                              else volumes[m.source], m.mount_path, m.read_only)
+                                             for m in mounts if m.type in BOUND_MOUNTS])
         except sandbox.SandboxPlanError as exc:
             raise RuntimeError(str(exc)) from None
         return {
@@ -592,6 +613,36 @@ class LocalRuntime:
             "TMPDIR": "/tmp",
             **({"RLARK_WORKING_DIR": real(wd)} if wd and os.path.isabs(wd) else {}),
         }
+
+    def _volume(self, project: str, name: str, uid: int) -> str:
+        """The directory of volume ``name`` of ``project``
+        (:func:`rlark.runtimes.local.volumes.volume_dir`), made on first use (root's
+        ``volumes/`` and ``volumes/<project>``, mode 0700, hidden from every Worker with
+        ``$RLARK_HOME``) and given to the Run's ``uid`` with all an earlier Run of this server
+        wrote in it (:func:`~rlark.runtimes.local.volumes.claim`).
+
+        Raises:
+            LaunchRefused: a bad name, a link where a directory should be, or a walk that fails.
+        """
+        home = str(settings.rlark_home())
+        try:
+            path = volumes.volume_dir(home, project, name)
+        except ValueError as exc:
+            raise LaunchRefused(f"pvc volume: {exc}") from None
+        make_dir(volumes.volumes_root(home), 0, 0o700)
+        make_dir(os.path.dirname(path), 0, 0o700)
+        make_dir(path, uid, 0o700)
+        uids = self.identity.uids
+        try:
+            volumes.claim(path, uid, lambda u: uids.first <= u <= uids.last)
+        except OSError as exc:
+            raise LaunchRefused(f"pvc volume {name!r} of project {project!r} cannot be given to "
+                                f"the Run: {exc.strerror or exc}") from None
+        return path
+
+    def volumes(self, project: str) -> list[dict]:
+        """The pvc volumes of ``project`` (:func:`rlark.runtimes.local.volumes.listing`)."""
+        return volumes.listing(str(settings.rlark_home()), project)
 
     def own_dirs(self) -> list[str]:
         """RLark's own directories besides ``$RLARK_HOME``, which no Worker may be given: the
@@ -677,7 +728,7 @@ class LocalRuntime:
                                     "see docs/security.md, \"Worker identity\""))
             for j, m in enumerate(role.mounts):
                 problem = (self.target_problem(m.mount_path, f"spec.roles[{i}].mounts[{j}].mountPath")
-                           if m.type == MountType.host_path and self.identity.own_uid else None)
+                           if m.type in BOUND_MOUNTS and self.identity.own_uid else None)
                 if problem:
                     out.append(_err("InvalidMountPath", f"spec.roles[{i}].mounts[{j}].mountPath",
                                     problem, "mount at a directory of your own, e.g. /data/NAME"))
@@ -702,24 +753,25 @@ class LocalRuntime:
         return out
 
     def _mount_findings(self, i: int, role: Role) -> list[Finding]:
-        """hostPath mounts: bound at ``mountPath`` in a Worker's own mount namespace (identity
-        ``uid``), where writing needs its uid to be allowed (``HostPathNotWritable`` when others
-        may not write there); not applied at all where Workers run as the server's user
-        (``MountNotAppliedLocally``: they see the source at its own path)."""
-        out = []
+        """hostPath and pvc mounts: bound at ``mountPath`` in a Worker's own mount namespace
+        (identity ``uid``), where writing a hostPath needs its uid to be allowed
+        (``HostPathNotWritable`` when others may not write there); a hostPath source that is or
+        touches a system directory is refused (``HostPathNotAllowed``); where Workers run as the
+        server's user (no mount namespace) what cannot be provided is refused
+        (``MountUnavailable``, :func:`rlark.runtimes.local.preflight.unprovided_mounts`)."""
+        # objectStorage: check_for_local_runtime says it, whoever the Workers are
+        out = [] if self.identity.own_uid else unprovided_mounts(role, i, own_namespace=False,
+                                                                  object_storage=False)
         for j, m in enumerate(role.mounts):
-            if m.type != MountType.host_path or not self.path_reachable(m.source) \
-                    or not os.path.isdir(m.source):
-                continue  # one the Workers may not see: NotReadableByWorkers, nothing more
             path = f"spec.roles[{i}].mounts[{j}]"
-            if not self.identity.own_uid:
-                if os.path.normpath(m.source) != os.path.normpath(m.mount_path):
-                    out.append(_warn(
-                        "MountNotAppliedLocally", f"{path}.mountPath",
-                        f"{path}.mountPath = {m.mount_path!r}: Workers that run as this server's "
-                        f"own user get no mounts; they see {m.source!r} at its own path",
-                        "point your scripts at the source path, or make mountPath equal to it"))
-            elif not m.read_only and not os.stat(m.source).st_mode & 0o002:
+            if m.type != MountType.host_path or not self.path_reachable(m.source):
+                continue  # one the Workers may not see: NotReadableByWorkers, nothing more
+            system = sandbox.host_source_problem(m.source, f"{path}.source")
+            if system:
+                out.append(_err("HostPathNotAllowed", f"{path}.source", system,
+                                "mount a directory of your own (e.g. under /data) or a pvc volume"))
+            elif self.identity.own_uid and os.path.isdir(m.source) and not m.read_only \
+                    and not os.stat(m.source).st_mode & 0o002:
                 out.append(_warn(
                     "HostPathNotWritable", f"{path}.source",
                     f"{path}.source = {m.source!r}: Workers run under a uid of their own, which "

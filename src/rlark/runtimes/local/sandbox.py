@@ -14,6 +14,9 @@ made here:
   the Python the role runs (read-only), and the Job's ``workingDir`` as a copy-on-write overlay
   (the Worker reads the files, its writes land in its own directory: a working directory of its
   own at the same path, so relative paths in the user's config hold);
+* the role's ``hostPath`` mounts (the source, never a system directory) and ``pvc`` mounts (the
+  project's volume, :mod:`rlark.runtimes.local.volumes`) at their ``mountPath``, read-only where
+  the mount says so: the same meaning as a Pod's volumes on Kubernetes;
 * ``/tmp`` and ``/var/tmp`` are the Worker's own directory, ``/dev/shm`` its own tmpfs (sized for
   Ray's object store), and System V IPC its own namespace, so nothing one Run leaves in a shared
   place reaches another.
@@ -166,6 +169,23 @@ def mount_target_problem(target: str, what: str, *, rlark_home: str,
     return None
 
 
+def host_source_problem(source: str, what: str,
+                        realpath: Callable[[str], str] = os.path.realpath) -> str | None:
+    """Why a ``hostPath`` mount's ``source`` may never be bound for a Worker, whatever may read
+    it: it is ``/``, or is, lies under or holds a system directory
+    (:func:`rlark.paths.system_path`), judged where it really leads (``realpath``), as the
+    Kubernetes runtime's Pod policy judges a hostPath (the same words). None when it is none of
+    those; :func:`access_problem` says whether Workers may be given it. Pure."""
+    from rlark.paths import system_path
+
+    real = os.path.normpath(realpath(source))
+    touched = "/" if real == "/" else system_path(real)
+    if touched is None:
+        return None
+    how = "is" if real == touched else "lies under" if _inside(real, touched) else "contains"
+    return f"{what} = {source!r} {how} the node's system directory {touched}: a Worker is never given it"
+
+
 class SandboxPlanError(ValueError):
     """The plan cannot be made (the message says why)."""
 
@@ -182,8 +202,11 @@ def plan(dirs: WorkerDirs, *, rlark_home: str, read_only: Iterable[str] = (),
     (the role's Python installation; checked with :func:`access_problem` before);
     ``working_dir``: the Job's ``workingDir``, given as an overlay on ``dirs.upper``;
     ``shm_bytes``: the size of the Worker's ``/dev/shm``; ``host_mounts``: the role's
-    ``hostPath`` mounts as ``(source, mountPath, readOnly)``, bound at ``mountPath`` (checked
-    with :func:`access_problem` before; the Worker writes there only where its uid may).
+    ``hostPath`` and ``pvc`` mounts as ``(source, mountPath, readOnly)`` (a pvc's source: its
+    volume's directory, :mod:`rlark.runtimes.local.volumes`), bound at ``mountPath``, read-only
+    where asked (the keeper remounts the bind ``MS_RDONLY``); a hostPath source is checked with
+    :func:`access_problem` and :func:`host_source_problem` before, and the Worker writes there
+    only where its uid may.
 
     Raises:
         SandboxPlanError: a directory to hide is ``/``, or the stage lies in a hidden one.
