@@ -1,5 +1,6 @@
-"""A real ``rlark server`` in a subprocess, for end-to-end tests, plus process/port checks; and
-the app alone (no controller) served by uvicorn in a thread, for CLI and browser tests."""
+"""A real ``rlark server`` in a subprocess, for end-to-end tests, plus process/port checks; the
+server ``rlark server`` builds (its controller running) served by uvicorn in a thread of the test's
+process, for the CLI tests; and the app alone (no controller) in a thread, for browser tests."""
 
 from __future__ import annotations
 
@@ -84,6 +85,82 @@ class ThreadedServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=15)
+
+
+class AppServer:
+    """What ``rlark server`` serves, built by the same wiring (:func:`rlark.server.build_app`:
+    store, local runtime, controller, services, API and console, authentication on), served by
+    uvicorn in a thread of this process on a free loopback port; the controller runs from the
+    app's start to its stop, and the stop ends every active Run (``--stop-runs-on-exit``), as
+    :class:`RlarkServer` does. Cheaper than the real process (no interpreter to start, no
+    second copy of RLark imported); what only the process does (signals, its umask, uvicorn's
+    command line) is tests/test_server_start.py's.
+
+    ``home`` must be ``$RLARK_HOME`` (the ``rlark_home`` fixture): the first start stores the
+    site administrator's token in its credentials file for ``url``, where the CLI finds it;
+    ``token`` is that token. ``store`` is the server's own Store; ``jobs`` its JobService."""
+
+    def __init__(self, home: Path, database_url: str | None = None, **build):
+        import uvicorn
+
+        from rlark.cli import credentials
+        from rlark.server import build_app, local_urls, security_policy
+
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        build.setdefault("stop_runs_on_exit", True)
+        self.app = build_app(database_url or f"sqlite:///{home / 'rlark.db'}", self.url,
+                             policy=security_policy("127.0.0.1"),
+                             admin_urls=local_urls("127.0.0.1", self.port), **build)
+        self.jobs = self.app.state.jobs
+        self.store = self.jobs.store
+        self.token = credentials.entry(self.url, home / "credentials")["token"]
+        self.http = httpx.Client(base_url=self.url, timeout=30,
+                                 headers={"Authorization": f"Bearer {self.token}"})
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
+                                log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name=f"rlark-app-{self.port}",
+                                       daemon=True)
+
+    def start(self) -> "AppServer":
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the RLark app did not start serving on {self.url} within 60 s")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout: float = 90) -> None:
+        """Shut down as ``rlark server`` does on SIGTERM: the controller stops every active Run
+        (its Workers' processes end) before the thread ends; then the store is closed."""
+        self.server.should_exit = True
+        self.thread.join(timeout=timeout)
+        self.http.close()
+        self.store.dispose()
+        if self.thread.is_alive():
+            raise AssertionError(f"the RLark app on {self.url} did not shut down in {timeout} s")
+
+    def job(self, name: str, project: str = "default") -> dict:
+        r = self.http.get(f"/api/v1/jobs/{name}", params={"project": project})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def wait_for(self, name: str, what: str, done, timeout: float = 180,
+                 project: str = "default") -> dict:
+        """The Job (as ``GET /api/v1/jobs/NAME`` answers) once ``done(job)`` holds; ``what``
+        names the wait when it runs out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(name, project)
+            if done(job):
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name}: {what}, not within {timeout} s; it is {job['phase']} "
+                                     f"({job['reason']}): {job['message']}")
+            time.sleep(0.1)
 
 
 def free_port(start: int = 18000, end: int = 19999) -> int:

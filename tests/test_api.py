@@ -23,7 +23,7 @@ from rlark import __version__, settings
 from rlark.server import create_app
 from rlark.services.jobs import JobService
 from rlark.spec import json_schema
-from rlark.store import Base, EventRow, JobRow, RunRow, Store, TokenRow, WorkerRow
+from rlark.store import Base, EventRow, JobRow, ProjectRow, RunRow, Store, TokenRow, WorkerRow
 from tests.access import admin_token, api_client
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -110,13 +110,15 @@ def set_run_state(store: Store, name: str, phase: str, *, released: bool | None 
                 w.released = released
 
 
-def set_worker_logs(store: Store, name: str, lines: dict[str, list[str]]) -> dict[str, Path]:
-    """Give Workers of the current Run a log file with ``lines`` (worker name -> lines), the way
-    the local runtime does (``log_path`` in the Store, the file under
-    ``$RLARK_HOME/logs/<project>/<job>/<run>``)."""
+def set_worker_logs(store: Store, name: str, lines: dict[str, list[str]],
+                    project: str = "default") -> dict[str, Path]:
+    """Give Workers of the current Run of Job ``name`` in ``project`` a log file with ``lines``
+    (worker name -> lines), the way the local runtime does (``log_path`` in the Store, the file
+    under ``$RLARK_HOME/logs/<project>/<job>/<run>``)."""
     paths = {}
     with store.session() as s:
-        job = s.scalar(select(JobRow).where(JobRow.name == name))
+        job = s.scalar(select(JobRow).join(ProjectRow).where(JobRow.name == name,
+                                                            ProjectRow.name == project))
         run = s.get(RunRow, job.current_run_id)
         for w in run.workers:
             if w.name not in lines:

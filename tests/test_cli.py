@@ -1,18 +1,22 @@
 """The real ``rlark`` command in a subprocess (``python -m rlark.cli``).
 
-Local commands (validate, schema, --help) need no server. API commands run against a real HTTP
-server without a controller: uvicorn in a background thread serving ``create_app(JobService(
-Store(...)))`` on a free port, so Jobs stay Pending unless a test moves them on in the Store.
+Local commands (validate, schema, --help) need no server. API commands run against the server
+``rlark server`` builds (tests/server.py AppServer: local runtime, controller running), one for
+the module, each test in a project of its own. A Job held on the module's first start takes every
+CPU (:data:`HOLD_PROJECT`), so the Jobs the tests submit wait in the admission queue, Pending, and
+change state only as the controller moves them (a stop ends a waiting Run Stopped, a delete is
+finished by the controller). What only a running Run shows (``logs --follow``) is
+tests/test_cli_run.py's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import itertools
 import subprocess
 import sys
-import threading
-import time
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,10 +24,9 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from rlark.services.jobs import JobService
 from rlark.spec import json_schema
-from rlark.store import JobRow, RunRow, Store
-from tests.server import ThreadedServer, free_port
+from rlark.store import Base, JobRow, ProjectRow, RunRow, Store, WorkerRow
+from tests.server import AppServer, free_port, ray_tmp_dir
 from tests.streams import ArrivingLines
 from tests.test_api import BAD_JOB_YAML, job_yaml, set_run_state, set_worker_logs, snapshot
 
@@ -272,43 +275,143 @@ def test_no_server_says_how_to_start_one(files):
 # --- against a real HTTP server --------------------------------------------------------------------
 
 
-class LiveServer(ThreadedServer):
-    """The API and console (no controller) on a real port, with the CLI pointed at it."""
+#: the Job that holds this machine for the module: one Worker asking every CPU, whose prepare
+#: script waits (so no Ray node ever starts), in a project of its own that no test reads. With it
+#: running, every Job a test submits waits in the admission queue (Pending, WaitingForCapacity),
+#: as on a full machine, instead of starting three Ray nodes; a test that needs a real Run to run
+#: is tests/test_cli_run.py's
+HOLD_PROJECT = "hold"
 
-    def __init__(self, store: Store):
-        super().__init__(JobService(store))
-        self.store = store
+
+def hold_yaml() -> str:
+    return textwrap.dedent(f"""\
+        apiVersion: rlark.io/v1
+        kind: Job
+        metadata: {{name: machine-held}}
+        spec:
+          headRole: hold
+          runScript: "true"
+          roles:
+            - name: hold
+              image: docker.io/rlinf/rlinf:0.3.0
+              resources: {{cpu: {os.cpu_count() or 1}}}
+              prepareScript: "sleep 3600"
+        """)
+
+
+def serve_live(home: Path):
+    """``rlark server`` as it is built (:class:`tests.server.AppServer`: local runtime, its
+    controller running) on a fresh store in ``home`` (``$RLARK_HOME``), for a fixture to yield
+    from; every Run it started is stopped when the fixture ends."""
+    app = AppServer(home).start()
+    try:
+        yield app
+    finally:
+        app.stop()
+
+
+@pytest.fixture(scope="module")
+def held_server(tmp_path_factory):
+    """The module's server, with the machine held (:data:`HOLD_PROJECT`) before any test runs."""
+    home = tmp_path_factory.mktemp("cli-server") / "rlark-home"
+    home.mkdir()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RLARK_HOME", str(home))
+        env.delenv("RLARK_DATABASE_URL", raising=False)
+        env.setenv("RLARK_RAY_TMP", ray_tmp_dir())
+        for app in serve_live(home):
+            r = app.http.post("/api/v1/projects", json={"name": HOLD_PROJECT})
+            assert r.status_code == 201, r.text
+            r = app.http.post("/api/v1/jobs", params={"project": HOLD_PROJECT},
+                              content=hold_yaml().encode(),
+                              headers={"Content-Type": "application/yaml"})
+            assert r.status_code == 201, r.text
+            # held from the moment its Worker is planned; preparing: launched and steady
+            app.wait_for("machine-held", "its Worker preparing (holding every CPU)",
+                         lambda j: [w["phase"] for w in j["currentRun"]["workers"]] == ["Preparing"],
+                         timeout=120, project=HOLD_PROJECT)
+            yield app
+
+
+class LiveServer:
+    """One test's side of the module's server: a project of its own (``project``), so what a
+    test submits, lists and deletes is its own, with the CLI pointed at the server and the
+    project through RLARK_SERVER and RLARK_PROJECT."""
+
+    def __init__(self, app: AppServer, project: str):
+        self.app = app
+        self.url, self.port, self.token, self.store = app.url, app.port, app.token, app.store
+        self.project = project
+
+    def env(self, **extra) -> dict:
+        return cli_env(RLARK_SERVER=self.url, RLARK_PROJECT=self.project, **extra)
 
     def cli(self, *args: str, **kw) -> subprocess.CompletedProcess:
-        """The CLI pointed at this server through RLARK_SERVER."""
-        kw.setdefault("env", cli_env(RLARK_SERVER=self.url))
+        """The CLI pointed at this server and project."""
+        kw.setdefault("env", self.env())
         return rlark(*args, **kw)
 
     def names(self) -> list[str]:
         with self.store.session() as s:
-            return sorted(s.scalars(select(JobRow.name)))
+            return sorted(s.scalars(select(JobRow.name).join(ProjectRow)
+                                    .where(ProjectRow.name == self.project)))
 
     def http_get(self, path: str):
-        """The API's JSON answer to ``GET path`` with the administrator's token."""
-        import httpx
-
-        r = httpx.get(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
+        """The API's JSON answer to ``GET path`` in this project, with the administrator's token."""
+        r = self.app.http.get(path, params={"project": self.project})
         assert r.status_code == 200, r.text
         return r.json()
 
+    def job(self, name: str) -> dict:
+        return self.app.job(name, self.project)
 
-def serve_live(home):
-    """A LiveServer on a fresh store in ``home``, for a fixture to yield from."""
-    store = Store(f"sqlite:///{home / 'rlark.db'}")
-    live = LiveServer(store).start()
-    yield live
-    live.stop()
-    store.dispose()
+    def waiting(self, name: str) -> dict:
+        """The Job once the controller has put its current Run in the admission queue."""
+        return self.app.wait_for(name, "its Run waiting for capacity",
+                                 lambda j: j["reason"] == "WaitingForCapacity", project=self.project)
+
+    def stopped(self, name: str) -> dict:
+        """The Job once the controller has ended its current Run ``Stopped``."""
+        return self.app.wait_for(name, "its Run Stopped", lambda j: j["phase"] == "Stopped",
+                                 project=self.project)
+
+
+def current_run(s, server: LiveServer, name: str) -> RunRow:
+    """The current Run of the test's Job ``name``, in session ``s``."""
+    job = s.scalar(select(JobRow).join(ProjectRow).where(JobRow.name == name,
+                                                        ProjectRow.name == server.project))
+    return s.get(RunRow, job.current_run_id)
+
+
+def stored(store: Store) -> dict[str, list[tuple]]:
+    """:func:`tests.test_api.snapshot` less what the controller writes whatever the requests
+    do: its heartbeat, and what the held machine's Worker reports while it prepares (the rows
+    of :data:`HOLD_PROJECT`'s Job, its Run and Worker, and its Events)."""
+    from rlark.store import EventRow
+
+    with store.session() as s:
+        job_ids = set(s.scalars(select(JobRow.id).join(ProjectRow).where(ProjectRow.name == HOLD_PROJECT)))
+        run_ids = set(s.scalars(select(RunRow.id).where(RunRow.job_id.in_(job_ids))))
+    out = snapshot(store)
+    del out["controller_state"]
+    column = {t: [c.name for c in Base.metadata.tables[t].columns] for t in out}
+    for table, key, ids in ((JobRow.__tablename__, "id", job_ids), (RunRow.__tablename__, "job_id", job_ids),
+                            (WorkerRow.__tablename__, "run_id", run_ids),
+                            (EventRow.__tablename__, "job_id", job_ids)):
+        i = column[table].index(key)
+        out[table] = [row for row in out[table] if row[i] not in ids]
+    return out
+
+
+_projects = itertools.count(1)
 
 
 @pytest.fixture
-def server(rlark_home):
-    yield from serve_live(rlark_home)
+def server(held_server):
+    project = f"t{next(_projects)}"
+    r = held_server.http.post("/api/v1/projects", json={"name": project})
+    assert r.status_code == 201, r.text
+    return LiveServer(held_server, project)
 
 
 def test_submit_without_wait_leaves_the_job_pending(server, files):
@@ -316,15 +419,15 @@ def test_submit_without_wait_leaves_the_job_pending(server, files):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "job/demo submitted (run 1, 3 Workers)"
     assert server.names() == ["demo"]
-    with server.store.session() as s:
-        assert s.scalar(select(JobRow.phase)) == "Pending"
+    assert server.waiting("demo")["phase"] == "Pending"
 
 
 def test_submit_resolves_relative_paths_and_keeps_warnings(server, files, tmp_path):
     proc = server.cli("submit", "jobs/relative.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     with server.store.session() as s:
-        spec = s.scalar(select(JobRow.spec).where(JobRow.name == "relative"))
+        spec = s.scalar(select(JobRow.spec).join(ProjectRow).where(
+            JobRow.name == "relative", ProjectRow.name == server.project))
     assert spec["spec"]["workingDir"] == str(files["relative"].parent / "code")
     proc = server.cli("submit", str(files["warn"]))
     assert proc.returncode == 0
@@ -341,22 +444,22 @@ def test_submit_resolves_relative_paths_and_keeps_warnings(server, files, tmp_pa
 @pytest.mark.parametrize("kind", ["bad", "broken", "binary"])
 def test_submit_invalid_file_prints_findings_and_submits_nothing(server, files, kind):
     server.cli("submit", str(files["good"]))
-    before = snapshot(server.store)
+    before = stored(server.store)
     proc = server.cli("submit", str(files[kind]))
     assert proc.returncode == 1
     assert "nothing was submitted" in error_line(proc)
     assert ("InvalidName" if kind == "bad" else "InvalidDocument") in proc.stderr
     assert "fix: " in proc.stderr
-    assert snapshot(server.store) == before
+    assert stored(server.store) == before
 
 
 def test_submit_duplicate_is_refused(server, files):
     assert server.cli("submit", str(files["good"])).returncode == 0
-    before = snapshot(server.store)
+    before = stored(server.store)
     proc = server.cli("submit", str(files["good"]))
     assert proc.returncode == 1
     assert "'demo' already exists" in error_line(proc) and "`rlark apply`" in error_line(proc)
-    assert snapshot(server.store) == before
+    assert stored(server.store) == before
 
 
 def test_get_jobs_table_and_json(server, files):
@@ -364,15 +467,17 @@ def test_get_jobs_table_and_json(server, files):
     assert proc.returncode == 0 and "no Jobs" in proc.stdout and "rlark submit" in proc.stdout
     server.cli("submit", str(files["good"]))
     server.cli("submit", str(files["json"]))
-    set_run_state(server.store, "from-json", "Failed")
+    server.waiting("demo")
+    assert server.cli("stop", "from-json").returncode == 0
+    server.stopped("from-json")
 
     proc = server.cli("get", "jobs")
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["NAME", "PHASE", "REASON", "WORKERS", "ROLES", "RUN", "CREATED"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert rows["demo"][1:6] == ["Pending", "Submitted", "0/3", "pool:2,head:1", "1"]
-    assert rows["from-json"][1] == "Failed"
+    assert rows["demo"][1:6] == ["Pending", "WaitingForCapacity", "0/3", "pool:2,head:1", "1"]
+    assert rows["from-json"][1] == "Stopped"
     assert [line.split()[0] for line in lines[1:]] == ["from-json", "demo"]  # newest first
 
     data = json.loads(server.cli("get", "jobs", "-o", "json").stdout)
@@ -399,6 +504,7 @@ def test_get_jobs_bad_option_names_it(server, args, needle):
 
 def test_describe_job_text_and_json(server, files):
     server.cli("submit", str(files["good"]))
+    server.waiting("demo")
     proc = server.cli("describe", "job", "demo")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -411,23 +517,37 @@ def test_describe_job_text_and_json(server, files):
     tasks = out[start:out.index("\nWorkers", start)].splitlines()
     assert [line.split()[:4] for line in tasks[2:] if line.strip()] == [
         ["head", "Pending", "0/1", "0"], ["pool", "Pending", "0/2", "1-2"]]
+    assert "Conditions" not in out  # a Run the controller has not launched has none
+    data = json.loads(server.cli("describe", "job", "demo", "--format", "json").stdout)
+    assert data["name"] == "demo" and data["phase"] == "Pending"
+    assert [(w["name"], w["nodeRank"]) for w in data["currentRun"]["workers"]] == [
+        ("demo-head-0", 0), ("demo-pool-0", 1), ("demo-pool-1", 2)]
+    assert [e["reason"] for e in data["events"]] == ["Submitted", "WaitingForCapacity"]
+    assert data["currentRun"]["conditions"] == []
+
+    # Exit codes of Workers ended by a signal and conditions at fixed times: written into the
+    # rows of the ended Run (the controller leaves an ended Run's rows alone), because a real Run
+    # reaches these values only by chance of timing; a real Run's conditions are shown in
+    # tests/test_cli_run.py
+    assert server.cli("stop", "demo").returncode == 0
+    server.stopped("demo")
     # a Worker ended by a signal: the code says which (143 = 128 + SIGTERM, stopped by RLark)
     with server.store.session() as s:
-        run = s.scalar(select(RunRow))
+        run = current_run(s, server, "demo")
         run.workers[1].exit_code, run.workers[1].phase = 143, "Completed"
         run.workers[0].exit_code = 0
     out = server.cli("describe", "job", "demo").stdout
-    pool0 = next(line for line in out.splitlines() if "demo-pool-0" in line)
+    rows = {line.split()[1]: line for line in out[out.index("\nWorkers"):].splitlines()[2:]
+            if line.split()[1:2] and line.split()[1].startswith("demo-")}
+    pool0, head0 = rows["demo-pool-0"], rows["demo-head-0"]
     assert "143 (SIGTERM)" in pool0
-    head0 = next(line for line in out.splitlines() if "demo-head-0" in line)
     assert "SIG" not in head0 and " 0 " in head0 + " "
-    assert "Conditions" not in out  # a Run the controller has not looked at yet has none
 
     # the Run's conditions, as the controller writes them (rlark.status.set_condition)
     from rlark.status import ConditionType, Reason, set_condition
 
     with server.store.session() as s:
-        run = s.scalar(select(RunRow))
+        run = current_run(s, server, "demo")
         conditions = set_condition([], ConditionType.AllJoined, False, Reason.WaitingForWorkers,
                                    "1/3 Ray nodes joined", "2026-12-01T04:12:03Z")
         run.conditions = set_condition(conditions, ConditionType.HeadReady, True,
@@ -441,10 +561,6 @@ def test_describe_job_text_and_json(server, files):
                      "the Ray head on demo-head-0 is up"]]
 
     data = json.loads(server.cli("describe", "job", "demo", "--format", "json").stdout)
-    assert data["name"] == "demo" and data["phase"] == "Pending"
-    assert [(w["name"], w["nodeRank"]) for w in data["currentRun"]["workers"]] == [
-        ("demo-head-0", 0), ("demo-pool-0", 1), ("demo-pool-1", 2)]
-    assert [e["reason"] for e in data["events"]] == ["Submitted"]
     assert [(c["type"], c["status"], c["reason"]) for c in data["currentRun"]["conditions"]] == [
         ("AllJoined", "False", "WaitingForWorkers"), ("HeadReady", "True", "RayHeadStarted")]
 
@@ -472,19 +588,24 @@ def test_describe_and_get_take_a_job_name_as_kubectl_users_type_it(server, files
 
 def test_events_of_a_job_and_of_one_run(server, files):
     server.cli("submit", str(files["good"]))
-    set_run_state(server.store, "demo", "Stopped", released=True)
+    server.waiting("demo")
+    assert server.cli("stop", "demo").returncode == 0
+    server.stopped("demo")
     assert server.cli("start", "demo").returncode == 0  # run 2
+    server.waiting("demo")
     table = server.cli("events", "demo")
     assert table.returncode == 0, table.stderr
     rows = [line.split(None, 6) for line in table.stdout.splitlines()[1:]]
-    assert [(r[2], r[3], r[4], r[5]) for r in rows] == [("1", "Normal", "Submitted", "admin"),
-                                                        ("2", "Normal", "Started", "admin")]
+    got = [(r[2], r[3], r[4], r[5]) for r in rows]
+    assert got == [("1", "Normal", "Submitted", "admin"), ("1", "Normal", "WaitingForCapacity", "-"),
+                   ("1", "Normal", "StopRequested", "admin"), ("1", "Normal", "StopRequested", "-"),
+                   ("2", "Normal", "Started", "admin"), ("2", "Normal", "WaitingForCapacity", "-")], got
     assert table.stdout.split()[:6] == ["TIME", "RUN", "TYPE", "REASON", "USER", "MESSAGE"]
     api = server.http_get("/api/v1/jobs/demo/events")
     assert json.loads(server.cli("events", "demo", "-o", "json").stdout) == {"items": api}
     assert yaml.safe_load(server.cli("events", "demo", "-o", "yaml").stdout) == {"items": api}
     one = json.loads(server.cli("events", "demo", "--run", "2", "-o", "json").stdout)
-    assert [(e["run"], e["reason"]) for e in one["items"]] == [(2, "Started")]
+    assert [(e["run"], e["reason"]) for e in one["items"]] == [(2, "Started"), (2, "WaitingForCapacity")]
     missing = server.cli("events", "demo", "--run", "9")
     assert missing.returncode == 1 and "Job 'demo' has no run 9" in error_line(missing)
     nosuch = server.cli("events", "nosuch")
@@ -508,18 +629,16 @@ def test_stop_start_restart_delete(server, files):
 
     proc = server.cli("stop", "demo")
     assert proc.returncode == 0 and proc.stdout.strip() == "job/demo stopping (phase Pending)"
-    set_run_state(server.store, "demo", "Stopped", released=True)
+    server.stopped("demo")
     proc = server.cli("start", "demo")
     assert proc.returncode == 0 and proc.stdout.strip() == "job/demo started run 2"
     proc = server.cli("restart", "demo")
     assert proc.returncode == 0 and proc.stdout.strip() == "job/demo restarting as run 3"
 
-    # run 3 is active: the server only marks the Job for deletion, the CLI waits until it is
-    # gone; play the controller: once asked, stop every Run and finish the delete
-    controller = threading.Thread(target=finish_delete, args=(server.store, "demo"))
-    controller.start()
+    # run 3 is active: the server only marks the Job for deletion, the CLI waits until the
+    # controller has stopped every Run and finished the delete
+    assert server.job("demo")["currentRun"]["number"] == 3
     proc = server.cli("delete", "demo", "--yes")
-    controller.join()
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "job/demo deleted"
     assert server.names() == []
@@ -528,29 +647,10 @@ def test_stop_start_restart_delete(server, files):
         assert proc.returncode == 1 and "no Job named 'demo'" in error_line(proc), verb
 
 
-def finish_delete(store: Store, name: str, timeout: float = 30) -> None:
-    """What the controller does for a Job marked for deletion: stop its Runs, release its
-    Workers, then delete it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with store.session() as s:
-            if s.scalar(select(JobRow.delete_requested).where(JobRow.name == name)):
-                break
-        time.sleep(0.05)
-    else:
-        raise AssertionError(f"{name} was never marked for deletion")
-    with store.session() as s:
-        job = s.scalar(select(JobRow).where(JobRow.name == name))
-        for run in job.runs:
-            run.phase = "Stopped"
-            for w in run.workers:
-                w.released = True
-    assert JobService(store).delete(name) == {"name": name, "project": "default", "deleted": True}
-
-
 def test_delete_inactive_job_at_once(server, files):
     server.cli("submit", str(files["good"]))
-    set_run_state(server.store, "demo", "Failed", released=True)
+    assert server.cli("stop", "demo").returncode == 0
+    server.stopped("demo")
     proc = server.cli("delete", "demo", "--yes", timeout=20)
     assert proc.returncode == 0 and proc.stdout.strip() == "job/demo deleted"
     assert server.names() == []
@@ -564,7 +664,7 @@ def on_a_terminal(server: LiveServer, args: tuple[str, ...], typed: str) -> subp
     try:
         proc = subprocess.Popen([sys.executable, "-m", "rlark.cli", *args], stdin=slave,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=cli_env(RLARK_SERVER=server.url))
+                                env=server.env())
         os.write(master, typed.encode())
         out, err = proc.communicate(timeout=60)
     finally:
@@ -576,28 +676,31 @@ def on_a_terminal(server: LiveServer, args: tuple[str, ...], typed: str) -> subp
 def test_delete_asks_on_a_terminal_and_refuses_without_one_unless_told_yes(server, files):
     """Issue 19 item 15: `rlark delete` removed Runs, records and logs without asking."""
     server.cli("submit", str(files["good"]))
-    set_run_state(server.store, "demo", "Failed", released=True)
+    assert server.cli("stop", "demo").returncode == 0
+    server.stopped("demo")
     assert server.cli("start", "demo").returncode == 0  # run 2, Pending
 
     refused = server.cli("delete", "demo")  # stdin is no terminal here
     assert refused.returncode == 1 and server.names() == ["demo"]
     line = error_line(refused)
-    assert "not deleting job/demo of project default (its 2 Runs with their run records and " \
+    assert f"not deleting job/demo of project {server.project} (its 2 Runs with their run records and " \
            "Worker logs, and its Events; its active Run 2 (Pending) is stopped first)" in line, line
-    assert "stdin is not a terminal" in line and "`rlark delete demo --yes`" in line
+    assert "stdin is not a terminal" in line and f"`rlark delete demo -p {server.project} --yes`" in line
 
     kept = on_a_terminal(server, ("delete", "demo"), "n\n")
     assert kept.returncode == 1 and server.names() == ["demo"], kept.stderr
-    assert "Delete job/demo of project default: its 2 Runs" in kept.stdout
-    assert "job/demo of project default not deleted" in kept.stdout
+    assert f"Delete job/demo of project {server.project}: its 2 Runs" in kept.stdout
+    assert f"job/demo of project {server.project} not deleted" in kept.stdout
 
-    set_run_state(server.store, "demo", "Stopped", released=True)
+    assert server.cli("stop", "demo").returncode == 0
+    server.stopped("demo")
     gone = on_a_terminal(server, ("delete", "demo"), "y\n")
     assert gone.returncode == 0 and server.names() == [], gone.stderr
     assert "job/demo deleted" in gone.stdout
 
     server.cli("submit", str(files["good"]))
-    set_run_state(server.store, "demo", "Failed", released=True)
+    assert server.cli("stop", "demo").returncode == 0
+    server.stopped("demo")
     told = server.cli("delete", "job", "demo", "-y")  # kubectl's form too
     assert told.returncode == 0 and told.stdout.strip() == "job/demo deleted", told.stderr
     assert server.names() == []
@@ -635,8 +738,15 @@ def test_record_formats_and_output_file(server, files, tmp_path):
 
 
 def test_logs(server, files):
+    # the logs of three Workers, one without a log yet, with known lines: written for the ended
+    # (stopped) Run, whose rows the controller leaves alone; three real Workers would be three
+    # Ray nodes, and their logs hold the bootstrap's lines too. A real Worker's log, followed
+    # while it runs, is tests/test_cli_run.py's
     server.cli("submit", str(files["good"]))
-    set_worker_logs(server.store, "demo", {"demo-head-0": ["h1", "h2", "h3"], "demo-pool-0": ["p1"]})
+    assert server.cli("stop", "demo").returncode == 0
+    server.stopped("demo")
+    set_worker_logs(server.store, "demo", {"demo-head-0": ["h1", "h2", "h3"], "demo-pool-0": ["p1"]},
+                    project=server.project)
 
     proc = server.cli("logs", "demo")
     assert proc.returncode == 0
@@ -656,11 +766,31 @@ def test_logs(server, files):
     assert bad.returncode == 1 and "tail='-1'" in error_line(bad)
 
 
+@pytest.fixture
+def bare_server(rlark_home):
+    """The API and console alone (no controller) on a fresh store, for the one test that still
+    moves its Run by writing rows."""
+    from rlark.services.jobs import JobService
+    from tests.server import ThreadedServer
+
+    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
+    live = ThreadedServer(JobService(store)).start()
+    live.store = store  # type: ignore[attr-defined]
+    live.cli = lambda *args, **kw: rlark(*args, **{"env": cli_env(RLARK_SERVER=live.url), **kw})  # type: ignore[attr-defined]
+    yield live
+    live.stop()
+    store.dispose()
+
+
 @pytest.mark.timeout(120)
-def test_logs_follow_ends_when_the_workers_are_released(server, files, tmp_path):
+def test_logs_follow_ends_when_the_workers_are_released(bare_server, files, tmp_path):
     """``logs --follow`` prints what the logs hold, then what is appended while it follows, and
     ends once the Workers are released. The new line is written only after the follower has
-    printed what came before it, so it can only come through following."""
+    printed what came before it, so it can only come through following.
+
+    Still against the app without a controller, its Run moved on by writing rows: following a
+    real Run's Workers is left to a Ray test not written yet (issue 20 item 4)."""
+    server = bare_server
     server.cli("submit", str(files["good"]))
     paths = set_worker_logs(server.store, "demo", {"demo-head-0": ["h1"], "demo-pool-0": ["p1"]})
     set_run_state(server.store, "demo", "Running")
@@ -696,17 +826,18 @@ def test_server_flag_and_env_are_honoured(server, files):
     server.cli("submit", str(files["good"]))
     dead = f"http://127.0.0.1:{free_port()}"
     # RLARK_SERVER alone
-    proc = rlark("get", "jobs", "-o", "json", env=cli_env(RLARK_SERVER=server.url))
+    proc = rlark("get", "jobs", "-o", "json", env=cli_env(RLARK_SERVER=server.url, RLARK_PROJECT=server.project))
     assert proc.returncode == 0 and json.loads(proc.stdout)["total"] == 1
     # --server wins over RLARK_SERVER, both ways
-    proc = rlark("get", "jobs", "-o", "json", "--server", server.url, env=cli_env(RLARK_SERVER=dead))
+    proc = rlark("get", "jobs", "-o", "json", "--server", server.url, env=cli_env(RLARK_SERVER=dead, RLARK_PROJECT=server.project))
     assert proc.returncode == 0 and json.loads(proc.stdout)["total"] == 1
-    proc = rlark("get", "jobs", "--server", dead, env=cli_env(RLARK_SERVER=server.url))
+    proc = rlark("get", "jobs", "--server", dead, env=cli_env(RLARK_SERVER=server.url, RLARK_PROJECT=server.project))
     assert proc.returncode != 0 and dead in error_line(proc)
-    proc = rlark("describe", "job", "demo", "-s", server.url, env=cli_env())
+    proc = rlark("describe", "job", "demo", "-s", server.url, env=cli_env(RLARK_PROJECT=server.project))
     assert proc.returncode == 0 and "demo-pool-1" in proc.stdout
     # host:port without a scheme
-    proc = rlark("get", "jobs", "-o", "json", env=cli_env(RLARK_SERVER=f"127.0.0.1:{server.port}"))
+    proc = rlark("get", "jobs", "-o", "json", env=cli_env(RLARK_SERVER=f"127.0.0.1:{server.port}",
+                                                         RLARK_PROJECT=server.project))
     assert proc.returncode == 0 and json.loads(proc.stdout)["total"] == 1
     # neither: the default address, which nothing here serves
     proc = rlark("get", "jobs", env=cli_env())
