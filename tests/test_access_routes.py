@@ -48,6 +48,7 @@ from rlark.api.security import (
     allow_user,
     api_routes,
     check_every_route_has_a_rule,
+    is_api_path,
     route_rule,
 )
 from rlark.services.accounts import AccountService
@@ -80,7 +81,7 @@ BOX = SecretBox([new_key().encode()])
 
 
 def is_console(path: str) -> bool:
-    return not (path.startswith("/api/") or path == "/openapi.json")
+    return not is_api_path(path)
 
 
 @dataclass(frozen=True)

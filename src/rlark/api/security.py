@@ -180,8 +180,9 @@ def is_public(path: str) -> bool:
     return any(path == p or (p.endswith("/") and path.startswith(p)) for p in PUBLIC_PATHS)
 
 
-def _is_api(path: str) -> bool:
-    # /metrics: a scraper without a token gets a 401, not the console's login page
+def is_api_path(path: str) -> bool:
+    """Whether a refusal at ``path`` is the API's (JSON 401) rather than the console's (a
+    redirect to the login page); /metrics is the API's: a scraper has no browser."""
     return path.startswith("/api/") or path in ("/openapi.json", "/metrics")
 
 
@@ -253,7 +254,7 @@ class RequestGuard:
                                  f"refused a cross-site {method} ({why}): RLark acts only on "
                                  "requests from its own pages or from clients with an API token")
                 return
-            if _is_api(path) and (headers.get("content-length", "0") not in ("", "0")
+            if is_api_path(path) and (headers.get("content-length", "0") not in ("", "0")
                                   or "transfer-encoding" in headers):
                 media = headers.get("content-type", "").split(";")[0].strip().lower()
                 if media not in BODY_TYPES:
@@ -283,7 +284,7 @@ class RequestGuard:
         else:
             problem = "log in first: send `Authorization: Bearer <API token>` (`rlark login`)"
         if principal is None and not is_public(path) and down is None:
-            if _is_api(path):
+            if is_api_path(path):
                 await _send_json(send, 401, "Unauthenticated", problem,
                                  {"WWW-Authenticate": 'Bearer realm="rlark"'})
             else:
@@ -316,7 +317,7 @@ def authenticate(headers: Headers, method: str, path: str, policy: SecurityPolic
         return auth.from_token(value.strip())
     cookie = _cookie(headers, SESSION_COOKIE)
     if cookie:
-        if _is_api(path) and method not in SAFE_METHODS:
+        if is_api_path(path) and method not in SAFE_METHODS:
             raise Unauthenticated(
                 "state-changing API requests need an API token (`Authorization: Bearer ...`); "
                 "a console session works for the console's pages and for reading the API")

@@ -22,8 +22,11 @@ STATIC_DIR = Path(__file__).parent / "static"
 
 
 def _is_console(path: str) -> bool:
-    """Paths whose errors are pages (everything but the API and its schema)."""
-    return not (path.startswith("/api/") or path == "/openapi.json")
+    """Paths whose errors are pages: everything the request guard does not answer as the API
+    (:func:`rlark.api.security.is_api_path`)."""
+    from rlark.api.security import is_api_path  # the web stack: not for the CLI's catalogs
+
+    return not is_api_path(path)
 
 
 def mount_console(app: FastAPI) -> None:
