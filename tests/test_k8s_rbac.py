@@ -68,6 +68,9 @@ spec:
 """
 #: the pool Worker's PVC (a StorageClass nobody provisions) keeps it unscheduled: a long timeout
 POLICY = StatusPolicy(image_pull_grace_seconds=1.0, mount_grace_seconds=1.0, pending_timeout_seconds=600)
+#: the same for the server (rlark.runtimes.kubernetes.settings), and the StorageClass allowed
+SERVER_ENV = {"RLARK_K8S_IMAGE_PULL_GRACE": "1", "RLARK_K8S_MOUNT_GRACE": "1",
+              "RLARK_K8S_PENDING_TIMEOUT": "600", "RLARK_K8S_STORAGE_CLASSES": "csi-s3"}
 
 
 def _docs(path: Path) -> list[dict]:
@@ -125,8 +128,8 @@ def run_a_job(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
     """The server's whole path for one Run: start the watches, preflight, launch (ConfigMap,
     the Run's Secret, Service, PVC, Pods), follow the head's log, stop, end (delete by label)."""
     try:
-        r = RlarkOnK8s(tb, ns, home, policy=POLICY, pod_policy=PodPolicy.checked(storage_classes=("csi-s3",)))
-    except KubeError as exc:  # the watches were refused: the server does not start
+        r = RlarkOnK8s(tb, ns, home, env=SERVER_ENV)
+    except ValueError as exc:  # what `rlark server` prints before it exits
         return f"start: {exc}"
     try:
         workers = KwokWorkers(tb, ns, load_job(JOB)[0], tmp_path)
