@@ -860,8 +860,7 @@ class RlarkOnK8s:
             self._client = TestClient(self.app, base_url=f"http://{host}:{port}")
             self._client.__enter__()  # the app's startup: its controller starts
         except BaseException:
-            self.ctl.shutdown()
-            self.runtime.shutdown()
+            self.ctl.shutdown()  # the lock released, the runtime's watches stopped
             self.store.dispose()
             raise
 
@@ -895,16 +894,15 @@ class RlarkOnK8s:
 
     def close(self) -> None:
         """The server's shutdown (the app's: its controller's, which stops the active Runs and
-        deletes their Pods unless ``stop_runs_on_exit`` is off), then what a process's exit
-        would end: the runtime's watches, the store's connections. Closing twice does nothing
-        more."""
+        deletes their Pods unless ``stop_runs_on_exit`` is off, then the runtime's watches),
+        then what a process's exit would end: the store's connections. Closing twice does
+        nothing more."""
         if self._closed:
             return
         self._closed = True
         try:
             self._client.__exit__(None, None, None)
         finally:
-            self.runtime.shutdown()
             self.store.dispose()
 
     def submit(self, yaml_text: str) -> dict:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 
 import pytest
 from sqlalchemy import select, update
@@ -372,6 +373,10 @@ def test_an_upgraded_install_keeps_its_run_in_the_servers_namespace_and_starts_t
         finally:
             ctl.shutdown()
             jobs.store.dispose()
+        # the server's shutdown stops the watches its runtime started, in every namespace
+        wait_for("the server's watches to stop", lambda: not [
+            t.name for t in threading.enumerate() if t.name.startswith("rlark-watch-") and server in t.name],
+            timeout=30)
 
         # a project still mapped to the server's namespace stops the server's start
         store = Store(url)
