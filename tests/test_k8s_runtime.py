@@ -61,6 +61,10 @@ def job_yaml(name: str = "ppo", *, pool: int = 2, head_gpus: int = 1, pool_extra
             f"  roles:\n{roles}")
 
 
+#: a Pod the scheduler refuses fails its Run as Unschedulable after 2 s (the default of the
+#: tests' servers is longer: a busy test bed's scheduler may take that long to bind any Pod)
+SOON_UNSCHEDULABLE = {"RLARK_K8S_PENDING_TIMEOUT": "2"}
+
 PVC_MOUNT = """      mounts:
         - {name: models, type: objectStorage, source: "s3://models/llama", mountPath: /models,
            readOnly: true, kubernetes: {storageClass: csi-s3, size: 100Gi}}
@@ -225,7 +229,7 @@ def test_more_gpus_than_any_node_is_refused_by_the_preflight_and_unschedulable_w
         rlark().submit(text)
     finding = next(f for f in e.value.findings if f.code == "ExceedsNodeCapacity")
     assert "no node has 8 nvidia.com/gpu; the largest allocatable is 4" in finding.message
-    r = rlark(preflight=False)  # past the preflight, the scheduler says no
+    r = rlark(preflight=False, env=SOON_UNSCHEDULABLE)  # past the preflight, the scheduler says no
     r.submit(text)
     job = r.wait_ended("ppo")
     assert (job["phase"], job["reason"]) == ("Failed", "Unschedulable"), job
@@ -246,7 +250,7 @@ def test_node_selector_and_tolerations_are_honoured(rlark, k8s_testbed, k8s_name
     with pytest.raises(Invalid) as e:
         r.submit(job_yaml("plain", pool=1, pool_extra=selector))
     assert any(f.code == "NoEligibleNode" and "taint" in f.message for f in e.value.findings)
-    r2 = rlark(preflight=False)
+    r2 = rlark(preflight=False, env=SOON_UNSCHEDULABLE)
     r2.submit(job_yaml("plain", pool=1, pool_extra=selector))
     job = r2.wait_ended("plain")
     assert (job["phase"], job["reason"]) == ("Failed", "Unschedulable"), job
@@ -254,7 +258,7 @@ def test_node_selector_and_tolerations_are_honoured(rlark, k8s_testbed, k8s_name
 
 
 def test_a_pvc_that_does_not_exist_is_reported(rlark):
-    r = rlark()
+    r = rlark(env=SOON_UNSCHEDULABLE)
     r.submit(job_yaml(pool=1, pool_extra="      mounts:\n        - {name: data, type: pvc, "
                                            "source: no-such-claim, mountPath: /data}\n"))
     job = r.wait_ended("ppo")
