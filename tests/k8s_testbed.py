@@ -58,6 +58,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -572,16 +573,13 @@ class PodLog:
                 f.write(f"{stamp} {stream} F {line}\n")
 
     def event(self, token: str | None, event: str, **data) -> None:
-        """One lifecycle line as the bootstrap prints it (``bootstrap/worker.py``: ``emit``),
-        signed with the Run's event token."""
-        import json
+        """One lifecycle line, built by the bootstrap's own line builder
+        (:func:`rlark.bootstrap.lifecycle.lifecycle_line`, which the keeper writes each of its
+        lines with), stamped now. ``token``: the event token a Run made before the keeper had
+        its lines carry (None for every Run of this version: the keeper's lines need none)."""
+        from rlark.bootstrap.lifecycle import lifecycle_line
 
-        from rlark.bootstrap.lifecycle import EVENT_PREFIX
-
-        body = {"ts": round(time.time(), 3), "event": event, **data}
-        if token:
-            body["tok"] = token
-        self.write(EVENT_PREFIX + json.dumps(body))
+        self.write(lifecycle_line(event, **data, **({"tok": token} if token else {})))
 
 
 def _real_node_fields(env: dict[str, str], real_node: bool) -> dict:
@@ -704,10 +702,31 @@ def wait_for(what: str, predicate, timeout: float = K8S_WAIT_SECONDS, interval: 
         time.sleep(interval)
 
 
+@contextmanager
+def _environment(values: dict[str, str], drop_prefix: str):
+    """``os.environ`` with ``values`` set and every other variable starting with ``drop_prefix``
+    unset, restored as it was on leaving."""
+    keys = {k for k in os.environ if k.startswith(drop_prefix)} | set(values)
+    saved = {k: os.environ.get(k) for k in keys}
+    try:
+        for k in keys:
+            os.environ.pop(k, None)
+        os.environ.update(values)
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class KwokWorkers:
     """The Workers of a Job played on kwok Nodes: no container runs, so the test writes into
     each Worker's Pod log (a kwok ``Logs`` file, :meth:`K8sTestbed.pod_log`) the lifecycle lines
-    its keeper would write (``bootstrap/keeper.py``), and ends the containers with kwok Stages.
+    its keeper would write (``bootstrap/keeper.py``), each built by the keeper's own line builder
+    (:meth:`PodLog.event`), and ends the containers with kwok Stages. Runs of Pods that really
+    run the bootstrap are in tests/test_k8s_real_run.py (the real node).
     Create it before the Run starts: the log files exist before the Pods do."""
 
     def __init__(self, tb: K8sTestbed, namespace: str, job, directory: Path):
@@ -742,7 +761,8 @@ class KwokWorkers:
         (False: a keeper that could not make itself non-dumpable)."""
         tok = self.token()
         for w in self.workers:
-            # the keeper's first line: whether its channel is out of the workload's reach
+            # the keeper's first line: whether its channel is out of the workload's reach; no
+            # heartbeat field, so the server expects no `alive` lines (nothing here writes them)
             self.logs[w.name].event(tok, "keeper", pid=1, uid=1000, protected=protected,
                                     sandbox=False)
             self.logs[w.name].event(tok, "facts", hostname=w.name, ip=f"10.0.0.{w.node_rank + 1}")
@@ -765,92 +785,127 @@ class KwokWorkers:
         self.tb.terminate(self.namespace, self.head.name, code)
 
 
+#: the runtime's graces of every :class:`RlarkOnK8s` unless its ``env`` says otherwise (the
+#: variables of rlark.runtimes.kubernetes.settings.status_policy): short, so ImagePull and
+#: MountFailed come within seconds; the pending timeout is not: at 2 s (1 to 2 s in fact, from a
+#: creationTimestamp of whole seconds) a scheduler slowed by a busy machine can fail a Run as
+#: Unschedulable whose Pods it binds a moment later (a test that wants Unschedulable sets
+#: RLARK_K8S_PENDING_TIMEOUT itself)
+SHORT_GRACES = {"RLARK_K8S_IMAGE_PULL_GRACE": "1", "RLARK_K8S_MOUNT_GRACE": "1",
+                "RLARK_K8S_PENDING_TIMEOUT": "30"}
+
+
 class RlarkOnK8s:
-    """RLark's own parts against the test bed, as ``rlark server --runtime kubernetes`` wires
-    them (server.build_app): a Store, the Controller's thread, a :class:`KubernetesRuntime` in
-    ``namespace`` as RLark's ServiceAccount, and the JobService (with the capacity preflight
-    reading the real Nodes unless ``preflight=False``).
+    """An RLark server on the test bed, built by the server's own wiring: the app
+    ``server.build_app`` makes for ``rlark server --runtime kubernetes --namespace rlark
+    --no-leader-elect --database-url sqlite:///<home>/rlark.db``, with RLark's ServiceAccount's
+    kubeconfig (``KUBECONFIG``) and the administrator's token from ``RLARK_ADMIN_TOKEN``, as
+    deploy/kubernetes/ runs it; its startup and shutdown are the app's own (its lifespan). What
+    tests use is read from what the server built: :attr:`jobs` (the JobService the routes call),
+    :attr:`ctl` (its controller), :attr:`store`, :attr:`runtime` (the controller's runtime, one
+    per namespace) and :attr:`rt` (that of the project's namespace).
 
-    ``policy``: the runtime's graces, short by default so named failures come within seconds.
-    ``kube``: the API layer (default: a KubeClient as RLark's ServiceAccount in ``namespace``).
-    ``stop_runs_on_exit``: :meth:`close` stops the active Runs (False: they carry on, as through
-    a server upgrade, and the next RlarkOnK8s on ``home`` adopts them). ``pod_policy``: the
-    server's Pod policy (default: from the environment, as ``rlark server`` reads it).
+    ``env``: the server's Kubernetes settings, ``RLARK_K8S_*`` as ``rlark server`` reads them
+    (e.g. ``{"RLARK_K8S_TOLERATIONS": "rlark.io/reserved"}``), over :data:`SHORT_GRACES`; no
+    other ``RLARK_K8S_*`` of the test's environment reaches the server. They and ``KUBECONFIG``
+    are set while the server is built (where it reads them) and restored after, so servers with
+    different settings can run side by side; ``$RLARK_HOME`` is the test's (the rlark_home
+    fixture), read by the server wherever it reads it. ``stop_runs_on_exit``: ``rlark server
+    --stop-runs-on-exit``: :meth:`close` stops the active Runs (False: they carry on, as through
+    a server upgrade, and the next RlarkOnK8s on ``home`` adopts them). ``preflight=False``:
+    the capacity preflight off (see :meth:`__init__`).
 
-    Project ``default`` runs its Pods in ``namespace`` (as ``rlark project create --namespace``
-    would give it); the server's own namespace is another one, :attr:`server_namespace`
-    (``<namespace>-srv``, never created: no Run may go there).
+    The server's namespace is the test bed's ``rlark`` (deploy/kubernetes/rbac.yaml's Roles are
+    there), shared by every RlarkOnK8s: hence no leader election, whose one Lease there would
+    make servers of different stores replicas of one another (tests/test_k8s_leader.py builds
+    replicas). Project ``default`` runs its Pods in ``namespace``.
     """
 
-    def __init__(self, tb: K8sTestbed, namespace: str, home: Path, *, policy=None,
-                 preflight: bool = True, kube=None, stop_runs_on_exit: bool = True,
-                 pod_policy=None):
+    def __init__(self, tb: K8sTestbed, namespace: str, home: Path, *, env: dict[str, str] | None = None,
+                 preflight: bool = True, stop_runs_on_exit: bool = True):
+        import secrets as token_source
+
+        from fastapi.testclient import TestClient
         from sqlalchemy import select
 
-        from rlark.controller.loop import Controller
-        from rlark.runtimes.kubernetes.client import KubeClient
-        from rlark.runtimes.kubernetes import settings as k8s_settings
-        from rlark.runtimes.kubernetes.runtime import KubernetesRuntime, read_secret_info
-        from rlark.runtimes.kubernetes.status import StatusPolicy
-        from rlark.secretbox import SecretBox
-        from rlark.services.accounts import projects_in_namespace
-        from rlark.services.jobs import JobService
-        from rlark.store import ProjectRow, Store
+        from rlark import settings
+        from rlark.server import build_app, local_urls, security_policy
+        from rlark.services.auth import TOKEN_PREFIX
+        from rlark.store import ProjectRow
 
         self.tb, self.namespace, self.home = tb, namespace, home
-        self.server_namespace = f"{namespace}-srv"
+        self.server_namespace = tb.namespace
         self._closed = False
-        self.policy = policy or StatusPolicy(image_pull_grace_seconds=1.0, mount_grace_seconds=1.0,
-                                             pending_timeout_seconds=2.0)
-        self.pod_policy = pod_policy or k8s_settings.pod_policy()
-        self.kube = kube or KubeClient(tb.core_v1(), namespace)
-        self.store = Store(f"sqlite:///{home / 'rlark.db'}")
-        with self.store.session() as s:
-            default = s.scalar(select(ProjectRow).where(ProjectRow.name == "default"))
-            default.namespace = default.namespace or namespace
-
-        def projects():  # as server.build_app tells each namespace's runtime its projects
+        host, port = "127.0.0.1", settings.DEFAULT_PORT
+        server_env = {**SHORT_GRACES, **(env or {}), "KUBECONFIG": str(tb.rlark_kubeconfig),
+                      "RLARK_ADMIN_TOKEN": TOKEN_PREFIX + token_source.token_urlsafe(32)}
+        with _environment(server_env, drop_prefix="RLARK_K8S_"):
+            self.app = build_app(f"sqlite:///{home / 'rlark.db'}", f"http://{host}:{port}",
+                                 runtime="kubernetes", namespace=tb.namespace,
+                                 policy=security_policy(host), admin_urls=local_urls(host, port),
+                                 stop_runs_on_exit=stop_runs_on_exit, leader_elect=False)
+        self.jobs = self.app.state.jobs
+        self.ctl = self.app.state.controller
+        self.store = self.jobs.store
+        self.runtime = self.ctl.runtime
+        try:
+            # no command moves project default to another namespace (`rlark project create
+            # --namespace` gives a new project one): set as the store would hold it
             with self.store.session() as s:
-                return projects_in_namespace(s, namespace, self.server_namespace)
-
-        try:  # KubeError: RBAC refuses the watches
-            self.rt = KubernetesRuntime(kube=self.kube, policy=self.policy,
-                                        pod_policy=self.pod_policy, secret_projects=projects)
-        except Exception:
+                default = s.scalar(select(ProjectRow).where(ProjectRow.name == "default"))
+                default.namespace = default.namespace or namespace
+            if not preflight:
+                # no setting of `rlark server` turns the capacity preflight off (it refuses what
+                # no Node could run); a test that needs such a Job past it, to see the
+                # scheduler's own verdict, takes the node inventory from the profile the server
+                # built: the one part of this server that is not as `rlark server` has it
+                self.jobs.profile.inventory = None
+            self._client = TestClient(self.app, base_url=f"http://{host}:{port}")
+            self._client.__enter__()  # the app's startup: its controller starts
+        except BaseException:
+            self.ctl.shutdown()  # the lock released, the runtime's watches stopped
             self.store.dispose()
             raise
-        self.box = SecretBox.from_settings(create=True)  # $RLARK_HOME/secret.key, as a server's
-        self.ctl = Controller(self.store, self.rt, stop_runs_on_exit=stop_runs_on_exit,
-                              secret_box=self.box)
 
-        def kube_secret_info(ns, name):  # as server.build_app reads a Kubernetes Secret
-            return read_secret_info(KubeClient(self.kube.api, ns or namespace), name)
+    @property
+    def rt(self):
+        """The server's runtime of the project's namespace (a KubernetesRuntime, started on first
+        use as the server starts it at a Run's launch)."""
+        return self.runtime.runtime_for(self.namespace)
 
-        self.jobs = JobService(self.store, self.ctl.wake, runtime="kubernetes",
-                               namespace=self.server_namespace,
-                               inventory=self.rt.inventory if preflight else None,
-                               pending_timeout=self.policy.pending_timeout_seconds,
-                               secret_box=self.box, kube_secret_info=kube_secret_info,
-                               pod_policy=self.pod_policy)
-        self.ctl.start()
+    def record_creates(self) -> list[tuple[str, str]]:
+        """``(kind, name)`` of every object the server creates in the project's namespace from
+        now on, in the order it sends them. No setting of `rlark server` tells what it sends the
+        API server, and the test bed keeps no audit log: each create of that namespace's client
+        is noted on its way, the call itself unchanged."""
+        created: list[tuple[str, str]] = []
+        kube = self.rt.kube
+        send = kube.create
+
+        def create(obj: dict) -> dict:
+            created.append((obj["kind"], obj["metadata"]["name"]))
+            return send(obj)
+
+        kube.create = create
+        return created
 
     def set_secret(self, name: str, data: dict[str, str], project: str = "default") -> dict:
         """``rlark secret set NAME KEY=VALUE...`` in ``project``, as a site administrator."""
         from rlark.services.auth import OPEN_PRINCIPAL
-        from rlark.services.secrets import SecretService
 
-        return SecretService(self.store, self.box).set(OPEN_PRINCIPAL, None, project, name, data)
+        return self.app.state.secrets.set(OPEN_PRINCIPAL, None, project, name, data)
 
     def close(self) -> None:
-        """The server's shutdown: Runs still active are stopped, their Pods deleted (unless
-        ``stop_runs_on_exit`` is off). Closing twice does nothing more."""
+        """The server's shutdown (the app's: its controller's, which stops the active Runs and
+        deletes their Pods unless ``stop_runs_on_exit`` is off, then the runtime's watches),
+        then what a process's exit would end: the store's connections. Closing twice does
+        nothing more."""
         if self._closed:
             return
         self._closed = True
         try:
-            self.ctl.shutdown(grace=10)
+            self._client.__exit__(None, None, None)
         finally:
-            self.rt.shutdown()
             self.store.dispose()
 
     def submit(self, yaml_text: str) -> dict:

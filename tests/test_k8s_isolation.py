@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 
 import pytest
 from sqlalchemy import select, update
@@ -37,7 +38,7 @@ from rlark.ranks import plan_workers  # noqa: E402
 from rlark.runtimes.base import LaunchSpec, WorkerPlace  # noqa: E402
 from rlark.runtimes.kubernetes import render  # noqa: E402
 from rlark.runtimes.kubernetes.client import KubeClient  # noqa: E402
-from rlark.runtimes.kubernetes.podpolicy import PodPolicy, PolicyDenied  # noqa: E402
+from rlark.runtimes.kubernetes.podpolicy import PolicyDenied  # noqa: E402
 from rlark.runtimes.kubernetes.runtime import KubernetesRuntime  # noqa: E402
 from rlark.services.errors import Invalid  # noqa: E402
 from rlark.spec import job_to_dict, load_job  # noqa: E402
@@ -196,12 +197,11 @@ def test_a_job_stored_under_a_laxer_policy_is_refused_at_start_restart_and_retry
         servers, k8s_testbed, k8s_namespace, tmp_path):
     text = one_worker_job("tolerant", TOLERANT, max_restarts=1)
     workers = KwokWorkers(k8s_testbed, k8s_namespace, load_job(text)[0], tmp_path)
-    lax = servers(pod_policy=PodPolicy.checked(tolerations=("rlark.io/reserved",)),
-                  stop_runs_on_exit=False)
+    lax = servers(env={"RLARK_K8S_TOLERATIONS": "rlark.io/reserved"}, stop_runs_on_exit=False)
     lax.submit(text)
     workers.wait_running()
     lax.close()  # an upgrade: the Run carries on; the next server's policy is stricter
-    strict = servers(pod_policy=PodPolicy())
+    strict = servers()  # no RLARK_K8S_TOLERATIONS: none allowed
     # the retry the controller makes itself is refused in the runtime's launch path
     job = fail_the_head_and_wait_for_the_retry(strict, k8s_testbed, k8s_namespace, "tolerant")
     assert (job["phase"], job["reason"]) == ("Failed", "PolicyDenied"), job
@@ -373,6 +373,10 @@ def test_an_upgraded_install_keeps_its_run_in_the_servers_namespace_and_starts_t
         finally:
             ctl.shutdown()
             jobs.store.dispose()
+        # the server's shutdown stops the watches its runtime started, in every namespace
+        wait_for("the server's watches to stop", lambda: not [
+            t.name for t in threading.enumerate() if t.name.startswith("rlark-watch-") and server in t.name],
+            timeout=30)
 
         # a project still mapped to the server's namespace stops the server's start
         store = Store(url)

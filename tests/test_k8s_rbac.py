@@ -68,6 +68,9 @@ spec:
 """
 #: the pool Worker's PVC (a StorageClass nobody provisions) keeps it unscheduled: a long timeout
 POLICY = StatusPolicy(image_pull_grace_seconds=1.0, mount_grace_seconds=1.0, pending_timeout_seconds=600)
+#: the same for the server (rlark.runtimes.kubernetes.settings), and the StorageClass allowed
+SERVER_ENV = {"RLARK_K8S_IMAGE_PULL_GRACE": "1", "RLARK_K8S_MOUNT_GRACE": "1",
+              "RLARK_K8S_PENDING_TIMEOUT": "600", "RLARK_K8S_STORAGE_CLASSES": "csi-s3"}
 
 
 def _docs(path: Path) -> list[dict]:
@@ -122,11 +125,13 @@ def _split(resource: str) -> tuple[str, str]:
 
 
 def run_a_job(tb, ns: str, home: Path, tmp_path: Path) -> str | None:
-    """The server's whole path for one Run: start the watches, preflight, launch (ConfigMap,
-    the Run's Secret, Service, PVC, Pods), follow the head's log, stop, end (delete by label)."""
+    """The server's whole path for one Run: preflight, start the watches of the project's
+    namespace (at the Run's launch: the server's own are in its namespace, rlark), launch
+    (ConfigMap, the Run's Secret, Service, PVC, Pods), follow the head's log, stop, end (delete
+    by label)."""
     try:
-        r = RlarkOnK8s(tb, ns, home, policy=POLICY, pod_policy=PodPolicy.checked(storage_classes=("csi-s3",)))
-    except KubeError as exc:  # the watches were refused: the server does not start
+        r = RlarkOnK8s(tb, ns, home, env=SERVER_ENV)
+    except ValueError as exc:  # what `rlark server` prints before it exits
         return f"start: {exc}"
     try:
         workers = KwokWorkers(tb, ns, load_job(JOB)[0], tmp_path)
@@ -295,9 +300,9 @@ SCENARIOS = {f.__name__: f for f in (run_a_job, launch_again, free_a_leftover_se
 NEEDS = {
     ("namespace", "pods", "create"): ("run_a_job", ["LaunchFailed", 'cannot create resource "pods"']),
     ("namespace", "pods", "get"): ("launch_again", ['cannot get resource "pods"']),
-    ("namespace", "pods", "list"): ("run_a_job", ["start: RLark cannot watch the Pods and Events",
+    ("namespace", "pods", "list"): ("run_a_job", ["LaunchFailed: RLark cannot watch the Pods and Events",
                                                   'cannot list resource "pods"']),
-    ("namespace", "pods", "watch"): ("run_a_job", ["start: RLark cannot watch the Pods and Events",
+    ("namespace", "pods", "watch"): ("run_a_job", ["LaunchFailed: RLark cannot watch the Pods and Events",
                                                    'cannot watch resource "pods"']),
     ("namespace", "pods", "delete"): ("run_a_job", ["StopFailed", 'cannot delete resource "pods"']),
     ("namespace", "pods", "deletecollection"): ("run_a_job", [
@@ -328,9 +333,9 @@ NEEDS = {
     ("namespace", "networkpolicies", "get"): ("launch_again", ['cannot get resource "networkpolicies"']),
     ("namespace", "networkpolicies", "deletecollection"): ("run_a_job", [
         "CleanupFailed", 'cannot deletecollection resource "networkpolicies"']),
-    ("namespace", "events", "list"): ("run_a_job", ["start: RLark cannot watch the Pods and Events",
+    ("namespace", "events", "list"): ("run_a_job", ["LaunchFailed: RLark cannot watch the Pods and Events",
                                                     'cannot list resource "events"']),
-    ("namespace", "events", "watch"): ("run_a_job", ["start: RLark cannot watch the Pods and Events",
+    ("namespace", "events", "watch"): ("run_a_job", ["LaunchFailed: RLark cannot watch the Pods and Events",
                                                      'cannot watch resource "events"']),
     ("rlark-node-reader", "nodes", "list"): ("read_the_inventory", [
         "CapacityUnknown", 'cannot list resource "nodes"', "deploy/kubernetes/rbac.yaml"]),

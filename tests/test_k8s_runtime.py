@@ -39,9 +39,7 @@ from rlark.ranks import plan_workers  # noqa: E402
 from rlark.runtimes.base import LaunchSpec, WorkerPlace  # noqa: E402
 from rlark.runtimes.kubernetes import render  # noqa: E402
 from rlark.runtimes.kubernetes.client import KubeClient  # noqa: E402
-from rlark.runtimes.kubernetes.podpolicy import PodPolicy  # noqa: E402
 from rlark.runtimes.kubernetes.runtime import KubernetesRuntime  # noqa: E402
-from rlark.runtimes.kubernetes.status import StatusPolicy  # noqa: E402
 from rlark.services.errors import Invalid  # noqa: E402
 from rlark.spec import load_job  # noqa: E402
 
@@ -63,22 +61,14 @@ def job_yaml(name: str = "ppo", *, pool: int = 2, head_gpus: int = 1, pool_extra
             f"  roles:\n{roles}")
 
 
+#: a Pod the scheduler refuses fails its Run as Unschedulable after 2 s (the default of the
+#: tests' servers is longer: a busy test bed's scheduler may take that long to bind any Pod)
+SOON_UNSCHEDULABLE = {"RLARK_K8S_PENDING_TIMEOUT": "2"}
+
 PVC_MOUNT = """      mounts:
         - {name: models, type: objectStorage, source: "s3://models/llama", mountPath: /models,
            readOnly: true, kubernetes: {storageClass: csi-s3, size: 100Gi}}
 """
-
-
-class Recording(KubeClient):
-    """The real API layer that also keeps the order of its creates (what RLark sent, in order)."""
-
-    def __init__(self, api, namespace: str):
-        super().__init__(api, namespace)
-        self.created: list[tuple[str, str]] = []
-
-    def create(self, obj: dict) -> dict:
-        self.created.append((obj["kind"], obj["metadata"]["name"]))
-        return super().create(obj)
 
 
 @pytest.fixture
@@ -114,18 +104,17 @@ def owner_uid(obj) -> str | None:
 
 def test_a_run_creates_its_configmap_then_owned_objects_then_pods_and_the_garbage_collector_removes_them(
         rlark, k8s_testbed, k8s_namespace):
-    kube = Recording(k8s_testbed.core_v1(), k8s_namespace)
     # a long pending timeout: the PVC of a StorageClass nobody provisions keeps the pool unscheduled
-    r = rlark(kube=kube, policy=StatusPolicy(pending_timeout_seconds=600),
-              pod_policy=PodPolicy.checked(storage_classes=("csi-s3",)))
+    r = rlark(env={"RLARK_K8S_PENDING_TIMEOUT": "600", "RLARK_K8S_STORAGE_CLASSES": "csi-s3"})
+    created = r.record_creates()
     r.submit(job_yaml(pool_extra=PVC_MOUNT))
     r.wait_phase("ppo", "Starting")
     # the Run is Starting once its plan is committed, before its launch calls: wait for them
-    wait_for("the launch of all three Workers", lambda: len(kube.created) >= 8)
+    wait_for("the launch of all three Workers", lambda: len(created) >= 8)
     uid = r.run_row("ppo").uid
     cm = f"ppo-run-{uid}"
     # the Run's Ray token Secret (render.render_ray_secret) comes right after its owner
-    assert kube.created == [("ConfigMap", cm), ("Secret", f"{cm}-ray"), ("Service", "ppo-head"),
+    assert created == [("ConfigMap", cm), ("Secret", f"{cm}-ray"), ("Service", "ppo-head"),
                             ("NetworkPolicy", cm),
                             ("PersistentVolumeClaim", f"ppo-pool-models-{uid}"),
                             ("Pod", "ppo-head-0"), ("Pod", "ppo-pool-0"), ("Pod", "ppo-pool-1")]
@@ -240,7 +229,7 @@ def test_more_gpus_than_any_node_is_refused_by_the_preflight_and_unschedulable_w
         rlark().submit(text)
     finding = next(f for f in e.value.findings if f.code == "ExceedsNodeCapacity")
     assert "no node has 8 nvidia.com/gpu; the largest allocatable is 4" in finding.message
-    r = rlark(preflight=False)  # past the preflight, the scheduler says no
+    r = rlark(preflight=False, env=SOON_UNSCHEDULABLE)  # past the preflight, the scheduler says no
     r.submit(text)
     job = r.wait_ended("ppo")
     assert (job["phase"], job["reason"]) == ("Failed", "Unschedulable"), job
@@ -252,7 +241,7 @@ def test_node_selector_and_tolerations_are_honoured(rlark, k8s_testbed, k8s_name
     selector = f"      nodeSelector: {{{RESERVED_LABEL[0]}: {RESERVED_LABEL[1]}}}\n"
     tolerate = (f"      kubernetes:\n        tolerations: [{{key: {key!r}, operator: Equal, "
                 f"value: {value!r}, effect: {effect}}}]\n")
-    r = rlark(pod_policy=PodPolicy.checked(tolerations=(f"{key}={value}:{effect}",)))
+    r = rlark(env={"RLARK_K8S_TOLERATIONS": f"{key}={value}:{effect}"})
     r.submit(job_yaml(pool=1, pool_extra=selector + tolerate))
     pod = wait_for("ppo-pool-0 bound", lambda: (p := pod_named(k8s_testbed, k8s_namespace, "ppo-pool-0"))
                    and p.spec.node_name and p)
@@ -261,7 +250,7 @@ def test_node_selector_and_tolerations_are_honoured(rlark, k8s_testbed, k8s_name
     with pytest.raises(Invalid) as e:
         r.submit(job_yaml("plain", pool=1, pool_extra=selector))
     assert any(f.code == "NoEligibleNode" and "taint" in f.message for f in e.value.findings)
-    r2 = rlark(preflight=False)
+    r2 = rlark(preflight=False, env=SOON_UNSCHEDULABLE)
     r2.submit(job_yaml("plain", pool=1, pool_extra=selector))
     job = r2.wait_ended("plain")
     assert (job["phase"], job["reason"]) == ("Failed", "Unschedulable"), job
@@ -269,7 +258,7 @@ def test_node_selector_and_tolerations_are_honoured(rlark, k8s_testbed, k8s_name
 
 
 def test_a_pvc_that_does_not_exist_is_reported(rlark):
-    r = rlark()
+    r = rlark(env=SOON_UNSCHEDULABLE)
     r.submit(job_yaml(pool=1, pool_extra="      mounts:\n        - {name: data, type: pvc, "
                                            "source: no-such-claim, mountPath: /data}\n"))
     job = r.wait_ended("ppo")

@@ -212,9 +212,13 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     if leader_elect:
         controller = _leadership(store, opened, lock, stop_runs, box, metrics)
     else:
+        def on_shutdown() -> None:  # as a leader's: what the runtime started stops with it
+            opened.shutdown(opened.runtime)
+            lock.release()
+
         # acts only while this server holds the store's lock: a PostgreSQL restart takes the
         # lock away, and another server may have taken the store before this one gets it back
-        controller = Controller(store, opened.runtime, on_shutdown=lock.release,
+        controller = Controller(store, opened.runtime, on_shutdown=on_shutdown,
                                 stop_runs_on_exit=stop_runs, secret_box=box, may_act=lock.held,
                                 on_timing=metrics.observe_controller)
     policy = policy or SecurityPolicy()

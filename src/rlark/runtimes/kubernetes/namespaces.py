@@ -70,9 +70,20 @@ class ProjectNamespaces:
             return rt
 
     def _owner(self, ref: WorkerRef, namespace: str | None = None) -> KubernetesRuntime:
-        """The runtime of the namespace the handle names, else of ``namespace``."""
-        ns = ref.handle.split("/", 1)[0] if ref.handle and "/" in ref.handle else namespace
-        return self.runtime_for(ns)
+        """The runtime of the namespace the handle names; for a Worker without a handle (its
+        launch failed: its Pod was tracked, never made) and no ``namespace``, the started
+        runtime that tracks its Pod for its Run; else that of ``namespace`` (None: the
+        server's). A Worker's name alone says nothing of its namespace: Workers of the same
+        name run in other projects' namespaces."""
+        if ref.handle and "/" in ref.handle:
+            return self.runtime_for(ref.handle.split("/", 1)[0])
+        if namespace is None:
+            with self._lock:
+                started = list(self._by_ns.values())
+            for rt in started:
+                if rt.tracks(ref):
+                    return rt
+        return self.runtime_for(namespace)
 
     @property
     def namespaces(self) -> list[str]:

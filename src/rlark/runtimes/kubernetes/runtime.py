@@ -839,6 +839,14 @@ class KubernetesRuntime:
         owner = run_uid or self._owners.get(name)
         return owner is None or labels.get(render.LABEL_RUN) == owner
 
+    def tracks(self, ref: WorkerRef) -> bool:
+        """Whether this runtime tracks the Worker's Pod for the Worker's Run (:meth:`track_pod`
+        with its ``run_uid``), e.g. one whose launch failed before the Pod was made."""
+        name = self._pod_name(ref)
+        with self._lock:
+            return (ref.run_uid is not None and name in self._created
+                    and self._owners.get(name) == ref.run_uid)
+
     def held_by_another(self, name: str) -> bool:
         """Whether the watch cache holds a Pod ``name`` that is not the tracked Worker's
         (:meth:`_mine`): another Job's or Run's, or not made by RLark."""
