@@ -68,3 +68,27 @@ def test_a_log_level_that_is_none_is_refused():
                        text=True, timeout=60)
     assert r.returncode == 1
     assert "--log-level 'chatty' is not a level; use debug, info, warning, error, critical" in r.stderr
+
+
+def test_a_first_start_with_nowhere_to_keep_the_admins_token_stops_and_frees_the_store(rlark_home, monkeypatch):
+    """build_app with authentication on, no RLARK_ADMIN_TOKEN and no address to store the new
+    administrator's token for: refused before anything is created, and the store's lock and the
+    runtime are released (the next start on the same store goes through)."""
+    import pytest
+
+    from rlark.server import build_app
+    from rlark.store import Store, UserRow
+
+    monkeypatch.delenv("RLARK_ADMIN_TOKEN", raising=False)
+    url = f"sqlite:///{rlark_home / 'rlark.db'}"
+    with pytest.raises(ValueError, match="RLARK_ADMIN_TOKEN"):
+        build_app(database_url=url)
+    store = Store(url)
+    try:
+        with store.session() as s:
+            assert s.query(UserRow).count() == 0  # no administrator whose token is lost
+    finally:
+        store.dispose()
+    app = build_app(database_url=url, admin_urls=["http://127.0.0.1:18999"])  # the lock is free
+    assert app.state.auth.has_users()
+    app.state.controller.shutdown()

@@ -84,8 +84,17 @@ def bootstrap_admin(auth: AuthService, urls: list[str]) -> None:
     for ``urls`` (``RLARK_ADMIN_TOKEN`` gives the token instead, e.g. from a Secret). Later
     starts on another address: a token of the credentials file that this store still accepts
     is stored for the new ``urls`` too, so the CLI on this machine keeps working. The token
-    itself is never logged."""
+    itself is never logged.
+
+    Raises:
+        ValueError: a first start with neither ``RLARK_ADMIN_TOKEN`` nor ``urls``: the new
+            administrator's token would be kept nowhere; or RLARK_ADMIN_TOKEN is unusable.
+    """
     given = os.environ.pop("RLARK_ADMIN_TOKEN", None) or None  # no child process inherits it
+    if given is None and not urls and not auth.has_users():
+        raise ValueError("the first start creates the site administrator, and its token must be "
+                         "kept somewhere: set RLARK_ADMIN_TOKEN, or serve on an address "
+                         "(`rlark server --host/--port`) whose credentials entry the CLI reads")
     token = auth.bootstrap(given)
     if token is None:
         _carry_token_to(auth, urls)
@@ -200,6 +209,11 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
             from rlark.services.accounts import check_projects_for
 
             check_projects_for(store, opened.namespace)
+        auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),
+                           login_rate=os.environ.get("RLARK_LOGIN_RATE") or "10/5 minutes")
+        policy = policy or SecurityPolicy()
+        if policy.auth:  # before the controller: a start that cannot keep the token stops here
+            bootstrap_admin(auth, admin_urls or [])
     except BaseException:
         if lock is not None:
             lock.release()
@@ -221,15 +235,10 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
         controller = Controller(store, opened.runtime, on_shutdown=on_shutdown,
                                 stop_runs_on_exit=stop_runs, secret_box=box, may_act=lock.held,
                                 on_timing=metrics.observe_controller)
-    policy = policy or SecurityPolicy()
     opened.started(many_users(store, server_url, policy))
     service = JobService(store, controller.wake, runtime=runtime, namespace=opened.namespace,
                          secret_box=box, isolation=opened.profile.isolation,
                          quota_defaults=quota_defaults, profile=opened.profile)
-    auth = AuthService(store, session_hours=settings.positive_float_env("RLARK_SESSION_HOURS", 12.0),
-                       login_rate=os.environ.get("RLARK_LOGIN_RATE") or "10/5 minutes")
-    if policy.auth:
-        bootstrap_admin(auth, admin_urls or [])
     return create_app(service, controller, policy=policy, auth=auth, secret_box=box,
                       metrics=metrics)
 

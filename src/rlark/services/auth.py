@@ -199,6 +199,11 @@ class AuthService:
         except IntegrityError:  # another replica, starting at the same time, made it first
             return None
 
+    def has_users(self) -> bool:
+        """Whether any user exists (False: :meth:`bootstrap` would create the administrator)."""
+        with self.store.session() as s:
+            return s.scalar(select(UserRow.id).limit(1)) is not None
+
     def _create_admin(self, admin_token: str | None) -> str | None:
         with self.store.session() as s:
             if s.scalar(select(UserRow.id).limit(1)) is not None:
