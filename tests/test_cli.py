@@ -27,8 +27,7 @@ from sqlalchemy import select
 from rlark.spec import json_schema
 from rlark.store import Base, JobRow, ProjectRow, RunRow, Store, WorkerRow
 from tests.server import AppServer, free_port, ray_tmp_dir
-from tests.streams import ArrivingLines
-from tests.test_api import BAD_JOB_YAML, job_yaml, set_run_state, set_worker_logs, snapshot
+from tests.test_api import BAD_JOB_YAML, job_yaml, set_worker_logs, snapshot
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -764,62 +763,6 @@ def test_logs(server, files):
     assert "demo-head-0 (rank 0, role head)" in line and "demo-pool-1 (rank 2, role pool)" in line
     bad = server.cli("logs", "demo", "--tail", "-1")
     assert bad.returncode == 1 and "tail='-1'" in error_line(bad)
-
-
-@pytest.fixture
-def bare_server(rlark_home):
-    """The API and console alone (no controller) on a fresh store, for the one test that still
-    moves its Run by writing rows."""
-    from rlark.services.jobs import JobService
-    from tests.server import ThreadedServer
-
-    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
-    live = ThreadedServer(JobService(store)).start()
-    live.store = store  # type: ignore[attr-defined]
-    live.cli = lambda *args, **kw: rlark(*args, **{"env": cli_env(RLARK_SERVER=live.url), **kw})  # type: ignore[attr-defined]
-    yield live
-    live.stop()
-    store.dispose()
-
-
-@pytest.mark.timeout(120)
-def test_logs_follow_ends_when_the_workers_are_released(bare_server, files, tmp_path):
-    """``logs --follow`` prints what the logs hold, then what is appended while it follows, and
-    ends once the Workers are released. The new line is written only after the follower has
-    printed what came before it, so it can only come through following.
-
-    Still against the app without a controller, its Run moved on by writing rows: following a
-    real Run's Workers is left to a Ray test not written yet (issue 20 item 4)."""
-    server = bare_server
-    server.cli("submit", str(files["good"]))
-    paths = set_worker_logs(server.store, "demo", {"demo-head-0": ["h1"], "demo-pool-0": ["p1"]})
-    set_run_state(server.store, "demo", "Running")
-
-    stderr = tmp_path / "follow.stderr"
-    with open(stderr, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "rlark.cli", "logs", "demo", "--follow"],
-                                stdout=subprocess.PIPE, stderr=err, text=True,
-                                env=cli_env(RLARK_SERVER=server.url))
-    try:
-        out = ArrivingLines((line.rstrip("\n") for line in proc.stdout), "rlark logs --follow")
-        held = out.take(2, "the lines the logs held when the follow began")
-        assert sorted(held) == ["[demo-head-0] h1", "[demo-pool-0] p1"]
-        with open(paths["demo-head-0"], "a") as f:
-            f.write("h2\n")
-        assert out.take(1, "h2, appended after the follower printed h1 and p1") == ["[demo-head-0] h2"]
-        assert proc.poll() is None  # still following: the Workers still run
-        set_run_state(server.store, "demo", "Succeeded", released=True)
-        assert out.rest("its end once the Workers were released") == []
-        assert proc.wait(timeout=10) == 0, stderr.read_text()
-        assert "Traceback" not in stderr.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    one = server.cli("logs", "demo", "-f", "--rank", "0", timeout=60)
-    assert one.returncode == 0 and one.stdout.splitlines() == ["h1", "h2"]
-    ghost = server.cli("logs", "demo", "-f", "--worker", "ghost", timeout=60)
-    assert ghost.returncode == 1 and "no Worker of 'demo'" in error_line(ghost)
 
 
 def test_server_flag_and_env_are_honoured(server, files):

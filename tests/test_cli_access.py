@@ -1,7 +1,10 @@
 """``rlark login/logout/whoami``, ``user``, ``token``, ``project``, ``audit`` and the project of
-Job commands: the real command in a subprocess against a real HTTP server with authentication
-on (the app without a controller, as in test_cli.py), each person with their own
-``$RLARK_HOME``. Also ``rlark server --no-auth``: refused beyond loopback, loud on loopback.
+Job commands: the real command in a subprocess against the server ``rlark server`` builds
+(tests/server.py AppServer: authentication on, local runtime, controller running), each person
+with their own ``$RLARK_HOME``. The Jobs here have one Worker that prepares for as long as the
+test lasts (:func:`preparing_job_yaml`): the controller launches it and ``rlark stop`` ends it
+as on any server, and it never starts a Ray node. Also ``rlark server --no-auth``: refused
+beyond loopback, loud on loopback.
 """
 
 from __future__ import annotations
@@ -21,11 +24,8 @@ import pytest
 import yaml
 
 from rlark.cli import credentials
-from rlark.services.jobs import JobService
-from rlark.store import Store
 from tests.access import make_user
-from tests.server import ThreadedServer, free_port
-from tests.test_api import job_yaml
+from tests.server import AppServer, free_port
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -69,16 +69,29 @@ def table(stdout: str) -> list[list[str]]:
     return [re.split(r"\s{2,}", line.strip()) for line in stdout.splitlines() if line.strip()]
 
 
-class Site:
-    """A server with authentication on; ``admin`` runs ``rlark`` as the site administrator
-    (the token the server's first start stored), ``person(name)`` as someone else."""
+def preparing_job_yaml(name: str) -> str:
+    """One Worker whose prepare script outlasts the test: launched by the controller (its Worker
+    preparing, a Run to stop), never as far as a Ray node; a tenth of a CPU, so two fit beside
+    each other and beside other tests' Workers."""
+    doc = {"apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": name},
+           "spec": {"headRole": "head", "runScript": "true", "terminationGracePeriodSeconds": 5,
+                    "roles": [{"name": "head", "image": "docker.io/rlinf/rlinf:0.3.0",
+                               "resources": {"cpu": 0.1, "memory": "256Mi"},
+                               "prepareScript": "sleep 3600"}]}}
+    return yaml.safe_dump(doc)
 
-    def __init__(self, store: Store, home: Path, tmp: Path):
-        self.store = store
+
+class Site:
+    """The server ``rlark server`` builds, authentication on; ``admin`` runs ``rlark`` as the
+    site administrator (the token the server's first start stored), ``person(name)`` as
+    someone else."""
+
+    def __init__(self, server: AppServer, home: Path, tmp: Path):
+        self.server = server
+        self.store = server.store
         self.home = home
         self.tmp = tmp
-        self.server = ThreadedServer(JobService(store)).start()
-        self.url = self.server.url
+        self.url = server.url
 
     def admin(self, *args: str, **kw) -> subprocess.CompletedProcess:
         return rlark(*args, env=env_for(self.home, RLARK_SERVER=self.url), **kw)
@@ -99,17 +112,17 @@ class Site:
 
     def job_file(self, name: str = "demo") -> Path:
         path = self.tmp / f"{name}.yaml"
-        path.write_text(job_yaml(name))
+        path.write_text(preparing_job_yaml(name))
         return path
 
 
 @pytest.fixture
 def site(rlark_home, tmp_path):
-    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
-    s = Site(store, rlark_home, tmp_path)
-    yield s
-    s.server.stop()
-    store.dispose()
+    server = AppServer(rlark_home).start()
+    try:
+        yield Site(server, rlark_home, tmp_path)
+    finally:
+        server.stop()  # and every Run the test left active
 
 
 # --- help ---------------------------------------------------------------------------------------

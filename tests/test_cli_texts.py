@@ -3,12 +3,15 @@ language comes from ``RLARK_LANG``, else the POSIX locale (``LC_ALL``, ``LC_MESS
 ``LANG``); Chinese output has no English left (tests/english.py says what may stay), English
 output is what it always was.
 
-The CLI as a subprocess against the API served by uvicorn (tests/server.py ThreadedServer, no
-controller): the Job is put in the state a controller leaves a failed Run in (its message with
-the Worker's last lines, conditions, a Finding, Events), as tests/test_console.py does.
+The CLI as a subprocess against the server ``rlark server`` builds (tests/server.py AppServer,
+its controller running), on a Job whose Runs really failed (the message with the Worker's last
+lines, a Finding, Events, the run history); only the Run's conditions are written into its rows
+(the ``live`` fixture says why).
 """
 
 from __future__ import annotations
+
+import socket
 
 import pytest
 import yaml
@@ -16,7 +19,7 @@ import yaml
 from rlark.cli.base import output_language
 from tests.english import english_words
 from tests.test_cli import cli_env, rlark
-from tests.test_console import finish, job_doc, observe
+from tests.test_console import job_doc, observe
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -33,39 +36,53 @@ def test_the_language_comes_from_rlark_lang_then_the_locale(environ, language):
     assert output_language(environ) == language
 
 
-#: identifiers describe shows: the Job's names, user and project, signal names, and the record
-#: checks' ids (code in the console)
+#: identifiers describe shows: the Job's names, user and project, signal names, the record
+#: checks' ids (code in the console) and the machine the Workers ran on
 NAMES = {"zhcli", "zhcli-head-0", "zhcli-pool-0", "head", "pool", "default", "admin", "A",
-         "SIGTERM", "SIGKILL", *__import__("rlark.record.checks", fromlist=["ITEMS"]).ITEMS}
+         "SIGTERM", "SIGKILL", *__import__("rlark.record.checks", fromlist=["ITEMS"]).ITEMS,
+         socket.gethostname(), socket.gethostname().split(".")[0]}
 TAIL = "ValueError: no such file"  # the Worker's own last line: shown as written
+
+
+def failing_job_yaml() -> str:
+    """Two Workers; the head's prepare script prints :data:`TAIL` and exits 4 (the Run fails
+    PrepareFailed, with the Worker's last lines, before any Ray node starts), the pool's waits
+    until the controller ends it with the Run. ``A`` set twice: a Finding."""
+    doc = yaml.safe_load(job_doc("zhcli"))
+    head, pool = doc["spec"]["roles"]
+    head["env"] = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]
+    head["prepareScript"] = f'echo "{TAIL}"; exit 4'
+    pool["prepareScript"] = "sleep 3600"
+    doc["spec"]["terminationGracePeriodSeconds"] = 5
+    return yaml.safe_dump(doc)
 
 
 @pytest.fixture
 def live(rlark_home):
-    from rlark.services.jobs import JobService
-    from rlark.store import JobRow, RunRow, Store
-    from tests.server import ThreadedServer
+    """The server ``rlark server`` builds (tests/server.py AppServer, its controller running)
+    with Job ``zhcli`` failed twice for real (run 1, then run 2 after a restart)."""
+    from tests.server import AppServer
 
-    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
-    service = JobService(store)
-    doc = yaml.safe_load(job_doc("zhcli"))
-    doc["spec"]["roles"][0]["env"] = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]
-    service.create(yaml.safe_dump(doc))
-    service.restart("zhcli")
-    observe(service, "zhcli")
-    finish(service, "zhcli", "Failed", "PrepareFailed",
-           "Worker zhcli-head-0 (rank 0, role head): prepare script exited with code 4\n"
-           "last lines of zhcli-head-0:\n" + TAIL)
-    with store.session() as s:  # ended: the record is read, as describe does for a finished Run
-        job = s.query(JobRow).filter_by(name="zhcli").one()
-        run = s.get(RunRow, job.current_run_id)
-        run.started_at = run.finished_at = run.created_at
-        run.exit_code = 4
-    server = ThreadedServer(service).start()
-    yield server
-    server.stop()
-    store.dispose()
-
+    app = AppServer(rlark_home).start()
+    try:
+        r = app.http.post("/api/v1/jobs", content=failing_job_yaml().encode(),
+                          headers={"Content-Type": "application/yaml"})
+        assert r.status_code == 201, r.text
+        app.wait_for("zhcli", "run 1 Failed", lambda j: j["phase"] == "Failed")
+        assert app.http.post("/api/v1/jobs/zhcli/restart").status_code == 200
+        job = app.wait_for("zhcli", "run 2 Failed, its Workers released",
+                           lambda j: j["currentRun"]["number"] == 2 and j["phase"] == "Failed"
+                           and all(w["finishedAt"] for w in j["currentRun"]["workers"]))
+        assert job["reason"] == "PrepareFailed", (job["reason"], job["message"])
+        # The one thing written into the rows: the conditions a pass leaves when it failed
+        # (ReconcileError/ReconcileFailed: the controller's own call to the runtime raising, e.g.
+        # the Kubernetes API server gone), which no Run reaches on purpose, and AllJoined/HeadReady
+        # at fixed times beside it, which a Run failed in its prepare script never gets. Written
+        # after the Run ended: the controller leaves an ended Run's rows alone.
+        observe(app.jobs, "zhcli")
+        yield app
+    finally:
+        app.stop()
 
 
 def test_describe_get_and_events_in_chinese(live):
