@@ -689,17 +689,10 @@ k8s_real_node = make_k8s_testbed_fixture(*REAL_NODE_UP_ARGS)
 
 
 def wait_for(what: str, predicate, timeout: float = K8S_WAIT_SECONDS, interval: float = 0.1):
-    """Poll ``predicate`` until it returns something truthy and return that; fail naming
-    ``what`` (and the last value seen) at the deadline."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        last = predicate()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})", pytrace=False)
-        time.sleep(interval)
+    """:func:`tests.waits.wait_until`, bounded by the test bed's K8S_WAIT_SECONDS by default."""
+    from tests.waits import wait_until
+
+    return wait_until(what, predicate, timeout, interval)
 
 
 @contextmanager

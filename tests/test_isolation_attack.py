@@ -23,7 +23,7 @@ from sqlalchemy import select
 from rlark.secretbox import SecretBox
 from rlark.store import RunRow, Store
 from tests.access import make_user
-from tests.server import RlarkServer, ray_tmp_dir
+from tests.server import RlarkServer, ray_tmp_dir, serve
 
 pytestmark = pytest.mark.ray
 
@@ -91,11 +91,7 @@ exit 1
 def server(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    srv = RlarkServer(home, {"RLARK_RAY_TMP": ray_tmp_dir()}).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    yield from serve(home)
 
 
 def as_user(server: RlarkServer, token: str):

@@ -33,7 +33,7 @@ import yaml
 
 from tests.k8s_real import SMALL, WAIT, RealRlark, one_worker, quickstart_copy, wait_until
 from tests.k8s_testbed import REAL_NODE, setup_timeout
-from tests.server import RlarkServer, ray_tmp_dir
+from tests.server import serve
 
 kubernetes = pytest.importorskip("kubernetes")
 
@@ -231,11 +231,7 @@ def local_server(tmp_path):
     """A real ``rlark server`` on the local runtime, for the same Jobs."""
     home = tmp_path / "local-home"
     home.mkdir()
-    srv = RlarkServer(home, {"RLARK_RAY_TMP": ray_tmp_dir()}).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    yield from serve(home)
 
 
 def test_the_same_jobs_on_the_local_runtime_and_the_real_node_tell_the_same_story(real, local_server):

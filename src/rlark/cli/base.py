@@ -119,9 +119,19 @@ err = _console(stderr=True)
 ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER",
                          help=f"RLark server URL (default: the one `rlark login` stored, else "
                               f"{settings.DEFAULT_SERVER}).")
-ProjectOpt = typer.Option(None, "--project", "-p", envvar="RLARK_PROJECT",
-                          help="Project of the Job (default: the one `rlark project use` chose "
-                               "for this server, else default).")
+
+
+def project_option(what: str) -> Any:
+    """``--project/-p`` (``$RLARK_PROJECT``) for a command about ``what`` (``the Job``, ``the
+    secrets``...), defaulting as every command does."""
+    return typer.Option(None, "--project", "-p", envvar="RLARK_PROJECT",
+                        help=f"Project of {what} (default: the one `rlark project use` chose "
+                             "for this server, else default).")
+
+
+ProjectOpt = project_option("the Job")
+#: ``-o`` of the commands that list or show one kind of thing
+OutputOpt = typer.Option("text", "--output", "-o", metavar="FORMAT", help="text, json or yaml")
 PHASE_STYLE: dict[str, str] = {
     Phase.Succeeded: "green", WorkerPhase.Completed: "green", Phase.Failed: "red",
     WorkerPhase.Terminated: "dim", Phase.Running: "cyan", Phase.Starting: "yellow",

@@ -21,11 +21,9 @@ secret_app = typer.Typer(
     help="Secrets of a project, for env[].valueFrom.secretKeyRef (values are never shown).",
     no_args_is_help=True)
 
-OutputOpt = typer.Option("text", "--output", "-o", metavar="FORMAT", help="text, json or yaml")
-ProjectOpt = typer.Option(None, "--project", "-p", envvar="RLARK_PROJECT",
-                          help="Project of the secrets (default: the one `rlark project use` "
-                               "chose for this server, else default).")
-ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER", help="RLark server URL.")
+OutputOpt = base.OutputOpt
+ProjectOpt = base.project_option("the secrets")
+ServerOpt = base.ServerOpt
 
 def _fail(message: str) -> NoReturn:
     base._fail(message)

@@ -17,11 +17,9 @@ from rlark.cli import access, base
 volume_app = typer.Typer(help="Volumes of a project, for pvc mounts (the local runtime's).",
                          no_args_is_help=True)
 
-OutputOpt = typer.Option("text", "--output", "-o", metavar="FORMAT", help="text, json or yaml")
-ProjectOpt = typer.Option(None, "--project", "-p", envvar="RLARK_PROJECT",
-                          help="Project of the volumes (default: the one `rlark project use` "
-                               "chose for this server, else default).")
-ServerOpt = typer.Option(None, "--server", "-s", envvar="RLARK_SERVER", help="RLark server URL.")
+OutputOpt = base.OutputOpt
+ProjectOpt = base.project_option("the volumes")
+ServerOpt = base.ServerOpt
 
 
 def size_text(n: int) -> str:
