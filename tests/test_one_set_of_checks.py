@@ -24,7 +24,7 @@ from rlark.services.jobs import JobService
 from rlark.store import EventRow, JobRow, RunRow, Store
 from tests.server import free_port
 from tests.test_api import job_yaml
-from tests.test_cli import LiveServer, cli_env, error_line, rlark, serve_live
+from tests.test_cli import ApiOnlyServer, cli_env, error_line, rlark, serve_api_only
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -68,7 +68,7 @@ def dead_server() -> str:
 
 @pytest.fixture
 def server(rlark_home):
-    yield from serve_live(rlark_home)
+    yield from serve_api_only(rlark_home)
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ def test_validate_check_api_console_and_submit_give_the_same_findings(server, jo
     assert text.returncode == 1 and f"invalid: {file} (2 errors)" in text.stdout
 
 
-def server_http(server: LiveServer):
+def server_http(server: ApiOnlyServer):
     import httpx
 
     return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"},

@@ -474,9 +474,9 @@ def test_api_diff_and_schema(api):
 
 @pytest.fixture
 def live(rlark_home):
-    from tests.test_cli import serve_live
+    from tests.test_cli import serve_api_only
 
-    yield from serve_live(rlark_home)
+    yield from serve_api_only(rlark_home)
 
 
 def test_cli_record_diff_schema_and_describe(live):

@@ -16,12 +16,12 @@ from rlark.services.jobs import JobService
 from rlark.record.finish import record_condition
 from rlark.store import JobRow, RunRow
 from tests.test_api import job_yaml, set_run_state
-from tests.test_cli import serve_live
+from tests.test_cli import serve_api_only
 
 
 @pytest.fixture
 def live(rlark_home):
-    yield from serve_live(rlark_home)
+    yield from serve_api_only(rlark_home)
 
 
 def store_final_record(store, name: str) -> None:

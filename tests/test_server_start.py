@@ -92,3 +92,17 @@ def test_a_first_start_with_nowhere_to_keep_the_admins_token_stops_and_frees_the
     app = build_app(database_url=url, admin_urls=["http://127.0.0.1:18999"])  # the lock is free
     assert app.state.auth.has_users()
     app.state.controller.shutdown()
+
+
+def test_a_servers_composer_jail_ends_with_the_server(rlark_home):
+    """The local runtime runs the RLinf composer in a jail of the process (set when the server
+    starts); the server's shutdown takes it away, so an app built later in the same process (or
+    the services without a server) does not compose through a runtime that is gone."""
+    from rlark.rlinf_config import isolated
+    from rlark.server import build_app
+
+    app = build_app(database_url=f"sqlite:///{rlark_home / 'rlark.db'}",
+                    admin_urls=["http://127.0.0.1:18998"])
+    assert isolated._jail is not None
+    app.state.controller.shutdown()
+    assert isolated._jail is None

@@ -23,7 +23,7 @@ from sqlalchemy import select
 from rlark.record.build import build_record
 from rlark.store import JobRow, RunRow
 from tests.test_api import job_yaml, set_run_state, set_worker_logs
-from tests.test_cli import serve_live
+from tests.test_cli import serve_api_only
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -52,7 +52,7 @@ def server(rlark_home, monkeypatch):
     # times below hold anywhere
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
-    yield from serve_live(rlark_home)
+    yield from serve_api_only(rlark_home)
 
 
 @pytest.fixture

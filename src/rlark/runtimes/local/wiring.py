@@ -61,7 +61,14 @@ def open_local(worker_isolation: str | None = None) -> Opened:
         log_identity(runtime.identity)
         set_jail(runtime.composer_jail)  # the composer reads what the Workers may
 
+    def shutdown(_runtime) -> None:
+        """The jail is this process's: it ends with the server that set it (an app built again
+        in the same process, as tests do, sets its own)."""
+        from rlark.rlinf_config.isolated import set_jail
+
+        set_jail(None)
+
     profile = LocalProfile(isolation={**runtime.isolation.view(),
                                       "identity": runtime.identity.view()},
                            runtime_checks=runtime.preflight, path_reachable=runtime.path_reachable)
-    return Opened(runtime=runtime, profile=profile, started=started)
+    return Opened(runtime=runtime, profile=profile, started=started, shutdown=shutdown)
