@@ -155,3 +155,40 @@ def test_stored_rows_become_a_timeline():
     assert pool["spans"] == [{"phase": "Pending", "start": T0, "end": T0 + 30}]
     assert pool["failure"] == {"reason": "", "message": "no such interpreter", "at": None}
     assert tl["end"] == T0 + 30 and tl["phase"] == "Failed"
+
+
+def test_the_text_chart_has_a_row_per_worker_scaled_to_the_width_and_names_the_slowest():
+    from rlark.cli.timeline import BARS, chart_lines
+    from rlark.console.i18n import Translator
+
+    head = joined_worker("j-head-0", 0, "head", 5, head=True, AllJoined=20.5, running=21,
+                         run_finished=60, exit=61)
+    slow = joined_worker("j-pool-1", 2, "pool", 20, stopped=60.5, exit=63)
+    broken = WorkerLife(name="j-pool-0", role="pool", rank=1,
+                        times={"keeper": T0 + 1, "failed": T0 + 30, "exit": T0 + 31},
+                        failure={"reason": "NodeLost", "message": "gone", "at": T0 + 30})
+    tl = build_timeline(RunLife(number=3, created=T0, finished=T0 + 64, phase="Failed"),
+                        [head, slow, broken], now=T0 + 100)
+    for width in (80, 160):
+        lines = [line.plain for line in chart_lines(tl, width)]
+        # rows and axis fit (the legend and the call-outs may wrap)
+        assert all(len(line) <= width for line in lines[:-3]), lines
+        rows = {line.split()[1]: line for line in lines
+                if len(line.split()) > 1 and line.split()[1].startswith("j-")}
+        assert set(rows) == {"j-head-0", "j-pool-0", "j-pool-1"}
+        assert lines.index("head") < lines.index(rows["j-head-0"]) < lines.index("pool")
+        assert lines.index("pool") < lines.index(rows["j-pool-0"]) < lines.index(rows["j-pool-1"])
+        # every phase the head went through is drawn in its own character (a span narrower
+        # than a column may hide under the next: at 160 columns none is); the barrier column
+        # is at the same place in every row; the failure is marked and named
+        if width == 160:
+            assert all(BARS[p][0] in rows["j-head-0"] for p in PHASES), rows["j-head-0"]
+        assert len({row.index("|") for row in rows.values()}) == 1
+        assert "!" in rows["j-pool-0"] and rows["j-pool-0"].rstrip().endswith("NodeLost")
+        assert lines[-2].startswith("Slowest to join: j-pool-1 (rank 2, role pool)")
+        assert "15.0 s after the first" in lines[-2]
+        assert lines[-1] == "Ray node never came up: j-pool-0"
+    # scaled to the width: the head's Running bar grows with it
+    assert chart_lines(tl, 160)[2].plain.count("#") > chart_lines(tl, 80)[2].plain.count("#")
+    zh = [line.plain for line in chart_lines(tl, 100, Translator("zh-CN"))]
+    assert zh[-2].startswith("最慢加入：j-pool-1")
