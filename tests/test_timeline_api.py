@@ -15,7 +15,7 @@ from tests.test_api import app, client, create, rejected  # noqa: F401 (fixtures
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-T0 = 1_800_000_000.0
+T0 = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
 
 
 def give_moments(store, name: str, moments: dict[str, dict[str, float]]) -> None:
@@ -61,3 +61,31 @@ def test_a_runs_timeline_names_the_slowest_worker_and_404s_for_a_missing_run(cli
     assert detail["code"] == "NotFound" and "run 2" in detail["message"]
     detail = rejected(client, store, "GET", "/api/v1/jobs/demo/runs/0/timeline", status=422)
     assert "number" in str(detail)
+
+
+def test_the_job_page_draws_the_timeline_as_svg_and_its_live_part_redraws_it(client, store):
+    import re
+
+    create(client, "demo")
+    give_moments(store, "demo", {
+        "demo-head-0": {"keeper": 1, "StartingRay": 2, "RayStarted": 3, "AllJoined": 8,
+                        "running": 8.5},
+        "demo-pool-0": {"keeper": 1, "StartingRay": 2, "RayStarted": 7.5},
+        "demo-pool-1": {"keeper": 1, "StartingRay": 2, "RayStarted": 4, "failed": 9},
+    })
+    for url in ("/jobs/demo", "/jobs/demo/_live?tab=overview"):
+        r = client.get(url)
+        assert r.status_code == 200, r.text[:500]
+        svg = re.search(r'<svg class="timeline".*?</svg>', r.text, re.S).group(0)
+        rows = re.findall(r'<g class="tl-row" data-worker="([^"]+)" data-rank="(\d+)"', svg)
+        assert rows == [("demo-head-0", "0"), ("demo-pool-0", "1"), ("demo-pool-1", "2")]
+        spans = re.findall(r'<rect class="tl-span tl-(\w+)"[^>]*><title>([^<]+)</title>', svg)
+        # hovering a span shows its phase and times
+        assert ("Joined", "demo-pool-0 (rank 1): Joined 22:13:27.500 UTC → 22:13:28.500 UTC "
+                "(1.0 s)") in spans, spans
+        head_running = [title for p, title in spans if p == "Running" and "demo-head-0" in title]
+        assert re.fullmatch(r"demo-head-0 \(rank 0\): Running 22:13:28\.500 UTC → still going "
+                            r"\(\d+\.\d s\)", head_running[0]), head_running
+        assert '<line class="tl-barrier"' in svg
+        assert 'class="tl-failure" data-reason="NodeLost"' in svg
+        assert 'data-slowest="demo-pool-0"' in r.text

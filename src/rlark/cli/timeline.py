@@ -37,6 +37,9 @@ def chart_lines(tl: dict[str, Any], width: int, t=None) -> list[Text]:
         t = Translator("en")
     start = tl["start"]
     end = tl["end"] if tl.get("end") is not None else tl["now"]
+    # a Worker whose clock runs ahead of the server's may report moments after "now"
+    end = max([end] + [m for w in tl["workers"] for s in w["spans"]
+                       for m in (s["start"], s["end"]) if m is not None])
     total = max(end - start, 1e-3)
     workers = tl["workers"]
     label_w = max([len(f"{w['rank']:>4}  {w['name']}") for w in workers] + [8]) + 2
