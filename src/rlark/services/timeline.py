@@ -125,9 +125,10 @@ def build_timeline(run: RunLife, workers: Sequence[WorkerLife], now: float) -> d
     for w in workers:
         first_rank[w.role] = min(first_rank.get(w.role, w.rank), w.rank)
     ordered = sorted(workers, key=lambda w: (first_rank[w.role], w.role, w.rank))
-    rows = [{"name": w.name, "role": w.role, "rank": w.rank, "isHead": w.is_head,
-             "spans": worker_spans(w, run, run_start), "joinedAt": _ms(w.times.get("RayStarted")),
-             "failure": _failure(w)} for w in ordered]
+    rows: list[dict[str, Any]] = [{"name": w.name, "role": w.role, "rank": w.rank,
+                                   "isHead": w.is_head, "spans": worker_spans(w, run, run_start),
+                                   "joinedAt": _ms(w.times.get("RayStarted")),
+                                   "failure": _failure(w)} for w in ordered]
     joined = [r for r in rows if r["joinedAt"] is not None]
     slowest = None
     if len(joined) > 1:
