@@ -151,7 +151,8 @@ def note_moment(life: dict, event: dict) -> None:
     own ``ts`` for the moment ``event`` marks (:func:`rlark.bootstrap.lifecycle.moment_of`),
     the first of each only: a Run's timeline is drawn from them
     (:mod:`rlark.services.timeline`). A line without a finite numeric ``ts`` marks nothing.
-    Updates ``life`` in place with a new ``times`` dict (the row sees the change). Pure."""
+    Updates ``life`` in place, with a new ``times`` dict (so a row's JSON column sees the
+    change); no I/O."""
     name = moment_of(event)
     ts = event.get("ts")
     if name is None or isinstance(ts, bool) or not isinstance(ts, (int, float)) \
