@@ -192,3 +192,17 @@ def test_the_text_chart_has_a_row_per_worker_scaled_to_the_width_and_names_the_s
     assert chart_lines(tl, 160)[2].plain.count("#") > chart_lines(tl, 80)[2].plain.count("#")
     zh = [line.plain for line in chart_lines(tl, 100, Translator("zh-CN"))]
     assert zh[-2].startswith("最慢加入：j-pool-1")
+
+
+def test_the_text_chart_in_chinese_names_phases_and_reasons_in_chinese():
+    from rlark.cli.timeline import chart_lines
+    from rlark.console.i18n import Translator
+    from tests.english import english_words
+
+    broken = WorkerLife(name="j-head-0", role="head", rank=0, is_head=True,
+                        times={"keeper": T0 + 1, "failed": T0 + 3, "exit": T0 + 4},
+                        failure={"reason": "PrepareFailed", "message": "exit 3", "at": T0 + 3})
+    tl = build_timeline(RunLife(number=1, created=T0, finished=T0 + 5, phase="Failed"), [broken],
+                        now=T0 + 9)
+    text = "\n".join(line.plain for line in chart_lines(tl, 100, Translator("zh-CN")))
+    assert english_words(text, {"j-head-0", "head"}) == [], text

@@ -95,7 +95,7 @@ def test_describe_timeline_draws_the_chart_and_gives_the_apis_json(server, finis
     assert lines[0].startswith("Run 1 (Succeeded)") and "head" in lines
     [row] = [line for line in lines if "tl-head-0" in line]
     bars = row.split("tl-head-0", 1)[1]
-    assert re.search(r"-+.*=+.*~*.*\|.*#+.*x*", bars), row  # Preparing .. barrier .. Running
+    assert re.search(r"-+.*=+.*~*.*\|.*#+.*_*", bars), row  # Preparing .. barrier .. Running
     assert any(line.strip().startswith(".. Pending") for line in lines), lines
     as_json = server.cli("describe", NAME, "--timeline", "-o", "json")
     assert as_json.returncode == 0, as_json.stderr

@@ -112,7 +112,7 @@ def describe_job(
         False, "--timeline",
         help="Instead, the Run's timeline as a chart: one row per Worker (grouped by role, with "
              "its node rank), a bar per span of its life in a character and colour of its own "
-             "(. Pending, - Preparing, = Starting Ray, ~ Joined, # Running, x Exiting), the "
+             "(. Pending, - Preparing, = Starting Ray, ~ Joined, # Running, _ Exiting), the "
              "join barrier as |, a failure as !, scaled to the terminal's width, and the "
              "Worker that joined last named under it. Times come from the Workers' own "
              "lifecycle lines. -o json: the API's JSON (GET /api/v1/jobs/NAME/runs/N/timeline; "

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 
 #: each span's bar: (character, colour); distinct characters, so a chart pasted without colour
 #: still reads
 BARS = {"Pending": (".", "yellow"), "Preparing": ("-", "blue"), "RayStarting": ("=", "magenta"),
-        "Joined": ("~", "cyan"), "Running": ("#", "green"), "Exited": ("x", "bright_black")}
+        "Joined": ("~", "cyan"), "Running": ("#", "green"), "Exited": ("_", "bright_black")}
 BARRIER = ("|", "bold white")
 FAILURE = ("!", "bold red")
 #: the narrowest bar area drawn, in characters, however narrow the terminal
@@ -44,14 +45,18 @@ def chart_lines(tl: dict[str, Any], width: int, t=None) -> list[Text]:
     workers = tl["workers"]
     label_w = max([len(f"{w['rank']:>4}  {w['name']}") for w in workers] + [8]) + 2
     # a failed Worker's reason follows its bars: room for the longest
-    reason_w = max([len(w["failure"]["reason"]) + 2 for w in workers if w.get("failure")] + [0])
+    reason_w = max([cell_len(t.reason(w["failure"]["reason"]) if t.locale != "en"
+                             else w["failure"]["reason"]) + 2
+                    for w in workers if w.get("failure")] + [0])
     bar_w = max(width - label_w - reason_w, MIN_BAR)
 
     def col(at: float) -> int:
         return min(bar_w - 1, max(0, int((at - start) / total * bar_w)))
 
     key = "tl.length" if tl.get("end") is not None else "tl.lengthSoFar"
-    lines = [Text.assemble((f"Run {tl['run']} ", "bold"), (f"({tl['phase']})  ", ""),
+    # as describe names them: codes in English, the catalog's words in Chinese
+    phase = t.phase(tl["phase"]) if t.locale != "en" else tl["phase"]
+    lines = [Text.assemble((t("tl.run", n=tl["run"], phase=phase), "bold"), "  ",
                            t(key, seconds=_seconds(end - start)))]
     role = None
     for w in workers:
@@ -74,7 +79,8 @@ def chart_lines(tl: dict[str, Any], width: int, t=None) -> list[Text]:
         for char, style in cells:
             row.append(char, style=style)
         if failure:
-            row.append(f"  {failure['reason']}", style="red")
+            reason = t.reason(failure["reason"]) if t.locale != "en" else failure["reason"]
+            row.append(f"  {reason}", style="red")
         lines.append(row)
     axis = Text(" " * label_w + "0 s".ljust(bar_w - 8) + f"{_seconds(total)} s".rjust(8))
     lines.append(axis)
