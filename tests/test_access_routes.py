@@ -150,7 +150,7 @@ def path_values(case: RouteCase, env: "Env") -> dict[str, object]:
     """Real objects for a route's path parameters."""
     values: dict[str, object] = {"name": "demo", "project": "default", "user": "vera",
                                  "token_id": env.mia_token_id, "action": "stop", "fmt": "txt",
-                                 "locale": "en"}
+                                 "locale": "en", "number": 1}
     if case.path.startswith(("/api/v1/users/", "/admin/users/")):
         values.update(name="mia", action="disable")
     if case.path.endswith("record.{fmt}"):

@@ -66,6 +66,31 @@ def lifecycle_line(event: str, ts: float | None = None, **data) -> str:
     return EVENT_PREFIX + json.dumps(body, default=str)
 
 
+#: the phases of a ``phase`` line whose moment a Worker's row keeps (:func:`moment_of`): a closed
+#: set, so a workload reporting phases of its own cannot grow the row
+TIMED_PHASES = frozenset({"Preparing", "Prepared", "WaitingForHead", "StartingRay", "RayStarted",
+                          "Joining"})
+#: the other kinds whose moment a Worker's row keeps: the keeper's start, the run script's start
+#: and end (head), a failure, a stop, the Worker's exit
+TIMED_KINDS = frozenset({"keeper", "running", "run_finished", "failed", "stopped", "exit"})
+#: the moment of the head's first ``nodes`` line that misses no rank: the join barrier passed
+ALL_JOINED = "AllJoined"
+
+
+def moment_of(event: dict) -> str | None:
+    """The name of the moment in a Worker's life that the lifecycle line ``event`` (parsed)
+    marks, or None: a phase of :data:`TIMED_PHASES` by that name, a kind of
+    :data:`TIMED_KINDS` by its kind, :data:`ALL_JOINED` for a ``nodes`` line that joined some
+    ranks and misses none. The server keeps the first ``ts`` of each (a Run's timeline). Pure."""
+    kind = event.get("event")
+    if kind == "phase":
+        phase = event.get("phase")
+        return phase if isinstance(phase, str) and phase in TIMED_PHASES else None
+    if kind == "nodes":
+        return ALL_JOINED if event.get("joined") and not event.get("missing") else None
+    return kind if isinstance(kind, str) and kind in TIMED_KINDS else None
+
+
 # --- checking what the workload reports (pure) -----------------------------------------------
 
 

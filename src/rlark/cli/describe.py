@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rlark.cli.base import (PHASE_STYLE, ProjectOpt, ServerOpt, _call, _check_name, _client,
-                            _emit, _job_client, _labels, _output, _output_option, out)
+                            _emit, _fail, _job_client, _labels, _output, _output_option, out)
 from rlark.cli.client import Client
 from rlark.exitcodes import exit_text
 
@@ -108,6 +108,17 @@ def describe_job(
     name: Optional[str] = typer.Argument(None, metavar="NAME",
                                          help="Job name (none: every Job of the project)."),
     output: str = _output_option(),
+    timeline: bool = typer.Option(
+        False, "--timeline",
+        help="Instead, the Run's timeline as a chart: one row per Worker (grouped by role, with "
+             "its node rank), a bar per span of its life in a character and colour of its own "
+             "(. Pending, - Preparing, = Starting Ray, ~ Joined, # Running, _ Exiting), the "
+             "join barrier as |, a failure as !, scaled to the terminal's width, and the "
+             "Worker that joined last named under it. Times come from the Workers' own "
+             "lifecycle lines. -o json: the API's JSON (GET /api/v1/jobs/NAME/runs/N/timeline; "
+             "Unix seconds)."),
+    run: Optional[int] = typer.Option(None, "--run", min=1,
+                                      help="With --timeline: this Run (default: the current one)."),
     project: Optional[str] = ProjectOpt,
     server: Optional[str] = ServerOpt,
 ) -> None:
@@ -122,9 +133,27 @@ def describe_job(
     Examples:
       rlark describe quickstart                 # as `rlark describe job quickstart`
       rlark describe job quickstart -p default
+      rlark describe quickstart --timeline      # which Worker held the Run up
+      rlark describe quickstart --timeline --run 2 -o json
     """
     output = _output(output)
+    if run is not None and not timeline:
+        _fail("--run goes with --timeline (`rlark describe NAME --timeline --run N`)")
     client = _job_client(server, project)
+    if timeline:
+        if name is None:
+            _fail("--timeline shows one Job's Run: give its NAME (`rlark describe NAME --timeline`)")
+        _check_name(name)
+        path = f"/api/v1/jobs/{name}/runs/{run}/timeline" if run else f"/api/v1/jobs/{name}/timeline"
+        data = _call(client.get, path)
+        if output != "text":
+            _emit(data, output)
+            return
+        from rlark.cli.timeline import chart_lines
+
+        for line in chart_lines(data, out.width, _labels()):
+            out.print(line, soft_wrap=True)
+        return
     if name is None:
         names = [j["name"] for j in _call(client.get, "/api/v1/jobs", limit=100)["items"]]
     else:

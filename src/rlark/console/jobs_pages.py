@@ -12,7 +12,7 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, Response, Str
 from starlette.concurrency import run_in_threadpool
 
 from rlark.api.security import allow_public, allow_user
-from rlark.console import logview
+from rlark.console import logview, timeline_chart
 from rlark.console.i18n import COOKIE, LOCALES, Translator
 from rlark.console.wizard_review import preview_yaml
 from rlark.status import ACTIVE, Phase
@@ -144,6 +144,16 @@ def _job_context(service: JobService, name: str, project: str, run: int | None) 
             "findings": [Finding.model_validate(f) for f in job.get("findings") or []]}
 
 
+def _timeline(service: JobService, name: str, ctx: dict, project: str) -> dict | None:
+    """The chart of the shown Run's timeline (console/timeline_chart.py), for the overview."""
+    if not ctx["run"]:
+        return None
+    try:
+        return timeline_chart.chart(service.timeline(name, ctx["run"]["number"], project))
+    except NotFound:  # deleted meanwhile
+        return None
+
+
 @router.get("/jobs/{name}")
 def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
              run: str | None = None, role: str | None = None, worker: str | None = None,
@@ -159,7 +169,9 @@ def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
     ctx.update(tab=tab, role=_text(role, 63), worker=_text(worker, 63), q=_text(q, 200),
                lifecycle=bool(lifecycle), order=order if order in logview.ORDERS else "worker")
     number = ctx["run"]["number"] if ctx["run"] else None
-    if tab == "events":
+    if tab == "overview":
+        ctx["timeline"] = _timeline(service, name, ctx, project)
+    elif tab == "events":
         ctx["events"] = list(reversed(service.events(name, _int(run), project)))
         ctx["events_run"] = _int(run)
     elif tab == "logs" and number is not None:
@@ -205,7 +217,9 @@ def job_live(request: Request, name: str, access: Reader, tab: str = "overview",
         return _flash(resp, "ok", "flash.deleted", name=name)
     ctx.update(tab=tab if tab in TABS else "overview", role="", worker="", q="",
                lifecycle=False, order="worker")
-    if ctx["tab"] == "events":
+    if ctx["tab"] == "overview":
+        ctx["timeline"] = _timeline(service, name, ctx, access.project)
+    elif ctx["tab"] == "events":
         ctx["events"] = list(reversed(service.events(name, _int(run), access.project)))
         ctx["events_run"] = _int(run)
     return _render(request, "_job_live.html", full=False, **ctx)

@@ -9,10 +9,11 @@ explaining lines out of a log's end. Only :func:`read_new_events` and :func:`rea
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 
-from rlark.bootstrap.lifecycle import ESCAPE, EVENT_PREFIX
+from rlark.bootstrap.lifecycle import ESCAPE, EVENT_PREFIX, moment_of
 from rlark.loglines import MAX_LINE_BYTES
 
 _PREFIX = EVENT_PREFIX.encode()
@@ -143,6 +144,23 @@ def check_event(event: dict) -> dict | None:
         return event if check(event) else None
     except (TypeError, AttributeError):
         return None
+
+
+def note_moment(life: dict, event: dict) -> None:
+    """Keep in a Worker's lifecycle (``life["times"]``: moment name -> Unix seconds) the line's
+    own ``ts`` for the moment ``event`` marks (:func:`rlark.bootstrap.lifecycle.moment_of`),
+    the first of each only: a Run's timeline is drawn from them
+    (:mod:`rlark.services.timeline`). A line without a finite numeric ``ts`` marks nothing.
+    Updates ``life`` in place, with a new ``times`` dict (so a row's JSON column sees the
+    change); no I/O."""
+    name = moment_of(event)
+    ts = event.get("ts")
+    if name is None or isinstance(ts, bool) or not isinstance(ts, (int, float)) \
+            or not math.isfinite(ts):
+        return
+    times = life.get("times") or {}
+    if name not in times:
+        life["times"] = {**times, name: float(ts)}
 
 
 #: what a failure message carries of the failing Worker's log: at most this many lines and bytes

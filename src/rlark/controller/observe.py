@@ -11,7 +11,8 @@ import time
 
 from sqlalchemy.orm import Session
 
-from rlark.controller.lifecycle import check_event, merge_facts, node_table_facts, read_new_events
+from rlark.controller.lifecycle import (check_event, merge_facts, node_table_facts, note_moment,
+                                       read_new_events)
 from rlark.controller.phases import ConditionUpdate, RunView, WorkerView, worker_phase
 from rlark.controller.rows import iso_time, ref, set_conditions, utcnow, when
 from rlark.controller.state import ControllerState
@@ -135,6 +136,7 @@ class Observing(ControllerState):
                               "not well formed and was ignored (and any more such lines)",
                               run_number=run.number, worker=w.name, type=EventType.Warning)
                 continue
+            note_moment(life, ev)
             kind = ev["event"]
             if kind == "facts":
                 merged = merge_facts(w.facts, ev)

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload, object_session
 
 from rlark import settings
-from rlark.controller.lifecycle import read_new_events
+from rlark.controller.lifecycle import note_moment, read_new_events
 from rlark.controller.observe import merge_runtime_facts
 from rlark.controller.phases import ACTIVE, ConditionUpdate, Transition
 from rlark.controller.rows import RUN_GRAPH, end_read, ref, set_conditions, utcnow
@@ -143,6 +143,7 @@ class TearingDown(ControllerState):
             events, w.log_offset = read_new_events(
                 w.log_path, w.log_offset, w.run.event_token, to_end=True)
             for ev in events:
+                note_moment(life, ev)
                 if ev.get("event") == "exit":
                     life["exit"] = ev.get("code")
                 elif ev.get("event") == "stopped":

@@ -568,6 +568,26 @@ class JobService:
                 job, r, r.workers, settings.logs_dir())
             return mask_data(rec, self._mask(s, job))
 
+    def timeline(self, name: str, run: int | None = None,
+                 project: str = DEFAULT_PROJECT) -> dict[str, Any]:
+        """The timeline of a Run (default: the current one) as
+        :func:`rlark.services.timeline.build_timeline` builds it (times: Unix seconds), a
+        failure's message masked as every read path masks it.
+
+        Raises:
+            NotFound: no such Job, or it has no such Run.
+        """
+        import time
+
+        from rlark.services.secrets import mask_data
+        from rlark.services.timeline import build_timeline, lives_of
+
+        with self.store.session() as s:
+            job = self._job(s, name, project)
+            r = self._run(s, job, run)
+            life, workers = lives_of(r)
+            return mask_data(build_timeline(life, workers, time.time()), self._mask(s, job))
+
     def worker_logs(self, name: str, run: int | None, worker: str | None, role: str | None,
                     rank: int | None, project: str = DEFAULT_PROJECT
                     ) -> builtins.list[dict[str, Any]]:

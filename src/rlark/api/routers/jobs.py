@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from rlark.api.deps import job_service
@@ -132,3 +132,23 @@ def list_workers(name: str, jobs: Service, access: Reader,
 def list_events(name: str, jobs: Service, access: Reader,
                 run: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None) -> list[dict]:
     return jobs.events(name, run, access.project)
+
+
+TIMELINE_DOC = (
+    "Per Worker (grouped by role, rank order) the spans of its life: Pending, Preparing, "
+    "RayStarting, Joined, Running, Exited, from the Workers' own lifecycle lines; the join "
+    "barrier's moment, failures, and the Worker whose Ray node came up last (``slowest``). "
+    "Times are Unix seconds (UTC); an open span's ``end`` is null (``now``: when this was built). "
+    "404 for a Job or Run the project does not have.")
+
+
+@router.get("/{name}/timeline", summary="The current Run's timeline", description=TIMELINE_DOC)
+def current_timeline(name: str, jobs: Service, access: Reader) -> dict:
+    return jobs.timeline(name, None, access.project)
+
+
+@router.get("/{name}/runs/{number}/timeline", summary="A Run's timeline",
+            description=TIMELINE_DOC)
+def run_timeline(name: str, number: Annotated[int, Path(ge=1, le=INT32_MAX)], jobs: Service,
+                 access: Reader) -> dict:
+    return jobs.timeline(name, number, access.project)
