@@ -83,6 +83,9 @@ NOT_SCANNED = {
     # test_bootstrap_speaks_only_known_phases_and_reasons checks against the enums
     "bootstrap/worker.py", "bootstrap/barrier.py", "bootstrap/ray_node.py", "bootstrap/report.py",
     "bootstrap/scripts.py",
+    # the phases whose moments a Worker's row keeps (TIMED_PHASES): checked against the enums in
+    # test_the_timed_phases_are_reported_ones
+    "bootstrap/lifecycle.py",
 }
 #: migrations are frozen history: they write out the values of their own revision
 NOT_SCANNED_DIRS = ("store/migrations/",)
@@ -249,6 +252,12 @@ def test_bootstrap_speaks_only_known_phases_and_reasons():
     assert {"SandboxFailed", "MonitorLost", "RayTooOld"} <= reasons  # every module is read
     assert all(Phase.Failed in Reason(r).run_phases for r in failures), failures
     assert len(phases) >= 6 and len(reasons) >= 9  # the scan really read the file
+
+
+def test_the_timed_phases_are_reported_ones():
+    from rlark.bootstrap.lifecycle import TIMED_PHASES
+
+    assert TIMED_PHASES <= {p.value for p in REPORTED_WORKER_PHASES}, TIMED_PHASES
 
 
 def test_kubernetes_failure_reasons_are_run_failures():

@@ -12,10 +12,14 @@ from typing import Any
 from rich.cells import cell_len
 from rich.text import Text
 
+from rlark.services.timeline import RAY_STARTING
+from rlark.status import WorkerPhase
+
 #: each span's bar: (character, colour); distinct characters, so a chart pasted without colour
 #: still reads
-BARS = {"Pending": (".", "yellow"), "Preparing": ("-", "blue"), "RayStarting": ("=", "magenta"),
-        "Joined": ("~", "cyan"), "Running": ("#", "green"), "Exited": ("_", "bright_black")}
+BARS = {WorkerPhase.Pending: (".", "yellow"), WorkerPhase.Preparing: ("-", "blue"),
+        RAY_STARTING: ("=", "magenta"), WorkerPhase.Joined: ("~", "cyan"),
+        WorkerPhase.Running: ("#", "green"), WorkerPhase.Exited: ("_", "bright_black")}
 BARRIER = ("|", "bold white")
 FAILURE = ("!", "bold red")
 #: the narrowest bar area drawn, in characters, however narrow the terminal

@@ -20,14 +20,17 @@ from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 from rlark.bootstrap.lifecycle import ALL_JOINED
-from rlark.status import WorkerPhase, text_of
+from rlark.status import Phase, WorkerPhase, text_of
 
 #: the spans of a Worker's life, in order: Pending (from the Run's creation: admission,
 #: scheduling, a Pod's image pull), Preparing (the Worker's own start-up before Ray: facts and
 #: the role's prepare script), RayStarting (``ray start``, a Worker's wait for the head),
 #: Joined (its Ray node is up; waiting at the join barrier), Running (the run script runs on the
 #: head), Exited (from the end of its part, a failure or a stop, until its processes are gone)
-PHASES = ("Pending", "Preparing", "RayStarting", "Joined", "Running", "Exited")
+#: the one span that is no Worker phase: from its wait for the head through ``ray start``
+RAY_STARTING = "RayStarting"
+PHASES = (WorkerPhase.Pending, WorkerPhase.Preparing, RAY_STARTING, WorkerPhase.Joined,
+          WorkerPhase.Running, WorkerPhase.Exited)
 #: the most characters of a failure's message a timeline carries (its first line)
 FAILURE_TEXT = 300
 
@@ -56,7 +59,7 @@ class RunLife:
     number: int
     created: float
     finished: float | None = None
-    phase: str = "Pending"
+    phase: str = Phase.Pending
 
 
 def _ms(t: float | None) -> float | None:
@@ -87,13 +90,13 @@ def worker_spans(w: WorkerLife, run: RunLife, run_start: float | None) -> list[d
     failed_at = (w.failure or {}).get("at")
     done = _first(t.get("failed"), failed_at if isinstance(failed_at, (int, float)) else None,
                   t.get("stopped"), t.get("run_finished"), t.get("exit"))
-    joined = t.get("RayStarted")
+    joined = t.get(WorkerPhase.RayStarted)
     running = (run_start if joined is not None and run_start is not None
                and (done is None or run_start < done) else None)
-    marks = [("Pending", run.created),
-             ("Preparing", _first(t.get("keeper"), t.get("Preparing"))),
-             ("RayStarting", _first(t.get("WaitingForHead"), t.get("StartingRay"))),
-             ("Joined", joined), ("Running", running), ("Exited", done)]
+    marks = [(WorkerPhase.Pending, run.created),
+             (WorkerPhase.Preparing, _first(t.get("keeper"), t.get(WorkerPhase.Preparing))),
+             (RAY_STARTING, _first(t.get(WorkerPhase.WaitingForHead), t.get(WorkerPhase.StartingRay))),
+             (WorkerPhase.Joined, joined), (WorkerPhase.Running, running), (WorkerPhase.Exited, done)]
     kept: list[tuple[str, float]] = []
     for phase, at in marks:
         if at is not None:
@@ -127,7 +130,7 @@ def build_timeline(run: RunLife, workers: Sequence[WorkerLife], now: float) -> d
     ordered = sorted(workers, key=lambda w: (first_rank[w.role], w.role, w.rank))
     rows: list[dict[str, Any]] = [{"name": w.name, "role": w.role, "rank": w.rank,
                                    "isHead": w.is_head, "spans": worker_spans(w, run, run_start),
-                                   "joinedAt": _ms(w.times.get("RayStarted")),
+                                   "joinedAt": _ms(w.times.get(WorkerPhase.RayStarted)),
                                    "failure": _failure(w)} for w in ordered]
     joined = [r for r in rows if r["joinedAt"] is not None]
     slowest = None
