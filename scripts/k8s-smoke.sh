@@ -114,7 +114,9 @@ check "1 server-side dry run of the rendered objects" \
              | kubectl apply --dry-run=server -f - >/dev/null"
 
 say "starting rlark server --runtime kubernetes --namespace $NS on port $PORT (log: $WORK/server.log)"
-rlark server --runtime kubernetes --namespace "$NS" --port "$PORT" \
+# Python itself in the background (not the rlark function, whose subshell $! would name): the
+# cleanup's kill must reach the server, or it outlives the script
+"$PY" -m rlark.cli server --runtime kubernetes --namespace "$NS" --port "$PORT" \
     --k8s-host-path-prefix /rlark-smoke >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 100); do

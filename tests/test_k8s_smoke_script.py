@@ -15,6 +15,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.k8s_testbed import SCRIPT, setup_timeout
@@ -61,3 +62,7 @@ def test_the_operators_smoke_check_passes_on_the_real_node(k8s_real_node, tmp_pa
     passed = [line.split("PASS ", 1)[1].strip() for line in out.splitlines() if "] PASS " in line]
     assert passed == CHECKS and proc.returncode == 0, out[-6000:]
     assert "all checks passed" in out
+    # the script's own server ends with it (a server left behind keeps reconciling its namespace)
+    left = [p.pid for p in psutil.process_iter(["cmdline"])
+            if "server" in (p.info["cmdline"] or []) and ns in (p.info["cmdline"] or [])]
+    assert left == [], f"rlark server processes of the smoke check left running: {left}"
