@@ -50,6 +50,17 @@ def remove_ray_tmp_dirs() -> None:
     _RAY_TMP_DIRS.clear()
 
 
+def serve_in_thread(server, thread: threading.Thread, url: str, seconds: float) -> None:
+    """Start ``thread`` (running the uvicorn ``server``) and return once it serves; raise
+    naming ``url`` when the thread dies or ``seconds`` pass first."""
+    thread.start()
+    deadline = time.monotonic() + seconds
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the RLark app did not start serving on {url} within {seconds:.0f} s")
+        time.sleep(0.02)
+
+
 class ThreadedServer:
     """uvicorn serving ``create_app(service)`` (API and console, no controller) on a free port in
     a background thread; ``url`` once started. ``token`` is the site administrator's, also
@@ -74,12 +85,7 @@ class ThreadedServer:
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def start(self):
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"uvicorn did not start on {self.url}")
-            time.sleep(0.02)
+        serve_in_thread(self.server, self.thread, self.url, 30)
         return self
 
     def stop(self) -> None:
@@ -125,12 +131,7 @@ class AppServer:
                                        daemon=True)
 
     def start(self) -> "AppServer":
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the RLark app did not start serving on {self.url} within 60 s")
-            time.sleep(0.02)
+        serve_in_thread(self.server, self.thread, self.url, 60)
         return self
 
     def stop(self, timeout: float = 90) -> None:

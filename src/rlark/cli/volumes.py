@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 
 from rlark.cli import access, base
+from rlark.record.export import human_bytes
 
 volume_app = typer.Typer(help="Volumes of a project, for pvc mounts (the local runtime's).",
                          no_args_is_help=True)
@@ -20,16 +21,6 @@ volume_app = typer.Typer(help="Volumes of a project, for pvc mounts (the local r
 OutputOpt = base.OutputOpt
 ProjectOpt = base.project_option("the volumes")
 ServerOpt = base.ServerOpt
-
-
-def size_text(n: int) -> str:
-    """``n`` bytes in the largest binary unit that keeps it at 1 or more: ``1536`` -> ``1.5 KiB``."""
-    value, unit = float(n), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 @volume_app.command("list")
@@ -53,7 +44,7 @@ def volume_list(
     if not items:
         base.out.print("no volumes; a Job's pvc mount makes one when its Run starts")
         return
-    rows = [(v["name"], size_text(v["bytes"]), str(v["entries"]),
+    rows = [(v["name"], human_bytes(v["bytes"]), str(v["entries"]),
              access._time(v["modifiedAt"]), ", ".join(v["usedBy"]) or "-") for v in items]
     access._print(access._table(("NAME", "SIZE", "ENTRIES", "CHANGED", "USED BY"), rows))
 
@@ -76,5 +67,5 @@ def volume_delete(
     if not yes and not typer.confirm(f"delete volume {name} and everything in it?"):
         raise typer.Exit(1)
     held = base._call(client.delete, f"/api/v1/volumes/{name}")
-    base.out.print(f"deleted volume {name} ({size_text(held['bytes'])}, "
+    base.out.print(f"deleted volume {name} ({human_bytes(held['bytes'])}, "
                    f"{held['entries']} entries)")
