@@ -9,8 +9,6 @@ from typing import Any
 
 import yaml
 
-from rlark.record.build import PROVISIONAL_REASON
-
 
 def human_bytes(n: Any) -> str:
     """A byte count as people read it, in binary units: ``25275990016`` -> ``"23.5 GiB"``,
@@ -30,6 +28,10 @@ def human_bytes(n: Any) -> str:
 
 def render_markdown(rec: dict[str, Any]) -> str:
     """A human-readable Markdown view of a run record."""
+    # imported here: the builder pulls in the record's pydantic schema (~0.2 s), which every
+    # `rlark` command would pay through human_bytes otherwise
+    from rlark.record.build import PROVISIONAL_REASON
+
     r = rec["result"]
     lines = [
         f"# Run record: {rec['job']} run {rec['run']}",
