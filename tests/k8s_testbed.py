@@ -680,8 +680,8 @@ k8s_testbed = make_k8s_testbed_fixture(*DEFAULT_UP_ARGS)
 #: A test bed whose one Node is real (REAL_NODE_UP_ARGS): Pods run in containers, with the Worker
 #: image ``k8s_real_node.image`` (imagePullPolicy IfNotPresent: no registry). Needs root, cgroup v1
 #: and `build --real-node`; fails under CI when it cannot start, is skipped with the reason
-#: elsewhere. A module using it starts containers: mark it ``pytest.mark.ray`` so it runs in the
-#: serial group (tests/xdist_groups.py), one real node at a time.
+#: elsewhere. A module using it starts containers: mark it ``pytest.mark.ray`` too; it runs in
+#: the ``k8s`` serial group with the other test-bed modules (tests/xdist_groups.py).
 k8s_real_node = make_k8s_testbed_fixture(*REAL_NODE_UP_ARGS)
 
 

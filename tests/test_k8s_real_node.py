@@ -9,8 +9,8 @@ Pods, the second finding the head by the Service's DNS name; the Pod status carr
 digest, Pod IP and node (RLark's ``facts_of``); a container killed from outside ends with a
 non-zero exit code (RLark's ``interpret``).
 
-The module is marked ``ray``: it starts Ray nodes (in Pods) and needs the one real node a machine
-can have, so it runs in the serial group (tests/xdist_groups.py).
+The module is marked ``ray`` (it starts Ray nodes, in Pods) and uses the real-node test bed, so
+it runs in the ``k8s`` serial group, one test at a time (tests/xdist_groups.py).
 """
 
 from __future__ import annotations

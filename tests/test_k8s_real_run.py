@@ -19,8 +19,9 @@ Pod Security ``privileged``, as docs/kubernetes.md says a hostPath needs. So ``w
 means the same directory on both runtimes, the server checks the RLinf config there
 (``RLARK_CONFIG_ROOTS``), and what the Run writes (``results/``) outlives its Pods.
 
-The module is marked ``ray``: it starts Ray nodes in Pods (and on the local runtime) and needs
-the machine's one real node, so it runs in the serial group (tests/xdist_groups.py).
+The module is marked ``ray`` (it starts Ray nodes in Pods, and on the local runtime) and uses
+the machine's one real node, so it runs in the ``k8s`` serial group, one test at a time
+(tests/xdist_groups.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ current context, its own kubectl first on PATH, the Worker image the test bed im
 torch, rlinf). Every check the script has must print PASS and the script exit 0.
 
 Marked ``ray``: the script's quickstart starts three Ray nodes in Pods on the machine's one real
-node (tests/xdist_groups.py runs it in the serial group).
+node (tests/xdist_groups.py runs it in the ``k8s`` serial group, with the other test-bed modules).
 """
 
 from __future__ import annotations

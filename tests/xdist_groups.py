@@ -3,15 +3,20 @@
 :func:`group_items` (tests/conftest.py's ``pytest_collection_modifyitems``) gives every test its
 ``xdist_group`` mark:
 
-* ``ray``: every module with a test marked ``@pytest.mark.ray`` (it starts real Workers, i.e.
-  Ray nodes, usually through a real ``rlark server``), one test at a time on one worker: their
-  deadlines assume no other test's Ray nodes start beside theirs. **A new module that starts
-  Workers must mark at least one of its tests** ``@pytest.mark.ray`` (the whole module then
-  joins the group);
-* ``k8s``: every module that uses the Kubernetes test bed (``k8s_testbed``), one test at a time
-  on one worker, so the session starts one test bed, not one per worker. It runs beside the
-  ``ray`` group (on the other worker): the two are the longest groups, and kept together on one
-  worker they were the whole suite's critical path (about 25 minutes against 15 for the rest);
+* ``k8s``: every module that uses a Kubernetes test bed (``k8s_testbed``, or ``k8s_real_node``
+  whose Pods really run), one test at a time on one worker, so the session starts each test bed
+  once, not once per worker. It runs beside the ``ray`` group (on the other worker): the two are
+  the longest groups, and kept together on one worker they were the whole suite's critical path
+  (about 25 minutes against 15 for the rest). The real node's modules start Ray nodes too (in
+  Pods), so they are also marked ``ray``; they still go here: their Pods are held to the CPU
+  their Jobs ask (a cgroup limit of 1.5 of the machine's 2 CPUs at most), so they load the
+  machine no more than the rest of the suite does beside the ``ray`` group, and in the ``ray``
+  group their 16 minutes made it the critical path (53 of the suite's 55 minutes, 2026-12-02);
+* ``ray``: every other module with a test marked ``@pytest.mark.ray`` (it starts real Workers,
+  i.e. Ray nodes, usually through a real ``rlark server``), one test at a time on one worker:
+  their deadlines assume no other test's local Ray nodes start beside theirs. **A new module
+  that starts Workers must mark at least one of its tests** ``@pytest.mark.ray`` (the whole
+  module then joins the group);
 * ``rlinf-corpus``: the modules that plan the RLinf corpus (:func:`tests.rlinf_corpus.plan_corpus`,
   about 80 s, cached for the process), so it is planned once, not once per worker;
 * the module's own node id: a module with module- or session-scoped fixtures of its own (so they
@@ -41,14 +46,16 @@ import pytest
 #: groups shared by several modules, in the order they are handed out (first: the longest)
 SERIAL_GROUPS = ("ray", "k8s", "rlinf-corpus")
 ENV = "RLARK_XDIST_GROUPS"
+#: the fixtures that start a Kubernetes test bed (tests/k8s_testbed.py)
+TESTBED_FIXTURES = frozenset({"k8s_testbed", "k8s_real_node"})
 
 
 def module_group(items: list[pytest.Item]) -> str | None:
     """The xdist group of one module's tests (module docstring)."""
+    if any(TESTBED_FIXTURES & set(item.fixturenames) for item in items):
+        return "k8s"
     if any(item.get_closest_marker("ray") for item in items):
         return "ray"
-    if any("k8s_testbed" in item.fixturenames for item in items):
-        return "k8s"
     module = getattr(items[0], "module", None)
     from tests import rlinf_corpus
 
