@@ -118,10 +118,14 @@ def db_url(request, rlark_home) -> str:
 
 
 @pytest.fixture
-def store(db_url):
-    """A migrated Store on ``db_url`` (SQLite and PostgreSQL)."""
+def store(request, db_url):
+    """A migrated Store on ``db_url`` (SQLite and PostgreSQL), copied from a database this
+    process migrated once (tests/db_templates.py says why and how)."""
     from rlark.store import Store
+    from tests import db_templates
 
+    server = request.getfixturevalue("postgres_server") if db_url.startswith("postgresql") else None
+    db_templates.fill(db_url, server)
     st = Store(db_url)
     yield st
     st.dispose()

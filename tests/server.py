@@ -116,7 +116,13 @@ class AppServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         build.setdefault("stop_runs_on_exit", True)
-        self.app = build_app(database_url or f"sqlite:///{home / 'rlark.db'}", self.url,
+        if database_url is None:
+            # a copy of a migrated store, not a migration per server (tests/db_templates.py)
+            from tests import db_templates
+
+            database_url = f"sqlite:///{home / 'rlark.db'}"
+            db_templates.fill(database_url)
+        self.app = build_app(database_url, self.url,
                              policy=security_policy("127.0.0.1"),
                              admin_urls=local_urls("127.0.0.1", self.port), **build)
         self.jobs = self.app.state.jobs
