@@ -1,6 +1,7 @@
 """End to end on the local runtime: a real ``rlark server``, real Ray nodes, real SQLite.
 
-Each test uses the fewest Workers that prove its point (two, except the RLinf quickstart).
+Each test uses the fewest Workers that prove its point (two; the RLinf quickstart, three, is
+tests/test_record_e2e.py's).
 After every Job the test checks that no process of its Run is left and its ports are free.
 """
 
@@ -15,9 +16,8 @@ import psutil
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES
 from tests.k8s_testbed import wait_for
-from tests.server import assert_nothing_left, run_processes, serve
+from tests.server import assert_nothing_left, serve
 
 pytestmark = pytest.mark.ray
 
@@ -328,36 +328,6 @@ def test_logs_and_record_survive_the_end_and_a_server_restart(server):
 
 
 @pytest.mark.rlinf
-def test_quickstart_runs_real_rlinf_placement(server):
-    pytest.importorskip("rlinf.scheduler", reason="RLinf is installed by scripts/test")
-    res = server.cli("submit", str(EXAMPLES / "quickstart" / "job.yaml"), "--wait", timeout=400)
-    assert res.returncode == 0, res.stdout + res.stderr
-    job = server.wait_released("quickstart")
-    assert job["phase"] == "Succeeded"
-    workers = job["currentRun"]["workers"]
-    assert sorted(w["nodeRank"] for w in workers) == [0, 1, 2]
-    assert {w["name"]: w["nodeRank"] for w in workers} == {
-        "quickstart-head-0": 0, "quickstart-pool-0": 1, "quickstart-pool-1": 2}
-    # every Worker joined: the Run's count and each Task's agree after the Run ended
-    assert job["currentRun"]["workersReady"] == 3
-    assert [(t["role"], t["phase"], t["ready"], t["total"]) for t in job["currentRun"]["tasks"]] == [
-        ("head", "Succeeded", 1, 1), ("pool", "Succeeded", 2, 2)]
-    logs = server.http.get("/api/v1/jobs/quickstart/logs", params={"role": "head"}).json()
-    lines = logs["workers"][0]["lines"]
-    summary = [json.loads(l.split(" ", 1)[1]) for l in lines if l.startswith("RLINF_PLACEMENT_SUMMARY ")]
-    assert summary == [{"workers": 7, "mismatches": 0, "node_ranks_used": [0, 1, 2]}]
-    placements = [json.loads(l.split(" ", 1)[1]) for l in lines if l.startswith("RLINF_PLACEMENT ")]
-    assert len(placements) == 7 and all(p["ok"] for p in placements)
-    node_ids = {w["nodeRank"]: w["rayNodeId"] for w in workers}
-    for p in placements:
-        assert p["ray_node_id"] == node_ids[p["rlinf_node_rank"]]
-    record = server.http.get("/api/v1/jobs/quickstart/record").json()
-    assert record["rlinf"] == {"configDir": "config", "configName": "quickstart", "overrides": []}
-    assert record["versions"]["rlinf"] == ["0.3.0"]
-    assert_nothing_left(job)
-    assert not run_processes(job["currentRun"]["uid"])
-
-
 def worker_processes(pid: int) -> list[psutil.Process]:
     """Every process of the Worker whose ``unshare`` is ``pid``: those in the PID namespace of
     its keeper (the workload runs in sessions of its own, so its process group is not all)."""

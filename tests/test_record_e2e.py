@@ -2,8 +2,9 @@
 real Ray nodes, real RLinf, real git.
 
 * the quickstart (3 Ray nodes, the fewest it has) from a git working directory with an
-  uncommitted change, as users run it: its record holds every item with real values and every
-  check passes (issue 19, item 7);
+  uncommitted change, as users run it: RLinf's own placement check passes on the ranks RLark
+  gave, its record holds every item with real values and every check passes (issue 19, item 7;
+  the one local run of the quickstart besides tests/test_readme.py's, which types it by hand);
 * two Workers of one role whose Python environments differ in one package version (2 nodes):
   the ``packages`` check fails naming the package, and the Run's RecordVerified condition says so;
 * two runs of a one-Worker Job that differ in one override (1 node each): ``rlark record diff``
@@ -27,7 +28,7 @@ import yaml
 
 from tests.conftest import EXAMPLES
 from tests.test_local_runtime import exchange_dir
-from tests.server import assert_nothing_left, serve
+from tests.server import assert_nothing_left, run_processes, serve
 
 pytestmark = pytest.mark.ray
 
@@ -84,9 +85,27 @@ def test_the_quickstarts_record_holds_every_item_and_passes_every_check(server, 
     server.submit(yaml.safe_dump(doc))
     job = server.wait_phase("quickstart", {"Succeeded", "Failed"}, timeout=400)
     assert job["phase"] == "Succeeded", job
+    # RLinf's own placement check passed on the three Ray nodes, ranks as RLark gave them
+    job = server.wait_released("quickstart")
+    workers = job["currentRun"]["workers"]
+    assert {w["name"]: w["nodeRank"] for w in workers} == {
+        "quickstart-head-0": 0, "quickstart-pool-0": 1, "quickstart-pool-1": 2}
+    # every Worker joined: the Run's count and each Task's agree after the Run ended
+    assert job["currentRun"]["workersReady"] == 3
+    assert [(t["role"], t["phase"], t["ready"], t["total"]) for t in job["currentRun"]["tasks"]] == [
+        ("head", "Succeeded", 1, 1), ("pool", "Succeeded", 2, 2)]
+    lines = server.http.get("/api/v1/jobs/quickstart/logs", params={"role": "head"}).json()["workers"][0]["lines"]
+    summary = [json.loads(ln.split(" ", 1)[1]) for ln in lines if ln.startswith("RLINF_PLACEMENT_SUMMARY ")]
+    assert summary == [{"workers": 7, "mismatches": 0, "node_ranks_used": [0, 1, 2]}]
+    placements = [json.loads(ln.split(" ", 1)[1]) for ln in lines if ln.startswith("RLINF_PLACEMENT ")]
+    assert len(placements) == 7 and all(p["ok"] for p in placements)
+    node_ids = {w["nodeRank"]: w["rayNodeId"] for w in workers}
+    assert all(p["ray_node_id"] == node_ids[p["rlinf_node_rank"]] for p in placements), placements
+    assert not run_processes(job["currentRun"]["uid"])
     rec = wait_record(server, "quickstart")
     text = json.dumps(rec)
     assert rec["recordVersion"] == 2 and rec["provisional"] is False
+    assert rec["rlinf"] == {"configDir": "config", "configName": "quickstart", "overrides": [override]}
     # code: the working directory's commit, branch, remote (no credentials), the dirty diff
     wd = rec["code"]["workingDir"]
     assert wd["commit"] == git(work, "rev-parse", "HEAD").strip() and wd["branch"] == "experiment"
