@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from rlark.cli import access, describe, files, jobs, logs, nodes, projects, records, secrets, server
+from rlark.cli import access, describe, files, jobs, logs, metrics, nodes, projects, records
+from rlark.cli import secrets, server
 from rlark.cli import users, volumes
 from rlark.cli.base import app, describe_app, get_app
 
@@ -11,7 +12,7 @@ __all__ = ["app"]
 
 for command in (files.validate, files.schema, files.plan, files.check, server.server,
                 files.render, nodes.nodes, jobs.submit, jobs.apply, describe.events, logs.logs,
-                jobs.stop, jobs.start, jobs.restart, jobs.delete, records.record, access.login,
+                metrics.metrics, jobs.stop, jobs.start, jobs.restart, jobs.delete, records.record, access.login,
                 access.logout, access.whoami, access.audit):
     app.command(command.__name__)(command)
 

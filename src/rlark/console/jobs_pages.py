@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from urllib.parse import quote, urlencode, urlsplit
 
-from fastapi import APIRouter, Request
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from rlark.api.security import allow_public, allow_user
-from rlark.console import logview, timeline_chart
+from rlark.console import curves_chart, logview, timeline_chart
 from rlark.console.i18n import COOKIE, LOCALES, Translator
 from rlark.console.wizard_review import preview_yaml
 from rlark.status import ACTIVE, Phase
@@ -154,11 +156,57 @@ def _timeline(service: JobService, name: str, ctx: dict, project: str) -> dict |
         return None
 
 
+#: the tags a Curves view was asked for (``?tag=...``, repeatable)
+TagsQuery = Annotated[list[str] | None, Query()]
+#: tags and characters of a tag one request may ask for
+MAX_TAGS_ASKED, MAX_TAG_TEXT = 50, 200
+
+
+def _tags(tag: list[str] | None) -> list[str]:
+    return [_text(t, MAX_TAG_TEXT) for t in (tag or [])[:MAX_TAGS_ASKED] if _text(t, MAX_TAG_TEXT)]
+
+
+def _curves(request: Request, service: JobService, name: str, ctx: dict, project: str,
+            tags: list[str]) -> dict:
+    """The Curves tab of the Run shown (console/curves_chart.py, services/curves.py): its
+    charts, the tag form, and while the Run is under way the address of its refresh."""
+    from rlark.services.curves import run_scalars
+
+    number = ctx["run"]["number"] if ctx["run"] else None
+    data: dict[str, Any] = {"scalars": {}, "tags": [], "why": None}
+    if number is not None:
+        try:
+            data = run_scalars(service, name, number, project)
+        except NotFound:  # deleted meanwhile
+            pass
+    keep = [("tab", "curves")] + ([("run", str(number))] if number and not ctx["is_current"] else [])
+    if project != DEFAULT_PROJECT or _current(request) != DEFAULT_PROJECT:
+        keep.append(("project", project))
+    live_q = urlencode([("run", number)] + [("tag", t) for t in tags]) if number else ""
+    return {"curves": curves_chart.charts([(f"{name}:{number}", data)], tags),
+            "curves_form_action": f"/jobs/{quote(name)}", "curves_hidden": keep,
+            "curves_url": project_url(f"/jobs/{quote(name)}/_curves?{live_q}", project,
+                                      _current(request)) if ctx["run_live"] else None}
+
+
+@router.get("/jobs/{name}/_curves")
+def job_curves(request: Request, name: str, access: Reader, run: str | None = None,
+               tag: TagsQuery = None) -> Response:
+    """The Curves section alone, for its refresh while the Run is under way."""
+    service = _service(request)
+    try:
+        ctx = _job_context(service, name, access.project, _int(run))
+    except NotFound:
+        return _gone(request, name)
+    ctx.update(_curves(request, service, name, ctx, access.project, _tags(tag)))
+    return _render(request, "_curves.html", full=False, **ctx)
+
+
 @router.get("/jobs/{name}")
 def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
              run: str | None = None, role: str | None = None, worker: str | None = None,
              q: str | None = None, lifecycle: str | None = None,
-             order: str | None = None) -> Response:
+             order: str | None = None, tag: TagsQuery = None) -> Response:
     service = _service(request)
     project = access.project
     tab = tab if tab in TABS else "overview"
@@ -195,6 +243,8 @@ def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
             {**params, "follow": "true", "tail": LOG_TAIL,
              **({"lifecycle": "true"} if ctx["lifecycle"] else {}),
              **({"project": project} if project != DEFAULT_PROJECT else {})})
+    elif tab == "curves":
+        ctx.update(_curves(request, service, name, ctx, project, _tags(tag)))
     elif tab == "record" and number is not None:
         ctx["record"] = service.record(name, number, project)
     elif tab == "spec":  # what the Job (an earlier Run: that Run) set, defaults left out
@@ -284,7 +334,7 @@ def download_logs(request: Request, name: str, fmt: str, access: Reader, run: st
 
 @router.get("/jobs/{name}/compare")
 def compare_runs(request: Request, name: str, access: Reader, a: str | None = None,
-                 b: str | None = None) -> Response:
+                 b: str | None = None, tag: TagsQuery = None) -> Response:
     """Two runs compared (:func:`rlark.services.records.diff_runs`, as ``rlark record diff``):
     ``a`` and ``b`` are ``JOB`` or ``JOB:RUN`` of the page's project (``a`` defaults to this
     Job's current Run, ``b`` to the run before ``a``)."""
@@ -303,8 +353,30 @@ def compare_runs(request: Request, name: str, access: Reader, a: str | None = No
         return _render(request, "error.html", 404, title=t("error.notFound"), message=exc.message)
     except Invalid as exc:
         return _render(request, "error.html", 422, title=t("error.title"), message=exc.message)
-    return _render(request, "compare.html", diff=earlier_first(diff), job_name=name,
-                   project=access.project)
+    diff = earlier_first(diff)
+    return _render(request, "compare.html", diff=diff, job_name=name, project=access.project,
+                   **_overlay(request, diff, name, access.project, a, b, _tags(tag)))
+
+
+def _overlay(request: Request, diff: dict, name: str, project: str, a: str | None,
+             b: str | None, tags: list[str]) -> dict:
+    """The two compared Runs' curves overlaid (console/curves_chart.py), for the comparison."""
+    from rlark.services.curves import run_scalars
+
+    runs = []
+    for side in (diff["a"], diff["b"]):
+        job, number = side.get("job"), side.get("run")
+        data: dict[str, Any] = {"scalars": {}, "tags": [], "why": None}
+        try:
+            data = run_scalars(_service(request), str(job), number, project)
+        except NotFound:  # deleted meanwhile
+            pass
+        runs.append((f"{job}:{number}", data))
+    hidden = [(k, v) for k, v in (("a", _text(a, 80)), ("b", _text(b, 80))) if v]
+    if project != DEFAULT_PROJECT or _current(request) != DEFAULT_PROJECT:
+        hidden.append(("project", project))
+    return {"curves": curves_chart.charts(runs, tags), "curves_url": None,
+            "curves_form_action": f"/jobs/{quote(name)}/compare", "curves_hidden": hidden}
 
 
 def earlier_first(diff: dict) -> dict:

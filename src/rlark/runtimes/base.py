@@ -581,6 +581,15 @@ class RuntimeProfile(Protocol):
         it cannot see the Workers' files."""
         ...
 
+    def worker_dir(self, rec: dict[str, Any], path: str, rank: int,
+                   sandboxed: bool) -> tuple[str | None, str]:
+        """Where the server may read the directory ``path`` as Worker ``rank`` of the Run of
+        record ``rec`` saw it: ``(real path here, symbolic links resolved and checked to stay in
+        the Worker's place, what that place is)``, or ``(None, why not)`` where the server
+        cannot see the Worker's files. ``sandboxed``: as :meth:`output_probes`. What is read
+        there is the workload's: untrusted."""
+        ...
+
     def volumes(self, project: str) -> list[dict[str, Any]]:
         """``[{"name", "bytes", "entries", "modifiedAt"}]`` of the volumes ``pvc`` mounts of
         ``project`` name; raises :class:`VolumesElsewhere` where the runtime keeps none."""

@@ -39,7 +39,7 @@ from rlark.services.views import event_view, job_summary, run_view, worker_view
 from rlark.store.files import job_log_dirs, remove_dirs
 from rlark import settings
 from rlark.words import plural
-from rlark.status import ACTIVE, Cause, Desired, EventType, Phase, Reason
+from rlark.status import ACTIVE, Cause, Desired, EventType, Phase, Reason, text_of
 from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store
 from rlark.store.db import retry_on_conflict
 from rlark.store.runs import add_event, new_run
@@ -567,6 +567,25 @@ class JobService:
             rec = public_record(r.record) if r.record is not None else build_record(
                 job, r, r.workers, settings.logs_dir())
             return mask_data(rec, self._mask(s, job))
+
+    def record_for_curves(self, name: str, run: int | None = None,
+                          project: str = DEFAULT_PROJECT
+                          ) -> tuple[dict[str, Any], str, bool, Callable[[str], str]]:
+        """What :func:`rlark.services.curves.run_scalars` needs of a Run (default: the current
+        one): its record as :meth:`record` reads it (unmasked: for the server's own look at the
+        Run's files), its phase, whether its Workers had a uid of their own (the Run's
+        ``worker_uid``, set by the runtime, never taken from the Workers' reports), and the
+        mask every text shown must go through.
+
+        Raises:
+            NotFound: no such Job, or it has no such Run.
+        """
+        with self.store.session() as s:
+            job = self._job(s, name, project)
+            r = self._run(s, job, run)
+            rec = public_record(r.record) if r.record is not None else build_record(
+                job, r, r.workers, settings.logs_dir())
+            return rec, text_of(r.phase), r.worker_uid is not None, self._mask(s, job)
 
     def timeline(self, name: str, run: int | None = None,
                  project: str = DEFAULT_PROJECT) -> dict[str, Any]:

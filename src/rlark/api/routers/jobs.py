@@ -152,3 +152,38 @@ def current_timeline(name: str, jobs: Service, access: Reader) -> dict:
 def run_timeline(name: str, number: Annotated[int, Path(ge=1, le=INT32_MAX)], jobs: Service,
                  access: Reader) -> dict:
     return jobs.timeline(name, number, access.project)
+
+
+SCALARS_DOC = (
+    "The Run's training curves: the scalars RLinf's MetricLogger wrote as TensorBoard event "
+    "files under ``<runner.logger.log_path>/tensorboard`` of the Run's resolved config, read "
+    "where the Run's runtime lets the server look (the head Worker's view of that path): "
+    "``scalars``: tag -> ``[[step, value], ...]`` by step (value null: NaN or infinite; at most "
+    "5000 points a tag, evenly thinned), ``tags``: every tag found, ``path``: the directory "
+    "looked at, ``at``: where the server read it, ``files``, ``notes`` (what was cut or did not "
+    "parse), ``why``: null, or why there are no points (no config, another logger, a path the "
+    "server cannot read, no event files yet). ``tag`` (repeatable): only these tags. "
+    "404 for a Job or Run the project does not have.")
+Tags = Annotated[list[str] | None, Query(max_length=200, description="only these tags")]
+
+
+def _scalars(jobs: JobService, name: str, number: int | None, project: str,
+             tag: list[str] | None) -> dict:
+    from rlark.services.curves import run_scalars
+
+    if tag is not None and len(tag) > 100:
+        raise Invalid(f"tag: {len(tag)} given; ask for at most 100 tags at once")
+    return run_scalars(jobs, name, number, project, tag)
+
+
+@router.get("/{name}/scalars", summary="The current Run's training curves",
+            description=SCALARS_DOC)
+def current_scalars(name: str, jobs: Service, access: Reader, tag: Tags = None) -> dict:
+    return _scalars(jobs, name, None, access.project, tag)
+
+
+@router.get("/{name}/runs/{number}/scalars", summary="A Run's training curves",
+            description=SCALARS_DOC)
+def run_scalars(name: str, number: Annotated[int, Path(ge=1, le=INT32_MAX)], jobs: Service,
+                access: Reader, tag: Tags = None) -> dict:
+    return _scalars(jobs, name, number, access.project, tag)

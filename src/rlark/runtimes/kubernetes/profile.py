@@ -119,6 +119,12 @@ class KubernetesProfile:
         """Nothing: the server does not see the Workers' files."""
         return {}
 
+    def worker_dir(self, rec: dict[str, Any], path: str, rank: int,
+                   sandboxed: bool) -> tuple[str | None, str]:
+        """Nowhere: the path lies in the Worker Pod's filesystem (its container's own, or a
+        volume the Pod mounts), which the server does not mount."""
+        return None, f"{path} lies in the Pod's filesystem, which the server cannot read"
+
     def volumes(self, project: str) -> list[dict[str, Any]]:
         """None of RLark's own: :data:`VOLUMES_ELSEWHERE`.
 

@@ -125,6 +125,38 @@ def look_at(view: HostView, rlark_home: str) -> dict[str, Any]:
     return out
 
 
+def _hostpath_mounts(rec: dict[str, Any]) -> dict[Any, list[tuple[str, str]]]:
+    body = (rec.get("spec") or {}).get("spec") or {}
+    return {r.get("name"): [(m.get("source"), m.get("mountPath")) for m in r.get("mounts") or []
+                            if m.get("type") == "hostPath"] for r in body.get("roles") or []}
+
+
+def server_dir(rec: dict[str, Any], path: str, rank: int, sandboxed: bool = False
+               ) -> tuple[str | None, str]:
+    """Where the directory ``path``, as Worker ``rank`` of the Run of record ``rec`` saw it, lies
+    on this machine for the server to read (:func:`host_view`): ``(real path, what it is)``, the
+    real path with every symbolic link resolved and checked to stay inside the Worker's place
+    (a link the workload made must not lead the server elsewhere) and, for the machine's own
+    file system seen by a Worker of its own uid, to be what other users may read and outside
+    ``$RLARK_HOME``; else ``(None, why not)``. ``sandboxed``: as :func:`output_probes`."""
+    worker = next((w for w in (rec.get("workers") or {}).get("items") or []
+                   if int(w.get("nodeRank") or 0) == rank), None)
+    role = worker.get("role") if worker else None
+    home = str(settings.rlark_home())
+    view = host_view(path, rank=rank, sandboxed=sandboxed, working_dir=rec.get("workingDir"),
+                     host_mounts=_hostpath_mounts(rec).get(role, []),
+                     dirs=worker_dirs(home, settings.ray_tmp_root(), str(rec.get("runUid")), rank))
+    if view.at is None:
+        return None, f"{path} is {view.what}: {view.why}"
+    real, root = os.path.realpath(view.at), os.path.realpath(view.root)
+    if _under(real, root) is None:
+        return None, f"{view.at} is a symbolic link out of {view.what} ({real})"
+    if view.others and (_under(real, home) is not None or not readable_by_others(real, os.stat)):
+        return None, (f"{real} is not where the Workers' uid could reach (only what other users "
+                      "of this machine may read)")
+    return real, view.what
+
+
 def output_probes(rec: dict[str, Any], sandboxed: bool = False) -> dict[str, dict[str, Any]]:
     """Whether each output/checkpoint location of the record ``rec`` exists and can be read
     here, looked for where each Worker's view of it lies on this machine (:func:`host_view`):
@@ -134,9 +166,7 @@ def output_probes(rec: dict[str, Any], sandboxed: bool = False) -> dict[str, dic
     by the runtime; never taken from what the Workers report, which their own code could
     forge). Nothing is looked at for a Run whose Workers reported nothing (none ran)."""
     outputs: dict[str, dict[str, Any]] = {}
-    body = (rec.get("spec") or {}).get("spec") or {}
-    mounts = {r.get("name"): [(m.get("source"), m.get("mountPath")) for m in r.get("mounts") or []
-                              if m.get("type") == "hostPath"] for r in body.get("roles") or []}
+    mounts = _hostpath_mounts(rec)
     home, ray_root = str(settings.rlark_home()), settings.ray_tmp_root()
     items = [w for w in (rec.get("workers") or {}).get("items") or [] if w.get("facts")]
     for loc in rec.get("locations") or []:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from rlark import settings
 from rlark.findings import Finding
 from rlark.rlinf_config.locations import Filesystem
-from rlark.runtimes.local.outputs import output_probes
+from rlark.runtimes.local.outputs import output_probes, server_dir
 from rlark.runtimes.local import volumes
 from rlark.runtimes.local.preflight import check_for_local_runtime, host_capacity, local_request
 from rlark.spec import Job
@@ -101,6 +101,12 @@ class LocalProfile:
     def output_probes(self, rec: dict[str, Any], sandboxed: bool) -> dict[str, dict[str, Any]]:
         """:func:`rlark.runtimes.local.outputs.output_probes`."""
         return output_probes(rec, sandboxed)
+
+    def worker_dir(self, rec: dict[str, Any], path: str, rank: int,
+                   sandboxed: bool) -> tuple[str | None, str]:
+        """:func:`rlark.runtimes.local.outputs.server_dir`: where the Worker's view of ``path``
+        lies on this machine (its copy of the working directory, a hostPath mount's source...)."""
+        return server_dir(rec, path, rank, sandboxed)
 
     def volumes(self, project: str) -> list[dict[str, Any]]:
         """:func:`rlark.runtimes.local.volumes.listing` in this server's ``$RLARK_HOME``."""
