@@ -200,7 +200,8 @@ YAML
 }
 
 kueue_up() {  # kueue_up TIMEOUT: CRDs, namespace, manager, webhooks (the control plane is up)
-    local timeout=$1 crd
+    local timeout=$1 crd start
+    start=$(now)
     say "installing Kueue $KUEUE_VERSION's CRDs"
     kube apply --server-side -f "$KUEUE_DIR/crds" >>"$DIR/logs/apply.log" 2>&1 \
         || { tail -n 20 "$DIR/logs/apply.log" >&2; die "could not install Kueue's CRDs"; }
@@ -247,4 +248,5 @@ subjectAltName=IP:127.0.0.1,DNS:localhost"
     kube apply -f "$DIR/kueue/webhooks.yaml" >>"$DIR/logs/apply.log" 2>&1 \
         || { tail -n 20 "$DIR/logs/apply.log" >&2; die "could not register Kueue's webhooks"; }
     wait_for "the API server to call Kueue's webhook (a dry-run ResourceFlavor)" "$timeout" kueue kueue_webhook_served
+    say "Kueue $KUEUE_VERSION ready in $(elapsed "$start") s (CRDs, manager, webhooks)"
 }
