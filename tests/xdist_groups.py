@@ -8,7 +8,8 @@
   deadlines assume no other test's Ray nodes start beside theirs. **A new module that starts
   Workers must mark at least one of its tests** ``@pytest.mark.ray`` (the whole module then
   joins the group);
-* ``k8s``: every module that uses the Kubernetes test bed (``k8s_testbed``), one test at a time
+* ``k8s``: every module that uses the Kubernetes test bed (``k8s_testbed``, or
+  ``k8s_kueue_testbed``: the test bed with Kueue, a second one beside it), one test at a time
   on one worker, so the session starts one test bed, not one per worker. It runs beside the
   ``ray`` group (on the other worker): the two are the longest groups, and kept together on one
   worker they were the whole suite's critical path (about 25 minutes against 15 for the rest);
@@ -41,13 +42,15 @@ import pytest
 #: groups shared by several modules, in the order they are handed out (first: the longest)
 SERIAL_GROUPS = ("ray", "k8s", "rlinf-corpus")
 ENV = "RLARK_XDIST_GROUPS"
+#: the test bed fixtures (tests/k8s_testbed.py) whose modules make up group ``k8s``
+K8S_FIXTURES = ("k8s_testbed", "k8s_kueue_testbed")
 
 
 def module_group(items: list[pytest.Item]) -> str | None:
     """The xdist group of one module's tests (module docstring)."""
     if any(item.get_closest_marker("ray") for item in items):
         return "ray"
-    if any("k8s_testbed" in item.fixturenames for item in items):
+    if any(name in item.fixturenames for item in items for name in K8S_FIXTURES):
         return "k8s"
     module = getattr(items[0], "module", None)
     from tests import rlinf_corpus
