@@ -120,13 +120,26 @@ def restricted(pod: dict) -> dict:
     return pod
 
 PORT_RANGE = (16000, 19990)  # below 32768; PostgreSQL's tests use 15432-15999, RLark's API 8470
-PORTS_PER_TESTBED = 10  # six for the control plane, four more for a real node (--port-base)
+#: six for the control plane, four more for a real node, three for Kueue (--port-base); one test
+#: bed's block starts every PORT_STEP ports
+PORTS_PER_TESTBED = 13
+PORT_STEP = 20
 
 #: `up` arguments of the test bed with a real node alone: a kubelet that runs Pods (containerd,
 #: runc, a CNI bridge, CoreDNS) and no kwok Node, so every Pod lands on it (docs/kubernetes.md,
 #: "Real node"); the fixture ``k8s_real_node``
 REAL_NODE_UP_ARGS: tuple[str, ...] = ("--real-node", "--nodes", "0")
 REAL_NODE = "real-node"
+
+#: `up` arguments of the test bed with Kueue (docs/kubernetes.md, "Kueue in the test bed"): the
+#: default Nodes, and Kueue's manager with the Pod integration for namespaces that carry
+#: KUEUE_NAMESPACE_LABEL; the fixture ``k8s_kueue_testbed``
+KUEUE_UP_ARGS: tuple[str, ...] = (*DEFAULT_UP_ARGS, "--kueue")
+KUEUE_NAMESPACE_LABEL = ("rlark.io/kueue", "enabled")
+#: Kueue's names for a Pod's LocalQueue (label) and the scheduling gate it holds a queued Pod
+#: behind (sigs.k8s.io/kueue pkg/controller/constants, pkg/controller/jobs/pod/constants)
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
 
 
 class TestbedUnavailable(RuntimeError):
@@ -174,33 +187,39 @@ def _script(*args: str, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def build(timeout: float | None = None, real_node: bool = False) -> str:
-    """Build (or find cached) binaries (``real_node``: also the real node's parts and images);
-    returns the script's report. Raises TestbedUnavailable."""
+def _build_options(real_node: bool, kueue: bool) -> tuple[str, ...]:
+    return (("--real-node",) if real_node else ()) + (("--kueue",) if kueue else ())
+
+
+def build(timeout: float | None = None, real_node: bool = False, kueue: bool = False) -> str:
+    """Build (or find cached) binaries (``real_node``: also the real node's parts and images;
+    ``kueue``: also Kueue's manager and CRDs); returns the script's report. Raises
+    TestbedUnavailable."""
     timeout = timeout or float(os.environ.get("RLARK_TESTBED_BUILD_TIMEOUT", "5400"))
-    proc = _script("build", *(("--real-node",) if real_node else ()), timeout=timeout)
+    options = _build_options(real_node, kueue)
+    proc = _script("build", *options, timeout=timeout)
     if proc.returncode != 0:
         hint = "" if shutil.which("go") else " (no `go` on PATH: install Go >= 1.26)"
         raise TestbedUnavailable(
-            f"scripts/k8s-testbed build{' --real-node' if real_node else ''} failed "
+            f"scripts/k8s-testbed {' '.join(('build', *options))} failed "
             f"(exit {proc.returncode}){hint}:\n{_tail(proc.stderr)}")
     return proc.stderr.strip()
 
 
-def is_built(real_node: bool = False) -> bool:
-    """Whether ``scripts/k8s-testbed build [--real-node]`` has nothing left to do (no Go
-    toolchain needed to tell)."""
+def is_built(real_node: bool = False, kueue: bool = False) -> bool:
+    """Whether ``scripts/k8s-testbed build [--real-node] [--kueue]`` has nothing left to do (no
+    Go toolchain needed to tell)."""
     try:
-        proc = _script("built", *(("--real-node",) if real_node else ()), timeout=30)
+        proc = _script("built", *_build_options(real_node, kueue), timeout=30)
     except TestbedUnavailable:
         return False
     return proc.returncode == 0
 
 
-def setup_timeout(real_node: bool = False) -> int:
+def setup_timeout(real_node: bool = False, kueue: bool = False) -> int:
     """A pytest-timeout for tests using the fixture: their setup may include a cold build
     (``pytestmark = pytest.mark.timeout(setup_timeout())``)."""
-    if is_built(real_node):
+    if is_built(real_node, kueue):
         return 900 if real_node else 600
     return int(float(os.environ.get("RLARK_TESTBED_BUILD_TIMEOUT", "5400"))
                + float(os.environ.get("RLARK_TESTBED_UP_TIMEOUT", "300")) + 900)
@@ -223,6 +242,10 @@ class K8sTestbed:
     image_digest: str | None = None
     ctr_path: Path | None = None
     containerd_address: Path | None = None
+    #: with ``--kueue``: the Kueue release that runs (RLARK_TESTBED_KUEUE) and the namespace
+    #: label that puts a namespace under its Pod integration, as (key, value)
+    kueue: str | None = None
+    kueue_namespace_label: tuple[str, str] | None = None
     _stopped: bool = field(default=False, repr=False)
     #: attached to a test bed someone else started (RLARK_TESTBED_ATTACH): never stopped here
     attached: bool = False
@@ -233,7 +256,7 @@ class K8sTestbed:
     @classmethod
     def start(cls, *up_args: str, base_dir: Path | None = None, timeout: float | None = None) -> "K8sTestbed":
         """``build`` then ``up`` on free ports in a new directory. Raises TestbedUnavailable."""
-        build(real_node="--real-node" in up_args)
+        build(real_node="--real-node" in up_args, kueue="--kueue" in up_args)
         # a real node's `up` imports the Worker image into containerd: 191 s of a 210 s `up` for its
         # 2.5 GB layer of torch's libraries on a loaded 2-core machine (docs/kubernetes.md)
         timeout = timeout or float(os.environ.get("RLARK_TESTBED_UP_TIMEOUT",
@@ -245,7 +268,7 @@ class K8sTestbed:
             parent = None if parent is None or len(str(parent)) > 30 else parent
         last_error = ""
         for _attempt in range(3):
-            bases = [b for b in range(PORT_RANGE[0], PORT_RANGE[1], 10) if _ports_free(b)]
+            bases = [b for b in range(PORT_RANGE[0], PORT_RANGE[1], PORT_STEP) if _ports_free(b)]
             if not bases:
                 raise TestbedUnavailable(f"no {PORTS_PER_TESTBED} free loopback ports in {PORT_RANGE}")
             base = random.choice(bases)
@@ -263,7 +286,8 @@ class K8sTestbed:
                     tb = cls(dir=Path(env["RLARK_TESTBED_DIR"]), kubeconfig=Path(env["KUBECONFIG"]),
                              rlark_kubeconfig=Path(env["RLARK_TESTBED_KUBECONFIG"]),
                              up_output=proc.stderr, up_seconds=time.monotonic() - started,
-                             **_real_node_fields(env, "--real-node" in up_args))
+                             **_real_node_fields(env, "--real-node" in up_args),
+                             **_kueue_fields(env, "--kueue" in up_args))
                 except KeyError as e:
                     _script("down", "--dir", str(tb_dir), timeout=120)
                     raise TestbedUnavailable(f"`up` printed no export line for {e}:\n{proc.stdout}") from None
@@ -452,11 +476,11 @@ class K8sTestbed:
                                    f"in {namespace} still {'denied' if allowed else 'allowed'} after {timeout} s")
             time.sleep(0.1)
 
-    def project_namespace(self, name: str | None = None) -> str:
+    def project_namespace(self, name: str | None = None, labels: dict[str, str] | None = None) -> str:
         """Create a namespace set up exactly as deploy/kubernetes/project-namespace.example.yaml
-        says (the Namespace, RLark's Role and RoleBinding there), as the admin; returns its name
-        once RLark's ServiceAccount may watch Pods in it. A fresh namespace per test keeps tests
-        apart on the shared test bed."""
+        says (the Namespace, RLark's Role and RoleBinding there; ``labels`` added to the
+        Namespace's), as the admin; returns its name once RLark's ServiceAccount may watch Pods
+        in it. A fresh namespace per test keeps tests apart on the shared test bed."""
         import uuid
 
         import yaml
@@ -468,6 +492,7 @@ class K8sTestbed:
         for doc in docs:
             kind = doc["kind"]
             if kind == "Namespace":
+                doc["metadata"].setdefault("labels", {}).update(labels or {})
                 core.create_namespace(doc)
             elif kind == "Role":
                 rbac.create_namespaced_role(name, doc)
@@ -495,6 +520,29 @@ class K8sTestbed:
                                    f"{NAMESPACE_READY_SECONDS} s")
             time.sleep(0.05)
         return name
+
+    def kueue_namespace(self) -> str:
+        """A namespace as :meth:`project_namespace` makes it, labelled with
+        :attr:`kueue_namespace_label`, so Kueue's Pod integration queues its Pods that name a
+        LocalQueue (a test bed started with ``--kueue``). Raises RuntimeError without Kueue."""
+        if self.kueue_namespace_label is None:
+            raise RuntimeError("this test bed runs no Kueue (up --kueue)")
+        key, value = self.kueue_namespace_label
+        name = self.project_namespace(labels={key: value})
+        # the API server's webhook selector and Kueue's webhook each read the label from their own
+        # informer: a server-side dry run of a queued Pod comes back gated once both have it
+        probe = restricted({"apiVersion": "v1", "kind": "Pod",
+                            "metadata": {"name": "kueue-probe", "labels": {KUEUE_QUEUE_LABEL: "probe"}},
+                            "spec": {"containers": [{"name": "c", "image": "example.invalid/probe:1"}]}})
+        deadline = time.monotonic() + NAMESPACE_READY_SECONDS
+        while True:
+            pod = self.admin().create_namespaced_pod(name, probe, dry_run="All")
+            if any(g.name == KUEUE_ADMISSION_GATE for g in pod.spec.scheduling_gates or []):
+                return name
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Kueue did not gate a Pod in namespace {name} after "
+                                   f"{NAMESPACE_READY_SECONDS} s (is it labelled {key}={value}?)")
+            time.sleep(0.1)
 
     def grant_leader_election(self, namespace: str, rules: list[dict] | None = None) -> None:
         """Create deploy/kubernetes/rbac.yaml's Role and RoleBinding ``rlark-leader-election``
@@ -591,6 +639,14 @@ def _real_node_fields(env: dict[str, str], real_node: bool) -> dict:
             "containerd_address": Path(env["RLARK_TESTBED_CONTAINERD_ADDRESS"])}
 
 
+def _kueue_fields(env: dict[str, str], kueue: bool) -> dict:
+    """The K8sTestbed fields of Kueue, from ``up``'s export lines (KeyError: one missing)."""
+    if not kueue:
+        return {}
+    key, _, value = env["RLARK_TESTBED_KUEUE_NAMESPACE_LABEL"].partition("=")
+    return {"kueue": env["RLARK_TESTBED_KUEUE"], "kueue_namespace_label": (key, value)}
+
+
 def _parse_exports(stdout: str) -> dict[str, str]:
     env = {}
     for line in stdout.splitlines():
@@ -683,6 +739,10 @@ k8s_testbed = make_k8s_testbed_fixture(*DEFAULT_UP_ARGS)
 #: elsewhere. A module using it starts containers: mark it ``pytest.mark.ray`` too; it runs in
 #: the ``k8s`` serial group with the other test-bed modules (tests/xdist_groups.py).
 k8s_real_node = make_k8s_testbed_fixture(*REAL_NODE_UP_ARGS)
+
+#: A test bed with Kueue (KUEUE_UP_ARGS: the default Nodes, ``up --kueue``); its Pod integration
+#: acts in namespaces made by :meth:`K8sTestbed.kueue_namespace`. Needs `build --kueue`.
+k8s_kueue_testbed = make_k8s_testbed_fixture(*KUEUE_UP_ARGS)
 
 
 # -- RLark on the test bed ----------------------------------------------------------------------

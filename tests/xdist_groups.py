@@ -3,9 +3,9 @@
 :func:`group_items` (tests/conftest.py's ``pytest_collection_modifyitems``) gives every test its
 ``xdist_group`` mark:
 
-* ``k8s``: every module that uses a Kubernetes test bed (``k8s_testbed``, or ``k8s_real_node``
-  whose Pods really run), one test at a time on one worker, so the session starts each test bed
-  once, not once per worker. It runs beside the ``ray`` group (on the other worker): the two are
+* ``k8s``: every module that uses a Kubernetes test bed (``k8s_testbed``; ``k8s_real_node``,
+  whose Pods really run; ``k8s_kueue_testbed``, with Kueue), one test at a time on one worker,
+  so the session starts each test bed once, not once per worker. It runs beside the ``ray`` group (on the other worker): the two are
   the longest groups, and kept together on one worker they were the whole suite's critical path
   (about 25 minutes against 15 for the rest). The real node's modules start Ray nodes too (in
   Pods), so they are also marked ``ray``; they still go here: their Pods are held to the CPU
@@ -47,7 +47,7 @@ import pytest
 SERIAL_GROUPS = ("ray", "k8s", "rlinf-corpus")
 ENV = "RLARK_XDIST_GROUPS"
 #: the fixtures that start a Kubernetes test bed (tests/k8s_testbed.py)
-TESTBED_FIXTURES = frozenset({"k8s_testbed", "k8s_real_node"})
+TESTBED_FIXTURES = frozenset({"k8s_testbed", "k8s_real_node", "k8s_kueue_testbed"})
 
 
 def module_group(items: list[pytest.Item]) -> str | None:
