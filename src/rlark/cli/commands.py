@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from rlark.cli import access, describe, files, jobs, logs, nodes, projects, records, secrets, server
-from rlark.cli import users, volumes
+from rlark.cli import users, volumes, webhooks
 from rlark.cli.base import app, describe_app, get_app
 
 __all__ = ["app"]
@@ -29,3 +29,4 @@ app.add_typer(users.token_app, name="token")
 app.add_typer(projects.project_app, name="project")
 app.add_typer(secrets.secret_app, name="secret")
 app.add_typer(volumes.volume_app, name="volume")
+app.add_typer(webhooks.webhook_app, name="webhook")
