@@ -285,3 +285,44 @@ def test_an_allowed_network_lets_an_internal_receiver_be_registered(clients, mon
     monkeypatch.setenv("RLARK_WEBHOOK_ALLOW_NETWORKS", "not-a-network")
     with pytest.raises(ValueError, match="RLARK_WEBHOOK_ALLOW_NETWORKS"):
         n.WebhookSettings.from_env()
+
+
+# --- the console -------------------------------------------------------------------------------------
+
+
+def test_console_lists_creates_deletes_and_shows_the_delivery_log(clients, app_store):
+    from rlark.store.models import utcnow
+    from rlark.store.webhooks import DeliveryRow, DeliveryState
+
+    admin = clients["project admin"]
+    r = admin.post("/webhooks", data={"name": "alerts", "url": HOOK["url"], "format": "slack",
+                                      "events": ["run.failed", "run.queued"], "secret": SECRET},
+                   follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/webhooks", r.text
+    page = admin.get("/webhooks", cookies=r.cookies)
+    assert page.status_code == 200 and SECRET not in page.text
+    assert 'data-webhook="alerts" data-secret="set"' in page.text
+    assert "run.failed, run.queued" in page.text and "Webhook alerts added." in page.text
+    # a refused form comes back with the error and without the secret
+    bad = admin.post("/webhooks", data={"name": "meta", "url": "http://169.254.169.254/",
+                                        "events": "run.failed", "secret": SECRET})
+    assert bad.status_code == 422 and "link-local" in bad.text and SECRET not in bad.text
+    assert 'value="meta"' in bad.text
+    # the delivery log: status code, attempts, last error
+    _, store = app_store
+    with store.session() as s:
+        hook_id = s.scalar(select(WebhookRow.id).where(WebhookRow.name == "alerts"))
+        s.add(DeliveryRow(webhook_id=hook_id, run_id=1, event=WebhookEvent.failed,
+                          facts={"job": "ppo", "run": 2}, state=DeliveryState.failed, attempts=5,
+                          last_status=503, last_error="HTTP 503: busy", last_attempt_at=utcnow()))
+    log = admin.get("/webhooks/alerts")
+    assert log.status_code == 200
+    row = log.text[log.text.index('data-state="failed"'):]
+    assert all(x in row for x in ("run.failed", 'href="/jobs/ppo"', "#2", ">5<", ">503<",
+                                  "HTTP 503: busy"))
+    assert admin.get("/webhooks/nothing").status_code == 404
+    # members see no such page; a project admin deletes
+    assert clients["member"].get("/webhooks").status_code == 403
+    gone = admin.post("/webhooks/alerts/delete", data={}, follow_redirects=False)
+    assert gone.status_code == 303
+    assert admin.get("/api/v1/webhooks").json() == []
