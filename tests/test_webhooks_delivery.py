@@ -236,9 +236,11 @@ def test_a_run_that_succeeds_notifies_running_then_succeeded(app, receiver):
     r = app.http.post("/api/v1/jobs", content=job("fine", 1, "true", run="echo done").encode(),
                       headers={"Content-Type": "application/json"})
     assert r.status_code == 201, r.text
-    got = receiver.wait("run.succeeded", lambda g: "run.succeeded" in events(g, "/signed"),
+    got = receiver.wait("run.running and run.succeeded",
+                        lambda g: sorted(events(g, "/signed")) == ["run.running", "run.succeeded"],
                         timeout=240)
-    bodies = [verified(g) for g in got]
+    # sent by concurrent senders, so they may arrive in either order: their times order them
+    bodies = sorted((verified(g) for g in got), key=lambda b: b["at"])
     assert [(b["event"], b["phase"], b["previousPhase"]) for b in bodies] == [
         ("run.running", "Running", "Starting"), ("run.succeeded", "Succeeded", "Running")]
     assert bodies[1]["job"] == "fine" and bodies[1]["reason"] and bodies[1]["at"].endswith("Z")
