@@ -42,6 +42,7 @@ from sqlalchemy import text, update
 from rlark.server import create_app
 from rlark.secretbox import SecretBox, new_key
 from rlark.services.secrets import SecretService
+from rlark.services.webhooks import WebhookService
 from rlark.api.security import (
     SESSION_COOKIE,
     Rule,
@@ -143,6 +144,10 @@ BODIES: dict[str, dict] = {
     "PATCH /api/v1/secrets/{name}": {"json": {"data": {"k": "v2"}}},
     "PUT /api/v1/secrets/{name}": {"json": {"data": {"k": "v3"}}},
     "GET /api/v1/record/diff": {"params": {"a": "demo", "b": "demo:1"}},
+    "POST /api/v1/webhooks": {"json": {"name": "fresh", "url": "https://hooks.example.com/x"}},
+    "POST /webhooks": {"data": {"name": "fresh", "url": "https://hooks.example.com/x",
+                                "events": "run.failed"}},
+    "POST /webhooks/{name}/delete": {"data": {}},
 }
 
 
@@ -214,6 +219,7 @@ def _services(store: Store) -> None:
     APP.state.auth = AuthService(store)
     APP.state.accounts = AccountService(APP.state.auth)
     APP.state.secrets = SecretService(store, BOX)
+    APP.state.webhooks = WebhookService(store, BOX)
     if VOLUME_HOME:  # volume ``demo`` of project default, again for each case that deletes it
         (VOLUME_HOME[0] / "volumes" / "default" / "demo").mkdir(parents=True, exist_ok=True)
         setattr(service.profile, "home", str(VOLUME_HOME[0]))
@@ -258,6 +264,8 @@ def env(tmp_path_factory) -> Env:
         set_run_state(store, "demo", "Succeeded", released=True)
         jobs.create(job_yaml("secret"), project="other")
         SecretService(store, BOX).set(OPEN_PRINCIPAL, None, "default", "demo", {"k": "v"})
+        WebhookService(store, BOX).create(OPEN_PRINCIPAL, None, "default",
+                                          {"name": "demo", "url": "https://hooks.example.com/d"})
         with store.engine.connect() as conn:  # everything into the main file, to copy it
             conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
         store.dispose()

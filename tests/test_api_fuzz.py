@@ -29,6 +29,7 @@ from rlark.services.accounts import AccountService
 from rlark.services.auth import OPEN_PRINCIPAL, AuthService
 from rlark.services.jobs import JobService
 from rlark.services.secrets import SecretService
+from rlark.services.webhooks import WebhookService
 from rlark.store import Store
 from tests.access import BASE_URL, admin_token, api_client, bearer, make_user
 from tests.test_api import job_dict, job_yaml, set_run_state, set_worker_logs, snapshot
@@ -62,6 +63,7 @@ def _swap_services(service: JobService) -> None:
     APP.state.auth = AuthService(service.store)
     APP.state.accounts = AccountService(APP.state.auth)
     APP.state.secrets = SecretService(service.store)  # its key made in the test's RLARK_HOME
+    APP.state.webhooks = WebhookService(service.store)
 
 
 @pytest.fixture(autouse=True)

@@ -168,6 +168,7 @@ def test_every_key_the_console_uses_is_in_the_catalogs():
     used |= {f"check.{s}" for s in ("pass", "warn", "fail", "provisional")}  # a record check's status
     used |= {f"recSource.{s}" for s in ("hydra-output", "rlark-composition", "absent")}
     used |= {f"runtime.{r}" for r in ("local", "kubernetes")}
+    used |= {f"webhooks.state.{s}" for s in ("pending", "succeeded", "failed")}  # webhook.html
     from rlark.services.timeline import PHASES as TIMELINE_PHASES
 
     # the timeline's legend and spans (templates/_timeline.html), the CLI chart's title line

@@ -21,7 +21,8 @@ from rlark.store.db import alembic_config, make_engine
 from tests.test_job_service import ROOMY_HOST, small
 
 TABLES = {"jobs", "runs", "tasks", "workers", "events", "users", "projects", "memberships",
-          "tokens", "sessions", "audit", "controller_state", "secrets", "alembic_version"}
+          "tokens", "sessions", "audit", "controller_state", "secrets", "webhooks", "webhook_deliveries",
+          "alembic_version"}
 #: the project every Job of a fresh store (and every Job from before projects) belongs to; the
 #: 0004 migration creates it with id 1
 DEFAULT_PROJECT_ID = 1

@@ -23,6 +23,8 @@ from rlark.runtimes.base import Opened
 from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
 from rlark.services.metrics import ServerMetrics
+from rlark.services.notifications import WebhookSettings
+from rlark.services.notifier import Notifier
 from rlark.services.secrets import server_box
 from rlark.store import Store
 from rlark.store.lock import ControllerLock, owner_info
@@ -178,6 +180,7 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     settings.config_roots()  # unusable settings stop the start, not a later request
     settings.worker_env()
     composer_slots()
+    notify_config = WebhookSettings.from_env()
     can_elect = runtimes.profile(runtime).leader_election
     if leader_elect is None:
         leader_elect = can_elect
@@ -239,13 +242,14 @@ def build_app(database_url: str | None = None, server_url: str | None = None,
     service = JobService(store, controller.wake, runtime=runtime, namespace=opened.namespace,
                          secret_box=box, isolation=opened.profile.isolation,
                          quota_defaults=quota_defaults, profile=opened.profile)
+    notifier = Notifier(store, lambda: box, notify_config)
     return create_app(service, controller, policy=policy, auth=auth, secret_box=box,
-                      metrics=metrics)
+                      metrics=metrics, notifier=notifier)
 
 
 def create_app(service: JobService, controller=None, *, policy: SecurityPolicy | None = None,
                auth: AuthService | None = None, secret_box: SecretBox | None = None,
-               metrics: ServerMetrics | None = None) -> FastAPI:
+               metrics: ServerMetrics | None = None, notifier: Notifier | None = None) -> FastAPI:
     """The app ``rlark server`` serves: the API (:func:`rlark.api.app.create_api`, with the same
     arguments) and the web console at ``/`` (:func:`rlark.console.mount_console`), both behind
     the one request guard of :mod:`rlark.api.security`.
@@ -254,7 +258,7 @@ def create_app(service: JobService, controller=None, *, policy: SecurityPolicy |
         RuntimeError: a route or page declares no access rule.
     """
     return create_api(service, controller, policy=policy, auth=auth, secret_box=secret_box,
-                      metrics=metrics, fronts=(mount_console,))
+                      metrics=metrics, notifier=notifier, fronts=(mount_console,))
 
 
 def many_users(store: Store, server_url: str | None, policy: SecurityPolicy | None):

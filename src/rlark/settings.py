@@ -316,3 +316,26 @@ def bool_env(name: str) -> bool:
     if raw in ("1", "true", "yes"):
         return True
     raise ValueError(f"{name}={raw!r} is not a boolean; use 1 or 0")
+
+
+def webhook_allow_networks() -> list[str]:
+    """Networks webhook URLs may point into although they are not public:
+    ``$RLARK_WEBHOOK_ALLOW_NETWORKS``, comma-separated CIDRs (``10.20.0.0/16``, ``127.0.0.1/32``,
+    ``fd00::/8``). Default none: a webhook whose host is, or resolves to, a loopback, private,
+    link-local (cloud metadata, 169.254.169.254), shared, multicast or reserved address is
+    refused, so a project admin cannot make the server call its own network
+    (:mod:`rlark.services.notifications`).
+
+    Raises:
+        ValueError: an item is not a network.
+    """
+    import ipaddress
+
+    out = []
+    for raw in csv_env("RLARK_WEBHOOK_ALLOW_NETWORKS"):
+        try:
+            out.append(str(ipaddress.ip_network(raw, strict=False)))
+        except ValueError:
+            raise ValueError(f"RLARK_WEBHOOK_ALLOW_NETWORKS: {raw!r} is not a network; write CIDRs "
+                             "such as 10.20.0.0/16 or 127.0.0.1/32, comma-separated") from None
+    return out

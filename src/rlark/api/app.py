@@ -20,7 +20,7 @@ from rlark import __version__
 from rlark.api.docs import mount_docs
 from rlark.api.store_errors import STORE_ERRORS, store_unavailable
 from rlark.api.timing import RequestTiming
-from rlark.api.routers import access, jobs, logs, meta, nodes, records, secrets, volumes
+from rlark.api.routers import access, jobs, logs, meta, nodes, records, secrets, volumes, webhooks
 from rlark.api.security import (
     SECURITY_HEADERS,
     RequestGuard,
@@ -36,7 +36,9 @@ from rlark.secretbox import SecretBox
 from rlark.services.jobs import JobService
 from rlark.services.metrics import ServerMetrics
 from rlark.services.secrets import SecretService
+from rlark.services.webhooks import WebhookService
 from rlark.services.logs import FollowLimits
+from rlark.services.notifier import Notifier
 
 
 class SafeJSONResponse(JSONResponse):
@@ -50,7 +52,7 @@ class SafeJSONResponse(JSONResponse):
 
 def create_api(service: JobService, controller=None, *, policy: SecurityPolicy | None = None,
                auth: AuthService | None = None, secret_box: SecretBox | None = None,
-               metrics: ServerMetrics | None = None,
+               metrics: ServerMetrics | None = None, notifier: Notifier | None = None,
                fronts: Sequence[Callable[[FastAPI], None]] = ()) -> FastAPI:
     """The app for ``service``; when a ``controller`` is given it runs while the app runs and
     shuts down (stopping its Workers) with it. ``fronts``: what else the app serves beside the
@@ -63,6 +65,8 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
     (default: ``service``'s, else :meth:`SecretBox.from_settings` on first use, which makes the
     key file). ``metrics``: what ``GET /metrics`` serves (default: a :class:`ServerMetrics` on
     ``service``'s store, without the controller's timings, which the server wires).
+    ``notifier``: sends the webhooks' deliveries while the app runs (:mod:`rlark.services.notifier`;
+    none: nothing is sent, the deliveries wait in the store).
 
     Raises:
         RuntimeError: a route declares no access rule.
@@ -73,7 +77,11 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
     async def lifespan(app: FastAPI):
         if controller is not None:
             controller.start()
+        if notifier is not None:
+            notifier.start()
         yield
+        if notifier is not None:
+            notifier.stop()
         if controller is not None:
             controller.shutdown()
 
@@ -95,6 +103,7 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
                                         quota_defaults=service.quota_defaults)
     app.state.secrets = secrets_service = SecretService(service.store,
                                                         secret_box or service.secret_box)
+    app.state.webhooks = WebhookService(service.store, lambda: secrets_service.box)
     if service.secret_box is None:  # the reads mask with the box the secrets are set with
         service.secret_source = lambda: secrets_service.box
     app.state.follow_limits = FollowLimits()
@@ -163,6 +172,7 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
     app.include_router(access.router)
     app.include_router(secrets.router)
     app.include_router(volumes.router)
+    app.include_router(webhooks.router)
     for mount in fronts:  # e.g. the web console at / (its pages are not in the OpenAPI schema)
         mount(app)
     check_every_route_has_a_rule(app)

@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 from rlark.cli import access, describe, files, jobs, logs, metrics, nodes, projects, records
-from rlark.cli import secrets, server
-from rlark.cli import users, volumes
+from rlark.cli import secrets, server, users, volumes, webhooks
 from rlark.cli.base import app, describe_app, get_app
 
 __all__ = ["app"]
@@ -30,3 +29,4 @@ app.add_typer(users.token_app, name="token")
 app.add_typer(projects.project_app, name="project")
 app.add_typer(secrets.secret_app, name="secret")
 app.add_typer(volumes.volume_app, name="volume")
+app.add_typer(webhooks.webhook_app, name="webhook")

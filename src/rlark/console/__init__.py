@@ -3,7 +3,7 @@
 
 Pages: the login page (``/login``), the Jobs list (``/jobs``), the Create Job wizard
 (``/create``; also edit and clone), a Job's detail (``/jobs/<name>``: overview, events, logs,
-run record, spec), Nodes, the caller's API tokens (``/tokens``) and the admin pages (users,
+run record, spec), Nodes, the caller's API tokens (``/tokens``), a project's Webhooks (``/webhooks``) and the admin pages (users,
 projects and members, audit). Routes parse, call the service, render; every label comes from
 the catalogs in ``catalogs/`` (English and Simplified Chinese).
 """
@@ -44,6 +44,7 @@ def mount_console(app: FastAPI) -> None:
     from rlark.console.error_pages import error_page, failure_page, http_error_page
     from rlark.console.jobs_pages import router as jobs_router
     from rlark.console.secrets_page import router as secrets_router
+    from rlark.console.webhooks_page import router as webhooks_router
     from rlark.console.wizard_pages import router as wizard_router
     from rlark.services.errors import ServiceError
 
@@ -52,6 +53,7 @@ def mount_console(app: FastAPI) -> None:
     app.include_router(wizard_router)
     app.include_router(admin_router)
     app.include_router(secrets_router)
+    app.include_router(webhooks_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     def as_page(kind: type, page) -> None:

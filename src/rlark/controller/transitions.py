@@ -20,6 +20,7 @@ from rlark.spec import Job
 from rlark.status import Cause, Desired, EventType, Phase, Reason, WorkerPhase
 from rlark.store import RunRow
 from rlark.store.runs import add_event, new_run
+from rlark.store.webhooks import enqueue_transition
 
 log = logging.getLogger("rlark.controller")
 
@@ -75,6 +76,9 @@ class Transitions(ControllerState):
         add_event(s, run.job_id, t.reason, t.message, run_number=run.number,
                   type=EventType.Warning if failed else EventType.Normal, from_phase=before,
                   to_phase=t.to, at=now)
+        # the webhooks' deliveries commit with the transition; a notifier sends them later,
+        # outside this pass (services/notifications.py): never an HTTP call here
+        enqueue_transition(s, run, before, t.to, t.reason, t.message, now)
         job = run.job
         if job.current_run_id in (None, run.id):
             job.current_run_id = run.id

@@ -15,8 +15,10 @@ from rlark.store.accounts import (
 )
 from rlark.store.db import Store
 from rlark.store.secrets import SecretRow
+from rlark.store.webhooks import DeliveryRow, WebhookRow
 from rlark.store.models import (Base, ControllerStateRow, EventRow, JobRow, RunRow, TaskRow,
                                 WorkerRow)
 
 __all__ = ["Store", "Base", "ControllerStateRow", "JobRow", "RunRow", "TaskRow", "WorkerRow", "EventRow", "UserRow",
-           "ProjectRow", "MembershipRow", "ProjectRole", "TokenRow", "SessionRow", "AuditRow", "SecretRow"]
+           "ProjectRow", "MembershipRow", "ProjectRole", "TokenRow", "SessionRow", "AuditRow", "SecretRow",
+           "WebhookRow", "DeliveryRow"]
