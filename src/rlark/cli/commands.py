@@ -11,8 +11,8 @@ __all__ = ["app"]
 
 for command in (files.validate, files.schema, files.plan, files.check, server.server,
                 files.render, nodes.nodes, jobs.submit, jobs.apply, describe.events, logs.logs,
-                metrics.metrics, jobs.stop, jobs.start, jobs.restart, jobs.delete, records.record, access.login,
-                access.logout, access.whoami, access.audit):
+                metrics.metrics, jobs.stop, jobs.start, jobs.restart, jobs.delete, records.record,
+                access.login, access.logout, access.whoami, access.audit):
     app.command(command.__name__)(command)
 
 get_app.command("nodes")(nodes.nodes)
