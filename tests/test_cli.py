@@ -24,10 +24,9 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from rlark.services.jobs import JobService
 from rlark.spec import json_schema
 from rlark.store import Base, JobRow, ProjectRow, RunRow, Store, WorkerRow
-from tests.server import AppServer, ThreadedServer, free_port, ray_tmp_dir
+from tests.server import AppServer, free_port, ray_tmp_dir
 from tests.test_api import BAD_JOB_YAML, job_yaml, set_worker_logs, snapshot
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -308,39 +307,6 @@ def serve_live(home: Path):
         yield app
     finally:
         app.stop()
-
-
-class ApiOnlyServer(ThreadedServer):
-    """The API and console with NO controller, on a real port, the CLI pointed at it. For the
-    modules that check what the API and the CLI say about what is stored (findings at submit,
-    records, filtered logs) and write a Run's end into its rows themselves
-    (test_record_v2, test_record_wait, test_user_logs): with a
-    controller their Jobs would start Ray nodes. Anything about Runs themselves belongs on
-    :func:`serve_live` (the server ``rlark server`` builds)."""
-
-    def __init__(self, store: Store):
-        super().__init__(JobService(store))
-        self.store = store
-
-    def cli(self, *args: str, **kw) -> subprocess.CompletedProcess:
-        """The CLI pointed at this server through RLARK_SERVER."""
-        kw.setdefault("env", cli_env(RLARK_SERVER=self.url))
-        return rlark(*args, **kw)
-
-    def names(self) -> list[str]:
-        with self.store.session() as s:
-            return sorted(s.scalars(select(JobRow.name)))
-
-
-def serve_api_only(home: Path):
-    """An :class:`ApiOnlyServer` on a fresh store in ``home``, for a fixture to yield from."""
-    store = Store(f"sqlite:///{home / 'rlark.db'}")
-    live = ApiOnlyServer(store).start()
-    try:
-        yield live
-    finally:
-        live.stop()
-        store.dispose()
 
 
 def serve_held(tmp_path_factory, name: str = "cli-server"):
