@@ -24,10 +24,9 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from rlark.services.jobs import JobService
 from rlark.spec import json_schema
 from rlark.store import Base, JobRow, ProjectRow, RunRow, Store, WorkerRow
-from tests.server import AppServer, ThreadedServer, free_port, ray_tmp_dir
+from tests.server import AppServer, free_port, ray_tmp_dir
 from tests.test_api import BAD_JOB_YAML, job_yaml, set_worker_logs, snapshot
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -310,43 +309,13 @@ def serve_live(home: Path):
         app.stop()
 
 
-class ApiOnlyServer(ThreadedServer):
-    """The API and console with NO controller, on a real port, the CLI pointed at it. For the
-    modules that check what the API and the CLI say about what is stored (findings at submit,
-    records, filtered logs) and write a Run's end into its rows themselves
-    (test_one_set_of_checks, test_record_v2, test_record_wait, test_user_logs): with a
-    controller their Jobs would start Ray nodes. Anything about Runs themselves belongs on
-    :func:`serve_live` (the server ``rlark server`` builds)."""
-
-    def __init__(self, store: Store):
-        super().__init__(JobService(store))
-        self.store = store
-
-    def cli(self, *args: str, **kw) -> subprocess.CompletedProcess:
-        """The CLI pointed at this server through RLARK_SERVER."""
-        kw.setdefault("env", cli_env(RLARK_SERVER=self.url))
-        return rlark(*args, **kw)
-
-    def names(self) -> list[str]:
-        with self.store.session() as s:
-            return sorted(s.scalars(select(JobRow.name)))
-
-
-def serve_api_only(home: Path):
-    """An :class:`ApiOnlyServer` on a fresh store in ``home``, for a fixture to yield from."""
-    store = Store(f"sqlite:///{home / 'rlark.db'}")
-    live = ApiOnlyServer(store).start()
-    try:
-        yield live
-    finally:
-        live.stop()
-        store.dispose()
-
-
-@pytest.fixture(scope="module")
-def held_server(tmp_path_factory):
-    """The module's server, with the machine held (:data:`HOLD_PROJECT`) before any test runs."""
-    home = tmp_path_factory.mktemp("cli-server") / "rlark-home"
+def serve_held(tmp_path_factory, name: str = "cli-server"):
+    """:func:`serve_live` on a fresh ``$RLARK_HOME`` (``tmp_path_factory``: a module-scoped
+    fixture's), with the machine held (:data:`HOLD_PROJECT`) before it is handed out, for a
+    module-scoped fixture to yield from: every Job submitted to it waits in the admission queue,
+    Pending, until the controller stops it. ``RLARK_HOME``, ``RLARK_RAY_TMP`` and no
+    ``RLARK_DATABASE_URL`` hold for as long as it is served."""
+    home = tmp_path_factory.mktemp(name) / "rlark-home"
     home.mkdir()
     with pytest.MonkeyPatch.context() as env:
         env.setenv("RLARK_HOME", str(home))
@@ -366,6 +335,12 @@ def held_server(tmp_path_factory):
             yield app
 
 
+@pytest.fixture(scope="module")
+def held_server(tmp_path_factory):
+    """The module's server, with the machine held (:data:`HOLD_PROJECT`) before any test runs."""
+    yield from serve_held(tmp_path_factory)
+
+
 class LiveServer:
     """One test's side of the module's server: a project of its own (``project``), so what a
     test submits, lists and deletes is its own, with the CLI pointed at the server and the
@@ -375,6 +350,14 @@ class LiveServer:
         self.app = app
         self.url, self.port, self.token, self.store = app.url, app.port, app.token, app.store
         self.project = project
+
+    @classmethod
+    def in_new_project(cls, app: AppServer) -> "LiveServer":
+        """A test's side of ``app`` in a project made for it (``t1``, ``t2``...)."""
+        project = f"t{next(_projects)}"
+        r = app.http.post("/api/v1/projects", json={"name": project})
+        assert r.status_code == 201, r.text
+        return cls(app, project)
 
     def env(self, **extra) -> dict:
         return cli_env(RLARK_SERVER=self.url, RLARK_PROJECT=self.project, **extra)
@@ -441,10 +424,7 @@ _projects = itertools.count(1)
 
 @pytest.fixture
 def server(held_server):
-    project = f"t{next(_projects)}"
-    r = held_server.http.post("/api/v1/projects", json={"name": project})
-    assert r.status_code == 201, r.text
-    return LiveServer(held_server, project)
+    return LiveServer.in_new_project(held_server)
 
 
 def test_submit_without_wait_leaves_the_job_pending(server, files):

@@ -2,9 +2,10 @@
 ``/api/v1/check``, the console's review step and ``rlark submit`` give the same Findings for the
 same document and runtime; no false Findings; kubectl habits of the CLI.
 
-The real ``rlark`` command in a subprocess against a real HTTP server (the API and console
-served by uvicorn in a thread on a real SQLite store, local runtime, no controller: Jobs stay
-Pending), as tests/test_cli.py does.
+The real ``rlark`` command in a subprocess against the server ``rlark server`` builds
+(tests/server.py AppServer: local runtime, its controller running), one for the module with the
+machine held, each test in a project of its own, as tests/test_cli.py does: the Jobs the tests
+submit wait in the admission queue, Pending, and start no Worker.
 """
 
 from __future__ import annotations
@@ -21,17 +22,17 @@ import yaml
 from sqlalchemy import func, select
 
 from rlark.services.jobs import JobService
-from rlark.store import EventRow, JobRow, RunRow, Store
+from rlark.store import EventRow, JobRow, ProjectRow, RunRow, Store
 from tests.server import free_port
 from tests.test_api import job_yaml
-from tests.test_cli import ApiOnlyServer, cli_env, error_line, rlark, serve_api_only
+from tests.test_cli import LiveServer, cli_env, error_line, rlark, serve_held
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 #: the issue's example: `rlark check` said "valid", submit refused it with 2 errors, and the
 #: API's check (sent the file as it is) with more. Its two runtime errors: a Python that is not
 #: on this machine, and more GPUs than any machine has; relative paths that only the file's
-#: directory makes sense of.
+#: directory makes sense of. NO_PYTHON: see :func:`refused`.
 REFUSED = textwrap.dedent("""\
     apiVersion: rlark.io/v1
     kind: Job
@@ -44,7 +45,7 @@ REFUSED = textwrap.dedent("""\
         - name: head
           image: docker.io/rlinf/rlinf:0.3.0
           resources: {gpu: 4096}
-          local: {python: /nonexistent/venv/bin/python}
+          local: {python: NO_PYTHON}
           mounts: [{name: data, type: hostPath, source: data, mountPath: /data}]
     """)
 
@@ -62,20 +63,35 @@ TYPO = textwrap.dedent("""\
     """)
 
 
+def refused(jobdir: Path) -> str:
+    """:data:`REFUSED` with a Python that does not exist in the Job's directory. Where the
+    Workers may look: a root server's Workers run under a uid of their own, and a path they may
+    not read (e.g. anything under a directory that does not exist) is ``NotReadableByWorkers``,
+    never said to exist or not; the tests' directories are readable by them
+    (tests/conftest.py)."""
+    return REFUSED.replace("NO_PYTHON", str(jobdir / "no-venv" / "bin" / "python"))
+
+
 def dead_server() -> str:
     return f"http://127.0.0.1:{free_port()}"
 
 
+@pytest.fixture(scope="module")
+def held_server(tmp_path_factory):
+    """The module's server (tests/test_cli.py's :func:`~tests.test_cli.serve_held`)."""
+    yield from serve_held(tmp_path_factory, "checks-server")
+
+
 @pytest.fixture
-def server(rlark_home):
-    yield from serve_api_only(rlark_home)
+def server(held_server) -> LiveServer:
+    return LiveServer.in_new_project(held_server)
 
 
 @pytest.fixture
 def jobdir(tmp_path) -> Path:
     d = tmp_path / "project"
     (d / "data").mkdir(parents=True)
-    (d / "refused.yaml").write_text(REFUSED)
+    (d / "refused.yaml").write_text(refused(d))
     (d / "typo.yaml").write_text(TYPO)
     (d / "good.yaml").write_text(job_yaml("good"))
     return d
@@ -110,13 +126,13 @@ def test_validate_check_api_console_and_submit_give_the_same_findings(server, jo
                       ("error", "PythonNotFound", "spec.roles[0].local.python")]
 
     # the API's check of the document the CLI sends (paths resolved against the file)
-    body = resolved(REFUSED, jobdir)
+    body = resolved(refused(jobdir), jobdir)
     api = server_http(server).post("/api/v1/check", content=body.encode(),
                                    headers={"Content-Type": "application/yaml"})
     assert api.status_code == 200 and keys(api.json()["findings"]) == expected
     # ... and of the file as it is: its relative paths are errors there (nothing to resolve them
     # against), which is the difference the issue saw; the runtime errors are the same two
-    raw = server_http(server).post("/api/v1/check", content=REFUSED.encode(),
+    raw = server_http(server).post("/api/v1/check", content=refused(jobdir).encode(),
                                    headers={"Content-Type": "application/yaml"}).json()
     assert {k for k in keys(raw["findings"]) if k[0] == "error"} >= set(errors) | {
         ("error", "RelativePath", "spec.workingDir"),
@@ -124,7 +140,7 @@ def test_validate_check_api_console_and_submit_give_the_same_findings(server, jo
 
     # the console's review step, with the Job file's directory given
     page = server_http(server).post(
-        "/create/yaml", content=urlencode({"yaml": REFUSED, "base": str(jobdir)}),
+        "/create/yaml", content=urlencode({"yaml": refused(jobdir), "base": str(jobdir)}),
         headers={"Content-Type": "application/x-www-form-urlencoded"})
     assert page.status_code == 200
     review = re.findall(r'<li class="finding sev-(\w+)" data-code="(\w+)">\s*<span class="sev">'
@@ -146,7 +162,7 @@ def test_validate_check_api_console_and_submit_give_the_same_findings(server, jo
     assert text.returncode == 1 and f"invalid: {file} (2 errors)" in text.stdout
 
 
-def server_http(server: ApiOnlyServer):
+def server_http(server: LiveServer):
     import httpx
 
     return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"},
@@ -313,21 +329,26 @@ def test_apply_of_an_unchanged_spec_starts_nothing_and_prints_the_warnings(serve
     created = server.cli("apply", str(file))
     assert created.returncode == 0 and "job/applied created (run 1)" in created.stdout
     assert "DuplicateEnv" in created.stderr
-    with server.store.session() as s:
-        before = (s.scalar(select(func.count()).select_from(RunRow)),
-                  s.scalar(select(func.count()).select_from(EventRow)))
+    # what the controller writes of its own accord comes first: the Run queued for capacity
+    server.waiting("applied")
+    before = runs_and_events(server)
     again = server.cli("apply", str(file))
     assert again.returncode == 0
     assert "job/applied unchanged; nothing was started" in again.stdout
     assert "DuplicateEnv" in again.stderr  # the same warnings as submit prints
-    with server.store.session() as s:
-        after = (s.scalar(select(func.count()).select_from(RunRow)),
-                 s.scalar(select(func.count()).select_from(EventRow)))
-    assert after == before
+    assert runs_and_events(server) == before
     doc["spec"]["runScript"] = "python train.py --more"
     file.write_text(yaml.safe_dump(doc))
     changed = server.cli("apply", str(file))
     assert changed.returncode == 0 and "job/applied configured; new run 2" in changed.stdout
+
+
+def runs_and_events(server: LiveServer) -> tuple[int, int]:
+    """How many Runs and Events the test's project holds (the module's server is shared)."""
+    jobs = select(JobRow.id).join(ProjectRow).where(ProjectRow.name == server.project)
+    with server.store.session() as s:
+        return (s.scalar(select(func.count()).select_from(RunRow).where(RunRow.job_id.in_(jobs))),
+                s.scalar(select(func.count()).select_from(EventRow).where(EventRow.job_id.in_(jobs))))
 
 
 def test_put_of_an_identical_spec_is_unchanged_in_the_service(rlark_home):
@@ -394,5 +415,6 @@ def test_validate_shows_the_warnings_submit_will(server, jobdir):
                if line.startswith("warning")]
     assert printed == [(c,) for c, _ in warned]
     with server.store.session() as s:
-        stored = s.scalar(select(JobRow.findings).where(JobRow.name == "warned"))
+        stored = s.scalar(select(JobRow.findings).join(ProjectRow).where(
+            JobRow.name == "warned", ProjectRow.name == server.project))
     assert [(f["code"], f["path"]) for f in stored if f["severity"] == "warning"] == warned

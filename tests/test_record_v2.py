@@ -1,10 +1,12 @@
 """Run record v2 (issue 14, items 2-5): locations and the mounts backing them, the preflight
 warning for outputs on no persistent mount, configs (original, overrides, resolved), the
-automatic checks, and the RecordVerified condition. Pure: rows are plain objects."""
+automatic checks, and the RecordVerified condition. Pure: rows are plain objects; the CLI's
+test runs against the server ``rlark server`` builds (tests/server.py AppServer)."""
 
 from __future__ import annotations
 
 import copy
+import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -474,40 +476,66 @@ def test_api_diff_and_schema(api):
 
 @pytest.fixture
 def live(rlark_home):
-    from tests.test_cli import serve_api_only
+    """The server ``rlark server`` builds (tests/server.py AppServer, its controller running)."""
+    from tests.server import AppServer
 
-    yield from serve_api_only(rlark_home)
+    app = AppServer(rlark_home).start()
+    try:
+        yield app
+    finally:
+        app.stop()
+
+
+def failed_for_real(app, runs: int) -> None:
+    """Job ``demo`` (one Worker, whose prepare script exits 4: no Ray node starts) failed by
+    the controller ``runs`` times (submitted, then restarted), each Run's record stored by it."""
+    doc = {"apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": "demo"},
+           "spec": {"headRole": "head", "runScript": "true",
+                    "roles": [{"name": "head", "image": "docker.io/rlinf/rlinf:0.3.0",
+                               "resources": {"cpu": 1}, "prepareScript": "exit 4"}]}}
+    r = app.http.post("/api/v1/jobs", content=json.dumps(doc).encode(),
+                      headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 201, r.text
+    def ended(number: int) -> None:
+        job = app.wait_for("demo", f"run {number} Failed, its record stored",
+                           lambda j: j["currentRun"]["number"] == number and j["phase"] == "Failed"
+                           and any(c["type"] == "RecordVerified" for c in j["currentRun"]["conditions"]))
+        assert job["reason"] == "PrepareFailed", (job["reason"], job["message"])
+
+    ended(1)
+    for number in range(2, runs + 1):
+        assert app.http.post("/api/v1/jobs/demo/restart").status_code == 200
+        ended(number)
 
 
 def test_cli_record_diff_schema_and_describe(live):
-    import json
+    """Two Runs ended by the controller; their records are then replaced by two that differ as
+    no Run on this machine can (one Worker's rlinf version, a composed config's value): written
+    into the ended Runs' rows, which the controller no longer touches."""
+    from tests.test_cli import cli_env, error_line, rlark
 
-    from rlark.services.jobs import JobService
-    from tests.test_api import job_yaml, set_run_state
-    from tests.test_cli import error_line, rlark
-
-    service = JobService(live.store)
-    service.create(job_yaml("demo"))
-    service.restart("demo")
+    failed_for_real(live, 2)
     a, b = two_runs("runner.max_steps=7")
     other = facts(2, "pool", packages=("ray==2.60.0", "rlinf==0.3.1"))
     b = build_record(*rows(facts={2: other}), composed=COMPOSED, probes=PROBES, final=True) | {
         "configs": b["configs"], "rlinf": b["rlinf"]}
     store_records(live.store, "demo", [a, b])
-    set_run_state(live.store, "demo", "Succeeded", released=True)
 
-    table = live.cli("record", "diff", "demo:1", "demo:2")
+    def cli(*args: str):
+        return rlark(*args, env=cli_env(RLARK_SERVER=live.url))
+
+    table = cli("record", "diff", "demo:1", "demo:2")
     assert table.returncode == 0, table.stderr
     assert "runner.max_steps" in table.stdout and "check.packages" in table.stdout
-    data = json.loads(live.cli("record", "diff", "demo:1", "demo:2", "-o", "json").stdout)
+    data = json.loads(cli("record", "diff", "demo:1", "demo:2", "-o", "json").stdout)
     assert {"section": "config", "key": "runner.max_steps", "a": 3, "b": 7,
             "display": {"a": "3", "b": "7"}} in data["changes"]
-    one = live.cli("record", "diff", "demo:1")
+    one = cli("record", "diff", "demo:1")
     assert one.returncode == 1 and "takes two runs" in error_line(one)
-    bad = live.cli("record", "diff", "demo:one", "demo")
+    bad = cli("record", "diff", "demo:one", "demo")
     assert bad.returncode == 1 and "a = 'demo:one' is not JOB or JOB:RUN" in error_line(bad)
 
-    described = live.cli("describe", "job", "demo")
+    described = cli("describe", "job", "demo")
     assert described.returncode == 0, described.stderr
     assert "Record checks (run 2: fail)" in described.stdout
     assert "packages" in described.stdout and "rlinf 0.3.0 vs 0.3.1" in described.stdout
