@@ -17,7 +17,8 @@ from rlark.bootstrap.usage import (DEFAULT_INTERVAL, MIN_INTERVAL, ProcStat, int
                                    parse_nvidia_smi, parse_stat, read_stats, tree_totals,
                                    usage_fields)
 from rlark.controller.lifecycle import check_event, parse_lifecycle
-from rlark.services.usage import MAX_POINTS, add_sample, build_usage, idle_gpu_warnings
+from rlark.bootstrap.usage import MAX_POINTS, add_sample
+from rlark.services.usage import build_usage, idle_gpu_warnings
 
 # nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total
 #   --format=csv,noheader,nounits on an 8-GPU host (the format: ", " between fields, no units;

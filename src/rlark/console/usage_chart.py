@@ -11,6 +11,9 @@ from typing import Any
 from rlark.console.curves_chart import chart
 
 GIB = 1024 ** 3
+#: the metrics a Worker's charts show (its GPU ones only when it saw GPUs); ``us.<metric>``
+#: in the catalogs names each
+METRICS = ("cpu", "memory", "gpu-util", "gpu-memory")
 #: Workers charted at most (a large Run's others are in the table, and in ``rlark top``)
 MAX_WORKERS = 32
 

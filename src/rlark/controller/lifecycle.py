@@ -15,7 +15,7 @@ import re
 
 from rlark.bootstrap.lifecycle import ESCAPE, EVENT_PREFIX, moment_of
 from rlark.loglines import MAX_LINE_BYTES
-from rlark.services.usage import check_usage
+from rlark.bootstrap.usage import check_usage
 
 _PREFIX = EVENT_PREFIX.encode()
 

@@ -17,7 +17,7 @@ from rlark.controller.phases import ConditionUpdate, RunView, WorkerView, worker
 from rlark.controller.rows import iso_time, ref, set_conditions, utcnow, when
 from rlark.controller.state import ControllerState
 from rlark.runtimes.base import Observed
-from rlark.services.usage import add_sample
+from rlark.bootstrap.usage import add_sample
 from rlark.status import ConditionType, EventType, Phase, Reason, reported_reason, worker_phase_of
 from rlark.store import RunRow, WorkerRow
 from rlark.store.runs import add_event

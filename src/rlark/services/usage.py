@@ -5,13 +5,9 @@ peaks, and a warning for a Worker whose GPUs sat idle while another's worked. Th
 show what :func:`build_usage` builds.
 
 The controller keeps each Worker's series in its lifecycle (``lifecycle["usage"]``) with
-:func:`add_sample`: at most :data:`MAX_POINTS` points; when full, every other point is dropped
-and from then on only every ``stride``-th sample is kept (the stride doubles each time), so a
-week-long Run's row stays as small as a minute-long one's, evenly spread over its life. Peaks
-are kept apart, over every sample, so thinning never lowers them.
-
-A point is ``[ts, cpu, mem, gpus]``: Unix seconds (the Worker's clock), cores, bytes, and
-``[[util %, memUsed MiB, memTotal MiB], ...]`` or None when the Worker saw no GPU. Pure.
+:func:`rlark.bootstrap.usage.add_sample` (there, below the controller, with the series' format
+and bounds: at most ``MAX_POINTS`` points, evenly thinned, peaks and the latest sample kept
+apart). Pure.
 """
 
 from __future__ import annotations
@@ -19,66 +15,12 @@ from __future__ import annotations
 from statistics import median
 from typing import Any, Mapping, Sequence
 
-#: the most points one Worker's series keeps
-MAX_POINTS = 240
+
 #: a Worker's GPUs are "idle" when their median utilisation stayed at or under IDLE_UTIL % while
 #: another Worker's median stayed at or over BUSY_UTIL % in the same window
 IDLE_UTIL, BUSY_UTIL = 5.0, 30.0
 #: the fewest samples of each Worker in the shared window before anything is said
 MIN_WINDOW_SAMPLES = 3
-
-
-def _num(v: Any, lo: float = 0.0, hi: float = 1e15) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-        return None
-    return float(v) if lo <= v <= hi else None
-
-
-def point_of(event: Mapping[str, Any]) -> list | None:
-    """A ``usage`` lifecycle line (parsed) as a series point, None when it is not one (pure)."""
-    ts, cpu, mem = _num(event.get("ts"), 0, 1e11), _num(event.get("cpu"), 0, 1e5), \
-        _num(event.get("mem"), 0, 1 << 62)
-    if ts is None or cpu is None or mem is None:
-        return None
-    gpus = None
-    raw = event.get("gpu")
-    if isinstance(raw, list) and raw:
-        gpus = [[_num(g.get("util"), 0, 100), _num(g.get("memUsed")), _num(g.get("memTotal"))]
-                for g in raw[:64] if isinstance(g, dict)] or None
-    return [round(ts, 3), round(cpu, 3), int(mem), gpus]
-
-
-def check_usage(event: Mapping[str, Any]) -> bool:
-    """Whether a ``usage`` line has the shape :func:`point_of` reads (the controller's check)."""
-    return point_of(event) is not None and (
-        "gpu" not in event or (isinstance(event["gpu"], list) and len(event["gpu"]) <= 64))
-
-
-def add_sample(series: Mapping[str, Any] | None, event: Mapping[str, Any]) -> dict:
-    """``series`` (a Worker's ``lifecycle["usage"]``: ``points``, ``stride``, ``seen``,
-    ``peak``, ``last``: the latest point; None: empty) with the ``usage`` line ``event`` added, as a new dict; unchanged
-    when the line is not one. Bounded by :data:`MAX_POINTS` (module docstring). Pure."""
-    old = series or {}
-    points: list[list] = list(old.get("points") or [])
-    stride, seen = int(old.get("stride") or 1), int(old.get("seen") or 0)
-    peak: dict[str, Any] = dict(old.get("peak") or {})
-    point = point_of(event)
-    if point is None:
-        return {"points": points, "stride": stride, "seen": seen, "peak": peak,
-                "last": old.get("last")}
-    peak["cpu"] = max(peak.get("cpu", 0.0), point[1])
-    peak["mem"] = max(peak.get("mem", 0), point[2])
-    if point[3]:
-        peak["gpuUtil"] = max([peak.get("gpuUtil", 0.0)] + [g[0] for g in point[3] if g[0] is not None])
-        peak["gpuMem"] = max([peak.get("gpuMem", 0.0)] + [g[1] for g in point[3] if g[1] is not None])
-    seen += 1
-    if (seen - 1) % stride == 0:
-        points.append(point)
-        if len(points) >= MAX_POINTS:
-            points = points[::2]
-            stride *= 2
-    # the latest sample is kept apart too: thinning may drop it from the points
-    return {"points": points, "stride": stride, "seen": seen, "peak": peak, "last": point}
 
 
 def _gpu_util(point: Sequence) -> float | None:
