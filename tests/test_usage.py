@@ -204,5 +204,6 @@ def test_the_keeper_samples_its_process_tree_including_a_daemon_that_double_fork
     usage = [e for e in events if e["event"] == "usage"]
     assert len(usage) >= 2, out[-3000:]
     assert all(check_event(e) is not None and "gpu" not in e for e in usage)  # no GPU here
-    assert max(e["cpu"] for e in usage) > 0.5, usage
+    # busy for 7 s on a shared machine: some of a core, where the run script alone uses none
+    assert max(e["cpu"] for e in usage) > 0.2, usage
     assert max(e["mem"] for e in usage) > 250 << 20, usage
