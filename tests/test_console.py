@@ -157,7 +157,11 @@ def test_every_key_the_console_uses_is_in_the_catalogs():
     used |= {f"phase.{p.value}" for p in Phase} | {f"phase.{p.value}" for p in WorkerPhase}
     used |= {f"cause.{c.value}" for c in Cause}
     used |= {f"cond.{c.value}" for c in ConditionType} | {"condStatus.True", "condStatus.False"}
-    used |= {f"tab.{t}" for t in ("overview", "events", "logs", "curves", "record", "spec")}
+    used |= {f"tab.{t}" for t in ("overview", "events", "logs", "curves", "resources", "record",
+                                  "spec")}
+    from rlark.console.usage_chart import METRICS
+
+    used |= {f"us.{m}" for m in METRICS}  # the Resources tab's chart captions (_usage.html)
     used |= {f"sev.{s}" for s in ("error", "warning", "info")}
     used |= {f"mount.{m}" for m in ("hostPath", "pvc", "objectStorage")}
     used |= {f"ev.{e}" for e in ("Normal", "Warning")} | {"dur.s", "dur.ms", "dur.hm"}

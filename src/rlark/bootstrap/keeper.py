@@ -23,7 +23,8 @@ the only writer of the Worker's lifecycle lines. Design (docs/security.md, "The 
   join barrier passed) comes through a pipe (``RLARK_REPORT_FD``) as JSON lines, each checked
   against its kind's shape (``lifecycle.check_report``) and rate-bounded (``lifecycle.Bucket``) before the
   keeper writes it; the workload can never write ``keeper``, ``running``, ``run_finished``,
-  ``stopped`` or ``exit``.
+  ``stopped``, ``exit``, ``alive`` or ``usage`` (the Worker's CPU, memory and GPUs, which
+  the keeper samples itself: usage.py).
 * **Memory kills are counted, not guessed.** The kernel's OOM killer kills the biggest process
   of a memory cgroup that reached its limit: a run or prepare script, not the keeper, so a
   container lives on and does not end ``OOMKilled``. The keeper reads its memory cgroup's
@@ -47,7 +48,8 @@ default the archive this keeper runs from), ``RLARK_KEEPER_PYTHON`` (the interpr
 default this one), ``RLARK_KEEPER_UID``/``RLARK_KEEPER_GID``, ``RLARK_KEEPER_SANDBOX`` (JSON),
 ``RLARK_KEEPER_HOST_MNTNS`` (the server's mount namespace: the keeper never mounts in it); and
 the bootstrap's own ``RLARK_RUN_SCRIPT``, ``RLARK_HEAD_ADDRESS``, ``RLARK_WORKING_DIR``,
-``RLARK_STOP_GRACE_SECONDS``, ``RLARK_FACTS_BUDGET_SECONDS``, ``RLINF_NODE_RANK``.
+``RLARK_STOP_GRACE_SECONDS``, ``RLARK_FACTS_BUDGET_SECONDS``, ``RLARK_USAGE_SECONDS`` (seconds
+between ``usage`` lines, usage.py), ``RLINF_NODE_RANK``.
 """
 
 
@@ -66,7 +68,9 @@ from rlark.bootstrap.cgroups import MemoryCgroup, find_memory_cgroup
 from rlark.bootstrap.lifecycle import (MAX_FACTS_BYTES, MAX_WARNINGS, REPORT_BURST, REPORT_LIMITS,
                                        REPORT_RATE, Bucket, check_report)
 from rlark.bootstrap.relay import Channel, Lines, read_all, write_all
-from rlark.bootstrap.sandbox import SandboxError, apply_sandbox, make_undumpable, set_no_new_privs
+from rlark.bootstrap.sandbox import (SandboxError, apply_sandbox, make_undumpable, set_no_new_privs,
+                                     set_subreaper)
+from rlark.bootstrap.usage import Sampler, interval_of
 from rlark.bootstrap.scripts import SCRIPT_SHELL
 
 #: exit statuses of the keeper itself (the workload's own are 80-87, config.py)
@@ -124,6 +128,8 @@ class Config:
         self.stop_grace = float(env.get("RLARK_STOP_GRACE_SECONDS") or 8.0)
         # after the run script: the workload's last facts (Hydra outputs) and Ray's shutdown
         self.finish_grace = float(env.get("RLARK_FACTS_BUDGET_SECONDS") or 20.0) + self.stop_grace
+        #: seconds between ``usage`` lines (usage.py), None: none
+        self.usage_seconds = interval_of(env.get("RLARK_USAGE_SECONDS"))
         self.env = env
 
 
@@ -164,6 +170,8 @@ class Keeper:
         self.next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
         #: when the keeper began stopping the run script because the node monitor is gone
         self.stop_run_at: float | None = None
+        self.sampler = (Sampler(cfg.usage_seconds, os.getpid(), cfg.env.get("CUDA_VISIBLE_DEVICES"))
+                        if cfg.usage_seconds is not None else None)
 
     # identity of everything the keeper starts
     def _identity(self) -> dict:
@@ -266,6 +274,15 @@ class Keeper:
                    if p is not None and p.returncode is None and process_state(p.pid) in ("T", "t")]
         self.chan.emit("alive", **({"stopped": stopped} if stopped else {}))
 
+    def _sample_usage(self, now: float) -> None:
+        """A ``usage`` line (CPU, memory, GPUs of the processes below the keeper: usage.py)
+        every ``RLARK_USAGE_SECONDS``; a line only the keeper writes (lifecycle.KEEPER_KINDS)."""
+        if self.sampler is None or not self.sampler.due(now):
+            return
+        fields = self.sampler.sample(now)
+        if fields is not None:
+            self.chan.emit("usage", **fields)
+
     def _tell_worker(self, text: str) -> None:
         if self.ctl_w is None:
             return
@@ -351,6 +368,7 @@ class Keeper:
             self._reap()
             now = time.monotonic()
             self._heartbeat(now)
+            self._sample_usage(now)
             worker_done = self.worker_code is not None
             if self.stop_at is not None:
                 if not killed and now - self.stop_at > self.cfg.stop_grace:
@@ -469,6 +487,8 @@ def main(archive: str | None = None) -> int:
             chan.emit("exit", code=EXIT_SANDBOX_FAILED)
             return EXIT_SANDBOX_FAILED
     set_no_new_privs()
+    # orphans of the workload (Ray's daemons) stay below the keeper: its usage lines count them
+    set_subreaper()
     keeper = Keeper(cfg, chan, memcg)
     signal.signal(signal.SIGTERM, keeper.on_signal)
     signal.signal(signal.SIGINT, keeper.on_signal)

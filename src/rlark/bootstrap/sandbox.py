@@ -47,6 +47,20 @@ def make_undumpable() -> str:
     return ""
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def set_subreaper() -> str:
+    """``prctl(PR_SET_CHILD_SUBREAPER, 1)``: a process below this one whose parent ends is
+    re-parented to this one, not to init (prctl(2)). Returns "" when done, else why not."""
+    try:
+        if _c().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            return os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as exc:
+        return f"prctl is not available: {exc}"
+    return ""
+
+
 def set_no_new_privs() -> str:
     """``prctl(PR_SET_NO_NEW_PRIVS, 1)``: nothing the keeper starts gains privileges by running a
     set-user-ID program (prctl(2)); a Pod's ``allowPrivilegeEscalation: false`` is the same.

@@ -14,7 +14,7 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, Response, Str
 from starlette.concurrency import run_in_threadpool
 
 from rlark.api.security import allow_public, allow_user
-from rlark.console import curves_chart, logview, timeline_chart
+from rlark.console import curves_chart, logview, timeline_chart, usage_chart
 from rlark.console.i18n import COOKIE, LOCALES, Translator
 from rlark.console.wizard_review import preview_yaml
 from rlark.status import ACTIVE, Phase
@@ -202,6 +202,34 @@ def job_curves(request: Request, name: str, access: Reader, run: str | None = No
     return _render(request, "_curves.html", full=False, **ctx)
 
 
+def _usage(request: Request, service: JobService, name: str, ctx: dict, project: str) -> dict:
+    """The Resources tab of the Run shown (console/usage_chart.py, services/usage.py), and
+    while the Run is under way the address of its refresh."""
+    number = ctx["run"]["number"] if ctx["run"] else None
+    data: dict[str, Any] = {"workers": [], "idleGpus": []}
+    if number is not None:
+        try:
+            data = service.usage(name, number, project)
+        except NotFound:  # deleted meanwhile
+            pass
+    return {"usage": usage_chart.charts(data),
+            "usage_url": project_url(f"/jobs/{quote(name)}/_usage?{urlencode([('run', number)])}",
+                                     project, _current(request))
+            if ctx["run_live"] and number else None}
+
+
+@router.get("/jobs/{name}/_usage")
+def job_usage(request: Request, name: str, access: Reader, run: str | None = None) -> Response:
+    """The Resources section alone, for its refresh while the Run is under way."""
+    service = _service(request)
+    try:
+        ctx = _job_context(service, name, access.project, _int(run))
+    except NotFound:
+        return _gone(request, name)
+    ctx.update(_usage(request, service, name, ctx, access.project))
+    return _render(request, "_usage.html", full=False, **ctx)
+
+
 @router.get("/jobs/{name}")
 def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
              run: str | None = None, role: str | None = None, worker: str | None = None,
@@ -245,6 +273,8 @@ def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
              **({"project": project} if project != DEFAULT_PROJECT else {})})
     elif tab == "curves":
         ctx.update(_curves(request, service, name, ctx, project, _tags(tag)))
+    elif tab == "resources":
+        ctx.update(_usage(request, service, name, ctx, project))
     elif tab == "record" and number is not None:
         ctx["record"] = service.record(name, number, project)
     elif tab == "spec":  # what the Job (an earlier Run: that Run) set, defaults left out

@@ -44,7 +44,7 @@ User = Annotated[Access, allow_user()]
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_FORM_BYTES = 1024 * 1024
 FLASH = "rlark_flash"
-TABS = ("overview", "events", "logs", "curves", "record", "spec")
+TABS = ("overview", "events", "logs", "curves", "resources", "record", "spec")
 PHASES = [p.value for p in Phase]
 
 

@@ -15,6 +15,7 @@ import re
 
 from rlark.bootstrap.lifecycle import ESCAPE, EVENT_PREFIX, moment_of
 from rlark.loglines import MAX_LINE_BYTES
+from rlark.bootstrap.usage import check_usage
 
 _PREFIX = EVENT_PREFIX.encode()
 
@@ -128,6 +129,7 @@ _KINDS = {
     "exit": lambda e: _int(e.get("code")),
     "stopped": lambda e: True,
     "alive": lambda e: isinstance(e.get("stopped", []), list),
+    "usage": check_usage,
 }
 
 

@@ -17,6 +17,7 @@ from rlark.controller.phases import ConditionUpdate, RunView, WorkerView, worker
 from rlark.controller.rows import iso_time, ref, set_conditions, utcnow, when
 from rlark.controller.state import ControllerState
 from rlark.runtimes.base import Observed
+from rlark.bootstrap.usage import add_sample
 from rlark.status import ConditionType, EventType, Phase, Reason, reported_reason, worker_phase_of
 from rlark.store import RunRow, WorkerRow
 from rlark.store.runs import add_event
@@ -158,6 +159,8 @@ class Observing(ControllerState):
                 else:
                     life.pop("stopped_since", None)
                     life.pop("stopped", None)
+            elif kind == "usage":
+                life["usage"] = add_sample(life.get("usage"), ev)
             elif kind == "keeper":
                 life["keeper"] = {"protected": ev["protected"], "uid": ev["uid"]}
                 if isinstance(ev.get("heartbeat"), (int, float)) and ev["heartbeat"] > 0:

@@ -607,6 +607,24 @@ class JobService:
             life, workers = lives_of(r)
             return mask_data(build_timeline(life, workers, time.time()), self._mask(s, job))
 
+    def usage(self, name: str, run: int | None = None,
+              project: str = DEFAULT_PROJECT) -> dict[str, Any]:
+        """The resource use of a Run's Workers (default: the current Run) as
+        :func:`rlark.services.usage.build_usage` builds it.
+
+        Raises:
+            NotFound: no such Job, or it has no such Run.
+        """
+        from rlark.services.usage import build_usage
+
+        with self.store.session() as s:
+            job = self._job(s, name, project)
+            r = self._run(s, job, run)
+            workers = [{"name": w.name, "role": w.role, "rank": w.node_rank,
+                        "usage": (w.lifecycle or {}).get("usage")} for w in r.workers]
+            number = r.number
+        return build_usage(number, workers)
+
     def worker_logs(self, name: str, run: int | None, worker: str | None, role: str | None,
                     rank: int | None, project: str = DEFAULT_PROJECT
                     ) -> builtins.list[dict[str, Any]]:

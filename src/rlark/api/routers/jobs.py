@@ -154,6 +154,27 @@ def run_timeline(name: str, number: Annotated[int, Path(ge=1, le=INT32_MAX)], jo
     return jobs.timeline(name, number, access.project)
 
 
+USAGE_DOC = (
+    "Per Worker (rank order) its resource use as its keeper sampled it every few seconds: "
+    "``points`` are ``[ts, cpu, mem, gpus]`` (Unix seconds; cores used; bytes resident, the sum "
+    "of its processes' RSS, an upper bound; ``[[util %, memUsed MiB, memTotal MiB], ...]`` or "
+    "null when the Worker saw no GPU), at most 240, evenly thinned over a long Run; ``latest`` "
+    "and ``peak`` (over every sample); ``gpus``: how many GPUs it saw (0: none, absent). "
+    "``idleGpus`` names Workers whose GPUs sat idle while another Worker's worked. "
+    "404 for a Job or Run the project does not have.")
+
+
+@router.get("/{name}/usage", summary="The current Run's resource use", description=USAGE_DOC)
+def current_usage(name: str, jobs: Service, access: Reader) -> dict:
+    return jobs.usage(name, None, access.project)
+
+
+@router.get("/{name}/runs/{number}/usage", summary="A Run's resource use", description=USAGE_DOC)
+def run_usage(name: str, number: Annotated[int, Path(ge=1, le=INT32_MAX)], jobs: Service,
+              access: Reader) -> dict:
+    return jobs.usage(name, number, access.project)
+
+
 SCALARS_DOC = (
     "The Run's training curves: the scalars RLinf's MetricLogger wrote as TensorBoard event "
     "files under ``<runner.logger.log_path>/tensorboard`` of the Run's resolved config, read "
