@@ -889,9 +889,12 @@ class RlarkOnK8s:
         self.tb, self.namespace, self.home = tb, namespace, home
         self.server_namespace = tb.namespace
         self._closed = False
+        self._served: list = []  # (uvicorn server, its thread) of each serve()
         host, port = "127.0.0.1", settings.DEFAULT_PORT
+        #: the site administrator's token (``RLARK_ADMIN_TOKEN`` at the server's first start)
+        self.admin_token = TOKEN_PREFIX + token_source.token_urlsafe(32)
         server_env = {**SHORT_GRACES, **(env or {}), "KUBECONFIG": str(tb.rlark_kubeconfig),
-                      "RLARK_ADMIN_TOKEN": TOKEN_PREFIX + token_source.token_urlsafe(32)}
+                      "RLARK_ADMIN_TOKEN": self.admin_token}
         with _environment(server_env, drop_prefix="RLARK_K8S_"):
             self.app = build_app(f"sqlite:///{home / 'rlark.db'}", f"http://{host}:{port}",
                                  runtime="kubernetes", namespace=tb.namespace,
@@ -919,6 +922,27 @@ class RlarkOnK8s:
             self.ctl.shutdown()  # the lock released, the runtime's watches stopped
             self.store.dispose()
             raise
+
+    def serve(self) -> str:
+        """This server's app also served over HTTP, by uvicorn in a thread on a free loopback
+        port, for what runs in another process (the ``rlark`` CLI); its startup and shutdown
+        stay the ones this object already ran (uvicorn runs no lifespan of its own). The
+        administrator's token (:attr:`admin_token`) is stored in ``$RLARK_HOME/credentials`` for
+        that address, where the CLI finds it. Returns the address; :meth:`close` stops serving it first."""
+        import uvicorn
+
+        from rlark.cli import credentials
+        from tests.server import free_port, serve_in_thread
+
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        credentials.put(url, self.admin_token, user="admin")
+        server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port,
+                                               log_level="warning", lifespan="off"))
+        thread = threading.Thread(target=server.run, name=f"rlark-k8s-app-{port}", daemon=True)
+        serve_in_thread(server, thread, url, 60)
+        self._served.append((server, thread))
+        return url
 
     @property
     def rt(self):
@@ -956,6 +980,9 @@ class RlarkOnK8s:
         if self._closed:
             return
         self._closed = True
+        for server, thread in self._served:
+            server.should_exit = True
+            thread.join(timeout=15)
         try:
             self._client.__exit__(None, None, None)
         finally:

@@ -1,5 +1,6 @@
 """``rlark render``, ``rlark nodes`` and ``rlark server --runtime`` (the real command in a
-subprocess; ``nodes`` against a real HTTP server)."""
+subprocess; ``nodes`` against the server ``rlark server --runtime kubernetes`` builds, on the
+Kubernetes test bed, whose Nodes it lists)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,16 @@ import json
 import pytest
 import yaml
 
-from rlark.runtimes.kubernetes.capacity import parse_nodes
-from rlark.services.jobs import JobService
-from rlark.store import Store
 from tests.conftest import EXAMPLES
-from tests.server import ThreadedServer, free_port
+from tests.k8s_testbed import RlarkOnK8s, wait_for
+from tests.server import free_port
 from tests.test_cli import cli_env, error_line, rlark
 from tests.test_k8s_capacity import AKS, DGX, K8S_NODE1
 
 QUICKSTART = EXAMPLES / "quickstart" / "job.yaml"
+DEPLOY = EXAMPLES.parent / "deploy" / "kubernetes"
+#: the Nodes test_nodes_lists_the_inventory makes on the test bed
+NAMES = [n["metadata"]["name"] for n in (K8S_NODE1, AKS, DGX)]
 
 
 def test_render_prints_a_yaml_stream_kubectl_can_apply():
@@ -122,15 +124,54 @@ def test_server_refuses_an_unknown_runtime():
     assert proc.returncode == 1 and "--runtime 'slurm' is not supported" in error_line(proc)
 
 
+def kwok_node(spec: dict) -> dict:
+    """The Node object of one of tests/test_k8s_capacity.py's Node specs, for the test bed's
+    API server: its labels, taints and allocatable (its capacity too), managed by kwok (the
+    test bed's annotation), which reports it Ready."""
+    status = spec["status"]
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": spec["metadata"]["name"], "labels": spec["metadata"]["labels"],
+                         "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "spec": {**spec["spec"], "providerID": f"kwok://{spec['metadata']['name']}"},
+            "status": {"allocatable": status["allocatable"], "capacity": status["allocatable"],
+                       "phase": "Running"}}
+
+
 @pytest.fixture
-def k8s_server(rlark_home):
-    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
-    nodes = parse_nodes([K8S_NODE1, AKS, DGX])
-    server = ThreadedServer(JobService(store, runtime="kubernetes",
-                                       inventory=lambda: (nodes, "namespace", None))).start()
-    yield server.url
-    server.stop()
-    store.dispose()
+def k8s_server(k8s_testbed, k8s_namespace, rlark_home):
+    """The address of the server ``rlark server --runtime kubernetes`` builds (RlarkOnK8s) on the
+    test bed, served over HTTP, with the Nodes K8S_NODE1, AKS and DGX made there (kwok's) and
+    Ready; they are deleted afterwards. RLark is deployed without the optional
+    deploy/kubernetes/rbac-capacity.yaml for the test (the test bed's ClusterRole
+    ``rlark-pod-reader`` emptied, put back after): it may list Pods of its own namespace only,
+    and ``rlark nodes`` says what free capacity then counts."""
+    core, rbac = k8s_testbed.admin(), k8s_testbed.rbac()
+    capacity = [d for d in yaml.safe_load_all((DEPLOY / "rbac-capacity.yaml").read_text())
+                if d["kind"] == "ClusterRole"][0]
+    made = [kwok_node(n) for n in (K8S_NODE1, AKS, DGX)]
+    names = [n["metadata"]["name"] for n in made]
+    rbac.replace_cluster_role(capacity["metadata"]["name"], {**capacity, "rules": []})
+    for node in made:
+        core.create_node(node)
+    try:
+        k8s_testbed.wait_rbac("list", "pods", "default", allowed=False)
+
+        def ready():
+            conditions = {n: {c.type: c.status for c in (core.read_node(n).status.conditions or [])}
+                          for n in names}
+            return all(c.get("Ready") == "True" for c in conditions.values())
+
+        wait_for("the test's kwok Nodes to be Ready", ready, 60)
+        server = RlarkOnK8s(k8s_testbed, k8s_namespace, rlark_home)
+        try:
+            yield server.serve()
+        finally:
+            server.close()
+    finally:
+        for name in names:
+            core.delete_node(name)
+        rbac.replace_cluster_role(capacity["metadata"]["name"], capacity)
+        k8s_testbed.wait_rbac("list", "pods", "default", allowed=True)
 
 
 def test_nodes_lists_the_inventory(k8s_server):
@@ -147,7 +188,10 @@ def test_nodes_lists_the_inventory(k8s_server):
     dgx = next(line.strip() for line in proc.stdout.splitlines() if line.strip().startswith("dgx-1"))
     assert dgx.split()[-1] == "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"
     data = json.loads(rlark("nodes", "-o", "json", env=cli_env(RLARK_SERVER=k8s_server)).stdout)
-    assert data["runtime"] == "kubernetes" and len(data["items"]) == 3
+    # the test bed's own Nodes are listed too: the test's three each once
+    listed = [item["name"] for item in data["items"]]
+    assert data["runtime"] == "kubernetes"
+    assert sorted(n for n in listed if n in NAMES) == sorted(NAMES)
 
 
 def test_server_without_a_kubernetes_configuration_says_so(tmp_path):

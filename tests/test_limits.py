@@ -33,7 +33,7 @@ from rlark.services.jobs import JobService
 from rlark.services.logs import follow_lines, tail_lines
 from rlark.store import AuditRow, JobRow
 from tests.access import admin_token, api_client, make_user
-from tests.server import ThreadedServer
+from tests.server import AppServer, ThreadedServer
 from tests.test_api import create, rejected, set_run_state, set_worker_logs
 
 MiB = 1024 * 1024
@@ -608,8 +608,10 @@ def test_the_console_says_why_a_job_is_refused(quota_client, store):
         assert s.scalar(select(JobRow.id).where(JobRow.name == "three")) is None
 
 
-def test_rlark_project_set_quota(store):
-    srv = ThreadedServer(JobService(store)).start()
+def test_rlark_project_set_quota(store, db_url, rlark_home):
+    """Against the server ``rlark server`` builds (its controller running; no Job, so nothing
+    for it to start) on the test's store, SQLite and PostgreSQL."""
+    srv = AppServer(rlark_home, database_url=db_url).start()
     try:
         env = {**os.environ, "RLARK_SERVER": srv.url}
         done = subprocess.run([sys.executable, "-m", "rlark.cli", "project", "set-quota", "default",

@@ -1,7 +1,10 @@
 """Preflight on submit, ``POST /api/v1/check``, and the ``rlark plan`` / ``rlark check`` /
 ``rlark describe`` commands, with real RLinf configs on disk (written here) and a real store.
 
-No Worker is started: Jobs stay Pending (the API runs without a controller).
+No Worker is started: the service tests call JobService alone; the CLI's submit goes to the
+server ``rlark server`` builds (tests/server.py AppServer, its controller running), one for the
+module with the machine held (tests/test_cli.py's ``serve_held``), so an accepted Job waits in
+the admission queue, Pending, each test in a project of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -24,7 +28,7 @@ from rlark.services.jobs import JobService
 from rlark.spec import load_job, resolve_relative_paths
 from rlark.store import JobRow, Store
 from tests.access import admin_token, api_client
-from tests.server import ThreadedServer
+from tests.test_cli import LiveServer, serve_held
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -59,14 +63,27 @@ def job_yaml(name: str, *, pool: int = 2, config_dir: str | None = "config",
 
 
 @pytest.fixture
-def project(tmp_path) -> Path:
+def public() -> Iterator[Path]:
+    """A directory every user of the machine may read (pytest's own are private): a root
+    server composes a Job's RLinf config as an unprivileged uid that reads what the Workers
+    could (tests/test_composer_jail.py), so a config the server is to read lies here."""
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="rlark-preflight-", dir="/tmp"))
+    where.chmod(0o755)
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
+def project(public) -> Path:
     """A directory with config/train.yaml (CONFIG) and config/broken.yaml (a YAML error)."""
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "train.yaml").write_text(CONFIG)
-    (tmp_path / "config" / "broken.yaml").write_text("cluster: [1, 2\n")
-    (tmp_path / "config" / "partial.yaml").write_text(
+    (public / "config").mkdir()
+    (public / "config" / "train.yaml").write_text(CONFIG)
+    (public / "config" / "broken.yaml").write_text("cluster: [1, 2\n")
+    (public / "config" / "partial.yaml").write_text(
         "defaults:\n  - model: only_in_the_image\n  - _self_\n" + CONFIG)
-    return tmp_path
+    return public
 
 
 @pytest.fixture
@@ -294,24 +311,41 @@ def test_cli_help_teaches():
         assert needle in check_help, needle
 
 
-def test_cli_submit_refuses_and_describe_shows_warnings(store, project):
-    (project / "short.yaml").write_text(job_yaml("short", pool=1, working_dir="."))
-    (project / "ok.yaml").write_text(job_yaml("ok", working_dir="."))
-    server = ThreadedServer(JobService(store)).start()  # the CLI finds its token in $RLARK_HOME
-    try:
-        env = {"RLARK_SERVER": server.url}
-        refused = rlark("submit", "short.yaml", cwd=project, env=env)
-        assert refused.returncode == 1 and "WorkersMismatch" in refused.stderr
-        submitted = rlark("submit", "ok.yaml", cwd=project, env=env)
-        assert submitted.returncode == 0, submitted.stderr
-        assert "PathNotMounted" in submitted.stderr  # the server's warning is shown at once
-        described = rlark("describe", "job", "ok", cwd=project, env=env)
-        assert described.returncode == 0, described.stderr
-        assert "PathNotMounted" in described.stdout and "runner.output_dir" in described.stdout
-    finally:
-        server.stop()
-    assert n_jobs(store) == 1
+@pytest.fixture(scope="module")
+def held_server(tmp_path_factory):
+    """The module's server (tests/test_cli.py's :func:`~tests.test_cli.serve_held`)."""
+    yield from serve_held(tmp_path_factory, "preflight-server")
 
+
+@pytest.fixture
+def server(held_server) -> LiveServer:
+    return LiveServer.in_new_project(held_server)
+
+
+def cli_on(server: LiveServer) -> dict:
+    """The CLI's environment for ``server``: its URL, the test's project, and the
+    ``$RLARK_HOME`` whose credentials hold the administrator's token for it."""
+    return {"RLARK_SERVER": server.url, "RLARK_PROJECT": server.project,
+            "RLARK_HOME": str(server.app.home)}
+
+
+def test_cli_submit_refuses_and_describe_shows_warnings(server, project):
+    (project / "short.yaml").write_text(job_yaml("short", pool=1, working_dir="."))
+    # a CPU for each pool Worker: with the machine held the Run then waits, and no Worker starts
+    ok = yaml.safe_load(job_yaml("ok", working_dir="."))
+    ok["spec"]["roles"][1]["resources"] = {"cpu": 1}
+    (project / "ok.yaml").write_text(yaml.safe_dump(ok))
+    env = cli_on(server)
+    refused = rlark("submit", "short.yaml", cwd=project, env=env)
+    assert refused.returncode == 1 and "WorkersMismatch" in refused.stderr
+    submitted = rlark("submit", "ok.yaml", cwd=project, env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    assert "PathNotMounted" in submitted.stderr  # the server's warning is shown at once
+    described = rlark("describe", "job", "ok", cwd=project, env=env)
+    assert described.returncode == 0, described.stderr
+    assert "PathNotMounted" in described.stdout and "runner.output_dir" in described.stdout
+    assert server.names() == ["ok"]
+    server.waiting("ok")  # queued behind the held machine: no Worker of it starts
 
 
 def test_faq_examples_say_what_the_faq_shows():
@@ -389,28 +423,24 @@ def test_config_name_and_run_script_are_compared(config_name, script_name, misma
                           f"or --config-name {config_name} in spec.runScript")
 
 
-def test_the_issues_typo_is_refused_by_validate_check_and_submit_on_the_local_runtime(store, tmp_path):
+def test_the_issues_typo_is_refused_by_validate_check_and_submit_on_the_local_runtime(server, public):
     """`configName: quickstrt` with the script's `--config-name quickstart`: was one warning ("may
     exist only inside the image") and a Run that trained with another config than its record
     names; now two errors, from every path that checks a Job (one list of checks)."""
-    example = tmp_path / "quickstart"
+    example = public / "quickstart"
     shutil.copytree(QUICKSTART.parent, example)
     (example / "typo.yaml").write_text(quickstart_with(config_name="quickstrt"))
-    server = ThreadedServer(JobService(store)).start()
-    try:
-        env = {"RLARK_SERVER": server.url}
-        for command in ("validate", "check"):
-            proc = rlark(command, "typo.yaml", "-o", "json", cwd=example, env=env)
-            assert proc.returncode == 1, proc.stdout
-            errors = [(f["code"], f["path"]) for f in json.loads(proc.stdout)["findings"]
-                      if f["severity"] == "error"]
-            assert errors == [("RLinfConfigNameMismatch", "spec.rlinf.configName"),
-                              ("RLinfConfigNotFound", "spec.rlinf")], (command, proc.stdout)
-        submitted = rlark("submit", "typo.yaml", cwd=example, env=env)
-        assert submitted.returncode == 1
-        assert "spec.rlinf.configName = 'quickstrt' but spec.runScript starts RLinf with " \
-               "--config-name quickstart" in submitted.stderr
-        assert "quickstrt.yaml does not exist: the Workers run on this machine" in submitted.stderr
-    finally:
-        server.stop()
-    assert n_jobs(store) == 0
+    env = cli_on(server)
+    for command in ("validate", "check"):
+        proc = rlark(command, "typo.yaml", "-o", "json", cwd=example, env=env)
+        assert proc.returncode == 1, proc.stdout
+        errors = [(f["code"], f["path"]) for f in json.loads(proc.stdout)["findings"]
+                  if f["severity"] == "error"]
+        assert errors == [("RLinfConfigNameMismatch", "spec.rlinf.configName"),
+                          ("RLinfConfigNotFound", "spec.rlinf")], (command, proc.stdout)
+    submitted = rlark("submit", "typo.yaml", cwd=example, env=env)
+    assert submitted.returncode == 1
+    assert "spec.rlinf.configName = 'quickstrt' but spec.runScript starts RLinf with " \
+           "--config-name quickstart" in submitted.stderr
+    assert "quickstrt.yaml does not exist: the Workers run on this machine" in submitted.stderr
+    assert server.names() == []
