@@ -80,7 +80,7 @@ def changed_files(root: str, manifest: dict[str, list[int]]) -> tuple[list[tuple
             if manifest.get(rel) == [st.st_size, st.st_mtime_ns]:
                 continue
             out.append((rel, st.st_size))
-    return out, skipped
+    return sorted(out), skipped
 
 
 def _client(req: dict) -> Any:

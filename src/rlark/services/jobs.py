@@ -264,11 +264,13 @@ class JobService:
                     hint=f"create it: `rlark secret set {name} {key} -p "
                          f"{project}` (reads the value from stdin)"))
             elif (name, key) in missing:
-                shown = key if key_path != name_path else name
+                # an env reference names its key; a mount's secret has keys of fixed names
+                what = (f"{key_path} = {key!r}: secret {name!r} has no such key"
+                        if key_path != name_path else
+                        f"{key_path} = {name!r}: secret {name!r} has no key {key!r}")
                 out.append(Finding(
                     code="SecretNotFound", severity=Severity.error, path=key_path,
-                    message=f"{key_path} = {shown!r}: secret {name!r} has no such key "
-                            f"{key!r} ({user} would have no value)",
+                    message=f"{what} ({user} would have no value)",
                     hint=f"add it: `rlark secret set {name} {key} -p {project}`, "
                          "or use one of the keys `rlark secret list` shows"))
         if self.profile.own_secrets:
