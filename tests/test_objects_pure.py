@@ -173,3 +173,24 @@ def test_the_mount_line_is_the_keepers_alone():
     assert report is None and "may not be reported" in why
     failed = {"event": "failed", "reason": "MountFailed", "message": "forged"}
     assert check_report(json.dumps(failed).encode())[0] is None
+
+
+def test_the_keeper_bounds_a_copy_and_names_what_went_wrong(tmp_path):
+    import sys
+
+    ticks = []
+    echo = [sys.executable, "-c", "import json, sys; r = json.load(sys.stdin); "
+            "print(json.dumps({'ok': True, 'files': 1, 'bytes': len(r['bucket'])}))"]
+    assert keeper_objects.run_copier(echo, {"bucket": "abc"}, {}, 60) == {
+        "ok": True, "files": 1, "bytes": 3}
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+    result = keeper_objects.run_copier(slow, {}, {}, 1.0, tick=lambda: ticks.append(1))
+    assert result == {"ok": False, "code": "Timeout", "message": "the copy did not finish within 1 s"}
+    assert ticks  # the keeper's heartbeat went on meanwhile
+    stopped = keeper_objects.run_copier(slow, {}, {}, 60, stopping=lambda: True)
+    assert stopped["code"] == "Stopped"
+    garbled = [sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"]
+    failed = keeper_objects.run_copier(garbled, {}, {}, 60)
+    assert failed["code"] == "CopierFailed" and "status 3" in failed["message"] and "boom" in failed["message"]
+    missing = keeper_objects.run_copier([str(tmp_path / "nothing")], {}, {}, 60)
+    assert missing["code"] == "CopierNotStarted"

@@ -496,8 +496,9 @@ def main(archive: str | None = None) -> int:
               protected=other_uid or not unprotected,
               **({"unprotected": unprotected} if unprotected and not other_uid else {}),
               sandbox=cfg.sandbox is not None, heartbeat=HEARTBEAT_SECONDS)
-    mounts = object_mounts.ObjectMounts(cfg.objects, cfg.copy_python, cfg.bootstrap,
-                                        keeper._identity(), chan) if cfg.objects else None
+    mounts = object_mounts.ObjectMounts(
+        cfg.objects, cfg.copy_python, cfg.bootstrap, keeper._identity(), chan,
+        lambda: keeper._heartbeat(time.monotonic())) if cfg.objects else None
     if mounts is not None:
         why = mounts.copy_in(lambda: keeper.stop_at is not None)
         if keeper.stop_at is not None:

@@ -62,10 +62,13 @@ def parse_mounts(raw: str) -> list[dict]:
 
 
 def run_copier(argv: list[str], request: dict, identity: dict, timeout: float,
-               stopping: Callable[[], bool] = lambda: False) -> dict:
+               stopping: Callable[[], bool] = lambda: False,
+               tick: Callable[[], None] = lambda: None) -> dict:
     """Run the copier ``argv`` with ``request`` on its standard input and return its result
     (``{"ok": False, "code", "message"}`` when it could not start, was stopped, ran past
-    ``timeout`` seconds or said nothing readable). ``stopping``: polled; True kills it."""
+    ``timeout`` seconds or said nothing readable). ``stopping``: polled; True kills it.
+    ``tick``: called every half second meanwhile (the keeper's heartbeat: a long copy is not a
+    silent Worker)."""
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=dict(COPIER_ENV), cwd="/",
@@ -82,6 +85,7 @@ def run_copier(argv: list[str], request: dict, identity: dict, timeout: float,
             break
         except subprocess.TimeoutExpired:
             data = None
+            tick()
             if time.monotonic() > deadline:
                 why = f"did not finish within {timeout:.0f} s"
             elif stopping():
@@ -110,8 +114,9 @@ class ObjectMounts:
     """One Worker's copy-mode mounts, as its keeper runs them (see the module's docstring)."""
 
     def __init__(self, mounts: list[dict], python: str, archive: str, identity: dict,
-                 chan: Channel):
-        self.mounts, self.chan, self.identity = mounts, chan, identity
+                 chan: Channel, tick: Callable[[], None] = lambda: None):
+        """``tick``: called every half second while a copy runs (:func:`run_copier`)."""
+        self.mounts, self.chan, self.identity, self.tick = mounts, chan, identity, tick
         self.argv = [python, "-I", archive, "objcopy"]
         #: per mount name: what copy in wrote (relative path -> [size, mtime_ns])
         self.manifests: dict[str, dict] = {}
@@ -137,7 +142,7 @@ class ObjectMounts:
         for m in self.mounts:
             started = time.monotonic()
             result = run_copier(self.argv, self._request(m, "in"), self.identity,
-                                COPY_IN_SECONDS, stopping)
+                                COPY_IN_SECONDS, stopping, self.tick)
             if not result.get("ok"):
                 return (f"mount {m['name']!r} ({m['source']}): copy in failed: "
                         f"{result.get('code')}: {result.get('message')}")
@@ -164,7 +169,8 @@ class ObjectMounts:
                 continue
             started = time.monotonic()
             left = deadline - started
-            result = run_copier(self.argv, self._request(m, "out"), self.identity, left) \
+            result = run_copier(self.argv, self._request(m, "out"), self.identity, left,
+                                tick=self.tick) \
                 if left > 0 else {"ok": False, "code": "Timeout",
                                   "message": "no time was left for it"}
             if result.get("ok"):
