@@ -84,6 +84,12 @@ def test_a_job_reads_a_dataset_from_a_bucket_and_its_checkpoint_is_read_back_aft
     assert stats["data"]["inFiles"] == 2 and stats["data"]["inBytes"] == 18
     assert "outBytes" not in stats["data"]
     assert stats["ckpt"]["inFiles"] == 1 and stats["ckpt"]["outFiles"] == 3
+    record = server.http.get("/api/v1/jobs/s3-copy/record")
+    assert record.status_code == 200, record.text
+    copies = {m["name"]: m.get("copies") for m in record.json()["mounts"]}
+    assert copies["ckpt"] == [{"worker": worker["name"], **{
+        k: v for k, v in stats["ckpt"].items() if k != "name"}}]
+    assert s3_server.secret_key not in record.text and s3_server.access_key not in record.text
     described = server.cli("describe", "s3-copy")
     assert described.returncode == 0, described.stderr
     assert "Object-storage copies" in described.stdout and "ckpt" in described.stdout
