@@ -102,8 +102,18 @@ def test_wrong_credentials_fail_the_run_before_its_run_script(server, s3_server,
     secret(server, "s3-wrong", "secretAccessKey", "not-the-secret")
     mounts = [s3_mount("data", "s3://rlark-wrong/x", f"{mount_root}/data", s3_server.endpoint,
                        "s3-wrong")]
+    # a secret the project does not have: refused at submit, naming the field (no Run)
+    unknown = submit(server, job_doc("s3-unknown", [{**mounts[0], "objectStorage": {
+        "endpoint": s3_server.endpoint, "secret": "no-such-secret"}}], "true"))
+    assert unknown.status_code == 422, unknown.text
+    assert [(f["code"], f["path"]) for f in unknown.json()["detail"]["findings"]] == [
+        ("SecretNotFound", "spec.roles[0].mounts[0].objectStorage.secret")]
     r = submit(server, job_doc("s3-wrong", mounts, "echo THE-RUN-SCRIPT-RAN"))
     assert r.status_code == 201, r.text
+    # the secret's keys say which Jobs use them
+    keys = server.http.get("/api/v1/secrets/s3-wrong").json()["keys"]
+    assert {k["key"]: k["usedBy"] for k in keys} == {"accessKeyId": ["s3-wrong"],
+                                                    "secretAccessKey": ["s3-wrong"]}
     job = wait_done(server, "s3-wrong")
     assert (job["phase"], job["reason"]) == ("Failed", "MountFailed"), job["message"]
     assert "mount 'data' (s3://rlark-wrong/x)" in job["message"]

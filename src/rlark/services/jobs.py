@@ -253,10 +253,14 @@ class JobService:
                 path = f"spec.roles[{i}].mounts[{j}].objectStorage.secret"
                 uses += [(path, path, f"mount {mount.name!r}", name, key)
                          for name, key in mount.secret_refs()]
+        said: set[tuple[str, str]] = set()  # a mount's missing secret: once, not per key
         for name_path, key_path, user, name, key in uses:
             if name not in managed and self.profile.own_secrets:
                 continue
             if name not in managed:
+                if (name_path, name) in said:
+                    continue
+                said.add((name_path, name))
                 out.append(Finding(
                     code="SecretNotFound", severity=Severity.error, path=name_path,
                     message=f"{name_path} = {name!r}: project {project!r} has no "
