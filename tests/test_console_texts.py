@@ -168,7 +168,9 @@ def test_local_runtime_findings_are_translated():
     role["resources"] = {"gpu": 2, "cpu": 999, "memory": "9999Gi"}
     role["local"] = {"python": "/nonexistent/python"}
     role["nodeSelector"] = {"pool": "a"}
-    role["mounts"] = [{"name": "p", "type": "objectStorage", "source": "s3://b/x", "mountPath": "/p"},
+    role["mounts"] = [{"name": "p", "type": "objectStorage", "source": "s3://bucket/x", "mountPath": "/p",
+                       "objectStorage": {"mode": "fuse"}},
+                      {"name": "g", "type": "objectStorage", "source": "gs://bucket/x", "mountPath": "/g"},
                       {"name": "h", "type": "hostPath", "source": "/nonexistent/h", "mountPath": "/h"},
                       {"name": "t", "type": "hostPath", "source": "/tmp", "mountPath": "/data"}]
     job, _ = load_job(yaml.safe_dump(doc))

@@ -27,12 +27,16 @@ def job(role_extra: dict):
 @pytest.mark.parametrize("extra, code, path, severity", [
     ({"local": {"python": "/nonexistent/bin/python"}}, "PythonNotFound", "spec.roles[0].local.python", "error"),
     ({"local": {"python": "/nonexistent-venv"}}, "PythonNotFound", "spec.roles[0].local.python", "error"),
-    ({"mounts": [{"name": "d", "type": "objectStorage", "source": "s3://b/p", "mountPath": "/data"}]},
+    ({"mounts": [{"name": "d", "type": "objectStorage", "source": "s3://bucket/p", "mountPath": "/data",
+                  "objectStorage": {"mode": "fuse"}}]},
+     "MountUnavailable", "spec.roles[0].mounts[0].type", "error"),
+    ({"mounts": [{"name": "d", "type": "objectStorage", "source": "gs://bucket/p", "mountPath": "/data"}]},
      "MountUnavailable", "spec.roles[0].mounts[0].type", "error"),
     ({"mounts": [{"name": "d", "type": "hostPath", "source": "/nonexistent-dir", "mountPath": "/data"}]},
      "MountSourceMissing", "spec.roles[0].mounts[0].source", "warning"),
     ({"nodeSelector": {"gpu": "h100"}}, "NodeSelectorIgnoredLocally", "spec.roles[0].nodeSelector", "warning"),
-], ids=["python-missing", "venv-missing", "object-storage", "hostpath-missing", "node-selector"])
+], ids=["python-missing", "venv-missing", "object-storage-fuse", "object-storage-not-s3",
+        "hostpath-missing", "node-selector"])
 def test_local_runtime_findings(extra, code, path, severity):
     findings = check_for_local_runtime(job(extra))
     assert [(f.code, f.path, f.severity.value) for f in findings] == [(code, path, severity)]
@@ -126,8 +130,8 @@ def test_a_launch_refuses_a_mount_it_cannot_provide_before_anything_starts(tmp_p
     head = PlannedWorker(name="loc-head-0", role="head", index=0, node_rank=0, is_head=True)
     log = tmp_path / "logs" / "head.log"
     for mount, words in (
-            ({"name": "s", "type": "objectStorage", "source": "s3://b/p", "mountPath": "/d"},
-             "object storage is not yet provided"),
+            ({"name": "s", "type": "objectStorage", "source": "s3://bucket/p", "mountPath": "/d"},
+             "an object-storage copy is bound in a Worker's own mount namespace"),
             ({"name": "v", "type": "pvc", "source": "ckpt", "mountPath": "/ckpt"},
              "Workers that run as this server's own user have none")):
         spec = LaunchSpec(job=job({"mounts": [mount]}), run_uid="r1", worker=head, env={},

@@ -88,13 +88,16 @@ class EnvVar(_Model):
 
 
 def secret_refs(job: "Job") -> list[tuple[str, str]]:
-    """Every ``(secret name, key)`` the Job's roles take values from, in spec order, once each."""
+    """Every ``(secret name, key)`` the Job's roles take values from (``env`` and the credentials
+    of ``objectStorage`` mounts, :meth:`Mount.secret_refs`), in spec order, once each."""
     out: list[tuple[str, str]] = []
     for role in job.spec.roles:
         for env in role.env:
             ref = env.secret_ref
             if ref is not None and (ref.name, ref.key) not in out:
                 out.append((ref.name, ref.key))
+        for mount in role.mounts:
+            out.extend(pair for pair in mount.secret_refs() if pair not in out)
     return out
 
 
@@ -112,6 +115,12 @@ def document_secret_refs(doc: Any) -> list[tuple[str, str]]:
             if isinstance(ref, dict) and isinstance(ref.get("name"), str) \
                     and isinstance(ref.get("key"), str) and (ref["name"], ref["key"]) not in out:
                 out.append((ref["name"], ref["key"]))
+        mounts = role.get("mounts") if isinstance(role, dict) else None
+        for mount in mounts if isinstance(mounts, list) else ():
+            store = mount.get("objectStorage") if isinstance(mount, dict) else None
+            name = store.get("secret") if isinstance(store, dict) else None
+            if isinstance(name, str) and name:
+                out.extend(p for p in ((name, k) for k in OBJECT_STORAGE_KEYS) if p not in out)
     return out
 
 
@@ -141,6 +150,62 @@ class MountKubernetes(_Model):
     size: str = Field(default="1Gi", description="Requested size of the PVC (storageClass only).")
 
 
+class ObjectStorageMode(str, Enum):
+    copy = "copy"
+    fuse = "fuse"
+
+
+#: the keys an objectStorage mount's ``secret`` must have: the S3 access key pair
+OBJECT_STORAGE_KEYS = ("accessKeyId", "secretAccessKey")
+#: an S3 bucket name (docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html:
+#: 3-63 characters, lower-case letters, digits, '.' and '-', starting and ending with a letter
+#: or digit)
+S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def s3_location(source: str) -> tuple[str, str]:
+    """``(bucket, prefix)`` of ``s3://bucket[/prefix]`` (pure); the prefix without leading or
+    trailing ``/`` ("" for the whole bucket).
+
+    Raises:
+        ValueError: not an ``s3://`` URL, a bad bucket name, or ``..``/empty parts in the prefix
+            (the message says which).
+    """
+    if not source.startswith("s3://"):
+        raise ValueError("is not an s3:// URL")
+    bucket, _, prefix = source[len("s3://"):].partition("/")
+    if not S3_BUCKET.match(bucket):
+        raise ValueError(f"bucket {bucket[:80]!r} is not an S3 bucket name (3-63 lower-case "
+                         "letters, digits, '.' and '-')")
+    prefix = prefix.strip("/")
+    if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+        raise ValueError(f"prefix {prefix[:200]!r} has an empty, '.' or '..' part")
+    return bucket, prefix
+
+
+class MountObjectStorage(_Model):
+    """How an ``objectStorage`` mount reaches its bucket through the S3 API (every runtime)."""
+
+    mode: ObjectStorageMode | None = Field(
+        default=None,
+        description="copy: the prefix is copied into each Worker at mountPath before its "
+        "prepare script, and what the Worker wrote there is copied back after the run script "
+        "(and on stop) unless readOnly; fuse: a FUSE file system at mountPath (not provided on "
+        "the local runtime). Default: copy on the local runtime; on Kubernetes the CSI volume "
+        "that `kubernetes` names.",
+    )
+    endpoint: str | None = Field(
+        default=None,
+        description="The S3 endpoint URL (http:// or https://), e.g. https://s3.example.com; "
+        "default: AWS S3.")
+    region: str | None = Field(default=None, description="The S3 region, e.g. us-east-1.")
+    secret: str | None = Field(
+        default=None,
+        description="A secret of the Job's project (`rlark secret set`) with the keys "
+        "accessKeyId and secretAccessKey; its values reach only the copy, never the Workers' "
+        "scripts. None: anonymous requests (a public bucket).")
+
+
 class Mount(_Model):
     name: str
     type: MountType = Field(description="hostPath | pvc | objectStorage")
@@ -153,6 +218,16 @@ class Mount(_Model):
     kubernetes: MountKubernetes | None = Field(
         default=None, description="Kubernetes runtime only: how an objectStorage mount is provided."
     )
+    object_storage: MountObjectStorage | None = Field(
+        default=None, description="objectStorage only: mode, S3 endpoint and credentials.")
+
+    def secret_refs(self) -> list[tuple[str, str]]:
+        """The ``(secret, key)`` pairs this mount's credentials come from (none for anonymous
+        access or another kind)."""
+        o = self.object_storage
+        if self.type != MountType.object_storage.value or o is None or not o.secret:
+            return []
+        return [(o.secret, key) for key in OBJECT_STORAGE_KEYS]
 
 
 class Resources(_Model):

@@ -65,6 +65,7 @@ import sys
 import time
 
 from rlark.bootstrap.cgroups import MemoryCgroup, find_memory_cgroup
+from rlark.bootstrap import objects as object_mounts
 from rlark.bootstrap.lifecycle import (MAX_FACTS_BYTES, MAX_WARNINGS, REPORT_BURST, REPORT_LIMITS,
                                        REPORT_RATE, Bucket, check_report)
 from rlark.bootstrap.relay import Channel, Lines, read_all, write_all
@@ -75,6 +76,7 @@ from rlark.bootstrap.scripts import SCRIPT_SHELL
 
 #: exit statuses of the keeper itself (the workload's own are 80-87, config.py)
 EXIT_SANDBOX_FAILED = 88
+EXIT_MOUNT_FAILED = 89
 EXIT_BAD_CONFIG = 87
 EXIT_MONITOR_LOST = 86
 EXIT_STOPPED = 143
@@ -119,6 +121,13 @@ class Config:
         raw = take("RLARK_KEEPER_SANDBOX")
         self.sandbox = json.loads(raw) if raw else None
         self.host_mntns = take("RLARK_KEEPER_HOST_MNTNS") or None
+        self.copy_python = take(object_mounts.COPY_PYTHON_VAR) or self.python
+        # credentials: only ever through the pipe, and never into the workload's environment
+        raw = (workload or {}).get(object_mounts.OBJECTS_VAR, "")
+        own.pop(object_mounts.OBJECTS_VAR, None)
+        env.pop(object_mounts.OBJECTS_VAR, None)
+        self.objects = object_mounts.parse_mounts(raw)
+        self.sync_seconds = float(env.get("RLARK_OBJECT_SYNC_SECONDS") or 600.0)
         self.run_script = env.get("RLARK_RUN_SCRIPT", "")
         self.is_head = env.get("RLINF_NODE_RANK", "") == "0"
         self.head_address = env.get("RLARK_HEAD_ADDRESS", "")
@@ -172,6 +181,10 @@ class Keeper:
         self.stop_run_at: float | None = None
         self.sampler = (Sampler(cfg.usage_seconds, os.getpid(), cfg.env.get("CUDA_VISIBLE_DEVICES"))
                         if cfg.usage_seconds is not None else None)
+        #: the head's ``run_finished`` waits for its copy-mode mounts to be copied out (the
+        #: Run's result includes them): held here, with the moment the run script ended
+        self.hold_finish = False
+        self.held_finish: dict | None = None
 
     # identity of everything the keeper starts
     def _identity(self) -> dict:
@@ -311,8 +324,11 @@ class Keeper:
                     # ended by itself: its status is the Run's result (a run script the keeper
                     # stopped has none; the failure or the stop says why); after all it wrote
                     self._relay_ready()
-                    self.chan.emit("run_finished", exit_code=code,
-                                   **self._oom_since(self.run_oom_mark))
+                    finished = {"exit_code": code, **self._oom_since(self.run_oom_mark)}
+                    if self.hold_finish:
+                        self.held_finish = {**finished, "ts": round(time.time(), 3)}
+                    else:
+                        self.chan.emit("run_finished", **finished)
                 self._tell_worker(f"run_finished {code} {self.run_started:.3f}")
                 self.finish_deadline = time.monotonic() + self.cfg.finish_grace
             # anything else: an orphan this PID 1 reaps
@@ -500,6 +516,20 @@ def main(archive: str | None = None) -> int:
               protected=other_uid or not unprotected,
               **({"unprotected": unprotected} if unprotected and not other_uid else {}),
               sandbox=cfg.sandbox is not None, heartbeat=HEARTBEAT_SECONDS)
+    mounts = object_mounts.ObjectMounts(
+        cfg.objects, cfg.copy_python, cfg.bootstrap, keeper._identity(), chan,
+        lambda: keeper._heartbeat(time.monotonic())) if cfg.objects else None
+    if mounts is not None:
+        why = mounts.copy_in(lambda: keeper.stop_at is not None)
+        if keeper.stop_at is not None:
+            chan.emit("stopped")
+            chan.emit("exit", code=EXIT_STOPPED)
+            return EXIT_STOPPED
+        if why:
+            chan.emit("failed", reason="MountFailed", status=EXIT_MOUNT_FAILED, message=why)
+            chan.emit("exit", code=EXIT_MOUNT_FAILED)
+            return EXIT_MOUNT_FAILED
+        keeper.hold_finish = cfg.is_head and mounts.writable()
     try:
         keeper.start()
     except OSError as exc:
@@ -509,5 +539,30 @@ def main(archive: str | None = None) -> int:
         chan.emit("exit", code=EXIT_BAD_CONFIG)
         return EXIT_BAD_CONFIG
     code = keeper.loop()
+    if mounts is not None and mounts.writable():
+        code = copy_out(keeper, mounts, code)
     chan.emit("exit", code=code)
+    return code
+
+
+def copy_out(keeper: Keeper, mounts: object_mounts.ObjectMounts, code: int) -> int:
+    """Copy the Worker's copy-mode mounts out once nothing of the workload is left, within the
+    stop's grace after a stop, else within ``RLARK_OBJECT_SYNC_SECONDS``; then the head's held
+    ``run_finished``. A failed copy of a head whose run script ended by itself fails the Run
+    (``failed``, ``MountFailed``: its outputs are not where it said); elsewhere (a stop, a Worker
+    that is not the head) it is a warning. Returns the Worker's exit status."""
+    object_mounts.kill_the_rest()
+    now = time.monotonic()
+    deadline = (keeper.stop_at + keeper.cfg.stop_grace + 1.5 if keeper.stop_at is not None
+                else now + keeper.cfg.sync_seconds)
+    failures = mounts.copy_out(deadline)
+    held = keeper.held_finish
+    if failures and held is not None:
+        keeper.chan.emit("failed", reason="MountFailed", status=EXIT_MOUNT_FAILED,
+                         message="; ".join(failures)[:8000])
+        return EXIT_MOUNT_FAILED
+    for why in failures:
+        keeper.chan.emit("warning", reason="MountFailed", message=why[:8000])
+    if held is not None:
+        keeper.chan.emit("run_finished", **held)
     return code

@@ -21,15 +21,16 @@ ESCAPE = b"(workload) "
 
 #: lifecycle kinds only the keeper writes
 KEEPER_KINDS = frozenset({"keeper", "running", "run_finished", "stopped", "exit", "alive",
-                          "usage"})
+                          "usage", "mount"})
 #: fields only the keeper writes, into its own lines and the workload's ``failed`` reports: the
 #: OOM kills it counted in the Worker's memory cgroup (``oom_kills``: in ``run_finished``, since
 #: the run script started; in ``failed``, since the workload did) and that cgroup's limit in
 #: bytes (``memory_limit``; cgroups.py)
 KEEPER_FIELDS = frozenset({"oom_kills", "memory_limit"})
 #: failure reasons the workload may not report: RLark gives them from what the keeper counted
-#: (``rlark.controller.phases``), never from what the workload says
-KEEPER_REASONS = frozenset({"OOMKilled"})
+#: (``rlark.controller.phases``) or did itself (a copy-mode mount's copy, ``objects.py``), never
+#: from what the workload says
+KEEPER_REASONS = frozenset({"OOMKilled", "MountFailed"})
 #: what the workload may report, and the most bytes one report of the kind may take
 REPORT_LIMITS = {
     "facts": 4 * 1024 * 1024,  # package lists, a capped diff, Hydra files (the facts modules' caps)

@@ -209,6 +209,20 @@ def apply_sandbox(plan: dict, host_mntns: str | None) -> None:
         raise SandboxError(f"umount {stage}: {os.strerror(ctypes.get_errno())}")
 
 
+def remount_read_only(path: str) -> None:
+    """Make the bind mount at ``path`` read-only (root, in the Worker's own mount namespace): a
+    copy-mode object-storage mount that asks for ``readOnly``, once its copy is in.
+
+    Raises:
+        SandboxError: ``path`` is reached through a link, or the remount failed.
+    """
+    fd = open_nofollow(path)
+    try:
+        _mount(None, _at(fd), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    finally:
+        os.close(fd)
+
+
 def exec_jailed() -> int:
     """``exec`` (``python -I -S rlark-bootstrap.pyz exec``): build the view ``RLARK_KEEPER_SANDBOX`` describes (root, in a mount
     namespace of its own), become ``RLARK_KEEPER_UID``/``GID`` with no supplementary groups and

@@ -14,6 +14,7 @@ from rlark.cli.base import (PHASE_STYLE, ProjectOpt, ServerOpt, _call, _check_na
                             _emit, _fail, _job_client, _labels, _output, _output_option, out)
 from rlark.cli.client import Client
 from rlark.exitcodes import exit_text
+from rlark.record.export import human_bytes
 
 
 #: how a record check's status is coloured
@@ -251,6 +252,14 @@ def _describe_text(client: Client, job: dict) -> None:
                         w["host"] or "", w["ip"] or "", (w["rayNodeId"] or "")[:12],
                         exit_text(w["exitCode"]), reason(w["reason"]))
     out.print(workers)
+    copies = table(t("cli.mounts"), "WORKER", "MOUNT", "MODE", "IN", "OUT")
+    for w in run.get("workers", []):
+        for m in w.get("mounts") or []:
+            copies.add_row(w["name"], m["name"], m.get("mode") or "", *(
+                f"{human_bytes(m[f'{d}Bytes'])} ({m[f'{d}Files']} files)"
+                if f"{d}Bytes" in m else "-" for d in ("in", "out")))
+    if copies.row_count:
+        out.print(copies)
     if run.get("finishedAt") and run.get("number"):
         rec = _call(client.get, f"/api/v1/jobs/{job['name']}/record", run=run["number"])
         checks = (rec.get("checks") or {}).get("items") or []

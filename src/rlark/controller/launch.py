@@ -212,7 +212,7 @@ class Launching(ControllerState):
             names = ", ".join(f"key {k!r} of secret {n!r}" for n, k in lost)
             self._transition(s, run, Transition(
                 Phase.Failed, Reason.SecretMissing,
-                f"the Job's env takes values from {names}, which project "
+                f"the Job's env or mounts take values from {names}, which project "
                 f"{run.job.project.name!r} does not have (`rlark secret list`); set it and start "
                 "the Job again"))
             return None

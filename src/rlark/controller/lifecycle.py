@@ -130,6 +130,10 @@ _KINDS = {
     "stopped": lambda e: True,
     "alive": lambda e: isinstance(e.get("stopped", []), list),
     "usage": check_usage,
+    # a copy-mode object-storage mount's copy (bootstrap/objects.py)
+    "mount": lambda e: (isinstance(e.get("name"), str) and len(e["name"]) <= 253
+                        and e.get("direction") in ("in", "out") and e.get("mode") == "copy"
+                        and _int(e.get("files"), 0, 1 << 40) and _int(e.get("bytes"), 0, 1 << 62)),
 }
 
 

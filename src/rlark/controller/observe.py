@@ -183,6 +183,13 @@ class Observing(ControllerState):
                 life["stopped"] = True
             elif kind == "exit":
                 life["exit"] = ev.get("code")
+            elif kind == "mount":
+                # bytes copied in and out per copy-mode mount (record and describe show them)
+                mounts = dict(life.get("mounts") or {})
+                mounts[ev["name"]] = {**mounts.get(ev["name"], {}), "mode": ev["mode"],
+                                      f"{ev['direction']}Files": ev["files"],
+                                      f"{ev['direction']}Bytes": ev["bytes"]}
+                life["mounts"] = mounts
             elif kind == "warning":
                 # trouble that does not end the Run, e.g. the bootstrap saw Ray's worker ports
                 # run out ("No available ports"): a Warning Event naming the Worker

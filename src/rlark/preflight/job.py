@@ -40,8 +40,10 @@ from rlark.spec import (
     RESERVED_ENV,
     RESERVED_ENV_PREFIX,
     Job,
+    Mount,
     SpecSyntaxError,
     head_service_name,
+    s3_location,
     load_document,
     load_job,
     parse_job,
@@ -519,6 +521,36 @@ def _check_mounts(role, base: str) -> Iterator[Finding]:
                 f"{mp}.source = {mount.source!r} is not an object-storage URL",
                 "write a URL such as 's3://bucket/prefix'",
             )
+        yield from _check_object_storage(mount, mp)
+
+
+def _check_object_storage(mount: Mount, mp: str) -> Iterator[Finding]:
+    """A mount's ``objectStorage`` settings: on objectStorage mounts only, with an ``s3://``
+    source, an http(s) endpoint and a secret name that can exist."""
+    o = mount.object_storage
+    if o is None:
+        return
+    if mount.type != "objectStorage":
+        yield _err("InvalidMount", f"{mp}.objectStorage",
+                   f"{mp}.objectStorage applies to objectStorage mounts only; this is a "
+                   f"{mount.type} mount", "remove objectStorage, or set type: objectStorage")
+        return
+    if mount.source.strip() and "://" in mount.source:
+        try:
+            s3_location(mount.source)
+        except ValueError as exc:
+            yield _err("InvalidMountSource", f"{mp}.source",
+                       f"{mp}.source = {mount.source[:200]!r} {exc}",
+                       "write s3://BUCKET/PREFIX (objectStorage speaks the S3 API)")
+    if o.endpoint is not None and not re.match(r"^https?://[^/\s]+(/\S*)?$", o.endpoint):
+        yield _err("InvalidEndpoint", f"{mp}.objectStorage.endpoint",
+                   f"{mp}.objectStorage.endpoint = {o.endpoint[:200]!r} is not an http(s) URL",
+                   "write the S3 endpoint as a URL, e.g. https://s3.example.com or "
+                   "http://10.0.0.5:8333")
+    if o.secret is not None and (len(o.secret) > 63 or not DNS1123_LABEL.match(o.secret)):
+        yield _err("InvalidSecretName", f"{mp}.objectStorage.secret",
+                   f"{mp}.objectStorage.secret = {o.secret[:200]!r} is not a secret name",
+                   "name a secret of the project (`rlark secret list`), e.g. 's3-credentials'")
 
 
 def _check_shared(job: Job) -> Iterator[Finding]:

@@ -276,6 +276,17 @@ def _resolved_config(head_facts: dict[str, Any], composed: dict[str, Any] | None
     return {"source": "absent", "data": None}
 
 
+def _copies(workers: list, role: Any, mount: Any) -> dict:
+    """``{"copies": [{worker, mode, inFiles, inBytes, outFiles, outBytes}]}`` for a copy-mode
+    object-storage mount: what each Worker of ``role`` copied (its keeper's ``mount`` lines, kept
+    in its lifecycle by the controller); nothing for other mounts or when nothing was copied."""
+    name = mount.get("name") if isinstance(mount, dict) else None
+    out = [{"worker": w.name, **((w.lifecycle or {}).get("mounts") or {})[name]}
+           for w in workers if w.role == role
+           and name in ((w.lifecycle or {}).get("mounts") or {})]
+    return {"copies": out} if out else {}
+
+
 def build_record(job, run, workers, logs_root: Path | str | None = None, *,
                  composed: dict[str, Any] | None = None,
                  probes: dict[str, Any] | None = None, final: bool = False) -> dict[str, Any]:
@@ -418,7 +429,8 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
         },
         "diffs": diffs,
         "mounts": [
-            {"role": r.get("name"), **m} for r in roles for m in r.get("mounts", [])
+            {"role": r.get("name"), **m, **_copies(workers, r.get("name"), m)}
+            for r in roles for m in r.get("mounts", [])
         ],
         "workers": {
             "expected": sum(int(r.get("workers", 0)) for r in roles),

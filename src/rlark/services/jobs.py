@@ -241,26 +241,42 @@ class JobService:
             namespace = (project_namespace(prow, prow.namespace, self.namespace)
                          if self.profile.namespaced else None)
         out: list[Finding] = []
+        # (field path of the name, of the key, what would lack the value, secret, key)
+        uses: list[tuple[str, str, str, str, str]] = []
         for i, role in enumerate(job.spec.roles):
             for j, env in enumerate(role.env):
                 ref = env.secret_ref
-                if ref is None or (ref.name not in managed and self.profile.own_secrets):
+                if ref is not None:
+                    path = f"spec.roles[{i}].env[{j}].valueFrom.secretKeyRef"
+                    uses.append((f"{path}.name", f"{path}.key", env.name, ref.name, ref.key))
+            for j, mount in enumerate(role.mounts):
+                path = f"spec.roles[{i}].mounts[{j}].objectStorage.secret"
+                uses += [(path, path, f"mount {mount.name!r}", name, key)
+                         for name, key in mount.secret_refs()]
+        said: set[tuple[str, str]] = set()  # a mount's missing secret: once, not per key
+        for name_path, key_path, user, name, key in uses:
+            if name not in managed and self.profile.own_secrets:
+                continue
+            if name not in managed:
+                if (name_path, name) in said:
                     continue
-                path = f"spec.roles[{i}].env[{j}].valueFrom.secretKeyRef"
-                if ref.name not in managed:
-                    out.append(Finding(
-                        code="SecretNotFound", severity=Severity.error, path=f"{path}.name",
-                        message=f"{path}.name = {ref.name!r}: project {project!r} has no "
-                                f"secret of that name ({env.name} would have no value)",
-                        hint=f"create it: `rlark secret set {ref.name} {ref.key} -p "
-                             f"{project}` (reads the value from stdin)"))
-                elif (ref.name, ref.key) in missing:
-                    out.append(Finding(
-                        code="SecretNotFound", severity=Severity.error, path=f"{path}.key",
-                        message=f"{path}.key = {ref.key!r}: secret {ref.name!r} has no such "
-                                f"key ({env.name} would have no value)",
-                        hint=f"add it: `rlark secret set {ref.name} {ref.key} -p {project}`, "
-                             "or use one of the keys `rlark secret list` shows"))
+                said.add((name_path, name))
+                out.append(Finding(
+                    code="SecretNotFound", severity=Severity.error, path=name_path,
+                    message=f"{name_path} = {name!r}: project {project!r} has no "
+                            f"secret of that name ({user} would have no value)",
+                    hint=f"create it: `rlark secret set {name} {key} -p "
+                         f"{project}` (reads the value from stdin)"))
+            elif (name, key) in missing:
+                # an env reference names its key; a mount's secret has keys of fixed names
+                what = (f"{key_path} = {key!r}: secret {name!r} has no such key"
+                        if key_path != name_path else
+                        f"{key_path} = {name!r}: secret {name!r} has no key {key!r}")
+                out.append(Finding(
+                    code="SecretNotFound", severity=Severity.error, path=key_path,
+                    message=f"{what} ({user} would have no value)",
+                    hint=f"add it: `rlark secret set {name} {key} -p {project}`, "
+                         "or use one of the keys `rlark secret list` shows"))
         if self.profile.own_secrets:
             out += self.profile.own_secret_findings(job, {r for r in refs if r[0] in managed},
                                                     project, namespace)

@@ -32,6 +32,9 @@ def worker_view(w: WorkerRow) -> dict[str, Any]:
         "log": w.log_path,
         "startedAt": _iso(w.started_at),
         "finishedAt": _iso(w.finished_at),
+        # copy-mode object-storage mounts: what the keeper copied in and out (its mount lines)
+        **({"mounts": [{"name": name, **stats} for name, stats in sorted(mounts.items())]}
+           if (mounts := (w.lifecycle or {}).get("mounts")) else {}),
     }
 
 

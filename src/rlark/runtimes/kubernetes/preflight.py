@@ -81,7 +81,15 @@ def check_spec_for_kubernetes(job: Job, policy: PodPolicy | None = None) -> list
             k8s = mount.kubernetes
             if mount.type == "objectStorage":
                 chosen = [x for x in (k8s and k8s.storage_class, k8s and k8s.csi_driver) if x]
-                if len(chosen) != 1:
+                if mount.object_storage is not None and mount.object_storage.mode == "copy":
+                    out.append(Finding(
+                        code="MountUnavailable", path=f"{path}.objectStorage.mode",
+                        message=f"{path}.objectStorage.mode = 'copy': the Kubernetes runtime "
+                                "does not copy object storage in and out yet",
+                        hint="mount it through an S3 CSI driver (kubernetes.storageClass or "
+                             "kubernetes.csiDriver), or run on the local runtime",
+                    ))
+                elif len(chosen) != 1:
                     out.append(Finding(
                         code="ObjectStorageNeedsDriver", path=f"{path}.kubernetes",
                         message=f"{path}: objectStorage {mount.source!r} needs exactly one of "

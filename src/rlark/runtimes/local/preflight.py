@@ -19,7 +19,7 @@ from rlark.preflight.quantities import parse_cpu, parse_memory_bytes
 from rlark.runtimes.local.ports import (MAX_BLOCK_SIZE, PORT_RANGE_END, PORT_RANGE_START,
                                         block_size, default_worker_ports)
 from rlark.runtimes.local.ports import MAX_WORKER_PORTS as MAX_WORKER_PORTS_LOCAL
-from rlark.spec import Job, MountType, Role
+from rlark.spec import Job, Mount, MountType, ObjectStorageMode, Role
 from rlark.words import plural
 
 
@@ -145,31 +145,52 @@ OWN_NAMESPACE_HINT = ("run the server as root, so each Run's Workers get a uid a
                       "hostPath whose mountPath is its source, without readOnly")
 
 
+def object_storage_problem(m: Mount) -> tuple[str, str] | None:
+    """Why the local runtime cannot give an ``objectStorage`` mount, whoever the Workers are,
+    as ``(message tail, hint)``; None when it can (pure). It copies (mode ``copy``, the
+    default): an ``s3://`` prefix in before the prepare script and back out after the run
+    script (:mod:`rlark.runtimes.local.objects`); it has no FUSE file system to mount."""
+    o = m.object_storage
+    if o is not None and o.mode == ObjectStorageMode.fuse.value:
+        return ("objectStorage.mode = 'fuse': the local runtime mounts no FUSE file system "
+                "(no FUSE implementation is shipped and run for Workers here)",
+                "use mode: copy (the prefix is copied in before the prepare script and synced "
+                "out after the run script), or the Kubernetes runtime's CSI volume")
+    if not m.source.startswith("s3://"):
+        return ("the local runtime copies s3:// prefixes only (through the S3 API)",
+                "write s3://BUCKET/PREFIX, with objectStorage.endpoint for an S3-compatible "
+                "server")
+    return None
+
+
 def unprovided_mounts(role: Role, i: int, *, own_namespace: bool | None,
                       object_storage: bool = True) -> list[Finding]:
     """``MountUnavailable`` errors for the mounts of role ``i`` the local runtime cannot give
-    its Workers (pure): an ``objectStorage`` mount always (not provided here yet); where the
-    Workers have no mount namespace of their own (``own_namespace`` False: they run as the
-    server's own user) also a ``pvc`` mount and a ``hostPath`` mount whose ``mountPath`` is not
-    its ``source`` or that is ``readOnly`` (nothing could be bound or made read-only). ``None``:
-    the identity is not known here, only objectStorage is judged; ``object_storage`` False:
-    objectStorage is left out (said elsewhere). A Job never runs with a mount silently missing:
-    submit refuses these and so does every launch."""
+    its Workers (pure): an ``objectStorage`` mount that asks for FUSE or is not ``s3://``
+    (:func:`object_storage_problem`); where the Workers have no mount namespace of their own
+    (``own_namespace`` False: they run as the server's own user) also a ``pvc`` or
+    ``objectStorage`` mount and a ``hostPath`` mount whose ``mountPath`` is not its ``source``
+    or that is ``readOnly`` (nothing could be bound or made read-only). ``None``: the identity
+    is not known here, only what does not depend on it is judged; ``object_storage`` False:
+    :func:`object_storage_problem` is left out (said elsewhere). A Job never runs with a mount
+    silently missing: submit refuses these and so does every launch."""
     out: list[Finding] = []
     for j, m in enumerate(role.mounts):
         mp = f"spec.roles[{i}].mounts[{j}]"
-        if m.type == MountType.object_storage:
-            if object_storage:
-                out.append(_err(
-                    "MountUnavailable", f"{mp}.type",
-                    f"{mp}.type = 'objectStorage' (source {m.source[:200]!r}): object storage is "
-                    "not yet provided on the local runtime",
-                    "use a hostPath or pvc mount, or the Kubernetes runtime"))
-        elif own_namespace is False and m.type == MountType.pvc:
+        problem = object_storage_problem(m) \
+            if object_storage and m.type == MountType.object_storage else None
+        if problem:
             out.append(_err(
                 "MountUnavailable", f"{mp}.type",
-                f"{mp}.type = 'pvc' (source {m.source[:200]!r}): a volume is bound in a Worker's "
-                "own mount namespace, and Workers that run as this server's own user have none",
+                f"{mp}.type = 'objectStorage' (source {m.source[:200]!r}): {problem[0]}",
+                problem[1]))
+        elif own_namespace is False and m.type in (MountType.pvc, MountType.object_storage):
+            what = "a volume" if m.type == MountType.pvc else "an object-storage copy"
+            out.append(_err(
+                "MountUnavailable", f"{mp}.type",
+                f"{mp}.type = {m.type!r} (source {m.source[:200]!r}): {what} is bound in a "
+                "Worker's own mount namespace, and Workers that run as this server's own user "
+                "have none",
                 OWN_NAMESPACE_HINT))
         elif own_namespace is False and m.type == MountType.host_path and (
                 m.read_only or os.path.normpath(m.source) != os.path.normpath(m.mount_path)):
@@ -185,7 +206,7 @@ def unprovided_mounts(role: Role, i: int, *, own_namespace: bool | None,
 
 def check_for_local_runtime(job: Job, host: dict[str, float] | None = None,
                             reachable: Callable[[str], bool] | None = None) -> list[Finding]:
-    """What the local runtime cannot honour: an objectStorage mount is refused
+    """What the local runtime cannot honour: an objectStorage mount it cannot copy is refused
     (``MountUnavailable``, :func:`unprovided_mounts`), a hostPath source must exist, and node
     selectors mean nothing (warnings); a role's ``local.python`` must exist here (error).
     Whether hostPath and pvc mounts can be bound at their ``mountPath`` depends on the Workers'

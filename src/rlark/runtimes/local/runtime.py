@@ -36,6 +36,7 @@ import psutil
 
 from rlark import settings
 from rlark.bootstrap import archive
+from rlark.bootstrap import objects as keeper_objects
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.capacity import Amounts, Capacity
 from rlark.runtimes.base import (
@@ -54,7 +55,7 @@ from rlark.runtimes.base import (
     secret_env,
 )
 from rlark.runtimes.local import isolation as iso
-from rlark.runtimes.local import sandbox, volumes
+from rlark.runtimes.local import objects, sandbox, volumes
 from rlark.runtimes.local.identity import Identity, UidRange, candidates, choose, many_users_message
 from rlark.runtimes.local.isolation import Isolation, Mode
 from rlark.runtimes.local.preflight import unprovided_mounts
@@ -282,8 +283,16 @@ def python_for(spec_python: str | None) -> str:
     return str(path)
 
 
-#: the mounts the local runtime binds into a Worker's mount namespace (objectStorage: not yet)
-BOUND_MOUNTS = (MountType.host_path, MountType.pvc)
+#: the mounts the local runtime binds into a Worker's mount namespace (objectStorage: the
+#: Worker's own directory its keeper copies the bucket's prefix into, :mod:`.objects`)
+BOUND_MOUNTS = (MountType.host_path, MountType.pvc, MountType.object_storage)
+
+
+#: why a copy-mode object-storage mount needs each Worker in a PID namespace of its own
+COPY_NEEDS_PID_NAMESPACE = (
+    "an object-storage copy runs with the bucket's credentials after the Worker's code ended, "
+    "and only a keeper that is PID 1 of the Worker's own PID namespace can make sure nothing of "
+    "that code is left beside it (this server's Worker isolation is not pid-namespace)")
 
 
 def host_mounts(role: Role) -> list[tuple[str, str, bool]]:
@@ -490,6 +499,9 @@ class LocalRuntime:
         env = worker_environment(os.environ, spec.env,
                                  secret_env(role, spec.secrets) if role is not None else {},
                                  allow=self.worker_env)
+        copies = objects.copy_mounts(role, spec.secrets) if role is not None else []
+        if copies and self.isolation.mode != Mode.pid_namespace:
+            raise LaunchRefused(COPY_NEEDS_PID_NAMESPACE + "; nothing was started")
         env.update(ray_auth_env(spec.ray_token))
         if self.allow_unauthenticated_ray:
             env["RLARK_ALLOW_UNAUTHENTICATED_RAY"] = "1"
@@ -509,6 +521,11 @@ class LocalRuntime:
         cgroup = self._make_cgroup(spec) if mode == Mode.cgroup else None
         read_end, write_end = os.pipe()
         own["RLARK_KEEPER_ENV_FD"] = str(read_end)
+        if copies:
+            # the keeper's alone: it takes them out of the workload's environment (keeper.py)
+            env[keeper_objects.OBJECTS_VAR] = json.dumps(copies)
+            # the copier's S3 client (boto3) is the server's; the sandbox binds its Python
+            own[keeper_objects.COPY_PYTHON_VAR] = sys.executable
         try:
             fd = os.open(spec.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             with open(fd, "ab", buffering=0) as log:
@@ -590,6 +607,15 @@ class LocalRuntime:
         workload_archive = archive.install(dirs.ray_run)
         volumes = {m.source: self._volume(spec.project or "", m.source, uid)
                    for m in mounts if m.type == MountType.pvc}
+        copied = {}  # mount index -> the Worker's own directory the keeper copies into
+        for j, m in enumerate(mounts):
+            if m.type == MountType.object_storage:
+                copied[j] = objects.object_dir(dirs.root, j)
+                make_dir(os.path.dirname(copied[j]), 0, 0o755)
+                make_dir(copied[j], uid, 0o700)
+        if copied:
+            needed = needed + [(p, "the server's Python (the object-storage copy)", "python")
+                               for p in sandbox.python_prefixes(sys.executable)]
         wd = spec.job.spec.working_dir
         shm = ray_resources(role).object_store_bytes if role is not None else 0
         real = os.path.realpath  # what was checked is what the keeper binds (it follows no link)
@@ -600,8 +626,12 @@ class LocalRuntime:
                                 working_dir=real(wd) if wd and os.path.isabs(wd) else None,
                                 shm_bytes=shm, stat=os.stat,
                                 host_mounts=[(real(m.source) if m.type == MountType.host_path
-                                              else volumes[m.source], m.mount_path, m.read_only)
-                                             for m in mounts if m.type in BOUND_MOUNTS])
+                                              else copied[j] if j in copied
+                                              else volumes[m.source], m.mount_path,
+                                              # the keeper remounts it read-only after the copy
+                                              m.read_only and j not in copied)
+                                             for j, m in enumerate(mounts)
+                                             if m.type in BOUND_MOUNTS])
         except sandbox.SandboxPlanError as exc:
             raise RuntimeError(str(exc)) from None
         return {
@@ -762,6 +792,12 @@ class LocalRuntime:
         # objectStorage: check_for_local_runtime says it, whoever the Workers are
         out = [] if self.identity.own_uid else unprovided_mounts(role, i, own_namespace=False,
                                                                   object_storage=False)
+        if self.identity.own_uid and self.isolation.mode != Mode.pid_namespace:
+            out += [_err("MountUnavailable", f"spec.roles[{i}].mounts[{j}].type",
+                         f"spec.roles[{i}].mounts[{j}] ({m.source[:200]!r}): "
+                         + COPY_NEEDS_PID_NAMESPACE, "run the server as root outside a container "
+                         "(docs/security.md, \"Worker isolation\"), or use the Kubernetes runtime")
+                    for j, m in enumerate(role.mounts) if m.type == MountType.object_storage]
         for j, m in enumerate(role.mounts):
             path = f"spec.roles[{i}].mounts[{j}]"
             if m.type != MountType.host_path or not self.path_reachable(m.source):

@@ -1,0 +1,183 @@
+"""The object-storage copier: ``python -I rlark-bootstrap.pyz objcopy``, one copy of one mount.
+
+A Worker's keeper (``objects.py``) starts it under the Worker's own uid, in the Worker's view of
+the file system, before the workload exists (copy in) and after all of it is gone (copy out), so
+the bucket's credentials are never in a process the workload can reach: they come on standard
+input (never in an argument or the environment), and the copier makes itself non-dumpable
+(``prctl(PR_SET_DUMPABLE, 0)``) before reading them.
+
+Request (standard input, one JSON object): ``direction`` (``in`` | ``out``), ``bucket``,
+``prefix`` (no leading or trailing ``/``; "" for the whole bucket), ``path`` (the mountPath),
+``endpoint``, ``region``, ``access_key_id``/``secret_access_key`` (absent: anonymous requests),
+and for ``out`` the ``manifest`` copy in returned. Result (standard output, one JSON object):
+``{"ok": true, "files", "bytes", "skipped"}`` (copy in adds ``manifest``: relative path ->
+``[size, mtime_ns]`` of each file it wrote, so copy out sends only what changed) or
+``{"ok": false, "code", "message"}`` with the S3 error code (``InvalidAccessKeyId``,
+``NoSuchBucket``, ``AccessDenied``...) or the client's error class.
+
+The S3 client is boto3 (the AWS SDK; imported here only, from the interpreter that runs the
+copier: the server's, which has it), path-style addressing where an endpoint is given. Nothing
+of the Worker's home steers it: ``AWS_CONFIG_FILE`` and ``AWS_SHARED_CREDENTIALS_FILE`` are
+``/dev/null`` and configured endpoints are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat as stat_module
+import sys
+from typing import Any
+
+from rlark.bootstrap.sandbox import make_undumpable
+
+#: the copier's whole environment: no file of the Worker's home is read by the S3 client
+#: (botocore's AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE, AWS_IGNORE_CONFIGURED_ENDPOINT_URLS)
+COPIER_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C.UTF-8",
+              "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+              "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def key_path(prefix: str, key: str) -> str | None:
+    """The path below the mount of object ``key`` under ``prefix`` (pure): None for the prefix's
+    own "directory" markers and for a key that would leave the mount (an empty, ``.`` or
+    ``..`` part, or a key outside the prefix)."""
+    head = prefix + "/" if prefix else ""
+    if not key.startswith(head):
+        return None
+    rel = key[len(head):]
+    if not rel or rel.endswith("/"):
+        return None
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        return None
+    return rel
+
+
+def object_key(prefix: str, rel: str) -> str:
+    """The key of the file at ``rel`` below the mount (pure)."""
+    return f"{prefix}/{rel}" if prefix else rel
+
+
+def changed_files(root: str, manifest: dict[str, list[int]]) -> tuple[list[tuple[str, int]], int]:
+    """``([(relative path, size)], skipped)``: the regular files below ``root`` that are not in
+    ``manifest`` as copy in left them (size and mtime), in path order; links and other
+    non-regular files are skipped (counted), never followed."""
+    out: list[tuple[str, int]] = []
+    skipped = 0
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                skipped += 1
+                continue
+            if not stat_module.S_ISREG(st.st_mode):
+                skipped += 1
+                continue
+            rel = os.path.relpath(full, root)
+            if manifest.get(rel) == [st.st_size, st.st_mtime_ns]:
+                continue
+            out.append((rel, st.st_size))
+    return sorted(out), skipped
+
+
+def _client(req: dict) -> Any:
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+
+    options: dict[str, Any] = {
+        "retries": {"max_attempts": 3, "mode": "standard"},
+        "connect_timeout": 10, "read_timeout": 60,
+    }
+    if req.get("endpoint"):
+        options["s3"] = {"addressing_style": "path"}
+    keys = {}
+    if req.get("access_key_id"):
+        keys = {"aws_access_key_id": req["access_key_id"],
+                "aws_secret_access_key": req.get("secret_access_key") or ""}
+    else:
+        options["signature_version"] = UNSIGNED
+    return boto3.session.Session().client(
+        "s3", endpoint_url=req.get("endpoint") or None,
+        region_name=req.get("region") or "us-east-1", config=Config(**options), **keys)
+
+
+def copy_in(client: Any, req: dict) -> dict:
+    """Every object under the prefix into ``path`` (made as needed); returns the result."""
+    bucket, prefix, root = req["bucket"], req["prefix"], req["path"]
+    head = prefix + "/" if prefix else ""
+    files = size = skipped = 0
+    manifest: dict[str, list[int]] = {}
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=head)
+    for page in pages:
+        for obj in page.get("Contents", []):
+            rel = key_path(prefix, obj["Key"])
+            if rel is None:
+                skipped += int(not obj["Key"].endswith("/"))
+                continue
+            dest = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            client.download_file(bucket, obj["Key"], dest)
+            st = os.lstat(dest)
+            manifest[rel] = [st.st_size, st.st_mtime_ns]
+            files += 1
+            size += st.st_size
+    return {"ok": True, "files": files, "bytes": size, "skipped": skipped, "manifest": manifest}
+
+
+def copy_out(client: Any, req: dict) -> dict:
+    """Every file below ``path`` that copy in did not leave as it is, to the prefix."""
+    bucket, prefix, root = req["bucket"], req["prefix"], req["path"]
+    todo, skipped = changed_files(root, req.get("manifest") or {})
+    # a missing bucket or wrong keys are said before anything is sent
+    client.head_bucket(Bucket=bucket)
+    size = 0
+    for rel, n in todo:
+        client.upload_file(os.path.join(root, rel), bucket, object_key(prefix, rel))
+        size += n
+    return {"ok": True, "files": len(todo), "bytes": size, "skipped": skipped}
+
+
+def run(req: dict) -> dict:
+    """One copy (see the module's docstring); never raises."""
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError as exc:
+        return {"ok": False, "code": "NoS3Client",
+                "message": f"boto3 is not installed in {sys.executable}: {exc}"}
+    try:
+        client = _client(req)
+        return copy_in(client, req) if req.get("direction") == "in" else copy_out(client, req)
+    except ClientError as exc:
+        err = exc.response.get("Error") or {}
+        code = str(err.get("Code") or "ClientError")
+        if code.isdigit():  # a HEAD answer has no body: only its HTTP status
+            code = {"403": "AccessDenied", "404": "NoSuchBucket"}.get(code, f"HTTP{code}")
+        return {"ok": False, "code": code[:64],
+                "message": str(err.get("Message") or exc)[:2000]}
+    except BotoCoreError as exc:
+        return {"ok": False, "code": type(exc).__name__[:64], "message": str(exc)[:2000]}
+    except OSError as exc:
+        return {"ok": False, "code": "LocalIOError",
+                "message": f"{exc.strerror or exc}: {exc.filename or ''}"[:2000]}
+
+
+def main() -> int:
+    """``objcopy``: read the request, copy, write the result; 0 when the copy succeeded."""
+    why = make_undumpable()
+    if why:
+        result = {"ok": False, "code": "Unprotected",
+                  "message": f"the copier could not make itself non-dumpable: {why}"}
+    else:
+        try:
+            req = json.loads(sys.stdin.buffer.read())
+        except ValueError as exc:
+            req, result = None, {"ok": False, "code": "BadRequest", "message": str(exc)}
+        if req is not None:
+            result = run(req)
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0 if result.get("ok") else 1

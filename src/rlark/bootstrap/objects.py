@@ -1,0 +1,197 @@
+"""A keeper's object-storage mounts in copy mode: copy in before the workload, copy out after it.
+
+The local runtime gives the keeper, through the workload environment's pipe (never its own
+environment or the workload's), ``RLARK_KEEPER_OBJECT_STORAGE``: a JSON list of mounts, each
+``{name, source, bucket, prefix, path, read_only, endpoint, region, access_key_id,
+secret_access_key}`` (``rlark.runtimes.local.objects.copy_mounts``), and
+``RLARK_KEEPER_COPY_PYTHON``, the interpreter that has the S3 client (the server's). The keeper
+runs the copier (``objectcopy.py``) once per mount and direction, under the Worker's uid in the
+Worker's view, the credentials on its standard input:
+
+* **in**, before the workload starts (its prepare script is its first step): the prefix's
+  objects into ``path``; a failure ends the Worker before anything of the Job ran
+  (``failed``, reason ``MountFailed``, naming the mount and the S3 error code); then a
+  ``readOnly`` mount is remounted read-only.
+* **out**, after the workload ended (the run script's end, a failure or a stop) and after the
+  keeper, PID 1 of the Worker's PID namespace, killed what was left of it (nothing of the
+  Job's code runs beside the copier, which holds the credentials): each file that is new or
+  changed since copy in, to the prefix; nothing is deleted from the bucket. Bounded: a
+  copy that outlives its time is killed and said.
+
+Each copy writes a ``mount`` line (``name``, ``mode``, ``direction``, ``files``, ``bytes``,
+``seconds``) on the keeper's channel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from typing import Callable
+
+from rlark.bootstrap.objectcopy import COPIER_ENV
+from rlark.bootstrap.relay import Channel
+from rlark.bootstrap.sandbox import SandboxError, remount_read_only
+
+#: the copy settings' names in the workload environment the keeper is given
+OBJECTS_VAR, COPY_PYTHON_VAR = "RLARK_KEEPER_OBJECT_STORAGE", "RLARK_KEEPER_COPY_PYTHON"
+#: seconds copy in may take, per mount (a dataset of some GB on a slow link)
+COPY_IN_SECONDS = 3600.0
+#: what the copier's result line may hold (a manifest of many files)
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+
+
+def parse_mounts(raw: str) -> list[dict]:
+    """The mounts of ``RLARK_KEEPER_OBJECT_STORAGE`` (pure).
+
+    Raises:
+        ValueError: not a JSON list of mounts with the fields the copier needs.
+    """
+    mounts = json.loads(raw) if raw else []
+    if not isinstance(mounts, list):
+        raise ValueError(f"{OBJECTS_VAR} is not a JSON list")
+    for m in mounts:
+        if not isinstance(m, dict) or not all(isinstance(m.get(k), str) for k in
+                                              ("name", "source", "bucket", "prefix", "path")) \
+                or not os.path.isabs(m["path"]):
+            raise ValueError(f"{OBJECTS_VAR}: a mount without name, source, bucket, prefix "
+                             "and an absolute path")
+    return mounts
+
+
+def run_copier(argv: list[str], request: dict, identity: dict, timeout: float,
+               stopping: Callable[[], bool] = lambda: False,
+               tick: Callable[[], None] = lambda: None) -> dict:
+    """Run the copier ``argv`` with ``request`` on its standard input and return its result
+    (``{"ok": False, "code", "message"}`` when it could not start, was stopped, ran past
+    ``timeout`` seconds or said nothing readable). ``stopping``: polled; True kills it.
+    ``tick``: called every half second meanwhile (the keeper's heartbeat: a long copy is not a
+    silent Worker)."""
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=dict(COPIER_ENV), cwd="/",
+                                start_new_session=True, **identity)
+    except OSError as exc:
+        return {"ok": False, "code": "CopierNotStarted",
+                "message": f"{argv[0]}: {exc.strerror or exc}"}
+    deadline = time.monotonic() + timeout
+    data: bytes | None = json.dumps(request).encode()
+    why = ""
+    while True:
+        try:
+            out, err = proc.communicate(data, timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            data = None
+            tick()
+            if time.monotonic() > deadline:
+                why = f"did not finish within {timeout:.0f} s"
+            elif stopping():
+                why = "was stopped (the Worker is stopping)"
+            if why:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                proc.communicate()
+                return {"ok": False, "code": "Timeout" if "within" in why else "Stopped",
+                        "message": f"the copy {why}"}
+    try:
+        result = json.loads(out[-MAX_RESULT_BYTES:].decode() or "null")
+    except ValueError:
+        result = None
+    if not isinstance(result, dict) or "ok" not in result:
+        tail = err.decode(errors="replace").strip().splitlines()[-3:]
+        return {"ok": False, "code": "CopierFailed",
+                "message": f"the copier exited with status {proc.returncode}: "
+                           + (" | ".join(tail) or "no result")}
+    return result
+
+
+class ObjectMounts:
+    """One Worker's copy-mode mounts, as its keeper runs them (see the module's docstring)."""
+
+    def __init__(self, mounts: list[dict], python: str, archive: str, identity: dict,
+                 chan: Channel, tick: Callable[[], None] = lambda: None):
+        """``tick``: called every half second while a copy runs (:func:`run_copier`)."""
+        self.mounts, self.chan, self.identity, self.tick = mounts, chan, identity, tick
+        self.argv = [python, "-I", archive, "objcopy"]
+        #: per mount name: what copy in wrote (relative path -> [size, mtime_ns])
+        self.manifests: dict[str, dict] = {}
+
+    def _request(self, m: dict, direction: str) -> dict:
+        keys = ("bucket", "prefix", "path", "endpoint", "region", "access_key_id",
+                "secret_access_key")
+        req = {k: m.get(k) for k in keys}
+        req["direction"] = direction
+        if direction == "out":
+            req["manifest"] = self.manifests.get(m["name"], {})
+        return req
+
+    def _said(self, m: dict, direction: str, result: dict, started: float) -> None:
+        self.chan.emit("mount", name=m["name"], mode="copy", direction=direction,
+                       files=int(result.get("files") or 0), bytes=int(result.get("bytes") or 0),
+                       seconds=round(time.monotonic() - started, 3),
+                       **({"skipped": int(result["skipped"])} if result.get("skipped") else {}))
+
+    def copy_in(self, stopping: Callable[[], bool]) -> str | None:
+        """Copy every mount in; None when all are there, else the failure's message (the
+        first failing mount, its source and the copier's code)."""
+        for m in self.mounts:
+            started = time.monotonic()
+            result = run_copier(self.argv, self._request(m, "in"), self.identity,
+                                COPY_IN_SECONDS, stopping, self.tick)
+            if not result.get("ok"):
+                return (f"mount {m['name']!r} ({m['source']}): copy in failed: "
+                        f"{result.get('code')}: {result.get('message')}")
+            manifest = result.get("manifest")
+            self.manifests[m["name"]] = manifest if isinstance(manifest, dict) else {}
+            self._said(m, "in", result, started)
+            if m.get("read_only"):
+                try:
+                    remount_read_only(m["path"])
+                except SandboxError as exc:
+                    return f"mount {m['name']!r}: cannot make {m['path']} read-only: {exc}"
+        return None
+
+    def writable(self) -> bool:
+        """Some mount copies out (not ``readOnly``) and was copied in."""
+        return any(not m.get("read_only") and m["name"] in self.manifests for m in self.mounts)
+
+    def copy_out(self, deadline: float) -> list[str]:
+        """Copy every writable mount that was copied in back out, before ``deadline``
+        (monotonic seconds); returns the failures' messages (none: all done)."""
+        failures = []
+        for m in self.mounts:
+            if m.get("read_only") or m["name"] not in self.manifests:
+                continue
+            started = time.monotonic()
+            left = deadline - started
+            result = run_copier(self.argv, self._request(m, "out"), self.identity, left,
+                                tick=self.tick) \
+                if left > 0 else {"ok": False, "code": "Timeout",
+                                  "message": "no time was left for it"}
+            if result.get("ok"):
+                self._said(m, "out", result, started)
+            else:
+                failures.append(f"mount {m['name']!r} ({m['source']}): copy out failed: "
+                                f"{result.get('code')}: {result.get('message')}")
+        return failures
+
+
+def kill_the_rest() -> None:
+    """SIGKILL every other process of this PID namespace and reap them (the keeper is its PID
+    1: ``kill(-1)`` reaches all of them, kill(2)); elsewhere nothing."""
+    if os.getpid() != 1:
+        return
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return

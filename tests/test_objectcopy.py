@@ -1,0 +1,54 @@
+"""The object-storage copier (bootstrap/objectcopy.py) against a real S3 server (SeaweedFS,
+tests/s3_server.py), in this process: copy in, copy out of what changed, and the S3 error codes
+a failure names. The copies inside a Worker, under its uid: tests/test_local_objects.py."""
+
+from __future__ import annotations
+
+from tests.s3_server import s3_server  # noqa: F401  (the fixture)
+
+from rlark.bootstrap import objectcopy
+
+
+def request(s3_server, direction: str, path, bucket: str = "copier", prefix: str = "runs/a",
+            **extra) -> dict:
+    return {"direction": direction, "bucket": bucket, "prefix": prefix, "path": str(path),
+            "endpoint": s3_server.endpoint, "region": None,
+            "access_key_id": s3_server.access_key, "secret_access_key": s3_server.secret_key,
+            **extra}
+
+
+def test_copy_in_then_out_sends_only_what_changed(s3_server, tmp_path):
+    s3 = s3_server.client()
+    s3.create_bucket(Bucket="copier")
+    s3.put_object(Bucket="copier", Key="runs/a/data.txt", Body=b"dataset")
+    s3.put_object(Bucket="copier", Key="runs/a/deep/x.bin", Body=b"\x00" * 10)
+    s3.put_object(Bucket="copier", Key="runs/ab/not-mine.txt", Body=b"other prefix")
+    s3.put_object(Bucket="copier", Key="runs/a/dir/", Body=b"")  # a "directory" marker
+    got = objectcopy.run(request(s3_server, "in", tmp_path))
+    assert got["ok"], got
+    assert (got["files"], got["bytes"]) == (2, 17)
+    assert sorted(got["manifest"]) == ["data.txt", "deep/x.bin"]
+    assert (tmp_path / "data.txt").read_bytes() == b"dataset"
+    assert not (tmp_path / "not-mine.txt").exists() and not (tmp_path / "dir").exists()
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "model.pt").write_bytes(b"weights")
+    sent = objectcopy.run(request(s3_server, "out", tmp_path, manifest=got["manifest"]))
+    assert sent == {"ok": True, "files": 1, "bytes": 7, "skipped": 0}
+    assert s3.get_object(Bucket="copier", Key="runs/a/ckpt/model.pt")["Body"].read() == b"weights"
+
+
+def test_failures_name_the_s3_error_code(s3_server, tmp_path):
+    s3_server.client().create_bucket(Bucket="copier-codes")
+    wrong = objectcopy.run(request(s3_server, "in", tmp_path, bucket="copier-codes",
+                                   access_key_id="RLARKNOSUCHKEY0000"))
+    assert (wrong["ok"], wrong["code"]) == (False, "InvalidAccessKeyId"), wrong
+    assert s3_server.secret_key not in str(wrong)
+    missing = objectcopy.run(request(s3_server, "in", tmp_path, bucket="no-such-bucket"))
+    assert (missing["ok"], missing["code"]) == (False, "NoSuchBucket"), missing
+    (tmp_path / "out.txt").write_text("x")
+    gone = objectcopy.run(request(s3_server, "out", tmp_path, bucket="no-such-bucket"))
+    assert (gone["ok"], gone["code"]) == (False, "NoSuchBucket"), gone
+    nobody = objectcopy.run({**request(s3_server, "in", tmp_path, bucket="copier-codes"),
+                             "endpoint": "http://127.0.0.1:9"})
+    assert (nobody["ok"], nobody["code"]) == (False, "EndpointConnectionError"), nobody
