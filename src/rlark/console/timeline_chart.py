@@ -67,8 +67,9 @@ def chart(tl: dict[str, Any]) -> dict[str, Any]:
             x0 = x(s["start"])
             span = {"phase": s["phase"], "x": x0, "w": max(round(x(stop) - x0, 1), 1.0),
                     "open": s["end"] is None, "seconds": f"{stop - s['start']:.1f}"}
-            if compact:
-                span.update(since=f"{s['start'] - start:.1f}", until=f"{stop - start:.1f}")
+            if compact:  # whole units (a unit is about a pixel): 1,000 rows' bytes count
+                span.update(x=round(x0), w=max(round(x(stop) - x0), 1),
+                            since=f"{s['start'] - start:.1f}", until=f"{stop - start:.1f}")
             else:
                 span.update(start=clock(s["start"]), end=clock(s["end"]))
             spans.append(span)
