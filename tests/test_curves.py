@@ -138,3 +138,17 @@ def test_kubernetes_says_the_path_is_in_the_pods_filesystem():
 def test_where_rlinf_writes_its_event_files(config, working_dir, path, why):
     got = tensorboard_dir(config, working_dir)
     assert got.path == path and why in got.why
+
+
+def test_an_event_file_that_did_not_change_is_not_decoded_again(tmp_path):
+    """A live Run's page asks every few seconds: an unchanged file (same name, inode, size and
+    modification time) is the same points without decoding it again; a change is read anew."""
+    f = write_events(tmp_path)
+    first = read_dir(str(tmp_path))
+    st = f.stat()
+    f.write_bytes(b"\0" * st.st_size)  # same size, same inode: only its time tells
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert read_dir(str(tmp_path)) == first and first["notes"] == []
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    again = read_dir(str(tmp_path))
+    assert again["scalars"] == {} and again["notes"], again

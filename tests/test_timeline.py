@@ -206,3 +206,47 @@ def test_the_text_chart_in_chinese_names_phases_and_reasons_in_chinese():
                         now=T0 + 9)
     text = "\n".join(line.plain for line in chart_lines(tl, 100, Translator("zh-CN")))
     assert english_words(text, {"j-head-0", "head"}) == [], text
+
+
+def _many(n: int) -> dict:
+    t0 = 1_767_000_000.0
+    workers = [WorkerLife(name=f"big-{i}", role="head" if i == 0 else "pool", rank=i,
+                          is_head=i == 0,
+                          times={"keeper": t0 + 1, "StartingRay": t0 + 2 + i % 7,
+                                 "RayStarted": t0 + 10 + i % 13, "exit": t0 + 100},
+                          failure={"reason": "NodeLost", "message": "gone", "at": t0 + 50}
+                          if i == 7 else None)
+               for i in range(n)]
+    times = {"RayStarted": t0 + 3, "AllJoined": t0 + 23, "running": t0 + 24, "exit": t0 + 100}
+    workers[0] = WorkerLife(name="big-0", role="head", rank=0, is_head=True, times=times)
+    return build_timeline(RunLife(number=1, created=t0, finished=t0 + 101, phase=Phase.Failed),
+                          workers, now=t0 + 200)
+
+
+def test_a_thousand_worker_timeline_is_drawn_compact_one_row_and_one_tooltip_per_worker():
+    """Issue 25, item 7 (bench/console_charts.py): a 1,000-Worker Run's timeline drawn in full
+    is 17 elements and 1.5 KB a Worker; compact, one row per Worker keeps its spans and the
+    times are its one tooltip."""
+    import re
+
+    from rlark.console import timeline_chart
+    from rlark.console.i18n import Translator
+    from rlark.console.pages import env
+
+    small = timeline_chart.chart(_many(4))
+    assert not small["compact"] and small["row"] == timeline_chart.ROW
+    c = timeline_chart.chart(_many(1000))
+    assert c["compact"] and c["row"] <= 6 and c["height"] <= 1000 * 6 + 2 * 20 + 22 + 1
+    html = env.get_template("_timeline.html").render(timeline=c, t=Translator("en"))
+    svg = re.search(r'<svg class="timeline".*?</svg>', html, re.S).group(0)
+    rows = re.findall(r'<g class="tl-row" data-worker="big-(\d+)" data-rank="(\d+)"[^>]*>'
+                      r'<title>([^<]*)</title>((?:<rect [^>]*/>)+)', svg)
+    assert [int(r[0]) for r in rows] == list(range(1000))
+    assert svg.count("<title>") == 1000 + 1  # the rows' and the barrier's
+    assert svg.count("<rect ") == sum(len(w["spans"]) for w in _many(1000)["workers"])
+    assert len(svg) < 600 * 1000  # drawn in full: 1.5 MB
+    head = rows[0][2]
+    assert head.startswith("big-0 (rank 0): Pending 0.0–3.0; Joined 3.0–24.0;")
+    assert "Running 24.0–100.0;" in head
+    assert 'class="tl-failure" data-reason="NodeLost"' in svg
+    assert "1000 Workers: drawn compact" in html

@@ -13,7 +13,7 @@ from rlark.services.curves import KEY_METRICS
 
 #: the SVG's user units: width, height, left margin (value labels), bottom margin (step labels)
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP, RIGHT = 480, 200, 64, 22, 8, 10
-#: dots drawn per line at most (the line itself has every point)
+#: dots drawn per line at most (the line has at most two points per unit of width: per_pixel)
 MAX_DOTS = 300
 
 
@@ -28,10 +28,38 @@ def _label(x: float) -> str:
     return f"{x:.4g}"
 
 
+def per_pixel(points: Sequence[tuple[float, float]], s0: float, ds: float,
+              width: float) -> list[tuple[float, float]]:
+    """The points of one line worth drawing ``width`` units wide: ``points`` are ``(step,
+    value)`` by step (``s0``: the chart's first step, ``ds``: its step range); per unit-wide
+    column of steps only its lowest and highest value (in step order; one point when they are
+    the same) are kept, so a spike stays drawn and a line never has more than ``2 * width``
+    points (a 10,000-point series is some 800, not 10,000 SVG coordinates). Pure."""
+    if len(points) <= 2 * width:
+        return list(points)
+    out: list[tuple[float, float]] = []
+    column, lo, hi = None, None, None
+    for s, v in points:
+        c = int((s - s0) / ds * width)
+        if c != column:
+            if lo is not None and hi is not None:
+                out.extend(sorted({lo, hi}))
+            column, lo, hi = c, (s, v), (s, v)
+            continue
+        if lo is None or v < lo[1]:
+            lo = (s, v)
+        if hi is None or v > hi[1]:
+            hi = (s, v)
+    if lo is not None and hi is not None:
+        out.extend(sorted({lo, hi}))
+    return out
+
+
 def chart(tag: str, lines: Sequence[tuple[str, list[list[Any]]]]) -> dict[str, Any]:
     """One tag's chart: ``lines`` are ``(name, [[step, value], ...])`` (a value None, not
     finite, is left out and breaks nothing). Returns ``{"tag", "width", "height", "lines":
-    [{"name", "index", "points": "x,y ...", "dots": [{"x", "y", "step", "value"}], "count"}],
+    [{"name", "index", "points": "x,y ...", "dots": [{"x", "y", "step", "value"}], "count": points
+    finite, "drawn": points drawn (:func:`per_pixel`)}],
     "x": {"min", "max", "y"}, "y": {"min", "max", "x"}, "empty"}``."""
     finite = [(s, v) for _, pts in lines for s, v in pts if v is not None]
     if not finite:
@@ -49,13 +77,14 @@ def chart(tag: str, lines: Sequence[tuple[str, list[list[Any]]]]) -> dict[str, A
 
     out = []
     for i, (name, pts) in enumerate(lines):
-        shown = [(s, v) for s, v in pts if v is not None]
+        finite_pts = [(s, v) for s, v in pts if v is not None]
+        shown = per_pixel(finite_pts, s0, ds, area_w)
         coords = [xy(s, v) for s, v in shown]
         every = max(1, -(-len(shown) // MAX_DOTS))
         dots = [{"x": c[0], "y": c[1], "step": s, "value": v}
                 for k, ((s, v), c) in enumerate(zip(shown, coords))
                 if k % every == 0 or k == len(shown) - 1]
-        out.append({"name": name, "index": i, "count": len(shown),
+        out.append({"name": name, "index": i, "count": len(finite_pts), "drawn": len(shown),
                     "points": " ".join(f"{x},{y}" for x, y in coords), "dots": dots})
     return {"tag": tag, "width": WIDTH, "height": HEIGHT, "lines": out, "empty": False,
             "left": LEFT, "top": TOP, "bottom": HEIGHT - BOTTOM, "right": WIDTH - RIGHT,

@@ -15,6 +15,12 @@ from typing import Any
 WIDTH, LABEL, ROW, BAR = 1000, 220, 20, 14
 #: room under the rows for the time axis
 AXIS = 22
+#: more Workers than this and the chart is drawn compact: thin rows without a text label, one
+#: tooltip per row (its spans' times, in seconds from the Run's creation) instead of one per
+#: span; 1,000 Workers drawn in full are 1.5 MB of SVG and 2.5 s to show (bench/console_charts.py)
+COMPACT_ROWS = 100
+#: a compact row's height and bar
+COMPACT_ROW, COMPACT_BAR = 6, 5
 
 
 def clock(t: float | None) -> str:
@@ -28,9 +34,12 @@ def chart(tl: dict[str, Any]) -> dict[str, Any]:
     """The chart of ``tl``: ``{"width", "height", "label", "rows": [{"kind": "role", "role",
     "y"} | {"kind": "worker", "name", "rank", "isHead", "y", "spans": [{"phase", "x", "w",
     "start", "end", "open", "seconds"}], "failure": {"x", "reason", "message", "at"} | None}],
-    "barrier": {"x", "at"} | None, "axis": {"y", "seconds"}, "slowest", "notJoined"}``. Times
-    are shown as :func:`clock` text; an open span (its Worker still in it) ends at ``now``.
-    Every span is at least one unit wide, so a short one stays visible."""
+    "barrier": {"x", "at"} | None, "axis": {"y", "seconds"}, "slowest", "notJoined", "compact",
+    "workers", "bar", "row"}``. Times are shown as :func:`clock` text; an open span (its Worker
+    still in it) ends at ``now``. Every span is at least one unit wide, so a short one stays
+    visible. With more than :data:`COMPACT_ROWS` Workers, ``compact``: rows :data:`COMPACT_ROW`
+    high and spans with ``since`` and ``until`` (seconds from the Run's creation) in place of
+    ``start`` and ``end``."""
     start = tl["start"]
     end = tl["end"] if tl.get("end") is not None else tl["now"]
     # a Worker whose clock runs ahead of the server's may report moments after "now"
@@ -42,6 +51,8 @@ def chart(tl: dict[str, Any]) -> dict[str, Any]:
     def x(at: float) -> float:
         return round(LABEL + min(max(at - start, 0.0), total) / total * area, 1)
 
+    compact = len(tl["workers"]) > COMPACT_ROWS
+    row, bar = (COMPACT_ROW, COMPACT_BAR) if compact else (ROW, BAR)
     rows: list[dict[str, Any]] = []
     y = 0
     role = None
@@ -54,9 +65,14 @@ def chart(tl: dict[str, Any]) -> dict[str, Any]:
         for s in w["spans"]:
             stop = s["end"] if s["end"] is not None else end
             x0 = x(s["start"])
-            spans.append({"phase": s["phase"], "x": x0, "w": max(round(x(stop) - x0, 1), 1.0),
-                          "start": clock(s["start"]), "end": clock(s["end"]),
-                          "open": s["end"] is None, "seconds": f"{stop - s['start']:.1f}"})
+            span = {"phase": s["phase"], "x": x0, "w": max(round(x(stop) - x0, 1), 1.0),
+                    "open": s["end"] is None, "seconds": f"{stop - s['start']:.1f}"}
+            if compact:  # whole units (a unit is about a pixel): 1,000 rows' bytes count
+                span.update(x=round(x0), w=max(round(x(stop) - x0), 1),
+                            since=f"{s['start'] - start:.1f}", until=f"{stop - start:.1f}")
+            else:
+                span.update(start=clock(s["start"]), end=clock(s["end"]))
+            spans.append(span)
         failure = None
         if w.get("failure"):
             f = w["failure"]
@@ -64,10 +80,11 @@ def chart(tl: dict[str, Any]) -> dict[str, Any]:
                        "reason": f["reason"], "message": f["message"], "at": clock(f.get("at"))}
         rows.append({"kind": "worker", "name": w["name"], "rank": w["rank"],
                      "isHead": w["isHead"], "y": y, "spans": spans, "failure": failure})
-        y += ROW
+        y += row
     barrier = ({"x": x(tl["barrier"]), "at": clock(tl["barrier"])}
                if tl.get("barrier") is not None else None)
-    return {"width": WIDTH, "height": y + AXIS, "label": LABEL, "bar": BAR, "row": ROW,
+    return {"width": WIDTH, "height": y + AXIS, "label": LABEL, "bar": bar, "row": row,
+            "compact": compact, "workers": len(tl["workers"]),
             "rows": rows, "barrier": barrier, "rows_height": y,
             "axis": {"y": y + 14, "seconds": f"{total:.1f}"},
             "slowest": tl.get("slowest"), "notJoined": tl.get("notJoined") or [],
