@@ -424,7 +424,7 @@ def test_project_switcher_and_links_that_carry_the_project(app, service, admin):
 def test_site_admin_manages_users(app, service, admin):
     c, csrf = login(app, token=admin)
     page = c.get("/admin/users").text
-    assert re.findall(r'data-nav="(\w+)"', page) == ["secrets", "tokens", "users", "projects", "audit"]
+    assert re.findall(r'data-nav="(\w+)"', page) == ["secrets", "tokens", "users", "projects", "webhooks", "audit"]
     assert '<tr data-user="admin" data-admin="true" data-disabled="false">' in page
     r = post(c, "/admin/users", {"csrf_token": csrf, "name": "newbie", "password": "",
                                  "project": "default", "role": "viewer", "token": "1"})
@@ -474,7 +474,7 @@ def test_projects_page_for_site_admin_and_project_admin(app, service, admin):
         OPEN_PRINCIPAL, None, "t", user="lead")["token"]
     p, pcsrf = login(app, token=lead_token)
     page = p.get("/admin/projects").text
-    assert re.findall(r'data-nav="(\w+)"', page) == ["secrets", "tokens", "projects", "audit"]
+    assert re.findall(r'data-nav="(\w+)"', page) == ["secrets", "tokens", "projects", "webhooks", "audit"]
     assert re.findall(r'<section class="card project"[^>]*data-project="([a-z-]+)"', page) == ["team"]
     assert 'id="project-form"' not in page and 'data-action="delete-project"' not in page
     assert p.get("/admin/users").status_code == 403

@@ -188,7 +188,7 @@ def test_the_keeper_bounds_a_copy_and_names_what_went_wrong(tmp_path):
     assert result == {"ok": False, "code": "Timeout", "message": "the copy did not finish within 1 s"}
     assert ticks  # the keeper's heartbeat went on meanwhile
     stopped = keeper_objects.run_copier(slow, {}, {}, 60, stopping=lambda: True)
-    assert stopped["code"] == "Stopped"
+    assert stopped["code"] == "CopyStopped"
     garbled = [sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"]
     failed = keeper_objects.run_copier(garbled, {}, {}, 60)
     assert failed["code"] == "CopierFailed" and "status 3" in failed["message"] and "boom" in failed["message"]

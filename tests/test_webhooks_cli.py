@@ -2,8 +2,10 @@
 never printed back), list and deliveries in text, JSON and YAML, delete, a refused URL as one
 error line with field, value and fix, and an example in every command's help.
 
-A real server (API and console in a thread, real SQLite, no controller: a delivery log entry is
-written into the store as the notifier would) and the real CLI.
+The server ``rlark server`` builds (tests.server.AppServer: controller and notifier running, real
+SQLite; one failed delivery's log entry is written into the store as the notifier would, since no
+receiver here fails five times on purpose; tests/test_webhooks_delivery.py makes real ones) and
+the real CLI.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import yaml
 from rlark.store import WebhookRow
 from rlark.store.models import utcnow
 from rlark.store.webhooks import DeliveryRow, DeliveryState, WebhookEvent
-from tests.test_cli import cli_env, error_line, serve_api_only
+from tests.server import AppServer
+from tests.test_cli import cli_env, error_line
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -27,7 +30,11 @@ SECRET = "whsec-cli-0123456789abcdef"
 
 @pytest.fixture
 def server(rlark_home):
-    yield from serve_api_only(rlark_home)
+    app = AppServer(rlark_home).start()
+    try:
+        yield app
+    finally:
+        app.stop()
 
 
 def webhook(server, *args: str, stdin: str = "") -> subprocess.CompletedProcess:

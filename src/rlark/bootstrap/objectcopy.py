@@ -31,12 +31,6 @@ from typing import Any
 
 from rlark.bootstrap.sandbox import make_undumpable
 
-#: the copier's whole environment: no file of the Worker's home is read by the S3 client
-#: (botocore's AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE, AWS_IGNORE_CONFIGURED_ENDPOINT_URLS)
-COPIER_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C.UTF-8",
-              "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-              "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true", "AWS_EC2_METADATA_DISABLED": "true"}
-
 
 def key_path(prefix: str, key: str) -> str | None:
     """The path below the mount of object ``key`` under ``prefix`` (pure): None for the prefix's

@@ -31,9 +31,16 @@ import subprocess
 import time
 from typing import Callable
 
-from rlark.bootstrap.objectcopy import COPIER_ENV
 from rlark.bootstrap.relay import Channel
 from rlark.bootstrap.sandbox import SandboxError, remount_read_only
+
+#: the copier's whole environment: no file of the Worker's home is read by the S3 client
+#: (botocore's AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE, AWS_IGNORE_CONFIGURED_ENDPOINT_URLS).
+#: Here, not in objectcopy.py: the keeper imports this module, and must not load the copier's
+#: (which imports boto3, from the server's interpreter that runs it)
+COPIER_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C.UTF-8",
+              "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+              "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true", "AWS_EC2_METADATA_DISABLED": "true"}
 
 #: the copy settings' names in the workload environment the keeper is given
 OBJECTS_VAR, COPY_PYTHON_VAR = "RLARK_KEEPER_OBJECT_STORAGE", "RLARK_KEEPER_COPY_PYTHON"
@@ -96,7 +103,7 @@ def run_copier(argv: list[str], request: dict, identity: dict, timeout: float,
                 except (ProcessLookupError, PermissionError):
                     pass
                 proc.communicate()
-                return {"ok": False, "code": "Timeout" if "within" in why else "Stopped",
+                return {"ok": False, "code": "Timeout" if "within" in why else "CopyStopped",
                         "message": f"the copy {why}"}
     try:
         result = json.loads(out[-MAX_RESULT_BYTES:].decode() or "null")

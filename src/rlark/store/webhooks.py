@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, ForeignKey, Integer, String, Text, UniqueConstraint, select
+from sqlalchemy.event import listens_for
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from rlark.status import Phase, Reason
@@ -132,18 +133,42 @@ def add_deliveries(s: Session, run: RunRow, event: WebhookEvent, facts: dict[str
     return added
 
 
+#: ``Session.info`` key of the transitions whose deliveries wait for their session's commit
+_PENDING = "rlark.webhooks.pending"
+
+
 def enqueue_transition(s: Session, run: RunRow, previous: Phase | None, phase: Phase,
-                       reason: Reason | None, message: str, at: datetime) -> int:
-    """The deliveries ``run``'s transition to ``phase`` causes, added to ``s`` (the controller's
-    transaction that writes the transition): none for a phase no webhook event names
-    (:data:`PHASE_EVENTS`) or a project without webhooks that want it. One query when nobody
-    listens. The count added."""
+                       reason: Reason | None, message: str, at: datetime) -> None:
+    """Note that ``run``'s transition to ``phase`` may cause deliveries; they are added to ``s``
+    when it commits (:func:`_add_pending_deliveries`), in the same transaction as the transition.
+
+    Not now: the controller calls its runtime (processes, the Kubernetes API) between the
+    transitions of a pass, and a query here would open the pass's transaction before those calls
+    (ARCHITECTURE.md: no transaction held across a call to a process or an API;
+    tests/test_controller_lanes.py). A phase no webhook event names (:data:`PHASE_EVENTS`) notes
+    nothing."""
     event = PHASE_EVENTS.get(phase)
-    if event is None:
-        return 0
-    job = run.job
-    webhooks = subscribers(s, job.project_id, event)
-    if not webhooks:
-        return 0
-    facts = event_facts(run, job.project.name, phase, previous, reason, message, at)
-    return add_deliveries(s, run, event, facts, webhooks)
+    if event is not None:
+        s.info.setdefault(_PENDING, []).append((run, event, previous, phase, reason, message, at))
+
+
+@listens_for(Session, "before_commit")
+def _add_pending_deliveries(s: Session) -> None:
+    """At commit, the deliveries of the transitions :func:`enqueue_transition` noted: for each,
+    the project's webhooks that want its event (one query when nobody listens)."""
+    pending = s.info.pop(_PENDING, None)
+    if not pending:
+        return
+    s.flush()  # a Run made in this transaction gets its id
+    for run, event, previous, phase, reason, message, at in pending:
+        job = run.job
+        webhooks = subscribers(s, job.project_id, event)
+        if webhooks:
+            facts = event_facts(run, job.project.name, phase, previous, reason, message, at)
+            add_deliveries(s, run, event, facts, webhooks)
+
+
+@listens_for(Session, "after_rollback")
+def _drop_pending_deliveries(s: Session) -> None:
+    """A transaction rolled back takes its noted transitions with it."""
+    s.info.pop(_PENDING, None)
