@@ -17,7 +17,9 @@
 # processes map, cgroup v1, a torch with CUDA libraries needs more, e.g. 5Gi).
 #
 # What it checks (each line says PASS or FAIL; exit status 1 if any failed):
-#  1. the rendered objects pass the API server's own validation (kubectl apply --dry-run=server)
+#  1. the rendered objects pass the API server's own validation (kubectl apply --server-side
+#     --dry-run=server: a client-side apply would copy the bootstrap's ConfigMap, over 256 KiB,
+#     into an annotation, which the API server refuses)
 #  2. `rlark nodes` reads the node inventory
 #  3. the quickstart Run succeeds: 3 Pods, Ray cluster, RLinf placement check (exit 0)
 #  4. its record has an image digest for each Worker and 3 of 3 Workers joined
@@ -111,7 +113,7 @@ EOF
 
 check "1 server-side dry run of the rendered objects" \
     bash -c "rlark() { \"$PY\" -m rlark.cli \"\$@\"; }; rlark render '$WORK/quickstart.yaml' -n '$PNS' --run-id smoke 2>/dev/null \
-             | kubectl apply --dry-run=server -f - >/dev/null"
+             | kubectl apply --server-side --dry-run=server -f - >/dev/null"
 
 say "starting rlark server --runtime kubernetes --namespace $NS on port $PORT (log: $WORK/server.log)"
 # Python itself in the background (not the rlark function, whose subshell $! would name): the

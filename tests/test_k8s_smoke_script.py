@@ -60,7 +60,8 @@ def test_the_operators_smoke_check_passes_on_the_real_node(k8s_real_node, tmp_pa
                           timeout=1500, stdin=subprocess.DEVNULL)
     out = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
     passed = [line.split("PASS ", 1)[1].strip() for line in out.splitlines() if "] PASS " in line]
-    assert passed == CHECKS and proc.returncode == 0, out[-6000:]
+    failed = [line for line in out.splitlines() if "] FAIL " in line]
+    assert passed == CHECKS and proc.returncode == 0, "\n".join(failed) + "\n...\n" + out[-6000:]
     assert "all checks passed" in out
     # the script's own server ends with it (a server left behind keeps reconciling its namespace)
     left = [p.pid for p in psutil.process_iter(["cmdline"])

@@ -352,12 +352,14 @@ def render(
     (<job>-<role>-<index>, RLINF_NODE_RANK and the other variables set explicitly; non-root,
     no capabilities). The Kubernetes Pod policy of this machine's settings applies
     (RLARK_K8S_HOST_PATH_PREFIXES, RLARK_K8S_SERVICE_ACCOUNTS, RLARK_K8S_ALLOW_ROOT,
-    RLARK_K8S_CSI_DRIVERS, RLARK_K8S_STORAGE_CLASSES, RLARK_K8S_TOLERATIONS). Nothing is started; `kubectl apply -f -` of the output runs the Job without the
-    RLark server (which adds status, logs, records and stop).
+    RLARK_K8S_CSI_DRIVERS, RLARK_K8S_STORAGE_CLASSES, RLARK_K8S_TOLERATIONS). Nothing is started; `kubectl apply --server-side -f -` of the output runs the Job without
+    the RLark server (which adds status, logs, records and stop). Server-side: a client-side
+    apply copies each object into an annotation, limited to 256 KiB, and the ConfigMap that
+    carries the bootstrap archive is larger.
 
     \b
     Examples:
-      rlark render job.yaml --namespace rl | kubectl apply -f -
+      rlark render job.yaml --namespace rl | kubectl apply --server-side -f -
       kubectl delete pods,services,networkpolicies,configmaps,secrets,pvc -n rl -l rlark.io/run=<id>   # clean up
     """
     import secrets
