@@ -283,6 +283,13 @@ class RlarkServer:
                 raise AssertionError(f"Workers of {name} still alive after {timeout} s: {workers}")
             time.sleep(0.2)
 
+    def succeeded(self, name: str, timeout: float = 180) -> dict:
+        """The Job ``name`` once its current Run Succeeded and every Worker of it ended (a Run
+        that Fails instead fails the caller at once, showing the Job)."""
+        job = self.wait_phase(name, {"Succeeded", "Failed"}, timeout=timeout)
+        assert job["phase"] == "Succeeded", job
+        return self.wait_released(name)
+
 
 def _pid_namespace(pid: int | str) -> str | None:
     try:

@@ -72,9 +72,7 @@ spec:
     - {{name: head, workers: 1, image: "{IMAGE}", resources: {{cpu: 1}}}}
   runScript: {sys.executable} train.py
 """)
-    job = server.wait_phase(NAME, {"Succeeded", "Failed"}, timeout=180)
-    assert job["phase"] == "Succeeded", job
-    return server.wait_released(NAME, timeout=60)
+    return server.succeeded(NAME)
 
 
 def points() -> dict[str, list[list]]:

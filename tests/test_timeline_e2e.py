@@ -47,8 +47,7 @@ def server(tmp_path_factory):
 def finished(server) -> dict:
     """The Job once its one Run succeeded and its Worker ended."""
     server.submit(JOB)
-    server.wait_phase(NAME, {"Succeeded"}, timeout=180)
-    return server.wait_released(NAME, timeout=60)
+    return server.succeeded(NAME)
 
 
 def epoch(iso: str) -> float:
