@@ -118,6 +118,23 @@ def db_url(request, rlark_home) -> str:
 
 
 @pytest.fixture
+def app_store(rlark_home):
+    """``(app, store)``: the API and console ``rlark server`` serves (``create_app``, no
+    controller) on a fresh SQLite store in ``$RLARK_HOME`` (tests/db_templates.py), for tests
+    that drive routes in-process."""
+    from rlark.server import create_app
+    from rlark.services.jobs import JobService
+    from rlark.store import Store
+    from tests import db_templates
+
+    url = f"sqlite:///{rlark_home / 'rlark.db'}"
+    db_templates.fill(url)
+    st = Store(url)
+    yield create_app(JobService(st)), st
+    st.dispose()
+
+
+@pytest.fixture
 def store(request, db_url):
     """A migrated Store on ``db_url`` (SQLite and PostgreSQL), copied from a database this
     process migrated once (tests/db_templates.py says why and how)."""

@@ -28,16 +28,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 PASSWORD = "a-long-enough-password"
 
 
-@pytest.fixture
-def app_store(rlark_home):
-    from rlark.server import create_app
-
-    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
-    app = create_app(JobService(store))
-    yield app, store
-    store.dispose()
-
-
 def quickstart_with_override(override: str) -> dict:
     doc = yaml.safe_load((EXAMPLES / "quickstart" / "job.yaml").read_text())
     doc["spec"]["workingDir"] = str(EXAMPLES / "quickstart")

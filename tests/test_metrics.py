@@ -13,9 +13,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from rlark.services.jobs import JobService
 from rlark.services.metrics import TIME_TO_RUNNING_BUCKETS, histogram_buckets
-from rlark.store import Store
 from tests.access import admin_token, api_client, make_user
 from tests.server import RlarkServer, ray_tmp_dir
 from tests.waits import wait_until
@@ -35,15 +33,6 @@ def test_buckets_are_cumulative_with_inf_last_and_the_sum_of_the_values():
     buckets, total = histogram_buckets([0.5, 1.0, 3.0, 7000.0], (1.0, 5.0))
     assert buckets == [("1.0", 2.0), ("5.0", 3.0), ("+Inf", 4.0)] and total == 7004.5
     assert histogram_buckets([], TIME_TO_RUNNING_BUCKETS)[0][-1] == ("+Inf", 0.0)
-
-
-@pytest.fixture
-def app_store(rlark_home):
-    from rlark.server import create_app
-
-    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
-    yield create_app(JobService(store)), store
-    store.dispose()
 
 
 def one_worker(name: str, run_script: str) -> dict:

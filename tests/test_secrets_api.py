@@ -16,23 +16,13 @@ import threading
 import pytest
 import yaml
 
-from rlark.server import create_app
-from rlark.services.jobs import JobService
-from rlark.store import SecretRow, Store
+from rlark.store import SecretRow
 from tests.access import admin_token, api_client, make_user
 from tests.conftest import EXAMPLES
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 VALUE = "wb-0123456789abcdef-user-value"
-
-
-@pytest.fixture
-def app_store(rlark_home):
-    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
-    app = create_app(JobService(store))
-    yield app, store
-    store.dispose()
 
 
 @pytest.fixture

@@ -17,12 +17,9 @@ import json
 import pytest
 from sqlalchemy import select
 
-from rlark.server import create_app
 from rlark.services import notifications as n
 from rlark.services.errors import Invalid
-from rlark.services.jobs import JobService
 from rlark.services.webhooks import check_create
-from rlark.store import Store
 from rlark.store.webhooks import WebhookEvent, WebhookFormat, WebhookRow
 from tests.access import admin_token, api_client, make_user
 
@@ -158,14 +155,6 @@ def test_retries_and_backoff():
 
 
 # --- the API ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def app_store(rlark_home):
-    store = Store(f"sqlite:///{rlark_home / 'rlark.db'}")
-    app = create_app(JobService(store))
-    yield app, store
-    store.dispose()
 
 
 @pytest.fixture
