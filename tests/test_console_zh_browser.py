@@ -129,7 +129,7 @@ def test_every_page_in_chinese_has_no_english_left(ui):
         assert not left, (path, left)
 
     expect(ui.go("/jobs/zh-wait").locator("#job-live")).to_have_attribute("data-phase", "Pending")
-    assert waiting["reason"] == "WaitingForCapacity" or srv.job("zh-wait")["reason"]
+    assert waiting["reason"] == "Queued" or srv.job("zh-wait")["reason"]
     for path in ["/jobs", *_pages("zh-wait"), *_pages("zh-hold")]:
         visit(path)
     srv.cli("stop", "zh-hold")
