@@ -336,6 +336,10 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+#: the name of the local runtime's admission queue in a ``Queued`` message and ``rlark queue``
+MACHINE_QUEUE = "this machine's queue"
+
+
 def queued_message(queue: str, position: int | None = None, waiting_for: str = "") -> str:
     """The message of a Run ``Queued`` (the one wording of every runtime's queue):
     ``queued in <queue>, 2nd in line: <what it waits for>``; the place only when the queue

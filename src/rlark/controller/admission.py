@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Hashable, TypeVar
 
 from rlark.runtimes.capacity import Amounts, Capacity, describe
-from rlark.status import Reason, queued_message
+from rlark.status import MACHINE_QUEUE, Reason, queued_message
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Decision:
 
 REASON = Reason.Queued
 #: the queue's name in a queued Run's message
-QUEUE = "this machine's queue"
+QUEUE = MACHINE_QUEUE
 
 
 def admit(queue: list[Candidate[K]], usage: Usage, capacity: Capacity) -> dict[K, Decision]:

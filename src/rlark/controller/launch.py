@@ -214,7 +214,7 @@ class Launching(ControllerState):
         waited = self._waited(run)
         if not state.admitted:
             self._note_queued(s, run, state.message)
-            return QueueWait(False, state.message, waited, self._queue_timeout(run))
+            return QueueWait(False, state.message, waited, self._queue_timeout(run), state.failure)
         workers = plural(len(run.workers), "Worker")
         return QueueWait(True, f"{state.message} after {waited:.0f} s in the queue; starting "
                          f"{workers}", waited, self._queue_timeout(run))

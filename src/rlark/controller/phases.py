@@ -91,12 +91,14 @@ class QueueWait:
     """What the queue says of a Run whose Workers wait in it for admission: ``admitted`` (the
     whole group may start now), ``message`` (while queued: the ``Queued`` message; once
     admitted: what admitted it), ``waited`` (seconds since the Run was created) and
-    ``timeout`` (``failurePolicy.queueTimeoutSeconds``; None: no bound)."""
+    ``timeout`` (``failurePolicy.queueTimeoutSeconds``; None: no bound); ``failure``: RLark
+    cannot follow the queue (``(reason, message)``, e.g. ``Forbidden``): the Run fails."""
 
     admitted: bool
     message: str
     waited: float
     timeout: float | None = None
+    failure: tuple[Reason, str] | None = None
 
 
 @dataclass
@@ -386,6 +388,8 @@ def decide(run: RunView) -> list[Transition]:
         if queue is None:
             return out  # the controller launches Workers, then records Starting
         failure = failure_of(run)  # a queued Worker deleted meanwhile, by someone else
+        if failure is None and queue.failure is not None:
+            failure = Transition(Phase.Failed, *queue.failure)
         if failure is not None:
             go(failure)
         elif queue.admitted:

@@ -494,13 +494,15 @@ class QueueState:
     message (:func:`rlark.status.queued_message`: the queue, the place when known, what it
     waits for), once admitted what admitted it; ``cluster_queue``: the queue's pool, when it
     has one (Kueue's ClusterQueue); ``admitted_at``: when (Unix seconds); ``inadmissible``:
-    the queue can never admit it as it is set up."""
+    the queue can never admit it as it is set up; ``failure``: RLark cannot follow the queue
+    (e.g. RBAC refuses reading it): the Run fails with that ``(reason, message)``."""
 
     admitted: bool
     message: str
     cluster_queue: str | None = None
     admitted_at: float | None = None
     inadmissible: bool = False
+    failure: tuple[Reason, str] | None = None
 
 
 @runtime_checkable
@@ -533,6 +535,31 @@ class RuntimeProfile(Protocol):
     @property
     def name(self) -> str:
         """The runtime's name (``rlark server --runtime``, a Run's ``runtime``)."""
+        ...
+
+    @property
+    def queues(self) -> bool:
+        """Runs may wait in a named queue of the cluster's own (Kubernetes with Kueue: a
+        project's ``queue``, the server's ``--k8s-queue``); False: the runtime's queue is
+        RLark's own admission queue and has no name to set."""
+        ...
+
+    @property
+    def default_queue(self) -> str | None:
+        """The queue of the projects that name none (None: none)."""
+        ...
+
+    def queue_of(self, project_queue: str | None) -> str | None:
+        """The queue the Runs of a project whose own setting is ``project_queue`` wait in
+        (None: none of the cluster's; ``none`` names none)."""
+        ...
+
+    def check_queue(self, name: str) -> str:
+        """``name`` if a project may name it as its queue.
+
+        Raises:
+            ValueError: it may not (the message says why).
+        """
         ...
 
     @property

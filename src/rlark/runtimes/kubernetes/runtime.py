@@ -713,6 +713,9 @@ class KubernetesRuntime:
                     "Kueue is not installed): create it (docs/kubernetes.md, \"Queues and gang "
                     "admission\") or set the project's queue to another one, or to none", 404)
             self.watch_workloads()
+            refused = self._watch_error["Workload"]
+            if refused is not None and refused.status in DENIED:
+                raise KubeError(self._workloads_refused(refused), refused.status)
         base = render.RenderOptions(namespace=self.namespace, ray_dashboard=self.ray_dashboard,
                                     run_as_user=self.pod_policy.run_as_user,
                                     allow_root=self.pod_policy.allow_root, policy=self.pod_policy,
@@ -990,6 +993,9 @@ class KubernetesRuntime:
         with self._lock:
             listed, error = self._listed["Workload"], self._watch_error["Workload"]
             wl = self._workloads.get(group)
+        failure = None
+        if error is not None and error.status in DENIED:
+            failure = (Reason.Forbidden, self._workloads_refused(error))
         if not listed:
             why = (f"RLark cannot read Kueue's Workloads in namespace {self.namespace}: {error}"
                    if error is not None else "reading Kueue's Workloads")
@@ -998,7 +1004,11 @@ class KubernetesRuntime:
             found = kueue.admission_of(wl, queue)
         return QueueState(admitted=found.admitted, message=found.message,
                           cluster_queue=found.cluster_queue, admitted_at=found.admitted_at,
-                          inadmissible=found.inadmissible)
+                          inadmissible=found.inadmissible, failure=failure)
+
+    def _workloads_refused(self, error: KubeError) -> str:
+        return (f"RLark may not watch Kueue's Workloads in namespace {self.namespace}, so it "
+                f"cannot tell when its queue admits a Run: {error}")
 
     def observe(self, ref: WorkerRef) -> Observed:
         """Alive / exit code / Kubernetes failure / record facts of the Worker's Pod. A Worker
