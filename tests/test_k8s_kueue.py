@@ -32,6 +32,8 @@ def test_every_pod_of_a_queued_run_joins_one_group_of_the_runs_size_in_its_queue
         assert meta["labels"]["kueue.x-k8s.io/pod-group-name"] == "ppo-abc123"
         assert meta["labels"]["kueue.x-k8s.io/priority-class"] == "high"
         assert meta["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "3"
+        # RLark never replaces a Pod: Kueue frees the group's quota once all have ended
+        assert meta["annotations"]["kueue.x-k8s.io/retriable-in-group"] == "false"
         assert meta["labels"]["rlark.io/run"] == "abc123"  # RLark's own labels stay
     # no queue: nothing of Kueue's
     plain = [o for o in render.render_run(j, "abc123", render.RenderOptions(namespace="ns"))

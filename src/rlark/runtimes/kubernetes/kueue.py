@@ -12,6 +12,11 @@ whole group exists, Kueue makes one Workload for it, named as the group
 (``pod_controller.go``: ``workloadName``), and when the ClusterQueue admits that Workload it removes
 every Pod's gate at once, so no Pod of the group is bound to a node before all are admitted.
 
+RLark never makes a Pod of a Run again (a new Run is a new group), so every Pod carries
+``kueue.x-k8s.io/retriable-in-group: "false"`` (``RetriableInGroupAnnotationKey``): Kueue then
+counts the group finished, and frees its quota, once all its Pods have ended, instead of holding
+the quota for replacement Pods (Kueue's site, docs/tasks/run/plain_pods.md, "Termination").
+
 A Workload's priority comes from the WorkloadPriorityClass a Pod names in the label
 ``kueue.x-k8s.io/priority-class`` (``WorkloadPriorityClassLabel``; ``jobframework.ExtractPriority``).
 
@@ -45,6 +50,7 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 TERMINATION_TARGET = "TerminationTarget"
@@ -105,11 +111,12 @@ def priority_class(priority: int, classes: dict[str, int]) -> str | None:
 def pod_metadata(queue: str, group: str, total: int,
                  priority: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """``(labels, annotations)`` that put a Pod into ``group`` of ``total`` Pods in LocalQueue
-    ``queue`` (and WorkloadPriorityClass ``priority`` when given)."""
+    ``queue`` (and WorkloadPriorityClass ``priority`` when given), a group whose Pods are never
+    replaced (:data:`RETRIABLE_ANNOTATION`)."""
     labels = {QUEUE_LABEL: queue, GROUP_LABEL: group}
     if priority:
         labels[PRIORITY_CLASS_LABEL] = priority
-    return labels, {TOTAL_ANNOTATION: str(total)}
+    return labels, {TOTAL_ANNOTATION: str(total), RETRIABLE_ANNOTATION: "false"}
 
 
 def gated(pod: dict | None) -> bool:
