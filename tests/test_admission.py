@@ -84,6 +84,16 @@ def test_strictly_in_order_a_small_run_does_not_pass_a_waiting_one():
     assert [out["r1"].position, out["r2"].position] == [1, 2]
 
 
+def test_higher_priority_goes_first_then_the_oldest():
+    queue = [Candidate("old", Amounts(2, GiB, 0), 1), Candidate("low", Amounts(2, GiB, 0), 1, -1),
+             Candidate("urgent", Amounts(2, GiB, 0), 1, 10), Candidate("young", Amounts(2, GiB, 0), 1)]
+    out = admit(queue, Usage(), HOST)
+    assert [k for k, d in out.items() if d.admit] == ["urgent"]
+    assert {k: out[k].position for k in ("old", "young", "low")} == {"old": 1, "young": 2, "low": 3}
+    assert out["young"].message == ("queued in this machine's queue, 2nd in line: Runs start in "
+                                    "order as the Workers of earlier Runs end")
+
+
 def test_ray_nodes_starting_at_once_are_bounded():
     starting = Usage(held=Amounts(cpu=0.0), starting_nodes=2, busy=True)
     out = decide([one(cpu=0, memory=0)], starting)

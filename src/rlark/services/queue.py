@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
+from rlark.preflight.quantities import parse_cpu, parse_memory_bytes
 from rlark.record.build import iso
 from rlark.status import MACHINE_QUEUE, Phase, text_of
 from rlark.store import JobRow, ProjectRow, RunRow, Store
@@ -28,6 +29,27 @@ if TYPE_CHECKING:
 def _priority(spec: dict[str, Any]) -> int:
     value = (spec or {}).get("spec", {}).get("priority", 0)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def requested(spec: dict[str, Any]) -> dict[str, float]:
+    """What all Workers of a stored Run spec ask for, as the Job says it (the same on every
+    runtime): ``cpu`` (cores), ``memory`` (bytes), ``gpu``; a role whose amounts do not parse
+    adds nothing (a spec stored by another RLark version must not break the view)."""
+    want: dict[str, float] = {"cpu": 0.0, "memory": 0, "gpu": 0}
+    for role in (spec or {}).get("spec", {}).get("roles") or []:
+        if not isinstance(role, dict):
+            continue
+        res = role.get("resources") or {}
+        n = max(int(role.get("workers", 1)), 0)
+        try:
+            if res.get("cpu") is not None:
+                want["cpu"] += float(parse_cpu(res["cpu"])) * n
+            if res.get("memory") is not None:
+                want["memory"] += parse_memory_bytes(res["memory"]) * n
+            want["gpu"] += max(int(res.get("gpu") or 0), 0) * n
+        except (TypeError, ValueError):
+            continue
+    return want
 
 
 def _workers(spec: dict[str, Any]) -> int:
@@ -65,7 +87,7 @@ def pending(store: Store, profile: RuntimeProfile, projects: list[str] | None = 
             items.append({
                 "queue": queue, "project": project.name, "job": run.job.name, "run": run.number,
                 "priority": _priority(run.spec), "position": None,
-                "requests": profile.request_of(run.spec), "workers": _workers(run.spec),
+                "requests": requested(run.spec), "workers": _workers(run.spec),
                 "waitingSeconds": round(max(0.0, now - created.timestamp()), 1),
                 "createdAt": iso(created), "reason": text_of(run.reason), "message": run.message,
                 "_id": run.id,
