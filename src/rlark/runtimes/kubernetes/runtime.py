@@ -27,6 +27,12 @@
   of another Job, or one made meanwhile under the same name, is never deleted.
 * ``end_run``: delete the Run's Pods, Service, NetworkPolicy, PVCs, Secret and ConfigMap by the
   ``rlark.io/run`` label.
+* queues (:class:`rlark.runtimes.base.HasQueues`, Kueue: :mod:`.kueue`): a Run whose project (or
+  the server, ``--k8s-queue``) names a LocalQueue gets its Pods as one Kueue pod group; before the
+  first, the LocalQueue must exist and the namespace's Workloads must be watchable (a third
+  watch, started on first use), and a Pod Kueue's webhook did not gate is deleted at once and
+  fails the launch. ``queue_state`` answers from the Workload cache whether the group is
+  admitted and why not; ``observe`` reads a Pod Kueue preempted as ``Preempted``.
 
 A Pod that holds a Worker's name but not its Run's label is not the Worker's: ``observe`` reads
 it as absent, its log is never followed, and no delete touches it.
@@ -476,7 +482,7 @@ class KubernetesRuntime:
             log.warning("watching %ss in %s: %s; retrying", kind, self.namespace, exc)
 
     def apply_list(self, kind: str, items: list[dict]) -> None:
-        """Take a full list of ``kind`` (Pod or Event) into the caches in place of what they
+        """Take a full list of ``kind`` (Pod, Event or Workload) into the caches in place of what they
         held (a Pod no longer listed is gone); the watch threads call this after each list,
         tests feed saved lists through it. Until the first Pod list a missing Pod proves
         nothing."""
@@ -500,7 +506,7 @@ class KubernetesRuntime:
             self._changed.notify_all()
 
     def apply_watch_event(self, kind: str, typ: str, obj: dict) -> None:
-        """Take one watch event (``kind`` Pod or Event; ``typ`` ADDED, MODIFIED or DELETED) into
+        """Take one watch event (``kind`` Pod, Event or Workload; ``typ`` ADDED, MODIFIED or DELETED) into
         the caches; the watch threads call this, tests feed saved objects through it."""
         with self._changed:
             if kind == "Workload":

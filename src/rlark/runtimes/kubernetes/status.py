@@ -29,7 +29,13 @@ Failure reasons (the Run's reason when it is the first failure):
                        RLark, or failed with a node-level reason (``NodeLost``, ``Shutdown``,
                        ``Terminated``, ``DisruptionTarget`` condition).
 ``AdmissionRejected``  the kubelet refused the Pod (``OutOfcpu``, ``UnexpectedAdmissionError``...).
+``Preempted``          its queue (Kueue) preempted the Run's Pod group and deleted the Pod
+                       (``stopped_by_queue``; another eviction by Kueue is ``Evicted``).
 =====================  ==========================================================================
+
+A Pod still behind its queue's admission gate (``queued``) is never ``Unschedulable``: the
+scheduler has not been asked yet; once its group is admitted the pending timeout counts from
+then (``pending_since``).
 
 A plain non-zero exit is *not* a runtime failure: the bootstrap's own lifecycle line (or the
 exit code, as ``HeadLost``/``WorkerLost``/``RunFailed``) tells the state machine more.
