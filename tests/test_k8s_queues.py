@@ -158,7 +158,8 @@ def test_a_run_waits_in_its_queue_with_no_pod_bound_until_the_one_before_it_ends
                 and "insufficient unused quota" in job["message"] and job)
 
     job = wait_for("Job second to be Queued for quota", queued_for_quota)
-    assert job["message"].startswith(f"queued in Kueue LocalQueue {LOCAL_QUEUE}"), job["message"]
+    assert job["message"].startswith(f"queued in Kueue LocalQueue {LOCAL_QUEUE} (ClusterQueue {ns}-cq): "
+                                     "couldn't assign flavors"), job["message"]
     assert f"for {GPU} in flavor {ns}-flavor" in job["message"], job["message"]
     pods = pods_of(tb, ns, "second")
     assert len(pods) == 2
@@ -216,7 +217,8 @@ def test_a_queue_timeout_fails_a_run_still_queued(k8s_kueue_testbed, kueue_ns, s
     job = srv.wait_phase("late", "Failed", timeout=120)
     assert job["reason"] == "QueueTimeout", job
     assert job["message"].startswith("not admitted within 3 s (spec.failurePolicy.queueTimeoutSeconds); "
-                                     f"last: queued in Kueue LocalQueue {LOCAL_QUEUE}"), job["message"]
+                                     f"last: queued in Kueue LocalQueue {LOCAL_QUEUE} (ClusterQueue "
+                                     f"{ns}-cq)"), job["message"]
     srv.wait_ended("late")
     wait_for("no Pod and no Workload left", lambda: not tb.admin().list_namespaced_pod(ns).items
              and not workloads(tb, ns))

@@ -349,6 +349,8 @@ class KubernetesRuntime:
         #: once a Run here uses a queue (:meth:`watch_workloads`)
         self._workloads: dict[str, dict] = {}
         self._workload_watch = False
+        #: LocalQueue name -> its ClusterQueue (None: not known), read once per queue
+        self._local_queues: dict[str, str | None] = {}
         self._stop = threading.Event()
         self._kinds = ("Pod", "Event", "Workload")
         #: per watched kind: set once it listed and opened its watch, or was refused
@@ -713,7 +715,11 @@ class KubernetesRuntime:
                 priority = kueue.priority_class(job.spec.priority, self.priority_classes)
             except ValueError as exc:
                 raise LaunchRefused(str(exc)) from None
-            if self.kube.get("LocalQueue", queue) is None:
+            local_queue = self.kube.get("LocalQueue", queue)
+            if local_queue is not None:
+                with self._lock:
+                    self._local_queues[queue] = (local_queue.get("spec") or {}).get("clusterQueue")
+            else:
                 raise KubeError(
                     f"Kueue LocalQueue {queue} does not exist in namespace {self.namespace} (or "
                     "Kueue is not installed): create it (docs/kubernetes.md, \"Queues and gang "
@@ -997,17 +1003,27 @@ class KubernetesRuntime:
         self.watch_workloads(wait=False)
         group = kueue.group_name(job, run_uid)
         with self._lock:
+            known = queue in self._local_queues
+        if not known:  # (a Run launched by an earlier server process) one read per queue
+            try:
+                found_queue = self.kube.get("LocalQueue", queue)
+            except KubeError:
+                found_queue = None
+            with self._lock:
+                self._local_queues[queue] = ((found_queue or {}).get("spec") or {}).get("clusterQueue")
+        with self._lock:
             listed, error = self._listed["Workload"], self._watch_error["Workload"]
             wl = self._workloads.get(group)
+            cluster_queue = self._local_queues.get(queue)
         failure = None
         if error is not None and error.status in DENIED:
             failure = (Reason.Forbidden, self._workloads_refused(error))
         if not listed:
             why = (f"RLark cannot read Kueue's Workloads in namespace {self.namespace}: {error}"
                    if error is not None else "reading Kueue's Workloads")
-            found = kueue.Admission(queue, False, waiting_for=why)
+            found = kueue.Admission(queue, False, cluster_queue, waiting_for=why)
         else:
-            found = kueue.admission_of(wl, queue)
+            found = kueue.admission_of(wl, queue, cluster_queue)
         return QueueState(admitted=found.admitted, message=found.message,
                           cluster_queue=found.cluster_queue, admitted_at=found.admitted_at,
                           inadmissible=found.inadmissible, failure=failure)
