@@ -104,3 +104,66 @@ def test_a_projects_queue_on_kubernetes_its_own_or_the_servers_or_none(k8s_app_s
     # the console's project page shows it and offers the field to site administrators
     page = admin.get("/admin/projects")
     assert 'data-queue="shared"' in page.text and 'data-action="set-queue"' in page.text
+
+
+def test_rlark_queue_and_project_set_queue_on_the_command_line(rlark_home):
+    """``rlark queue`` lists the waiting Runs (text and JSON); ``rlark project create --queue``
+    and ``rlark project set-queue`` on a server whose runtime has queues, and their refusal
+    where it has none. The real ``rlark`` process against the API ``rlark server`` serves (no
+    controller: Runs stay Pending)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from rlark.runtimes.kubernetes.profile import KubernetesProfile
+    from rlark.services.jobs import JobService
+    from rlark.store import Store
+    from tests import db_templates
+    from tests.server import ThreadedServer
+
+    def rlark(*args: str, url: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k not in ("RLARK_TOKEN", "RLARK_PROJECT")}
+        env.update(RLARK_HOME=str(rlark_home), RLARK_SERVER=url, COLUMNS="250")
+        proc = subprocess.run([sys.executable, "-m", "rlark.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+        return proc
+
+    for runtime, kw in (("local", {}), ("kubernetes", {"namespace": "rlark", "profile":
+                                                       KubernetesProfile(default_queue="shared")})):
+        url = f"sqlite:///{rlark_home / f'{runtime}.db'}"
+        db_templates.fill(url)
+        store = Store(url)
+        srv = ThreadedServer(JobService(store, runtime=runtime, **kw)).start()
+        try:
+            assert rlark("queue", url=srv.url).stdout.strip() == "no Run is waiting"
+            srv.app.state.jobs.create(job_doc("ppo", 3))
+            out = rlark("queue", url=srv.url).stdout
+            header, row = (line.strip() for line in out.strip().splitlines()[:2])
+            assert header.split() == ["QUEUE", "POS", "PRIORITY", "PROJECT", "JOB", "RUN",
+                                      "REQUESTS", "WAITING", "WAITS", "FOR"]
+            if runtime == "local":
+                assert row.startswith("this machine's queue  1    3 "), row
+            else:
+                assert row.startswith("shared  -    3 "), row
+            assert "3 Workers: 5 CPUs, 5Gi" in row, row
+            [item] = json.loads(rlark("queue", "-o", "json", url=srv.url).stdout)["items"]
+            assert (item["job"], item["priority"]) == ("ppo", 3)
+            made = rlark("project", "create", "vision", "--queue", "team-v", url=srv.url)
+            ours = rlark("project", "set-queue", "default", "none", url=srv.url)
+            if runtime == "local":
+                assert made.returncode != 0 and "local runtime" in made.stderr, made.stderr
+                assert ours.returncode != 0 and "local runtime" in ours.stderr, ours.stderr
+            else:
+                assert made.returncode == 0, made.stderr
+                assert "project vision created (namespace rlark-vision, queue team-v)" in made.stdout
+                assert ours.stdout.strip() == "project default: new Runs wait in no queue", ours.stdout
+                back = rlark("project", "set-queue", "default", "default", url=srv.url)
+                assert back.stdout.strip() == ("project default: new Runs wait in queue shared (the "
+                                               "server's setting)"), back.stdout
+                got = rlark("project", "get", "vision", url=srv.url).stdout
+                assert "Queue:      team-v" in got, got
+        finally:
+            srv.stop()
+            store.dispose()
