@@ -151,13 +151,14 @@ PREEMPTED = ("Preempted to accommodate a workload (UID: 9f8e, JobUID: UNKNOWN) d
              "prioritization in the ClusterQueue; preemptor path: /cq; preemptee path: /cq")
 
 
-def _stopped(message: str, phase: str = "Running", terminated: bool = False) -> dict:
+def _stopped(message: str, phase: str = "Running", terminated: bool = False,
+             reason: str = "WorkloadEvictedDueToPreempted") -> dict:
     pod = _pod()
     pod["metadata"]["deletionTimestamp"] = _iso(NOW - 1)
     pod["spec"]["nodeName"] = "kwok-node-0"
     state = {"terminated": {"exitCode": 137, "finishedAt": _iso(NOW)}} if terminated else {"running": {}}
     pod["status"] = {"phase": phase, "conditions": [
-        _cond(kueue.TERMINATION_TARGET, "True", kueue.STOP_EVICTED, message)],
+        _cond(kueue.TERMINATION_TARGET, "True", reason, message)],
         "containerStatuses": [{"name": "worker", "state": state}]}
     return pod
 
@@ -187,8 +188,15 @@ def test_a_pod_kueue_preempted_reads_as_preempted_naming_the_preemptor():
 
 
 def test_another_eviction_by_kueue_is_evicted_and_rlarks_own_delete_is_no_failure():
-    reason, message = kueue.preemption_of(_stopped("ClusterQueue cq is stopped"))
-    assert reason == Reason.Evicted and message.endswith("(Pod ppo-pool-0): ClusterQueue cq is stopped")
+    reason, message = kueue.preemption_of(_stopped("ClusterQueue cq is stopped", reason=(
+        "WorkloadEvictedDueToClusterQueueStopped")))
+    assert reason == Reason.Evicted
+    assert message == ("Kueue evicted the Run's Pod group (ClusterQueueStopped) and deleted its "
+                       "Pods (Pod ppo-pool-0): ClusterQueue cq is stopped")
+    # a plain WorkloadEvicted (a job that is not composable) says it in its message
+    assert kueue.preemption_of(_stopped(PREEMPTED, reason="WorkloadEvicted"))[0] == Reason.Preempted
+    # stopped for another reason than an eviction (its Workload deleted...): not Kueue's verdict
+    assert kueue.preemption_of(_stopped("Workload is deleted", reason="WorkloadDeleted")) is None
     assert kueue.preemption_of(_pod()) is None
     failure = kueue.preemption_of(_stopped(PREEMPTED))
     st = interpret(_stopped(PREEMPTED), now=NOW, container="worker", stopped_by_queue=failure,

@@ -23,9 +23,11 @@ A Workload's priority comes from the WorkloadPriorityClass a Pod names in the la
 Preemption: Kueue evicts the preempted Workload (condition ``Evicted``, reason ``Preempted``;
 ``apis/kueue/v1beta2/workload_types.go``), then stops the group
 (``pod_controller.go``: ``Stop``): it sets on every Pod the condition ``TerminationTarget``
-(``ConditionTypeTerminationTarget``) with reason ``WorkloadEvicted``
-(``jobframework.StopReasonWorkloadEvicted``) and the eviction's message, and deletes the Pod; it
-never makes them again. A preemption's message is ``Preempted to accommodate a workload (UID: U,
+(``ConditionTypeTerminationTarget``) with the eviction's message and reason
+``WorkloadEvictedDueTo<the Evicted condition's reason>``, e.g. ``WorkloadEvictedDueToPreempted``
+(``jobframework.StopReasonWorkloadEvicted``, suffixed for a composable job such as a pod group:
+``pkg/controller/jobframework/reconciler.go``, ``stopJob``), and deletes the Pod; it never makes
+them again. A preemption's message is ``Preempted to accommodate a workload (UID: U,
 JobUID: J) due to <why>; ...`` (``pkg/scheduler/preemption/preemption.go``: ``preemptionMessage``).
 
 Workload conditions read here (``workload_types.go``): ``Admitted``, ``QuotaReserved`` (False with
@@ -55,6 +57,8 @@ PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 TERMINATION_TARGET = "TerminationTarget"
 STOP_EVICTED = "WorkloadEvicted"
+#: the Evicted condition's reason of a preemption (``WorkloadEvictedByPreemption``)
+EVICTED_BY_PREEMPTION = "Preempted"
 #: a project's (or the server's) queue setting that means "no queue": Pods start at once
 NO_QUEUE = "none"
 #: a group Kueue can never admit as its ClusterQueue is set up (flavorassigner.go's noFit)
@@ -139,21 +143,25 @@ def preemptor_uid(message: str) -> str | None:
 
 
 def preemption_of(pod: dict | None, preemptor: str | None = None) -> tuple[Reason, str] | None:
-    """What Kueue did to ``pod`` when it stopped the Pod's group (condition
-    ``TerminationTarget`` with reason ``WorkloadEvicted``): ``Preempted`` for a preemption,
-    ``Evicted`` for another eviction (a ClusterQueue stopped, pods-ready timeout...), with
-    Kueue's message; ``preemptor``: the workload its uid names, as RLark could tell it (e.g.
-    ``Job big, run 1 (Workload ns/big-1a2b)``). None: Kueue did not stop it."""
+    """What Kueue did to ``pod`` when it stopped the Pod's group for an eviction of its Workload
+    (condition ``TerminationTarget``, reason ``WorkloadEvicted`` or ``WorkloadEvictedDueTo<why>``):
+    ``Preempted`` for a preemption, ``Evicted`` for another eviction (a ClusterQueue stopped,
+    pods-ready timeout...), with Kueue's message; ``preemptor``: the workload its uid names, as
+    RLark could tell it (e.g. ``Workload ns/big-1a2b``). None: Kueue did not stop it for an
+    eviction."""
     cond = _condition(pod, TERMINATION_TARGET)
-    if cond.get("status") != "True" or cond.get("reason") != STOP_EVICTED:
+    reason = str(cond.get("reason") or "")
+    if cond.get("status") != "True" or not reason.startswith(STOP_EVICTED):
         return None
+    why = reason[len(STOP_EVICTED):].removeprefix("DueTo")
     name = ((pod or {}).get("metadata") or {}).get("name", "?")
     said = str(cond.get("message") or "")
-    if said.startswith("Preempted"):
+    if why == EVICTED_BY_PREEMPTION or (not why and said.startswith("Preempted")):
         by = f" by {preemptor}" if preemptor else ""
         return Reason.Preempted, (f"Kueue preempted the Run's Pod group{by} and deleted its Pods "
                                   f"(Pod {name}): {said}")
-    return Reason.Evicted, f"Kueue evicted the Run's Pod group and deleted its Pods (Pod {name}): {said}"
+    return Reason.Evicted, (f"Kueue evicted the Run's Pod group{f' ({why})' if why else ''} and "
+                            f"deleted its Pods (Pod {name}): {said}")
 
 
 @dataclass(frozen=True)
