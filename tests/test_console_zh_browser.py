@@ -139,7 +139,8 @@ def test_every_page_in_chinese_has_no_english_left(ui):
     pages = ["/jobs", *_pages("zh-ok"), *_pages("zh-fail"), *_pages("zh-fail", run=1),
              *_pages("zh-hold"), *_pages("zh-wait"),
              "/jobs/zh-fail/compare?a=zh-fail:2&b=zh-fail:1",
-             "/nodes", "/secrets", "/tokens", "/admin/users", "/admin/projects", "/admin/audit"]
+             "/nodes", "/queue", "/secrets", "/tokens", "/admin/users", "/admin/projects",
+             "/admin/audit"]
     for path in pages:
         visit(path)
     # a page that does not exist: the console's page, in Chinese (the browser logs its 404)
