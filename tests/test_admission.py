@@ -40,10 +40,10 @@ def test_runs_start_while_they_fit_and_the_rest_wait_with_their_place():
     out = decide([one(), one(), one(), one()])
     assert admitted(out) == ["r1", "r2"]
     assert [(out[k].position) for k in ("r3", "r4")] == [1, 2]
-    assert out["r3"].message == ("waiting for capacity: 1st in the queue; needs 1 CPU, 1.0 GiB "
+    assert out["r3"].message == ("queued in this machine's queue, 1st in line: needs 1 CPU, 1.0 GiB "
                                  "memory; free now: 0 CPUs, 6.0 GiB memory, 1 GPU, 2 rdma/hca of "
                                  "2 CPUs, 8.0 GiB memory, 1 GPU, 2 rdma/hca")
-    assert out["r4"].message.startswith("waiting for capacity: 2nd in the queue")
+    assert out["r4"].message.startswith("queued in this machine's queue, 2nd in line: ")
 
 
 def test_what_running_workers_hold_is_not_free():
@@ -82,6 +82,16 @@ def test_strictly_in_order_a_small_run_does_not_pass_a_waiting_one():
     out = decide([one(cpu=2), one(cpu=1)], busy)
     assert admitted(out) == []
     assert [out["r1"].position, out["r2"].position] == [1, 2]
+
+
+def test_higher_priority_goes_first_then_the_oldest():
+    queue = [Candidate("old", Amounts(2, GiB, 0), 1), Candidate("low", Amounts(2, GiB, 0), 1, -1),
+             Candidate("urgent", Amounts(2, GiB, 0), 1, 10), Candidate("young", Amounts(2, GiB, 0), 1)]
+    out = admit(queue, Usage(), HOST)
+    assert [k for k, d in out.items() if d.admit] == ["urgent"]
+    assert {k: out[k].position for k in ("old", "young", "low")} == {"old": 1, "young": 2, "low": 3}
+    assert out["young"].message == ("queued in this machine's queue, 2nd in line: Runs start in "
+                                    "order as the Workers of earlier Runs end")
 
 
 def test_ray_nodes_starting_at_once_are_bounded():
@@ -148,14 +158,14 @@ def test_more_jobs_than_the_machine_carries_queue_and_all_succeed(tmp_path):
         deadline = time.monotonic() + 60
         while True:
             big, after = server.job("big"), server.job("after")
-            if big["reason"] == after["reason"] == "WaitingForCapacity":
+            if big["reason"] == after["reason"] == "Queued":
                 break
             assert time.monotonic() < deadline, (big, after)
             time.sleep(0.2)
         assert big["phase"] == after["phase"] == "Pending"
-        assert big["message"].startswith("waiting for capacity: 1st in the queue; it asks for "
+        assert big["message"].startswith("queued in this machine's queue, 1st in line: it asks for "
                                          f"more than this machine has (cpu {cores + 1} > {cores})")
-        assert after["message"].startswith("waiting for capacity: 2nd in the queue")
+        assert after["message"].startswith("queued in this machine's queue, 2nd in line")
         names = fill + ["big", "after"]
         jobs = {n: server.wait_phase(n, {"Succeeded"}, timeout=300) for n in names}
         jobs = {n: server.wait_released(n) for n in names}
@@ -174,7 +184,7 @@ def test_more_jobs_than_the_machine_carries_queue_and_all_succeed(tmp_path):
             held = sum(cpus[m] for m in names if starts[m] <= t < ends[m])
             assert held <= max(cores, cpus[n]), (n, held)
         events = server.http.get("/api/v1/jobs/big/events").json()
-        assert [e["reason"] for e in events].count("WaitingForCapacity") == 1
+        assert [e["reason"] for e in events].count("Queued") == 1
         assert any(e["reason"] == "ExceedsHostCpu" for e in events)  # the warning at submit
         assert any(e["reason"] == "ExceedsHostCapacity" and e["type"] == "Warning" for e in events)
         for j in jobs.values():

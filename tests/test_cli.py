@@ -276,7 +276,7 @@ def test_no_server_says_how_to_start_one(files):
 
 #: the Job that holds this machine for the module: one Worker asking every CPU, whose prepare
 #: script waits (so no Ray node ever starts), in a project of its own that no test reads. With it
-#: running, every Job a test submits waits in the admission queue (Pending, WaitingForCapacity),
+#: running, every Job a test submits waits in the admission queue (Pending, Queued),
 #: as on a full machine, instead of starting three Ray nodes; a test that needs a real Run to run
 #: is tests/test_cli_run.py's
 HOLD_PROJECT = "hold"
@@ -384,7 +384,7 @@ class LiveServer:
     def waiting(self, name: str) -> dict:
         """The Job once the controller has put its current Run in the admission queue."""
         return self.app.wait_for(name, "its Run waiting for capacity",
-                                 lambda j: j["reason"] == "WaitingForCapacity", project=self.project)
+                                 lambda j: j["reason"] == "Queued", project=self.project)
 
     def stopped(self, name: str) -> dict:
         """The Job once the controller has ended its current Run ``Stopped``."""
@@ -489,7 +489,7 @@ def test_get_jobs_table_and_json(server, files):
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["NAME", "PHASE", "REASON", "WORKERS", "ROLES", "RUN", "CREATED"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert rows["demo"][1:6] == ["Pending", "WaitingForCapacity", "0/3", "pool:2,head:1", "1"]
+    assert rows["demo"][1:6] == ["Pending", "Queued", "0/3", "pool:2,head:1", "1"]
     assert rows["from-json"][1] == "Stopped"
     assert [line.split()[0] for line in lines[1:]] == ["from-json", "demo"]  # newest first
 
@@ -535,7 +535,7 @@ def test_describe_job_text_and_json(server, files):
     assert data["name"] == "demo" and data["phase"] == "Pending"
     assert [(w["name"], w["nodeRank"]) for w in data["currentRun"]["workers"]] == [
         ("demo-head-0", 0), ("demo-pool-0", 1), ("demo-pool-1", 2)]
-    assert [e["reason"] for e in data["events"]] == ["Submitted", "WaitingForCapacity"]
+    assert [e["reason"] for e in data["events"]] == ["Submitted", "Queued"]
     assert data["currentRun"]["conditions"] == []
 
     # Exit codes of Workers ended by a signal and conditions at fixed times: written into the
@@ -610,15 +610,15 @@ def test_events_of_a_job_and_of_one_run(server, files):
     assert table.returncode == 0, table.stderr
     rows = [line.split(None, 6) for line in table.stdout.splitlines()[1:]]
     got = [(r[2], r[3], r[4], r[5]) for r in rows]
-    assert got == [("1", "Normal", "Submitted", "admin"), ("1", "Normal", "WaitingForCapacity", "-"),
+    assert got == [("1", "Normal", "Submitted", "admin"), ("1", "Normal", "Queued", "-"),
                    ("1", "Normal", "StopRequested", "admin"), ("1", "Normal", "StopRequested", "-"),
-                   ("2", "Normal", "Started", "admin"), ("2", "Normal", "WaitingForCapacity", "-")], got
+                   ("2", "Normal", "Started", "admin"), ("2", "Normal", "Queued", "-")], got
     assert table.stdout.split()[:6] == ["TIME", "RUN", "TYPE", "REASON", "USER", "MESSAGE"]
     api = server.http_get("/api/v1/jobs/demo/events")
     assert json.loads(server.cli("events", "demo", "-o", "json").stdout) == {"items": api}
     assert yaml.safe_load(server.cli("events", "demo", "-o", "yaml").stdout) == {"items": api}
     one = json.loads(server.cli("events", "demo", "--run", "2", "-o", "json").stdout)
-    assert [(e["run"], e["reason"]) for e in one["items"]] == [(2, "Started"), (2, "WaitingForCapacity")]
+    assert [(e["run"], e["reason"]) for e in one["items"]] == [(2, "Started"), (2, "Queued")]
     missing = server.cli("events", "demo", "--run", "9")
     assert missing.returncode == 1 and "Job 'demo' has no run 9" in error_line(missing)
     nosuch = server.cli("events", "nosuch")

@@ -261,7 +261,7 @@ def test_every_post_form_of_every_page_carries_the_session_csrf_token(app, servi
     service.create(job_doc("formy"))
     c, csrf = login(app, token=admin)
     pages = ["/jobs", "/jobs/formy", "/jobs/formy?tab=spec", "/create", "/jobs/formy/edit",
-             "/tokens", "/admin/users", "/admin/projects", "/admin/audit", "/nodes"]
+             "/tokens", "/admin/users", "/admin/projects", "/admin/audit", "/nodes", "/queue"]
     seen = 0
     for url in pages:
         html = c.get(url).text
@@ -424,7 +424,8 @@ def test_project_switcher_and_links_that_carry_the_project(app, service, admin):
 def test_site_admin_manages_users(app, service, admin):
     c, csrf = login(app, token=admin)
     page = c.get("/admin/users").text
-    assert re.findall(r'data-nav="(\w+)"', page) == ["secrets", "tokens", "users", "projects", "webhooks", "audit"]
+    assert re.findall(r'data-nav="(\w+)"', page) == ["queue", "secrets", "tokens", "users",
+                                                     "projects", "webhooks", "audit"]
     assert '<tr data-user="admin" data-admin="true" data-disabled="false">' in page
     r = post(c, "/admin/users", {"csrf_token": csrf, "name": "newbie", "password": "",
                                  "project": "default", "role": "viewer", "token": "1"})
@@ -474,7 +475,8 @@ def test_projects_page_for_site_admin_and_project_admin(app, service, admin):
         OPEN_PRINCIPAL, None, "t", user="lead")["token"]
     p, pcsrf = login(app, token=lead_token)
     page = p.get("/admin/projects").text
-    assert re.findall(r'data-nav="(\w+)"', page) == ["secrets", "tokens", "projects", "webhooks", "audit"]
+    assert re.findall(r'data-nav="(\w+)"', page) == ["queue", "secrets", "tokens", "projects",
+                                                     "webhooks", "audit"]
     assert re.findall(r'<section class="card project"[^>]*data-project="([a-z-]+)"', page) == ["team"]
     assert 'id="project-form"' not in page and 'data-action="delete-project"' not in page
     assert p.get("/admin/users").status_code == 403

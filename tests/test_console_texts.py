@@ -577,7 +577,7 @@ def test_admission_and_service_messages_in_chinese(client, service):
                                       cap).values() if d.message]
     assert len(said) >= 3
     for text in said:
-        chinese(message_text("WaitingForCapacity", text, "zh-CN"))
+        chinese(message_text("Queued", text, "zh-CN"))
     # what the service records: acceptance, runs, stop, replace, delete, the Job's warnings
     doc = yaml.safe_load(job_doc("said"))
     doc["spec"]["roles"][0]["env"] = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]

@@ -129,7 +129,7 @@ def test_every_page_in_chinese_has_no_english_left(ui):
         assert not left, (path, left)
 
     expect(ui.go("/jobs/zh-wait").locator("#job-live")).to_have_attribute("data-phase", "Pending")
-    assert waiting["reason"] == "WaitingForCapacity" or srv.job("zh-wait")["reason"]
+    assert waiting["reason"] == "Queued" or srv.job("zh-wait")["reason"]
     for path in ["/jobs", *_pages("zh-wait"), *_pages("zh-hold")]:
         visit(path)
     srv.cli("stop", "zh-hold")
@@ -139,7 +139,8 @@ def test_every_page_in_chinese_has_no_english_left(ui):
     pages = ["/jobs", *_pages("zh-ok"), *_pages("zh-fail"), *_pages("zh-fail", run=1),
              *_pages("zh-hold"), *_pages("zh-wait"),
              "/jobs/zh-fail/compare?a=zh-fail:2&b=zh-fail:1",
-             "/nodes", "/secrets", "/tokens", "/admin/users", "/admin/projects", "/admin/audit"]
+             "/nodes", "/queue", "/secrets", "/tokens", "/admin/users", "/admin/projects",
+             "/admin/audit"]
     for path in pages:
         visit(path)
     # a page that does not exist: the console's page, in Chinese (the browser logs its 404)

@@ -113,3 +113,68 @@ def test_a_failed_pass_sets_reconcile_error_and_the_next_good_one_clears_it(stor
     conditions = {c["type"]: c for c in service.get("broken")["currentRun"]["conditions"]}
     assert (conditions["AllJoined"]["status"], conditions["AllJoined"]["reason"]) == (
         "False", "WaitingForWorkers")
+
+
+def _preempt_chain(store, ctl, policy: str, times: int) -> list[tuple[str, str, str | None]]:
+    """Submit a Job with ``policy`` (failurePolicy entries), then fail its current Run as
+    preempted ``times`` times (each as the queue would: Failed, Preempted); its Runs as
+    ``(cause, phase, reason)``."""
+    doc = job_yaml("pre", pool_workers=0).replace(
+        "prepareTimeoutSeconds: 120}", f"prepareTimeoutSeconds: 120, {policy}}}")
+    JobService(store).create(doc)
+    for _ in range(times):
+        with store.session() as s:
+            run = s.scalars(select(RunRow).order_by(RunRow.number.desc())).first()
+            if run.phase != "Pending":
+                break
+            ctl._transition(s, run, Transition("Failed", "Preempted", "Kueue preempted the Run's Pod group"))
+    with store.session() as s:
+        return [(r.cause, r.phase, r.reason) for r in s.scalars(select(RunRow).order_by(RunRow.number))]
+
+
+def test_a_preempted_run_is_requeued_a_bounded_number_of_times_apart_from_max_restarts(store, ctl):
+    runs = _preempt_chain(store, ctl, "maxRestarts: 0, maxRequeues: 2", 5)
+    assert runs == [("Submitted", "Failed", "Preempted"), ("Retry", "Failed", "Preempted"),
+                    ("Retry", "Failed", "Preempted")]
+    with store.session() as s:
+        events = [(e.reason, e.message) for e in s.scalars(select(EventRow).order_by(EventRow.id))]
+    assert [m for r, m in events if r == "Requeued"] == [
+        "run 1 was preempted; queueing run 2 (requeue 1 of 2)",
+        "run 2 was preempted; queueing run 3 (requeue 2 of 2)"]
+    assert ("Preempted", "run 3 was preempted 3 times in a row; not queued again "
+            "(spec.failurePolicy.maxRequeues is 2)") in events
+
+
+def test_a_preempted_run_with_on_preemption_fail_ends_its_job(store, ctl):
+    assert _preempt_chain(store, ctl, "onPreemption: Fail, maxRestarts: 3", 1) == [
+        ("Submitted", "Failed", "Preempted")]
+
+
+def test_preemption_requeues_do_not_spend_max_restarts(store, ctl):
+    _preempt_chain(store, ctl, "maxRestarts: 1", 1)
+    with store.session() as s:  # run 2, requeued, then fails for its own reason: one restart left
+        run = s.scalars(select(RunRow).order_by(RunRow.number.desc())).first()
+        ctl._transition(s, run, Transition("Failed", "RunFailed", "exit 3"))
+    with store.session() as s:
+        runs = [(r.number, r.cause, r.phase) for r in s.scalars(select(RunRow).order_by(RunRow.number))]
+    assert runs == [(1, "Submitted", "Failed"), (2, "Retry", "Failed"), (3, "Retry", "Pending")]
+
+
+def test_a_run_queued_on_this_machine_past_its_queue_timeout_fails(store, ctl):
+    from datetime import timedelta
+
+    from rlark.controller.admission import Decision
+
+    doc = job_yaml("wait", pool_workers=0).replace(
+        "prepareTimeoutSeconds: 120}", "prepareTimeoutSeconds: 120, queueTimeoutSeconds: 60}")
+    JobService(store).create(doc)
+    waiting = Decision(False, 1, "queued in this machine's queue, 1st in line: needs 1 CPU")
+    with store.session() as s:
+        run = s.scalars(select(RunRow)).one()
+        ctl._wait_for_capacity(s, run, waiting)
+        assert (run.phase, run.reason) == ("Pending", "Queued")
+        run.created_at = run.created_at - timedelta(seconds=61)
+        ctl._wait_for_capacity(s, run, waiting)
+        assert (run.phase, run.reason) == ("Failed", "QueueTimeout")
+        assert run.message == ("not admitted within 60 s (spec.failurePolicy.queueTimeoutSeconds); "
+                               "last: queued in this machine's queue, 1st in line: needs 1 CPU")

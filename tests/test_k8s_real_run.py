@@ -218,7 +218,7 @@ def test_a_server_killed_while_a_run_runs_is_replaced_and_the_run_succeeds_with_
 #: kubelet's image steps (the local runtime neither schedules nor pulls), and the local runtime's
 #: wait for this machine's capacity (its admission is its scheduling; whether it waits depends on
 #: what else runs here)
-SCHEDULING_AND_IMAGE_EVENTS = {"Scheduled", "Pulling", "Pulled", "WaitingForCapacity"}
+SCHEDULING_AND_IMAGE_EVENTS = {"Scheduled", "Pulling", "Pulled", "Queued"}
 
 
 def event_story(events: list[dict]) -> list[tuple[str, str]]:

@@ -13,6 +13,7 @@ import pytest
 
 from rlark.controller.phases import (
     ALLOWED,
+    Phase,
     TERMINAL,
     RunView,
     WorkerView,
@@ -179,7 +180,10 @@ CASES = [
          [("Failed", "HeadLost")], in_message=["ppo-head-0"], exit_code=1),
     Case("not-launched-is-not-lost", "Starting", workers(r2=NOT_LAUNCHED), []),
     # --- stop ---------------------------------------------------------------------------------------
-    Case("stop-from-pending", "Pending", workers(), [("Stopped", "StopRequested")], stop=True),
+    Case("stop-from-pending", "Pending", workers(r0=NOT_LAUNCHED, r1=NOT_LAUNCHED, r2=NOT_LAUNCHED),
+         [("Stopped", "StopRequested")], stop=True),
+    # a queued Run's Workers exist (held back by the queue): they are stopped, then it is Stopped
+    Case("stop-from-queued", "Pending", workers(), [("Stopping", "StopRequested")], stop=True),
     Case("stop-from-starting", "Starting", workers(), [("Stopping", "StopRequested")], stop=True),
     Case("stop-from-running", "Running", workers(r0=RUNNING_HEAD), [("Stopping", "StopRequested")], stop=True),
     Case("stop-beats-failure", "Running", workers(r0=RUNNING_HEAD, r1=GONE),
@@ -431,3 +435,57 @@ def test_a_ray_start_that_ends_before_its_node_joined_is_a_failed_start():
 ])
 def test_memory_text_is_a_kubernetes_quantity_where_one_fits(size, text):
     assert memory_text(size) == text
+
+
+# --- a Run waiting in its queue (Kubernetes with Kueue), and preemption ---------------------------
+
+
+def _queued(admitted: bool, waited: float = 10.0, timeout: float | None = None,
+            message: str = "queued in team: insufficient unused quota", **kw) -> RunView:
+    from rlark.controller.phases import QueueWait
+
+    return RunView(phase=Phase.Pending, stop_requested=kw.pop("stop", False),
+                   workers=kw.pop("ws", None) or workers(),
+                   queue=QueueWait(admitted, message, waited, timeout), **kw)
+
+
+def test_a_queued_run_stays_pending_until_its_queue_admits_it():
+    assert decide(_queued(False)) == []
+    assert decide(RunView(phase=Phase.Pending, stop_requested=False, workers=workers())) == []
+    [t] = decide(_queued(True, message="admitted by Kueue LocalQueue team (ClusterQueue cq)"))
+    assert (t.to, t.reason) == ("Starting", "Launching")
+    assert t.message == "admitted by Kueue LocalQueue team (ClusterQueue cq)"
+
+
+def test_a_queue_wait_has_its_own_bound_default_none():
+    assert decide(_queued(False, waited=10_000.0, timeout=None)) == []
+    assert decide(_queued(False, waited=59.0, timeout=60.0)) == []
+    [t] = decide(_queued(False, waited=60.0, timeout=60.0))
+    assert (t.to, t.reason) == ("Failed", "QueueTimeout")
+    assert t.message == ("not admitted within 60 s (spec.failurePolicy.queueTimeoutSeconds); "
+                         "last: queued in team: insufficient unused quota")
+    assert not t.reason.retryable
+    # admitted at the last moment: it starts
+    [t] = decide(_queued(True, waited=60.0, timeout=60.0))
+    assert t.to == "Starting"
+
+
+def test_a_queued_worker_deleted_by_someone_else_fails_the_run():
+    ws = workers(r2=dict(alive=False, failed={"reason": "WorkerLost", "message": "Pod deleted",
+                                               "ts": 1.0}))
+    [t] = decide(_queued(True, ws=ws))
+    assert (t.to, t.reason) == ("Failed", "WorkerLost")
+
+
+def test_a_preemption_is_the_runs_failure_whatever_the_workers_said_as_they_went():
+    said = "Kueue preempted the Run's Pod group by Workload ns/big-1: Preempted to accommodate"
+    ws = workers(
+        # the head saw rank 1's node go first and said so, before RLark saw the Pods' condition
+        r0=dict(running=True, failed={"reason": "NodeLost", "message": "node lost", "ts": 5.0,
+                                      "missing_ranks": [1]}),
+        r1=dict(alive=False, preempted={"message": said, "ts": 7.0}),
+        r2=dict(preempted={"message": said, "ts": 6.0}))
+    [t] = decide(RunView(phase=Phase.Running, stop_requested=False, workers=ws))
+    assert (t.to, t.reason, t.message) == ("Failed", "Preempted", said)
+    assert t.blamed == ("ppo-pool-0",) and t.at == 7.0  # the first rank it reached
+    assert not t.reason.retryable  # its own policy (failurePolicy.onPreemption) decides

@@ -365,6 +365,7 @@ CONSOLE_PAGES = [
     (f"/jobs/{EXISTING}?tab=spec", "#tab-spec"),
     ("/create", "#wizard"),
     ("/nodes", "#nodes-table"),
+    ("/queue", "#queue-table"),
     ("/secrets", "main"),
     ("/tokens", "#tokens-table"),
     ("/admin/users", "tr[data-user=admin]"),

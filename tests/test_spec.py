@@ -96,7 +96,10 @@ def test_defaults_are_filled_and_dumped():
         "prepareTimeoutSeconds": 1800,
         "maxRestarts": 0,
         "unresponsiveTimeoutSeconds": 300,
+        "onPreemption": "Requeue",  # queueTimeoutSeconds None (no bound) is left out
+        "maxRequeues": 3,
     }
+    assert data["spec"]["priority"] == 0
     assert data["spec"]["terminationGracePeriodSeconds"] == 10
     assert "workingDir" not in data["spec"] and "rlinf" not in data["spec"]
     assert data["metadata"] == {"name": "ppo", "labels": {}}

@@ -57,8 +57,8 @@ def test_slack_payload_is_one_escaped_line_and_a_section():
                                                   "message": ""})
     assert ok["text"] == ":white_check_mark: Run 3 of Job ppo (project vision) succeeded"
     queued = n.slack_payload(WebhookEvent.queued, {**FACTS, "queuedSeconds": 660,
-                                                   "reason": "WaitingForCapacity", "message": ""})
-    assert queued["text"].endswith("is still queued after 11 min: WaitingForCapacity")
+                                                   "reason": "Queued", "message": ""})
+    assert queued["text"].endswith("is still queued after 11 min: Queued")
 
 
 def test_signature_is_hmac_sha256_of_timestamp_dot_body():

@@ -177,7 +177,7 @@ def test_queued_stopped_and_failed_runs_notify_signed_slack_and_retrying_receive
     got = receiver.wait("run.queued", lambda g: "run.queued" in events(g, "/signed"))
     queued = verified(next(g for g in got if g["headers"]["X-RLark-Event"] == "run.queued"))
     assert queued["job"] == "waits" and queued["phase"] == "Pending"
-    assert queued["reason"] == "WaitingForCapacity" and queued["queuedSeconds"] >= 1
+    assert queued["reason"] == "Queued" and queued["queuedSeconds"] >= 1
     assert app.job("waits")["phase"] == "Pending"  # still waiting: the notice came while queued
 
     assert app.http.post("/api/v1/jobs/held/stop").status_code == 200

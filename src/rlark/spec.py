@@ -361,10 +361,36 @@ class FailurePolicy(_Model):
         "naming its rank (0 = never). The Run's Responsive condition turns False, with a "
         "Warning Event, after 30 s already.",
     )
+    queue_timeout_seconds: float | None = Field(
+        default=None,
+        description="Seconds a Run may wait in its queue (Pending, reason Queued: this "
+        "machine's admission queue, or a Kueue LocalQueue on Kubernetes) before it fails with "
+        "QueueTimeout (default: no bound). Counted from the Run's creation to its admission.",
+    )
+    on_preemption: Literal["Requeue", "Fail"] = Field(
+        default="Requeue",
+        description="What follows a Run that its queue preempted (Kubernetes with Kueue: "
+        "Kueue deleted its Pods to admit another workload; the Run fails with Preempted): "
+        "Requeue queues a new Run of the Job, Fail leaves the Job Failed.",
+    )
+    max_requeues: StrictInt = Field(
+        default=3,
+        description="With onPreemption: Requeue, how many preempted Runs in a row are queued "
+        "again; the next preemption leaves the Job Failed (Preempted). Not counted in "
+        "maxRestarts.",
+    )
 
 
 class JobSpec(_Model):
     head_role: str
+    priority: StrictInt = Field(
+        default=0,
+        description="The Run's place among queued Runs: higher goes first (ties: oldest "
+        "first). On this machine's queue it orders admission; on Kubernetes with Kueue the "
+        "Pods name the WorkloadPriorityClass of this value (`rlark server "
+        "--k8s-priority-class NAME=VALUE`), so a Run may preempt Runs of lower priority "
+        "where the ClusterQueue allows it.",
+    )
     run_script: str = Field(
         default="",
         description="Shell script the head runs once every Ray node joined, with "

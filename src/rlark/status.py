@@ -118,7 +118,14 @@ class Reason(StrEnum):
     Restarted = "Restarted"
     Updated = "Updated"
     Retry = "Retry"
-    WaitingForCapacity = "WaitingForCapacity"  # local: this machine is full (admission)
+    #: a new Run queued by ``failurePolicy.onPreemption: Requeue`` after its Run was preempted
+    Requeued = "Requeued"
+    #: in a queue, not admitted yet: the local runtime's admission queue (this machine is full)
+    #: or a Kueue LocalQueue on Kubernetes; the message names the queue, the place when it is
+    #: known and what the Run waits for (:func:`queued_message`)
+    Queued = "Queued"
+    #: a Run of an earlier RLark version that waited for this machine's capacity (now ``Queued``)
+    WaitingForCapacity = "WaitingForCapacity"
     WaitingForNames = "WaitingForNames"  # kubernetes: the previous Run's objects still exist
     WaitingToLaunch = "WaitingToLaunch"  # a runtime said "not yet" without saying why
     # --- Starting, Running
@@ -167,6 +174,11 @@ class Reason(StrEnum):
     CrashLoop = "CrashLoop"
     AdmissionRejected = "AdmissionRejected"
     Forbidden = "Forbidden"
+    #: the queue (Kueue) took the Run's admission back to make room for another workload and
+    #: deleted its Pods; the message names that workload when Kueue says which
+    Preempted = "Preempted"
+    #: the Run waited in its queue for longer than ``failurePolicy.queueTimeoutSeconds``
+    QueueTimeout = "QueueTimeout"
     # --- Stopping, Stopped
     StopRequested = "StopRequested"
     ServerShutdown = "ServerShutdown"
@@ -261,7 +273,8 @@ def _status_table() -> dict[Reason, tuple[frozenset[Phase], frozenset[WorkerPhas
     pending: tuple[set[Phase], set[WorkerPhase]] = ({P.Pending}, set())
     table: dict[Reason, tuple[set[Phase], set[WorkerPhase]]] = {
         R.Submitted: pending, R.Started: pending, R.Restarted: pending, R.Updated: pending,
-        R.Retry: pending, R.WaitingForCapacity: pending, R.WaitingForNames: pending,
+        R.Retry: pending, R.Requeued: pending, R.Queued: pending, R.WaitingForCapacity: pending,
+        R.WaitingForNames: pending,
         R.WaitingToLaunch: pending,
         R.Launching: ({P.Starting}, set()),
         R.WaitingForWorkers: ({P.Starting}, set()),
@@ -283,7 +296,7 @@ def _status_table() -> dict[Reason, tuple[frozenset[Phase], frozenset[WorkerPhas
               R.SpecUnreadable, R.SecretMissing, R.SecretUnreadable, R.PolicyDenied,
               R.ServerNamespace, R.ImagePull, R.Unschedulable,
               R.MountFailed, R.ContainerCreateFailed, R.ContainerStartFailed, R.OOMKilled, R.Evicted,
-              R.CrashLoop, R.AdmissionRejected, R.Forbidden):
+              R.CrashLoop, R.AdmissionRejected, R.Forbidden, R.Preempted, R.QueueTimeout):
         table[r] = failed
     return {r: (frozenset(runs), frozenset(workers)) for r, (runs, workers) in table.items()}
 
@@ -293,7 +306,10 @@ _STATUS = _status_table()
 #: spec repeats exactly (until someone changes the server's settings or the project's secrets)
 _RETRYABLE = frozenset(r for r, (runs, _) in _STATUS.items() if Phase.Failed in runs) - {
     Reason.BadConfig, Reason.SpecUnreadable, Reason.SecretMissing, Reason.SecretUnreadable,
-    Reason.RayTooOld, Reason.SandboxFailed, Reason.PolicyDenied, Reason.ServerNamespace}
+    Reason.RayTooOld, Reason.SandboxFailed, Reason.PolicyDenied, Reason.ServerNamespace,
+    # a new Run would wait in the same queue again; a preempted Run follows its Job's own
+    # failurePolicy.onPreemption instead (controller/transitions.py)
+    Reason.QueueTimeout, Reason.Preempted}
 
 
 def reported_reason(value: object, message: str = "", *,
@@ -312,6 +328,26 @@ def reported_reason(value: object, message: str = "", *,
     if value in (None, ""):
         return Reason.WorkerFailed, message
     return Reason.WorkerFailed, f"{value}: {message}" if message else str(value)
+
+
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``21st``..."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+#: the name of the local runtime's admission queue in a ``Queued`` message and ``rlark queue``
+MACHINE_QUEUE = "this machine's queue"
+
+
+def queued_message(queue: str, position: int | None = None, waiting_for: str = "") -> str:
+    """The message of a Run ``Queued`` (the one wording of every runtime's queue):
+    ``queued in <queue>, 2nd in line: <what it waits for>``; the place only when the queue
+    reports one, what it waits for only when known."""
+    text = f"queued in {queue}"
+    if position is not None:
+        text += f", {ordinal(position)} in line"
+    return f"{text}: {waiting_for}" if waiting_for else text
 
 
 def worker_phase_of(value: object) -> WorkerPhase | None:

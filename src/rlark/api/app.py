@@ -100,7 +100,8 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
     app.state.policy = policy
     app.state.auth = auth or AuthService(service.store)
     app.state.accounts = AccountService(app.state.auth, server_namespace=service.namespace,
-                                        quota_defaults=service.quota_defaults)
+                                        quota_defaults=service.quota_defaults,
+                                        profile=service.profile)
     app.state.secrets = secrets_service = SecretService(service.store,
                                                         secret_box or service.secret_box)
     app.state.webhooks = WebhookService(service.store, lambda: secrets_service.box)

@@ -3,20 +3,21 @@
 
 from __future__ import annotations
 
-from rlark.cli import access, describe, files, jobs, logs, metrics, nodes, projects, records
+from rlark.cli import access, describe, files, jobs, logs, metrics, nodes, projects, queue, records
 from rlark.cli import secrets, server, top, users, volumes, webhooks
 from rlark.cli.base import app, describe_app, get_app
 
 __all__ = ["app"]
 
 for command in (files.validate, files.schema, files.plan, files.check, server.server,
-                files.render, nodes.nodes, jobs.submit, jobs.apply, describe.events, logs.logs,
+                files.render, nodes.nodes, queue.queue, jobs.submit, jobs.apply, describe.events, logs.logs,
                 metrics.metrics, top.top, jobs.stop, jobs.start, jobs.restart, jobs.delete, records.record,
                 access.login, access.logout, access.whoami, access.audit):
     app.command(command.__name__)(command)
 
 get_app.command("nodes")(nodes.nodes)
 get_app.command("node", hidden=True)(nodes.nodes)
+get_app.command("queue")(queue.queue)
 get_app.command("jobs")(describe.get_jobs)
 get_app.command("job", hidden=True)(describe.get_jobs)
 describe_app.command("job")(describe.describe_job)

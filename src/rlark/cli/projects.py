@@ -26,6 +26,11 @@ def project_create(name: str = typer.Argument(..., metavar="NAME", help="Project
                        None, "--namespace", "-n",
                        help="Kubernetes namespace of its Pods (default: <server namespace>-NAME; never "
                             "the server's own namespace, which holds RLark's Secrets)."),
+                   queue: Optional[str] = typer.Option(
+                       None, "--queue", metavar="NAME",
+                       help="Kubernetes: the Kueue LocalQueue (in the project's namespace) its "
+                            "Runs wait in, all of a Run's Pods admitted together; none: no queue. "
+                            "Default: the server's (rlark server --k8s-queue)."),
                    server: Optional[str] = ServerOpt) -> None:
     """Create a project (site administrators). Then give people roles in it with
     `rlark project add-member`.
@@ -33,13 +38,42 @@ def project_create(name: str = typer.Argument(..., metavar="NAME", help="Project
     \b
     Examples:
       rlark project create vision
-      rlark project create robots --namespace rl-robots
+      rlark project create robots --namespace rl-robots --queue robots
     """
     body: dict[str, Any] = {"name": name}
     if namespace:
         body["namespace"] = namespace
+    if queue:
+        body["queue"] = queue
     p = _call(_client(server).send_json, "POST", "/api/v1/projects", body)
-    _print(Text(f"project {p['name']} created" + (f" (namespace {p['namespace']})" if p.get("namespace") else "")))
+    where = [f"namespace {p['namespace']}"] if p.get("namespace") else []
+    if p.get("queue"):
+        where.append(f"queue {p['queue']}")
+    _print(Text(f"project {p['name']} created" + (f" ({', '.join(where)})" if where else "")))
+
+
+@project_app.command("set-queue")
+def project_set_queue(
+        name: str = typer.Argument(..., metavar="NAME", help="Project name."),
+        queue: str = typer.Argument(..., metavar="QUEUE",
+                                    help="A Kueue LocalQueue of the project's namespace; none: no "
+                                         "queue; default: the server's (--k8s-queue)."),
+        server: Optional[str] = ServerOpt) -> None:
+    """Set the queue a project's new Runs wait in (site administrators; Kubernetes with Kueue):
+    all of a Run's Pods are admitted together, and the Run stays Pending (Queued) until then.
+    Runs already queued stay where they are.
+
+    \b
+    Examples:
+      rlark project set-queue vision team-vision
+      rlark project set-queue vision none       # no queue: Pods go to the scheduler at once
+      rlark project set-queue vision default    # the server's queue (rlark server --k8s-queue)
+    """
+    p = _call(_client(server).send_json, "PUT", f"/api/v1/projects/{name}/queue",
+              {"queue": None if queue == "default" else queue})
+    _print(Text(f"project {p['name']}: new Runs wait in "
+                + (f"queue {p['queue']}" if p.get("queue") else "no queue")
+                + ("" if p.get("queueSet") else " (the server's setting)")))
 
 
 @project_app.command("list")
@@ -60,8 +94,9 @@ def project_list(output: str = OutputOpt, server: Optional[str] = ServerOpt) -> 
     if not projects:
         _print("you have a role in no project; ask a project admin (`rlark project add-member`)")
         return
-    _print(_table(("NAME", "ROLE", "NAMESPACE", "JOBS"),
-                  [(p["name"], p["role"], p.get("namespace"), p["jobs"]) for p in projects]))
+    _print(_table(("NAME", "ROLE", "NAMESPACE", "QUEUE", "JOBS"),
+                  [(p["name"], p["role"], p.get("namespace"), p.get("queue"), p["jobs"])
+                   for p in projects]))
     try:
         _note(f"current project: {resolve_project(client.base)}")
     except ClientError as exc:
@@ -86,6 +121,8 @@ def project_get(name: str = typer.Argument(..., metavar="NAME", help="Project na
     _print(Text(f"Namespace:  {p.get('namespace') or '-'}"))
     _print(Text(f"Your role:  {p['role']}"))
     _print(Text(f"Jobs:       {p['jobs']}"))
+    _print(Text(f"Queue:      {p.get('queue') or '-'}"
+                + ("" if p.get("queueSet") or not p.get("queue") else " (the server's)")))
     if p.get("quotas"):
         use, own = p.get("usage", {}), p.get("quotasSet", {})
         _print(Text(f"Quotas:     Jobs {use.get('jobs', '-')}/{p['quotas']['maxJobs']}, "

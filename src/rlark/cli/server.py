@@ -133,6 +133,17 @@ def server(
         help="kubernetes: let roles tolerate taints of KEY (only VALUE, only EFFECT when given; "
              "* for any; kubernetes.tolerations; repeatable; also $RLARK_K8S_TOLERATIONS). "
              "Default: none, so tainted nodes stay out of reach."),
+    k8s_queue: Optional[str] = typer.Option(
+        None, "--k8s-queue", metavar="NAME", envvar="RLARK_K8S_QUEUE",
+        help="kubernetes: the Kueue LocalQueue the Pods of a project's Runs wait in, all of "
+             "a Run's Pods admitted together, where the project names none (`rlark project "
+             "create --queue`); none: no queue (the default: Pods go to the scheduler at once). "
+             "docs/kubernetes.md, \"Queues and gang admission\"."),
+    k8s_priority_class: Optional[list[str]] = typer.Option(
+        None, "--k8s-priority-class", metavar="NAME=VALUE",
+        help="kubernetes with a queue: the WorkloadPriorityClass NAME (of value VALUE) that a "
+             "Run of spec.priority VALUE names (repeatable; also $RLARK_K8S_PRIORITY_CLASSES, "
+             "comma-separated). Default: none; a Job of a priority no class has is refused."),
     max_jobs_per_project: int = typer.Option(
         500, "--max-jobs-per-project", min=1, max=1_000_000, envvar="RLARK_MAX_JOBS_PER_PROJECT",
         help="Quota: Jobs a project may keep (`rlark project set-quota` sets a project's own)."),
@@ -184,11 +195,14 @@ def server(
                        ("RLARK_WORKER_READ_PATHS", worker_read_path),
                        ("RLARK_K8S_CSI_DRIVERS", k8s_csi_driver),
                        ("RLARK_K8S_STORAGE_CLASSES", k8s_storage_class),
-                       ("RLARK_K8S_TOLERATIONS", k8s_toleration)):
+                       ("RLARK_K8S_TOLERATIONS", k8s_toleration),
+                       ("RLARK_K8S_PRIORITY_CLASSES", k8s_priority_class)):
         if given:
             os.environ[var] = ",".join(settings.csv_env(var) + list(given))
     if k8s_allow_root:
         os.environ["RLARK_K8S_ALLOW_ROOT"] = "1"
+    if k8s_queue:
+        os.environ["RLARK_K8S_QUEUE"] = k8s_queue
     if allow_unauthenticated_ray:
         os.environ["RLARK_ALLOW_UNAUTHENTICATED_RAY"] = "1"
     if worker_identity:

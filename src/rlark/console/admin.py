@@ -146,8 +146,9 @@ def _projects_page(request: Request, access: Access, status: int = 200, **extra:
                 for p in svc.list_projects(access.principal)]
     ctx: dict[str, Any] = {"error": None, "form": {}}
     ctx.update(extra)
+    profile = svc.profile
     return _render(request, "admin_projects.html", status, all_projects=projects, roles=ROLES,
-                   **ctx)
+                   queues=bool(profile is not None and profile.queues), **ctx)
 
 
 @router.get("/admin/projects")
@@ -165,12 +166,29 @@ async def create_project(request: Request, access: Admin) -> Response:
     name = _text(form.get("name"), 63)
     try:
         await run_in_threadpool(_accounts(request).create_project, access.principal,
-                                access.client, name, _text(form.get("namespace"), 63) or None)
+                                access.client, name, _text(form.get("namespace"), 63) or None,
+                                _text(form.get("queue"), 63) or None)
     except ServiceError as exc:
         failed = exc  # the lambda runs in a thread; name the error outside the except scope
         return await run_in_threadpool(lambda: _projects_page(
             request, access, failed.status, error=failed.message, form=form))
     return _flash(_redirect(request, "/admin/projects"), "ok", "flash.projectCreated", name=name)
+
+
+@router.post("/admin/projects/{project}/queue")
+async def set_queue(request: Request, project: str, access: Admin) -> Response:
+    """Set the queue the project's new Runs wait in (empty: the server's)."""
+    pairs = await _accepted_form(request)
+    if isinstance(pairs, Response):
+        return pairs
+    queue = _text(dict(pairs).get("queue"), 63) or None
+    back = _redirect(request, "/admin/projects")
+    try:
+        await run_in_threadpool(_accounts(request).set_queue, access.principal, access.client,
+                                project, queue)
+    except ServiceError as exc:
+        return _flash(back, "error", text=exc.message)
+    return _flash(back, "ok", "flash.queueSet", project=project, queue=queue or "—")
 
 
 @router.post("/admin/projects/{project}/delete")

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from rlark.api.security import allow_public, allow_user
+from rlark.api.security import Access, allow_public, allow_user
 from rlark.console import curves_chart, logview, timeline_chart, usage_chart
 from rlark.console.i18n import COOKIE, LOCALES, Translator
 from rlark.console.wizard_review import preview_yaml
@@ -112,6 +112,17 @@ def jobs_table(request: Request, access: Reader, phase: str | None = None, q: st
 def nodes_page(request: Request) -> Response:
     """The node inventory (what ``rlark nodes`` lists)."""
     return _render(request, "nodes.html", **_service(request).nodes())
+
+
+@router.get("/queue")
+def queue_page(request: Request, access: Annotated[Access, allow_user()]) -> Response:
+    """The Runs waiting to be admitted, by queue (what ``rlark queue`` lists): every project's
+    for site administrators, the caller's projects' for others."""
+    from rlark.services.queue import pending
+
+    service = _service(request)
+    return _render(request, "queue.html", **pending(service.store, service.profile,
+                                                    access.principal.readable_projects()))
 
 
 @router.get("/nodes/_table", dependencies=[allow_user()])

@@ -10,8 +10,11 @@ launch now and which wait, and where each waiting one stands in the queue:
   leave free, and its Ray nodes fit under the bound on nodes starting at once;
 * a Run that asks more than the whole machine (the quickstart's 3 CPUs on 2 cores; preflight
   warned at submit) starts when nothing else holds capacity or is starting;
-* strictly in order: a Run that has to wait holds back every Run behind it, so a large Run is not
-  passed over forever by small ones.
+* strictly in order, higher ``spec.priority`` first, then oldest first: a Run that has to wait
+  holds back every Run behind it, so a large Run is not passed over forever by small ones.
+
+A waiting Run is ``Queued``, in the words every runtime's queue uses
+(:func:`rlark.status.queued_message`): this machine's queue, its place, what it waits for.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Hashable, TypeVar
 
 from rlark.runtimes.capacity import Amounts, Capacity, describe
-from rlark.status import Reason
+from rlark.status import MACHINE_QUEUE, Reason, queued_message
 
 
 @dataclass(frozen=True)
@@ -38,12 +41,13 @@ K = TypeVar("K", bound=Hashable)
 
 @dataclass(frozen=True)
 class Candidate(Generic[K]):
-    """A Pending Run: its ``key`` (the caller's id), what all its Workers ask for, and how many
-    Ray nodes (Workers) it starts."""
+    """A Pending Run: its ``key`` (the caller's id), what all its Workers ask for, how many
+    Ray nodes (Workers) it starts, and its ``spec.priority``."""
 
     key: K
     demand: Amounts
     nodes: int
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,25 +61,24 @@ class Decision:
     oversized: tuple[str, ...] = ()
 
 
-REASON = Reason.WaitingForCapacity
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
+REASON = Reason.Queued
+#: the queue's name in a queued Run's message
+QUEUE = MACHINE_QUEUE
 
 
 def admit(queue: list[Candidate[K]], usage: Usage, capacity: Capacity) -> dict[K, Decision]:
     """Decide every Pending Run in ``queue`` (oldest first) at once: which launch now (their
-    requests counted as held for those behind them) and which wait, with their place."""
+    requests counted as held for those behind them) and which wait, with their place. The
+    queue is taken by ``priority`` first (higher first; a stable sort keeps the age order
+    among equals)."""
     out: dict[K, Decision] = {}
     held, starting, busy = usage.held, usage.starting_nodes, usage.busy
     position = 0
-    for c in queue:
+    for c in sorted(queue, key=lambda c: -c.priority):
         if position:  # someone ahead waits: so does everyone behind it
             position += 1
-            out[c.key] = Decision(False, position, f"waiting for capacity: {_ordinal(position)} in "
-                                  "the queue; Runs start in order as the Workers of earlier Runs end")
+            out[c.key] = Decision(False, position, queued_message(
+                QUEUE, position, "Runs start in order as the Workers of earlier Runs end"))
             continue
         oversized = tuple(c.demand.short_of(capacity.total))
         free = capacity.total - held
@@ -98,7 +101,7 @@ def admit(queue: list[Candidate[K]], usage: Usage, capacity: Capacity) -> dict[K
             held, starting, busy = held + c.demand, starting + c.nodes, True
             continue
         position = 1
-        out[c.key] = Decision(False, position, f"waiting for capacity: 1st in the queue; {why}")
+        out[c.key] = Decision(False, position, queued_message(QUEUE, position, why))
     return out
 
 

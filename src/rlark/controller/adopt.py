@@ -89,7 +89,10 @@ class Adopting(ControllerState):
                         Phase.Failed, Reason.SpecUnreadable,
                         "this RLark version cannot read the Run's stored spec; its Workers were "
                         "stopped"))
-                elif missing and run.phase == Phase.Starting:
+                elif missing and (run.phase == Phase.Starting
+                                  or (run.phase == Phase.Pending and adopted)):
+                    # (a Pending Run with Workers is a queued one: its queue would wait for
+                    # the missing ones forever)
                     ranks = ", ".join(f"rank {w.node_rank} ({w.name})" for w in missing)
                     self._transition(s, run, Transition(
                         Phase.Failed, Reason.LaunchInterrupted,

@@ -10,20 +10,22 @@ import logging
 import os
 import secrets
 import time
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rlark import settings
 from rlark.controller import admission
-from rlark.controller.phases import ACTIVE, Transition
+from rlark.controller.phases import ACTIVE, QueueWait, Transition, queue_timeout_of
 from rlark.controller.rows import PLANNED, ref, utcnow
 from rlark.controller.state import ControllerState
 from rlark.ranks import plan_workers
 from rlark.runtimes.capacity import Amounts
-from rlark.runtimes.base import HasCapacity, LaunchSpec, Taken, bootstrap_env, ray_resources, taken_port_ranges
+from rlark.runtimes.base import (HasCapacity, HasQueues, LaunchSpec, Taken, bootstrap_env,
+                                 ray_resources, taken_port_ranges)
 from rlark.spec import Job, secret_refs
-from rlark.status import Phase, Reason, WorkerPhase
+from rlark.status import Phase, Reason, WorkerPhase, queued_message
 from rlark.store import RunRow, WorkerRow
 from rlark.store.runs import add_event
 from rlark.store.secrets import managed_names, open_refs
@@ -88,7 +90,9 @@ class Launching(ControllerState):
             total = Amounts()
             for role, amounts in per_role.items():
                 total = total + amounts.times(max(counts.get(role, 0), 0))
-            self._demands[run_id] = (per_role, total, sum(max(n, 0) for n in counts.values()))
+            priority = spec.get("spec", {}).get("priority", 0)
+            self._demands[run_id] = (per_role, total, sum(max(n, 0) for n in counts.values()),
+                                     priority if isinstance(priority, int) else 0)
         return self._demands.get(run_id)
 
     def _admit(self) -> dict[int, admission.Decision]:
@@ -134,8 +138,8 @@ class Launching(ControllerState):
         for run_id, job_id in pending:
             if job_id in busy_jobs:
                 continue  # its Job's earlier Run still ends (a restart): not queued yet
-            _, total, nodes = self._demand(run_id) or ({}, Amounts(), 0)
-            queue.append(admission.Candidate(run_id, total, nodes))
+            _, total, nodes, priority = self._demand(run_id) or ({}, Amounts(), 0, 0)
+            queue.append(admission.Candidate(run_id, total, nodes, priority))
         usage = admission.Usage(held=held, starting_nodes=starting, busy=bool(held_rows))
         return admission.admit(queue, usage, runtime.capacity())
 
@@ -154,14 +158,66 @@ class Launching(ControllerState):
         self._launch_after[run.id] = time.monotonic() + retry
 
     def _wait_for_capacity(self, s: Session, run: RunRow, decision: admission.Decision) -> None:
-        """Keep the Run Pending with reason ``WaitingForCapacity`` and its place in the queue;
-        an Event the first time it waits."""
-        if run.reason != admission.REASON:
-            add_event(s, run.job_id, admission.REASON, decision.message, run_number=run.number)
-        run.reason, run.message = admission.REASON, decision.message
+        """Keep the Run Pending with reason ``Queued`` and its place in this machine's queue
+        (an Event the first time it waits), or fail it with ``QueueTimeout`` once it has waited
+        its ``failurePolicy.queueTimeoutSeconds``."""
+        timeout = queue_timeout_of(self._waited(run), self._queue_timeout(run), decision.message)
+        if timeout is not None:
+            self._transition(s, run, timeout)
+            return
+        self._note_queued(s, run, decision.message)
+
+    def _note_queued(self, s: Session, run: RunRow, message: str) -> None:
+        """Keep the Run Pending with reason ``Queued`` and ``message`` (what its queue says);
+        an Event the first time it is queued."""
+        if run.reason != Reason.Queued:
+            add_event(s, run.job_id, Reason.Queued, message, run_number=run.number)
+        run.reason, run.message = Reason.Queued, message
         job = run.job
         if job.current_run_id == run.id:
             job.phase, job.reason, job.message = run.phase, run.reason, run.message
+
+    @staticmethod
+    def _waited(run: RunRow) -> float:
+        """Seconds since the Run was created (how long it has waited to be admitted)."""
+        created: datetime | None = run.created_at  # (None on a row not flushed yet)
+        return max(0.0, time.time() - created.timestamp()) if created is not None else 0.0
+
+    @staticmethod
+    def _queue_timeout(run: RunRow) -> float | None:
+        """The Run's ``failurePolicy.queueTimeoutSeconds`` (None: no bound, or a spec that no
+        longer says)."""
+        value = ((run.spec or {}).get("spec", {}).get("failurePolicy") or {}).get("queueTimeoutSeconds")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    # --- a cluster's queue (runtimes with queues: Kubernetes with Kueue) ----------------------------
+
+    def _queue_of(self, run: RunRow) -> str | None:
+        """The queue a Run about to launch waits in (:class:`HasQueues`: the project's setting,
+        else the server's); None: none, or a runtime without queues."""
+        if not isinstance(self.runtime, HasQueues):
+            return None
+        return self.runtime.queue_for(run.job.project.queue, run.namespace)
+
+    @staticmethod
+    def queued(run: RunRow) -> bool:
+        """A Pending Run whose Workers were launched into its queue and wait for admission."""
+        return (run.phase == Phase.Pending and run.queue is not None
+                and any(w.launched for w in run.workers))
+
+    def _queue_wait(self, s: Session, run: RunRow) -> QueueWait | None:
+        """What the Run's queue says now (:meth:`HasQueues.queue_state`), for the state
+        machine; while it is not admitted, its reason and message say so (``Queued``)."""
+        if not isinstance(self.runtime, HasQueues) or run.queue is None:
+            return None
+        state = self.runtime.queue_state(run.job.name, run.uid, run.queue, run.namespace)
+        waited = self._waited(run)
+        if not state.admitted:
+            self._note_queued(s, run, state.message)
+            return QueueWait(False, state.message, waited, self._queue_timeout(run), state.failure)
+        workers = plural(len(run.workers), "Worker")
+        return QueueWait(True, f"{state.message} after {waited:.0f} s in the queue; starting "
+                         f"{workers}", waited, self._queue_timeout(run))
 
     def _previous_runs_busy(self, s: Session, run: RunRow) -> bool:
         for other in run.job.runs:
@@ -262,9 +318,16 @@ class Launching(ControllerState):
         ray_token = self._ray_token(run)
         rows = sorted(run.workers, key=lambda w: w.node_rank)
         log_dir = settings.job_logs_dir(run.job.project.name, run.job.name) / str(run.number)
-        self._transition(s, run, Transition(Phase.Starting, Reason.Launching,
-                                            f"starting {plural(len(rows), 'Worker')}"))
-        run.started_at = utcnow()
+        queue = run.queue = self._queue_of(run)
+        if queue is None:
+            self._transition(s, run, Transition(Phase.Starting, Reason.Launching,
+                                                f"starting {plural(len(rows), 'Worker')}"))
+            run.started_at = utcnow()
+        else:
+            # the Workers are made now and held back by the queue until it admits them all;
+            # the Run stays Pending (Queued) until then, and its join timeout counts from then
+            self._note_queued(s, run, queued_message(
+                queue, None, f"submitting {plural(len(rows), 'Worker')} as one group"))
         log_paths: dict[int, str] = {}
         for w in rows:
             place = placement.workers[w.node_rank]
@@ -293,7 +356,7 @@ class Launching(ControllerState):
                     LaunchSpec(job=job, run_uid=run.uid, worker=planned[w.node_rank], env=env,
                                log_path=log_paths[w.node_rank], place=place,
                                namespace=run.namespace, project=run.job.project.name,
-                               secrets=secrets, ray_token=ray_token)
+                               secrets=secrets, ray_token=ray_token, queue=queue)
                 )
             except Exception as exc:  # e.g. the role's interpreter does not exist
                 why = launch_failure(exc)
@@ -311,6 +374,13 @@ class Launching(ControllerState):
             w.phase = WorkerPhase.Starting
             w.started_at = utcnow()
             s.commit()
+        if queue is not None:
+            add_event(s, run.job_id, Reason.Launched,
+                      f"{plural(len(rows), 'Worker')} made in queue {queue}, held back until it "
+                      f"admits them all; head {rows[0].name} at {placement.head_address}",
+                      run_number=run.number)
+            self._queue_wait(s, run)  # what the queue says of them already
+            return
         add_event(s, run.job_id, Reason.Launched,
                   f"{plural(len(rows), 'Worker')} started; head {rows[0].name} at {placement.head_address}",
                   run_number=run.number)

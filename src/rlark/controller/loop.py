@@ -37,7 +37,7 @@ from rlark.controller.launch import Launching
 from rlark.controller.observe import Observing, set_observed_conditions
 from rlark.controller.phases import (ACTIVE, TERMINAL, ConditionUpdate, decide,
                                      observed_conditions)
-from rlark.controller.rows import LAUNCHED, RUN_GRAPH, end_read, ref, set_conditions
+from rlark.controller.rows import LAUNCHED, RUN_GRAPH, end_read, ref, set_conditions, utcnow
 from rlark.controller.teardown import TearingDown
 from rlark.controller.transitions import Transitions
 from rlark.runtimes.base import Runtime, WorkerRef
@@ -111,8 +111,9 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         self._thread: threading.Thread | None = None
         self._adopted_checked = False
         self._logged: dict[tuple, float] = {}
-        #: run id -> (one Worker's demand per role, the whole Run's demand, its Worker count)
-        self._demands: dict[int, tuple[dict[str, Amounts], Amounts, int]] = {}
+        #: run id -> (one Worker's demand per role, the whole Run's demand, its Worker count,
+        #: its spec.priority)
+        self._demands: dict[int, tuple[dict[str, Amounts], Amounts, int, int]] = {}
         #: run id -> time.monotonic() before which its launch is not tried again (the runtime
         #: said "not yet": e.g. Kubernetes names still held by the Job's previous Run)
         self._launch_after: dict[int, float] = {}
@@ -344,7 +345,7 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
     def _reconcile_run(self, s: Session, run: RunRow,
                        decisions: dict[int, admission.Decision] | None = None) -> None:
         job = run.job
-        if run.phase == Phase.Pending and not run.stop_requested:
+        if run.phase == Phase.Pending and not run.stop_requested and not self.queued(run):
             if self._previous_runs_busy(s, run):
                 return
             if self._launch_after.get(run.id, 0.0) > time.monotonic():
@@ -369,12 +370,17 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         if run.phase in ACTIVE:
             self._observe(s, run)
             view = self._view(run)
+            if self.queued(run) and not run.stop_requested:
+                view = replace(view, queue=self._queue_wait(s, run))
             # what the Workers show now, also when this same pass ends the Run (a Run that starts
             # and finishes between two passes still says all its nodes joined); a failure's own
             # conditions (set by its transition) come after
             set_observed_conditions(s, run, observed_conditions(view))
             for t in decide(view):
                 self._transition(s, run, t)
+            if run.phase == Phase.Starting and run.started_at is None:
+                # admitted by its queue just now: the join timeout counts from here
+                run.started_at = utcnow()
             if run.phase in (Phase.Starting, Phase.Running) and run.phase != view.phase:
                 set_conditions(run, observed_conditions(replace(view, phase=run.phase)))
         if run.phase in TERMINAL or run.phase == Phase.Stopping:

@@ -54,6 +54,7 @@ def worker_view(w: WorkerRow) -> WorkerView:
         heartbeat=life.get("heartbeat"),
         last_seen=life.get("seen_at"),
         stopped_since=life.get("stopped_since"),
+        preempted=life.get("preempted"),
     )
 
 
@@ -90,6 +91,11 @@ class Observing(ControllerState):
                 seen = self.runtime.observe(ref(w))
                 merge_runtime_facts(w, seen)
                 window = self._adopted.pop(w.id, None)
+                if (seen.failure and seen.failure[0] == Reason.Preempted
+                        and not life.get("preempted")):
+                    # kept apart from its own report: a preemption explains the rest
+                    life["preempted"] = {"message": seen.failure[1], "ts": time.time()}
+                    w.lifecycle = {**(w.lifecycle or {}), **life}
                 if seen.failure and not life.get("failed"):
                     # the runtime knows why the Worker cannot run (a Pod's ImagePull...)
                     reason, message = seen.failure

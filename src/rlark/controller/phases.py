@@ -34,7 +34,8 @@ __all__ = ["ACTIVE", "ALLOWED", "TERMINAL", "Phase", "Reason", "WorkerPhase", "R
            "WorkerView", "Transition", "Settled", "decide", "failure_of", "join_deadline",
            "join_timeout_of", "settle", "worker_phase", "has_joined", "is_ready", "ConditionUpdate",
            "observed_conditions", "failure_conditions", "run_result", "unresponsive",
-           "UNRESPONSIVE_AFTER", "oom_killed", "oom_note", "memory_text"]
+           "UNRESPONSIVE_AFTER", "oom_killed", "oom_note", "memory_text", "QueueWait",
+           "queue_timeout_of"]
 
 #: transitions the state machine allows (from -> to); everything else is a bug
 ALLOWED: dict[Phase, frozenset[Phase]] = {
@@ -73,6 +74,9 @@ class WorkerView:
     heartbeat: float | None = None
     last_seen: float | None = None
     stopped_since: float | None = None
+    #: the runtime saw its queue take the Run's admission back and delete its Pod (Kueue's
+    #: preemption): ``{"message", "ts"}``; it explains every other failure that follows
+    preempted: dict[str, Any] | None = None
 
     @property
     def gone(self) -> bool:
@@ -80,6 +84,21 @@ class WorkerView:
 
     def label(self) -> str:
         return f"Worker {self.name} (rank {self.node_rank}, role {self.role})"
+
+
+@dataclass(frozen=True)
+class QueueWait:
+    """What the queue says of a Run whose Workers wait in it for admission: ``admitted`` (the
+    whole group may start now), ``message`` (while queued: the ``Queued`` message; once
+    admitted: what admitted it), ``waited`` (seconds since the Run was created) and
+    ``timeout`` (``failurePolicy.queueTimeoutSeconds``; None: no bound); ``failure``: RLark
+    cannot follow the queue (``(reason, message)``, e.g. ``Forbidden``): the Run fails."""
+
+    admitted: bool
+    message: str
+    waited: float
+    timeout: float | None = None
+    failure: tuple[Reason, str] | None = None
 
 
 @dataclass
@@ -94,6 +113,9 @@ class RunView:
     join_timeout: float | None = None
     #: spec.failurePolicy.unresponsiveTimeoutSeconds (0 or None: never fail for it)
     unresponsive_timeout: float | None = None
+    #: a Pending Run whose Workers exist and wait in a queue for admission (Kubernetes with
+    #: Kueue); None: not such a Run
+    queue: QueueWait | None = None
 
     @property
     def head(self) -> WorkerView | None:
@@ -142,6 +164,8 @@ def run_result(head: WorkerView) -> int | None:
 def failure_of(run: RunView) -> Transition | None:
     """The failure that ends this Run, if any, in order of evidence:
 
+    0. its queue preempted it (``Preempted``: the runtime saw Kueue delete its Pods), which
+       explains whatever the Workers reported as their Pods went;
     1. the earliest ``failed`` line of any Worker (PrepareFailed, JoinTimeout rank 2, ...;
        ``OOMKilled`` for a prepare script the kernel's OOM killer killed: :func:`oom_killed`);
     2. the head's run script ending non-zero (``RunFailed``; ``OOMKilled`` when the kernel's
@@ -152,6 +176,14 @@ def failure_of(run: RunView) -> Transition | None:
     rank the first Worker that did not join (its log says why).
     """
     head = run.head
+    preempted = sorted((w for w in run.workers if w.preempted), key=lambda w: w.node_rank)
+    if preempted:
+        # the queue deleted every Pod of the Run: whatever the Workers said as they went
+        # (a node lost, a join that failed) followed from it
+        first = preempted[0]
+        said = str((first.preempted or {}).get("message") or "")
+        return Transition(Phase.Failed, Reason.Preempted, said or f"{first.label()} was preempted",
+                          blamed=(first.name,), at=_when(first.preempted))
     finished_at = head.run_finished.get("ts") if head and head.run_finished else None
     reported = [
         w for w in run.workers
@@ -317,6 +349,17 @@ def unresponsive_failure(run: RunView) -> Transition | None:
                       blamed=tuple(w.name for w, _, _ in found))
 
 
+def queue_timeout_of(waited: float, timeout: float | None, message: str) -> Transition | None:
+    """``QueueTimeout`` once a Run not yet admitted has waited ``waited`` seconds, at least its
+    ``failurePolicy.queueTimeoutSeconds`` (``timeout``; None: no bound); ``message``: what its
+    queue said last (the ``Queued`` message)."""
+    if timeout is None or waited < timeout:
+        return None
+    return Transition(Phase.Failed, Reason.QueueTimeout,
+                      f"not admitted within {timeout:g} s (spec.failurePolicy.queueTimeoutSeconds); "
+                      f"last: {message}")
+
+
 def decide(run: RunView) -> list[Transition]:
     """Transitions to apply now, in order (possibly several: Starting -> Running -> Succeeded
     when both lines arrived in one observation). Empty when nothing changes."""
@@ -335,13 +378,27 @@ def decide(run: RunView) -> list[Transition]:
             go(Transition(Phase.Stopped, Reason.Stopped, "all Workers have stopped"))
         return out
     if run.stop_requested:
-        if phase == Phase.Pending:
+        if phase == Phase.Pending and not any(w.launched and not w.gone for w in run.workers):
             go(Transition(Phase.Stopped, Reason.StopRequested, "stopped before any Worker started"))
-        else:
+        else:  # (a queued Run's Workers exist, waiting for admission: they are stopped too)
             go(Transition(Phase.Stopping, Reason.StopRequested, "stop requested; stopping Workers"))
         return out
     if phase == Phase.Pending:
-        return out  # the controller launches Workers, then records Starting
+        queue = run.queue
+        if queue is None:
+            return out  # the controller launches Workers, then records Starting
+        failure = failure_of(run)  # a queued Worker deleted meanwhile, by someone else
+        if failure is None and queue.failure is not None:
+            failure = Transition(Phase.Failed, *queue.failure)
+        if failure is not None:
+            go(failure)
+        elif queue.admitted:
+            go(Transition(Phase.Starting, Reason.Launching, queue.message))
+        else:
+            timeout = queue_timeout_of(queue.waited, queue.timeout, queue.message)
+            if timeout is not None:
+                go(timeout)
+        return out
     head = run.head
     if phase == Phase.Starting and head and head.running and not (head.gone and head.run_finished is None):
         go(Transition(Phase.Running, Reason.AllJoined,

@@ -38,8 +38,9 @@ class ControllerState:
     _on_shutdown: Callable[[], None] | None
     #: Worker id -> (last heartbeat of the previous server, adoption time)
     _adopted: dict[int, tuple[float | None, float]]
-    #: run id -> (one Worker's demand per role, the whole Run's demand, its Worker count)
-    _demands: dict[int, tuple[dict[str, Amounts], Amounts, int]]
+    #: run id -> (one Worker's demand per role, the whole Run's demand, its Worker count,
+    #: its spec.priority)
+    _demands: dict[int, tuple[dict[str, Amounts], Amounts, int, int]]
     #: run id -> time.monotonic() before which its launch is not tried again
     _launch_after: dict[int, float]
     _lanes_lock: threading.Lock

@@ -25,15 +25,21 @@ from rlark.store.webhooks import enqueue_transition
 log = logging.getLogger("rlark.controller")
 
 
-def consecutive_retries(runs: list[RunRow], run: RunRow) -> int:
-    """How many automatic retries led up to ``run`` since the last Run a user (or a submit)
-    started: maxRestarts is a budget per start, not per Job lifetime."""
-    count = 0
-    for r in sorted((r for r in runs if r.number <= run.number), key=lambda r: r.number, reverse=True):
+def consecutive_retries(runs: list[RunRow], run: RunRow) -> tuple[int, int]:
+    """``(retries, requeues)``: the automatic new Runs that led up to ``run`` since the last Run
+    a user (or a submit) started, those after a failure (``maxRestarts`` is a budget per start,
+    not per Job lifetime) and those after a preemption (``failurePolicy.maxRequeues``), told
+    apart by the reason the Run before each ended with."""
+    retries = requeues = 0
+    chain = sorted((r for r in runs if r.number <= run.number), key=lambda r: r.number, reverse=True)
+    for r, before in zip(chain, chain[1:]):
         if r.cause != Cause.Retry:
             break
-        count += 1
-    return count
+        if before.reason == Reason.Preempted:
+            requeues += 1
+        else:
+            retries += 1
+    return retries, requeues
 
 
 class Transitions(ControllerState):
@@ -112,23 +118,41 @@ class Transitions(ControllerState):
         job = run.job
         if job.desired != Desired.Running or job.delete_requested:
             return
-        if run.reason is None or not run.reason.retryable:
-            return  # a new Run of the same spec would fail the same way (Reason.retryable)
-        policy = Job.model_validate(run.spec).spec.failure_policy
-        retries = consecutive_retries(job.runs, run)
-        if retries >= policy.max_restarts or job.current_run_id != run.id:
+        if job.current_run_id != run.id:
             return
+        policy = Job.model_validate(run.spec).spec.failure_policy
+        retries, requeues = consecutive_retries(job.runs, run)
+        if run.reason == Reason.Preempted:
+            # the queue took the Run's place for another workload: by the Job's policy a new
+            # Run waits in the queue again, a bounded number of times in a row
+            if policy.on_preemption != "Requeue":
+                return
+            if requeues >= policy.max_requeues:
+                add_event(s, job.id, Reason.Preempted,
+                          f"run {run.number} was preempted {requeues + 1} times in a row; not "
+                          f"queued again (spec.failurePolicy.maxRequeues is {policy.max_requeues})",
+                          run_number=run.number, type=EventType.Warning)
+                return
+            reason = Reason.Requeued
+            said = f"run {run.number} was preempted; queued again"
+            told = (f"run {run.number} was preempted; queueing run {{n}} (requeue "
+                    f"{requeues + 1} of {policy.max_requeues})")
+        else:
+            if run.reason is None or not run.reason.retryable:
+                return  # a new Run of the same spec would fail the same way (Reason.retryable)
+            if retries >= policy.max_restarts:
+                return
+            reason = Reason.Retry
+            said = f"run {run.number} failed ({run.reason}); retrying"
+            told = (f"run {run.number} failed ({run.reason}); starting run {{n}} "
+                    f"(restart {retries + 1} of {policy.max_restarts})")
         nxt = new_run(job, Cause.Retry, run.runtime)
         s.add(nxt)
         s.commit()  # nxt.id; and the write transaction ends before any runtime call that follows
         job.current_run_id = nxt.id
         # the Job follows its new Run at once, so nobody watching sees "Failed" in between
-        job.phase, job.reason, job.message = (
-            Phase.Pending, Reason.Retry, f"run {run.number} failed ({run.reason}); retrying")
-        add_event(s, job.id, Reason.Retry,
-                  f"run {run.number} failed ({run.reason}); starting run {nxt.number} "
-                  f"(restart {retries + 1} of {policy.max_restarts})",
-                  run_number=nxt.number)
+        job.phase, job.reason, job.message = Phase.Pending, reason, said
+        add_event(s, job.id, reason, told.format(n=nxt.number), run_number=nxt.number)
 
     @staticmethod
     def _grace(run: RunRow) -> float:

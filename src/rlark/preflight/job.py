@@ -55,6 +55,9 @@ _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_DEVICES = 1_000_000
+#: spec.priority's range: Kueue's Workload priority is an int32; like Kubernetes' PriorityClass,
+#: values beyond a billion are left to the system
+PRIORITY_MIN, PRIORITY_MAX = -1_000_000_000, 1_000_000_000
 #: named device resources become Ray custom resources (``ray start --resources``) and Kubernetes
 #: extended resources: a DNS-like name with an optional prefix
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(/[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?$")
@@ -582,12 +585,34 @@ def _check_shared(job: Job) -> Iterator[Finding]:
                 f"spec.failurePolicy.{field} = {value} must be a finite number of seconds above 0",
                 "give a number of seconds greater than 0",
             )
+    if fp.queue_timeout_seconds is not None and not (0 < fp.queue_timeout_seconds < math.inf):
+        yield _err(
+            "InvalidTimeout",
+            "spec.failurePolicy.queueTimeoutSeconds",
+            f"spec.failurePolicy.queueTimeoutSeconds = {fp.queue_timeout_seconds} must be a "
+            "finite number of seconds above 0",
+            "give a number of seconds greater than 0",
+        )
     if fp.max_restarts < 0:
         yield _err(
             "InvalidMaxRestarts",
             "spec.failurePolicy.maxRestarts",
             f"spec.failurePolicy.maxRestarts = {fp.max_restarts} is negative",
             "use 0 (no automatic restart) or more",
+        )
+    if fp.max_requeues < 0:
+        yield _err(
+            "InvalidMaxRequeues",
+            "spec.failurePolicy.maxRequeues",
+            f"spec.failurePolicy.maxRequeues = {fp.max_requeues} is negative",
+            "use 0 (a preempted Run is not queued again) or more",
+        )
+    if not (PRIORITY_MIN <= spec.priority <= PRIORITY_MAX):
+        yield _err(
+            "InvalidPriority",
+            "spec.priority",
+            f"spec.priority = {spec.priority} is outside {PRIORITY_MIN}..{PRIORITY_MAX}",
+            "give a whole number in that range (Kueue's priorities are 32-bit integers)",
         )
     if not (0 <= spec.termination_grace_period_seconds < math.inf):
         yield _err(

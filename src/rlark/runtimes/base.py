@@ -380,6 +380,9 @@ class LaunchSpec:
     #: the Run's Ray GCS token (``RAY_AUTH_TOKEN``, Ray >= 2.52 token authentication); every
     #: Ray node and driver of the Run gets it, nothing else does; never in a repr or a message
     ray_token: str | None = field(default=None, repr=False)
+    #: the queue the Run's Workers wait in for admission as one group (:class:`HasQueues`:
+    #: what ``queue_for`` said); None: none, they start at once
+    queue: str | None = None
 
 
 @dataclass
@@ -483,6 +486,43 @@ class HasCapacity(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class QueueState:
+    """What a runtime's queue says of a Run whose Workers wait in it (:class:`HasQueues`).
+
+    ``admitted``: the whole Run may start now; ``message``: while not admitted, the ``Queued``
+    message (:func:`rlark.status.queued_message`: the queue, the place when known, what it
+    waits for), once admitted what admitted it; ``cluster_queue``: the queue's pool, when it
+    has one (Kueue's ClusterQueue); ``admitted_at``: when (Unix seconds); ``inadmissible``:
+    the queue can never admit it as it is set up; ``failure``: RLark cannot follow the queue
+    (e.g. RBAC refuses reading it): the Run fails with that ``(reason, message)``."""
+
+    admitted: bool
+    message: str
+    cluster_queue: str | None = None
+    admitted_at: float | None = None
+    inadmissible: bool = False
+    failure: tuple[Reason, str] | None = None
+
+
+@runtime_checkable
+class HasQueues(Protocol):
+    """A runtime whose Runs may wait in a queue of the cluster's own for admission as one group
+    (Kubernetes with Kueue): their Workers are launched at once and held back until the queue
+    admits them all. The controller keeps such a Run ``Pending`` (reason ``Queued``) until
+    then, and counts its join timeout from the admission."""
+
+    def queue_for(self, project_queue: str | None, namespace: str | None = None) -> str | None:
+        """The queue a new Run of a project whose setting is ``project_queue`` (None: the
+        server's default) waits in; None: none, its Workers start at once."""
+        ...
+
+    def queue_state(self, job: str, run_uid: str, queue: str,
+                    namespace: str | None = None) -> QueueState:
+        """What ``queue`` says of the Run now (no API call per question)."""
+        ...
+
+
 class RuntimeProfile(Protocol):
     """What the services ask of the server's runtime before and after a Run, running nothing:
     its Findings for a Job, where a Run's objects go, what backs a Worker's path, what a Run's
@@ -495,6 +535,31 @@ class RuntimeProfile(Protocol):
     @property
     def name(self) -> str:
         """The runtime's name (``rlark server --runtime``, a Run's ``runtime``)."""
+        ...
+
+    @property
+    def queues(self) -> bool:
+        """Runs may wait in a named queue of the cluster's own (Kubernetes with Kueue: a
+        project's ``queue``, the server's ``--k8s-queue``); False: the runtime's queue is
+        RLark's own admission queue and has no name to set."""
+        ...
+
+    @property
+    def default_queue(self) -> str | None:
+        """The queue of the projects that name none (None: none)."""
+        ...
+
+    def queue_of(self, project_queue: str | None) -> str | None:
+        """The queue the Runs of a project whose own setting is ``project_queue`` wait in
+        (None: none of the cluster's; ``none`` names none)."""
+        ...
+
+    def check_queue(self, name: str) -> str:
+        """``name`` if a project may name it as its queue.
+
+        Raises:
+            ValueError: it may not (the message says why).
+        """
         ...
 
     @property

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -45,6 +45,9 @@ from rlark.store import (
     TokenRow,
     UserRow,
 )
+
+if TYPE_CHECKING:
+    from rlark.runtimes.base import RuntimeProfile
 
 USER_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 MAX_TOKEN_DAYS = 3650
@@ -140,13 +143,17 @@ class AccountService:
 
     ``server_namespace``: the Kubernetes runtime's namespace (None on the local runtime), for
     :func:`project_namespace`. ``quota_defaults``: the server's per-project quotas.
+    ``profile``: the server's runtime profile, for a project's queue (``queue_of``,
+    ``check_queue``); None: no runtime with queues (a project's queue is refused).
     """
 
     def __init__(self, auth: AuthService, server_namespace: str | None = None,
-                 quota_defaults: "quotas.Quotas | None" = None):
+                 quota_defaults: "quotas.Quotas | None" = None,
+                 profile: "RuntimeProfile | None" = None):
         self.auth = auth
         self.store = auth.store
         self.server_namespace = server_namespace
+        self.profile = profile
         #: the server's per-project quotas (JobService's), for the project views
         self.quota_defaults = quota_defaults or quotas.server_defaults()
 
@@ -403,7 +410,9 @@ class AccountService:
                                                .where(JobRow.project_id == p.id)),
                               "quotas": quotas.effective(p, self.quota_defaults).view(),
                               "quotasSet": {k: v for k, v in (p.quotas or {}).items() if v is not None},
-                              "usage": quotas.usage(s, p.id)}
+                              "usage": quotas.usage(s, p.id),
+                              "queue": self.profile.queue_of(p.queue) if self.profile else None,
+                              "queueSet": p.queue}
         if members:
             out["members"] = [{"user": m.user.name, "role": m.role.value}
                               for m in sorted(p.memberships, key=lambda m: m.user.name)]
@@ -427,17 +436,29 @@ class AccountService:
         with self.store.session() as s:
             return self._project_view(s, self.project_row(s, name), role.value, members=True)
 
+    def _check_queue(self, queue: str) -> str:
+        try:
+            if self.profile is None:
+                raise ValueError("this server's runtime has no queues")
+            return self.profile.check_queue(queue)
+        except ValueError as exc:
+            raise Invalid(f"queue {queue!r}: {exc}") from None
+
     def create_project(self, principal: Principal, client: str | None, name: str,
-                       namespace: str | None = None) -> dict[str, Any]:
+                       namespace: str | None = None, queue: str | None = None) -> dict[str, Any]:
         """A new project (site administrators only). ``namespace``: its Kubernetes namespace
         (default: see :func:`project_namespace`); no two projects share one, and none is the
-        server's own (:func:`check_not_server_namespace`).
+        server's own (:func:`check_not_server_namespace`). ``queue``: the queue its Runs wait in
+        (Kubernetes: a Kueue LocalQueue of its namespace; ``none``: none; None: the server's,
+        ``--k8s-queue``).
 
         Raises:
             Forbidden, Invalid, Conflict.
         """
         forbid_unless_admin(principal, "create projects")
         _check_name("project", name, DNS1123_LABEL)
+        if queue is not None:
+            queue = self._check_queue(queue)
         if namespace is not None:
             _check_name("namespace", namespace, DNS1123_LABEL)
             if namespace.startswith("kube-"):
@@ -454,11 +475,33 @@ class AccountService:
                     if self.namespace_of(other) == wanted:
                         raise Conflict(f"namespace {wanted!r} already belongs to project {other.name!r}; "
                                        "give this project its own namespace (--namespace)")
-            row = ProjectRow(name=name, namespace=namespace, created_by=principal.name)
+            row = ProjectRow(name=name, namespace=namespace, queue=queue, created_by=principal.name)
             s.add(row)
             s.flush()
+            detail = ", ".join(x for x in (f"namespace {wanted}" if wanted else "",
+                                           f"queue {queue}" if queue else "") if x)
             audit.record(s, principal.actor(client), "project.create", project=name, target=name,
-                         detail=f"namespace {wanted}" if wanted else "")
+                         detail=detail)
+            return self._project_view(s, row, "admin", members=True)
+
+    def set_queue(self, principal: Principal, client: str | None, name: str,
+                  queue: str | None) -> dict[str, Any]:
+        """Set the queue a project's new Runs wait in (site administrators only): a name (on
+        Kubernetes a Kueue LocalQueue of the project's namespace), ``none`` for none, None for
+        the server's (``--k8s-queue``). Runs already queued stay where they are.
+
+        Raises:
+            Forbidden, NotFound, Invalid (a bad name; a runtime without queues).
+        """
+        forbid_unless_admin(principal, "set a project's queue")
+        if queue is not None:
+            queue = self._check_queue(queue)
+        with self.store.session() as s:
+            row = self.project_row(s, name)
+            row.queue = queue
+            audit.record(s, principal.actor(client), "project.queue", project=name, target=name,
+                         detail=queue or "the server's")
+            s.flush()
             return self._project_view(s, row, "admin", members=True)
 
     def set_quotas(self, principal: Principal, client: str | None, name: str,

@@ -44,6 +44,8 @@ def run_view(r: RunRow, with_workers: bool = False) -> dict[str, Any]:
         "uid": r.uid,
         "cause": text_of(r.cause),
         "runtime": r.runtime,
+        # the queue of the cluster its Workers waited in for admission (None: none)
+        "queue": r.queue,
         "phase": text_of(r.phase),
         "reason": text_of(r.reason),
         "message": r.message,

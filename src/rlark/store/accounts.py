@@ -73,6 +73,9 @@ class ProjectRow(Base):
     name: Mapped[str] = mapped_column(String(63), unique=True)
     #: Kubernetes namespace of the project's Pods; None: the server's default for this project
     namespace: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    #: the queue its Runs wait in for admission (Kubernetes: a Kueue LocalQueue in its
+    #: namespace); ``none``: no queue; None: the server's (``rlark server --k8s-queue``)
+    queue: Mapped[str | None] = mapped_column(String(63), nullable=True)
     #: the project's own quotas, ``{"maxJobs": n, "maxActiveWorkers": n}`` (services/quotas.py);
     #: a quota not set here (or None) is the server's default
     quotas: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

@@ -160,6 +160,9 @@ class RunRow(Base):
     runtime: Mapped[str] = mapped_column(String(16), default="local")
     #: kubernetes: the namespace of the Run's objects (its project's namespace when it was made)
     namespace: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    #: the queue of the cluster its Workers waited in for admission as one group (set at its
+    #: launch: a Kueue LocalQueue); None: none (the local runtime's admission is RLark's own)
+    queue: Mapped[str | None] = mapped_column(String(63), nullable=True)
     spec: Mapped[dict[str, Any]]
     phase: Mapped[Phase] = mapped_column(enum_type(Phase, "ck_runs_phase"), default=Phase.Pending,
                                          index=True)

@@ -74,6 +74,16 @@ class UserPatch(_Body):
 class ProjectBody(_Body):
     name: Name
     namespace: Name | None = None
+    #: the queue its Runs wait in (Kubernetes: a Kueue LocalQueue of its namespace; "none":
+    #: none; left out: the server's, --k8s-queue)
+    queue: Name | None = None
+
+
+class QueueBody(_Body):
+    """A project's queue: a name (Kubernetes: a Kueue LocalQueue of its namespace), "none" for
+    none, null for the server's (``rlark server --k8s-queue``)."""
+
+    queue: Name | None
 
 
 class MemberBody(_Body):
@@ -178,7 +188,8 @@ def list_projects(svc: Accounts, access: User) -> list[dict]:
 
 @router.post("/projects", status_code=201, summary="Create a project (site administrators)")
 def create_project(body: ProjectBody, svc: Accounts, access: Admin) -> dict:
-    return svc.create_project(access.principal, access.client, body.name, body.namespace)
+    return svc.create_project(access.principal, access.client, body.name, body.namespace,
+                              body.queue)
 
 
 @router.get("/projects/{project}", summary="A project and its members")
@@ -199,6 +210,15 @@ def set_quotas(project: str, body: QuotaBody, svc: Accounts, access: Admin) -> d
     now), ``quotasSet`` (the project's own) and ``usage``."""
     given = body.model_dump(by_alias=True, exclude_unset=True)
     return svc.set_quotas(access.principal, access.client, project, given)
+
+
+@router.put("/projects/{project}/queue",
+            summary="Set the queue a project's new Runs wait in (site administrators)")
+def set_queue(project: str, body: QueueBody, svc: Accounts, access: Admin) -> dict:
+    """``{"queue": "team-a"}`` (on Kubernetes a Kueue LocalQueue of the project's namespace),
+    ``{"queue": "none"}`` for none, ``{"queue": null}`` for the server's. The answer is the
+    project, with ``queue`` (what its new Runs use) and ``queueSet`` (its own setting)."""
+    return svc.set_queue(access.principal, access.client, project, body.queue)
 
 
 @router.put("/projects/{project}/members/{user}", summary="Give a user a role in the project")

@@ -51,6 +51,13 @@ _KINDS = {
 }
 #: kinds of another API group than core/v1: kind -> the KubeClient attribute of its API
 _GROUP_API = {"NetworkPolicy": "networking"}
+#: Kueue's kinds (custom resources, CustomObjectsApi): kind -> (group, version, plural), as
+#: Kueue v0.17 serves them (config/components/crd/bases: kueue.x-k8s.io_workloads.yaml,
+#: kueue.x-k8s.io_localqueues.yaml)
+_CUSTOM = {
+    "Workload": ("kueue.x-k8s.io", "v1beta2", "workloads"),
+    "LocalQueue": ("kueue.x-k8s.io", "v1beta2", "localqueues"),
+}
 
 #: where a 403 sends a person: the RBAC rules RLark's ServiceAccount is given
 RBAC_HINT = "RLark's RBAC rules: deploy/kubernetes/rbac.yaml, project-namespace.example.yaml"
@@ -163,6 +170,7 @@ class KubeClient:
     def __init__(self, api: client.CoreV1Api, namespace: str):
         self.api = api
         self.networking = client.NetworkingV1Api(api.api_client)
+        self.custom = client.CustomObjectsApi(api.api_client)
         self.namespace = namespace
 
     def _fn(self, verb: str, kind: str):
@@ -232,9 +240,13 @@ class KubeClient:
         return self._call(f"create {kind} {obj['metadata']['name']}", fn, self.namespace, obj)
 
     def get(self, kind: str, name: str) -> dict | None:
-        """The object, or None when it does not exist."""
-        fn = self._fn("read_namespaced", kind)
+        """The object, or None when it does not exist (for Kueue's kinds also when Kueue's API
+        is not served at all: the API server answers 404 to both)."""
         try:
+            if kind in _CUSTOM:
+                return self._call(f"read {kind} {name}", self.custom.get_namespaced_custom_object,
+                                  *_CUSTOM[kind][:2], self.namespace, _CUSTOM[kind][2], name)
+            fn = self._fn("read_namespaced", kind)
             return self._call(f"read {kind} {name}", fn, name, self.namespace)
         except KubeError as exc:
             if exc.status == 404:
@@ -272,10 +284,15 @@ class KubeClient:
     def list(self, kind: str, label_selector: str | None = None,
              field_selector: str | None = None) -> tuple[builtins.list[dict], str]:
         """``(items, resourceVersion)`` of a namespaced list."""
-        fn = self._fn("list_namespaced", kind)
         kwargs = {k: v for k, v in (("label_selector", label_selector),
                                     ("field_selector", field_selector)) if v}
-        data = self._call(f"list {kind}s", fn, self.namespace, **kwargs)
+        if kind in _CUSTOM:
+            group, version, plural = _CUSTOM[kind]
+            data = self._call(f"list {kind}s", self.custom.list_namespaced_custom_object, group,
+                              version, self.namespace, plural, **kwargs)
+        else:
+            data = self._call(f"list {kind}s", self._fn("list_namespaced", kind), self.namespace,
+                              **kwargs)
         return data.get("items") or [], (data.get("metadata") or {}).get("resourceVersion", "")
 
     def watch(self, kind: str, resource_version: str, label_selector: str | None = None,
@@ -289,9 +306,16 @@ class KubeClient:
             KubeError: at once when the watch cannot be opened (403: RBAC; 0: no connection);
                 while iterating, see :class:`WatchStream`.
         """
-        fn = getattr(self.api, f"list_namespaced_{_KINDS[kind]}")
         kwargs = {k: v for k, v in (("label_selector", label_selector),
                                     ("field_selector", field_selector)) if v}
+        if kind in _CUSTOM:
+            group, version, plural = _CUSTOM[kind]
+            custom = self.custom.list_namespaced_custom_object
+
+            def fn(namespace, **kw):
+                return custom(group, version, namespace, plural, **kw)
+        else:
+            fn = getattr(self.api, f"list_namespaced_{_KINDS[kind]}")
         what = f"watch {kind}s"
         try:
             resp = fn(self.namespace, watch=True, resource_version=resource_version,

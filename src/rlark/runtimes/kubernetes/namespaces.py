@@ -20,7 +20,8 @@ import threading
 from typing import Callable
 
 from rlark.ranks import PlannedWorker
-from rlark.runtimes.base import AdoptSpec, LaunchSpec, Launched, Observed, Placement, Taken, WorkerRef
+from rlark.runtimes.base import (AdoptSpec, LaunchSpec, Launched, Observed, Placement, QueueState,
+                                 Taken, WorkerRef)
 from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
 from rlark.spec import Job
 
@@ -139,6 +140,15 @@ class ProjectNamespaces:
 
     def adopt(self, spec: AdoptSpec) -> None:
         self._owner(spec.ref, spec.namespace).adopt(spec)
+
+    def queue_for(self, project_queue: str | None, namespace: str | None = None) -> str | None:
+        """:meth:`KubernetesRuntime.queue_for` (the server's queue setting is every
+        namespace's; nothing is started)."""
+        return self.default.queue_for(project_queue)
+
+    def queue_state(self, job: str, run_uid: str, queue: str,
+                    namespace: str | None = None) -> QueueState:
+        return self.runtime_for(namespace).queue_state(job, run_uid, queue)
 
     def inventory(self, max_age: float = 5.0):
         """The node inventory (nodes are cluster-wide: the server's runtime reads them)."""

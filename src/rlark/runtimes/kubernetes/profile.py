@@ -31,14 +31,17 @@ class KubernetesProfile:
     ``kube_secret_info``: ``(namespace, name)`` -> the labels and key names of that Kubernetes
     Secret (:class:`~rlark.runtimes.kubernetes.podpolicy.SecretInfo`), None when it does not
     exist (raises when RLark may not read it); None: no Kubernetes Secret can be checked, so
-    none is allowed."""
+    none is allowed; ``default_queue``: the server's Kueue LocalQueue (``--k8s-queue``)."""
 
     inventory: Callable[[], tuple] | None = None
     pending_timeout: float | None = None
     pod_policy: PodPolicy | None = None
     kube_secret_info: Callable[[str | None, str], SecretInfo | None] | None = None
+    #: the server's Kueue LocalQueue for projects that name none (``--k8s-queue``; None: none)
+    default_queue: str | None = None
 
     name = "kubernetes"
+    queues = True
     here_only = False
     own_secrets = True
     namespaced = True
@@ -47,6 +50,23 @@ class KubernetesProfile:
     record_notes: tuple[str, ...] = ()
     pulls_images = True
     isolation: dict[str, Any] | None = None
+
+    def queue_of(self, project_queue: str | None) -> str | None:
+        """The Kueue LocalQueue of a project whose own setting is ``project_queue``
+        (:func:`rlark.runtimes.kubernetes.kueue.effective_queue`)."""
+        from rlark.runtimes.kubernetes.kueue import effective_queue
+
+        return effective_queue(project_queue, self.default_queue)
+
+    def check_queue(self, name: str) -> str:
+        """``name`` if a project may name it as its queue (a LocalQueue name, or ``none``).
+
+        Raises:
+            ValueError: naming the rule.
+        """
+        from rlark.runtimes.kubernetes.kueue import check_queue_name
+
+        return check_queue_name(name)
 
     def _policy(self) -> PodPolicy:
         from rlark.runtimes.kubernetes.settings import pod_policy

@@ -62,6 +62,7 @@ from rlark.bootstrap.archive import bootstrap_archive
 from rlark.preflight.quantities import parse_cpu
 from rlark.ranks import PlannedWorker, plan_workers
 from rlark.runtimes.base import bootstrap_env
+from rlark.runtimes.kubernetes import kueue
 from rlark.runtimes.kubernetes.podpolicy import (DEFAULT_RUN_AS_USER, PodPolicy, PolicyDenied,
                                                  check_role_policy, enforce, normalise_host_path)
 from rlark.spec import Job, Mount, Role, head_service_name
@@ -112,6 +113,9 @@ class RenderOptions:
     CSI driver, StorageClass or toleration).
     ``ray_auth``: the Run has a Ray Secret (:func:`render_ray_secret`); every Worker container
     gets ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` from it.
+    ``queue``: the Kueue LocalQueue the Run's Pods wait in for admission as one group
+    (:func:`.kueue.pod_metadata`); None: no queue, the Pods go to the scheduler at once.
+    ``priority_class``: with ``queue``, the WorkloadPriorityClass the Pods name.
     """
 
     namespace: str = "default"
@@ -121,6 +125,8 @@ class RenderOptions:
     allow_root: bool = False
     policy: PodPolicy | None = None
     ray_auth: bool = False
+    queue: str | None = None
+    priority_class: str | None = None
 
     def pod_policy(self) -> PodPolicy:
         """The policy rendered objects are checked against (see ``policy``)."""
@@ -560,10 +566,16 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
     for key, value in parts.pod_extra.items():
         spec[key] = [dict(v) for v in value] if isinstance(value, list) else (
             dict(value) if isinstance(value, dict) else value)
+    annotations = None
+    if opts.queue:
+        # one Kueue pod group per Run, all of its Workers: admitted all together or not at all
+        queued, annotations = kueue.pod_metadata(opts.queue, kueue.group_name(job.name, run_id),
+                                                 job.total_workers, opts.priority_class)
+        labels.update(queued)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _meta(worker.name, opts.namespace, labels, opts.owner),
+        "metadata": _meta(worker.name, opts.namespace, labels, opts.owner, annotations),
         "spec": spec,
     }
 

@@ -27,6 +27,12 @@
   of another Job, or one made meanwhile under the same name, is never deleted.
 * ``end_run``: delete the Run's Pods, Service, NetworkPolicy, PVCs, Secret and ConfigMap by the
   ``rlark.io/run`` label.
+* queues (:class:`rlark.runtimes.base.HasQueues`, Kueue: :mod:`.kueue`): a Run whose project (or
+  the server, ``--k8s-queue``) names a LocalQueue gets its Pods as one Kueue pod group; before the
+  first, the LocalQueue must exist and the namespace's Workloads must be watchable (a third
+  watch, started on first use), and a Pod Kueue's webhook did not gate is deleted at once and
+  fails the launch. ``queue_state`` answers from the Workload cache whether the group is
+  admitted and why not; ``observe`` reads a Pod Kueue preempted as ``Preempted``.
 
 A Pod that holds a Worker's name but not its Run's label is not the Worker's: ``observe`` reads
 it as absent, its log is never followed, and no delete touches it.
@@ -57,15 +63,17 @@ from typing import Any, Callable, Iterable
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.base import (
     AdoptSpec,
+    LaunchRefused,
     LaunchSpec,
     Launched,
     Observed,
     Placement,
+    QueueState,
     Taken,
     WorkerPlace,
     WorkerRef,
 )
-from rlark.runtimes.kubernetes import render
+from rlark.runtimes.kubernetes import kueue, render
 from rlark.runtimes.kubernetes.capacity import NodeInfo, parse_nodes
 from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream, abort, release
 from rlark.runtimes.kubernetes.logcursor import LogCursor, restore
@@ -287,6 +295,10 @@ class KubernetesRuntime:
             (:func:`.podpolicy.secret_allowed`). None: no Kubernetes Secret is allowed (the
             Run's own, RLark-managed ones always are).
         start: start the watches now (:meth:`start`).
+        queue: the server's Kueue LocalQueue (``--k8s-queue``) for projects that name none
+            (:func:`.kueue.effective_queue`); None or ``none``: no queue.
+        priority_classes: WorkloadPriorityClass name -> value (``--k8s-priority-class``): a
+            queued Run of ``spec.priority`` P names the class of value P.
 
     Raises:
         KubeError: with ``start``, the API server refused to let RLark list or watch Pods or
@@ -300,8 +312,11 @@ class KubernetesRuntime:
     def __init__(self, namespace: str | None = None, kube: KubeClient | None = None,
                  policy: StatusPolicy = StatusPolicy(), ray_dashboard: bool = False,
                  start: bool = True, pod_policy: PodPolicy = PodPolicy(),
-                 secret_projects: Callable[[], Iterable[str]] | None = None):
+                 secret_projects: Callable[[], Iterable[str]] | None = None,
+                 queue: str | None = None, priority_classes: dict[str, int] | None = None):
         self.kube = kube or KubeClient.connect(namespace)
+        self.queue = queue
+        self.priority_classes = dict(priority_classes or {})
         self.secret_projects = secret_projects
         self.namespace = self.kube.namespace
         self.policy = policy
@@ -330,8 +345,14 @@ class KubernetesRuntime:
         self._drain_since: dict[str, float] = {}
         self._runs: dict[str, render.RenderOptions] = {}
         self._inventory: tuple[float, Any] | None = None
+        #: Kueue's Workloads of the namespace by name (:func:`.kueue.workload_summary`), watched
+        #: once a Run here uses a queue (:meth:`watch_workloads`)
+        self._workloads: dict[str, dict] = {}
+        self._workload_watch = False
+        #: LocalQueue name -> its ClusterQueue (None: not known), read once per queue
+        self._local_queues: dict[str, str | None] = {}
         self._stop = threading.Event()
-        self._kinds = ("Pod", "Event")
+        self._kinds = ("Pod", "Event", "Workload")
         #: per watched kind: set once it listed and opened its watch, or was refused
         self._ready = {k: threading.Event() for k in self._kinds}
         #: per watched kind: its cache holds a list (until then a missing Pod proves nothing)
@@ -363,19 +384,33 @@ class KubernetesRuntime:
                              ("Event", {"field_selector": "involvedObject.kind=Pod"})):
             threading.Thread(target=self._watch_loop, args=(kind, kwargs), daemon=True,
                              name=f"rlark-watch-{kind.lower()}-{self.namespace}").start()
+        kinds = ("Pod", "Event")
         deadline = time.monotonic() + START_TIMEOUT
-        for kind in self._kinds:
+        for kind in kinds:
             self._ready[kind].wait(max(0.0, deadline - time.monotonic()))
-        refused = [e for e in (self._watch_error[k] for k in self._kinds)
+        refused = [e for e in (self._watch_error[k] for k in kinds)
                    if e is not None and e.status in DENIED]
         if refused:
             self.shutdown()
             raise KubeError(f"RLark cannot watch the Pods and Events of namespace {self.namespace}: "
                             + "; ".join(str(e) for e in refused), refused[0].status)
-        if not all(self._ready[k].is_set() for k in self._kinds):
+        if not all(self._ready[k].is_set() for k in kinds):
             log.warning("no Pod and Event watch in namespace %s after %.0f s (%s); still trying",
                         self.namespace, START_TIMEOUT,
                         "; ".join(str(e) for e in self._watch_error.values() if e) or "no answer")
+
+    def watch_workloads(self, wait: bool = True) -> None:
+        """Start watching Kueue's Workloads of the namespace (once: later calls return at
+        once); ``wait``: until the first list came (at most :data:`START_TIMEOUT` seconds). A
+        watch that fails (Kueue not installed: 404; RBAC: 403) keeps trying and is logged;
+        :meth:`queue_state` then says it cannot read them."""
+        with self._lock:
+            started, self._workload_watch = self._workload_watch, True
+        if not started:
+            threading.Thread(target=self._watch_loop, args=("Workload", {}), daemon=True,
+                             name=f"rlark-watch-workload-{self.namespace}").start()
+        if wait:
+            self._ready["Workload"].wait(START_TIMEOUT)
 
     def shutdown(self) -> None:
         """Stop the watches (their connections are closed) and every log follower, leaving the
@@ -449,13 +484,16 @@ class KubernetesRuntime:
             log.warning("watching %ss in %s: %s; retrying", kind, self.namespace, exc)
 
     def apply_list(self, kind: str, items: list[dict]) -> None:
-        """Take a full list of ``kind`` (Pod or Event) into the caches in place of what they
+        """Take a full list of ``kind`` (Pod, Event or Workload) into the caches in place of what they
         held (a Pod no longer listed is gone); the watch threads call this after each list,
         tests feed saved lists through it. Until the first Pod list a missing Pod proves
         nothing."""
         with self._changed:
             self._listed[kind] = True
-            if kind == "Pod":
+            if kind == "Workload":
+                self._workloads = {n: kueue.workload_summary(o) for o in items
+                                   if isinstance(n := (o.get("metadata") or {}).get("name"), str)}
+            elif kind == "Pod":
                 seen = {(o.get("metadata") or {}).get("name"): o for o in items}
                 for name, old in list(self._pods.items()):
                     if name not in seen:
@@ -470,10 +508,17 @@ class KubernetesRuntime:
             self._changed.notify_all()
 
     def apply_watch_event(self, kind: str, typ: str, obj: dict) -> None:
-        """Take one watch event (``kind`` Pod or Event; ``typ`` ADDED, MODIFIED or DELETED) into
+        """Take one watch event (``kind`` Pod, Event or Workload; ``typ`` ADDED, MODIFIED or DELETED) into
         the caches; the watch threads call this, tests feed saved objects through it."""
         with self._changed:
-            if kind == "Pod":
+            if kind == "Workload":
+                name = (obj.get("metadata") or {}).get("name")
+                if isinstance(name, str):
+                    if typ == "DELETED":
+                        self._workloads.pop(name, None)
+                    else:
+                        self._workloads[name] = kueue.workload_summary(obj)
+            elif kind == "Pod":
                 name = (obj.get("metadata") or {}).get("name")
                 if not isinstance(name, str):
                     return  # not an object this runtime can track (no name)
@@ -658,16 +703,36 @@ class KubernetesRuntime:
 
     def _ensure_run(self, job: Job, run_uid: str,
                     secrets: dict[tuple[str, str], str] | None = None,
-                    ray_token: str | None = None) -> render.RenderOptions:
+                    ray_token: str | None = None, queue: str | None = None) -> render.RenderOptions:
         with self._lock:
             opts = self._runs.get(run_uid)
         if opts is not None:
             return opts
         self.check_secret_refs(job, (secrets or {}).keys())
+        priority = None
+        if queue:
+            try:
+                priority = kueue.priority_class(job.spec.priority, self.priority_classes)
+            except ValueError as exc:
+                raise LaunchRefused(str(exc)) from None
+            local_queue = self.kube.get("LocalQueue", queue)
+            if local_queue is not None:
+                with self._lock:
+                    self._local_queues[queue] = (local_queue.get("spec") or {}).get("clusterQueue")
+            else:
+                raise KubeError(
+                    f"Kueue LocalQueue {queue} does not exist in namespace {self.namespace} (or "
+                    "Kueue is not installed): create it (docs/kubernetes.md, \"Queues and gang "
+                    "admission\") or set the project's queue to another one, or to none", 404)
+            self.watch_workloads()
+            refused = self._watch_error["Workload"]
+            if refused is not None and refused.status in DENIED:
+                raise KubeError(self._workloads_refused(refused), refused.status)
         base = render.RenderOptions(namespace=self.namespace, ray_dashboard=self.ray_dashboard,
                                     run_as_user=self.pod_policy.run_as_user,
                                     allow_root=self.pod_policy.allow_root, policy=self.pod_policy,
-                                    ray_auth=bool(ray_token))
+                                    ray_auth=bool(ray_token), queue=queue,
+                                    priority_class=priority)
         cm = render.render_config_map(job, run_uid, base)
         stored = self._create(cm, job.name, run_uid)
         uid = (stored.get("metadata") or {}).get("uid")
@@ -715,7 +780,7 @@ class KubernetesRuntime:
             KubeError: an API call was refused or failed (the message names it).
         """
         enforce(spec.job, self.pod_policy)
-        opts = self._ensure_run(spec.job, spec.run_uid, spec.secrets, spec.ray_token)
+        opts = self._ensure_run(spec.job, spec.run_uid, spec.secrets, spec.ray_token, spec.queue)
         env = dict(spec.env)
         if self.ray_dashboard and spec.worker.is_head:
             env["RLARK_RAY_DASHBOARD"] = "1"
@@ -725,7 +790,17 @@ class KubernetesRuntime:
         self.track_pod(name, head=spec.worker.is_head,
                        join_timeout=spec.job.spec.failure_policy.join_timeout_seconds,
                        run_uid=spec.run_uid)
-        self._create(pod, spec.job.name, spec.run_uid)
+        created = self._create(pod, spec.job.name, spec.run_uid)
+        if opts.queue and not kueue.gated(created) and not (created.get("spec") or {}).get("nodeName"):
+            # Kueue's webhook did not hold it back: this namespace is not under Kueue's Pod
+            # integration, and the Pod would start now, alone: fail closed
+            self.kube.delete("Pod", name, grace_seconds=0,
+                             uid=(created.get("metadata") or {}).get("uid"))
+            raise KubeError(
+                f"Kueue did not hold Pod {name} behind its admission gate ({kueue.ADMISSION_GATE}): "
+                f"namespace {self.namespace} is not under Kueue's Pod integration (Kueue's "
+                "managedJobsNamespaceSelector, docs/kubernetes.md \"Queues and gang admission\"); "
+                "the Pod was deleted")
         self._follow(name, spec.log_path)
         return Launched(handle=f"{self.namespace}/{name}")
 
@@ -757,6 +832,7 @@ class KubernetesRuntime:
         again when it needs its owner reference, and :meth:`end_run` works by label.
         """
         name = self._pod_name(spec.ref)
+        queued = False
         with self._lock:  # one step: never tracked as launched here (the watch lag)
             if name not in self._created:
                 pod = self._pods.get(name)
@@ -770,6 +846,9 @@ class KubernetesRuntime:
                 if events is not None:
                     self._events[name] = events
                 self._adopted[name] = time.time()
+                queued = kueue.GROUP_LABEL in (((pod or {}).get("metadata") or {}).get("labels") or {})
+        if queued:  # a Pod of a Kueue pod group: what Kueue says of its group counts
+            self.watch_workloads(wait=False)
         if spec.log_path:
             self._follow(name, spec.log_path, keep=True)
 
@@ -883,9 +962,75 @@ class KubernetesRuntime:
                     Reason.HeadLost if head else Reason.WorkerLost,
                     f"Pod {name} was deleted while no RLark server watched it (this server, "
                     f"which adopted its Worker at {_utc(adopted)}, never saw it)"))
+            queued, admitted_at, stopped = self._queue_of_pod(obj)
             return interpret(obj, events, now=now, policy=self._policies.get(name, self.policy),
                              container=render.CONTAINER, head=head, gone=gone,
-                             deleted_by_rlark=name in self._deleting)
+                             deleted_by_rlark=name in self._deleting, queued=queued,
+                             pending_since=admitted_at, stopped_by_queue=stopped)
+
+    def _queue_of_pod(self, pod: dict | None) -> tuple[bool, float | None, tuple[Reason, str] | None]:
+        """For a Pod of a Kueue pod group: whether it still waits behind Kueue's gate, when its
+        group was admitted (its Workload's ``Admitted`` time, from the watch cache), and what
+        Kueue did when it stopped the Pod (:func:`.kueue.preemption_of`, the preempting
+        Workload named when it is one of this namespace's). Call with the lock held."""
+        labels = ((pod or {}).get("metadata") or {}).get("labels") or {}
+        group = labels.get(kueue.GROUP_LABEL)
+        if not group:
+            return False, None, None
+        wl = self._workloads.get(group)
+        admitted = kueue.admission_of(wl, labels.get(kueue.QUEUE_LABEL, "?")).admitted_at
+        cond: dict = next((c for c in ((pod or {}).get("status") or {}).get("conditions") or []
+                           if c.get("type") == kueue.TERMINATION_TARGET), {})
+        uid = kueue.preemptor_uid(str(cond.get("message") or ""))
+        by = None
+        if uid:
+            found = next((n for n, w in self._workloads.items()
+                          if (w.get("metadata") or {}).get("uid") == uid), None)
+            by = f"Workload {self.namespace}/{found}" if found else f"the Workload of uid {uid}"
+        return kueue.gated(pod), admitted, kueue.preemption_of(pod, by)
+
+    def queue_for(self, project_queue: str | None, namespace: str | None = None) -> str | None:
+        """The Kueue LocalQueue a new Run's Pods wait in: the project's setting, else the
+        server's (:func:`.kueue.effective_queue`); None: none, they start at once."""
+        return kueue.effective_queue(project_queue, self.queue)
+
+    def queue_state(self, job: str, run_uid: str, queue: str,
+                    namespace: str | None = None) -> QueueState:
+        """What Kueue says of the pod group of Run ``run_uid`` of Job ``job`` in LocalQueue
+        ``queue``: admitted or not, and while not, why (:func:`.kueue.admission_of`), from the
+        Workload watch (started here when it is not yet: after a server restart). No API call
+        once the watch runs."""
+        self.watch_workloads(wait=False)
+        group = kueue.group_name(job, run_uid)
+        with self._lock:
+            known = queue in self._local_queues
+        if not known:  # (a Run launched by an earlier server process) one read per queue
+            try:
+                found_queue = self.kube.get("LocalQueue", queue)
+            except KubeError:
+                found_queue = None
+            with self._lock:
+                self._local_queues[queue] = ((found_queue or {}).get("spec") or {}).get("clusterQueue")
+        with self._lock:
+            listed, error = self._listed["Workload"], self._watch_error["Workload"]
+            wl = self._workloads.get(group)
+            cluster_queue = self._local_queues.get(queue)
+        failure = None
+        if error is not None and error.status in DENIED:
+            failure = (Reason.Forbidden, self._workloads_refused(error))
+        if not listed:
+            why = (f"RLark cannot read Kueue's Workloads in namespace {self.namespace}: {error}"
+                   if error is not None else "reading Kueue's Workloads")
+            found = kueue.Admission(queue, False, cluster_queue, waiting_for=why)
+        else:
+            found = kueue.admission_of(wl, queue, cluster_queue)
+        return QueueState(admitted=found.admitted, message=found.message,
+                          cluster_queue=found.cluster_queue, admitted_at=found.admitted_at,
+                          inadmissible=found.inadmissible, failure=failure)
+
+    def _workloads_refused(self, error: KubeError) -> str:
+        return (f"RLark may not watch Kueue's Workloads in namespace {self.namespace}, so it "
+                f"cannot tell when its queue admits a Run: {error}")
 
     def observe(self, ref: WorkerRef) -> Observed:
         """Alive / exit code / Kubernetes failure / record facts of the Worker's Pod. A Worker

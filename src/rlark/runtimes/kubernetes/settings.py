@@ -70,3 +70,51 @@ def pod_policy() -> PodPolicy:
         storage_classes=tuple(csv_env("RLARK_K8S_STORAGE_CLASSES")),
         tolerations=tuple(csv_env("RLARK_K8S_TOLERATIONS")),
     )
+
+
+def queue() -> str | None:
+    """``RLARK_K8S_QUEUE`` (``rlark server --k8s-queue NAME``): the Kueue LocalQueue of the
+    projects that name none; unset or ``none``: no queue.
+
+    Raises:
+        ValueError: not a LocalQueue name (:func:`.kueue.check_queue_name`).
+    """
+    from rlark.runtimes.kubernetes.kueue import check_queue_name
+
+    raw = os.environ.get("RLARK_K8S_QUEUE", "").strip()
+    if not raw:
+        return None
+    try:
+        return check_queue_name(raw)
+    except ValueError as exc:
+        raise ValueError(f"RLARK_K8S_QUEUE (--k8s-queue): {exc}") from None
+
+
+def priority_classes() -> dict[str, int]:
+    """``RLARK_K8S_PRIORITY_CLASSES`` (``--k8s-priority-class NAME=VALUE``, comma-separated):
+    Kueue WorkloadPriorityClass name -> its value, as the cluster's administrator made them
+    (``kubectl get workloadpriorityclasses``): a queued Run of ``spec.priority`` VALUE names
+    class NAME (:func:`.kueue.priority_class`).
+
+    Raises:
+        ValueError: an entry is not ``NAME=VALUE`` with a DNS-1123 subdomain and a whole number,
+            or two entries name one class.
+    """
+    from rlark.names import DNS1123_SUBDOMAIN
+
+    out: dict[str, int] = {}
+    for item in csv_env("RLARK_K8S_PRIORITY_CLASSES"):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        try:
+            number = int(value.strip()) if sep else None
+        except ValueError:
+            number = None
+        if number is None or not DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
+            raise ValueError(f"RLARK_K8S_PRIORITY_CLASSES (--k8s-priority-class): {item!r} is not "
+                             "NAME=VALUE (a WorkloadPriorityClass name and its whole-number value)")
+        if name in out:
+            raise ValueError(f"RLARK_K8S_PRIORITY_CLASSES (--k8s-priority-class): class {name!r} "
+                             "is given twice")
+        out[name] = number
+    return out

@@ -29,7 +29,13 @@ Failure reasons (the Run's reason when it is the first failure):
                        RLark, or failed with a node-level reason (``NodeLost``, ``Shutdown``,
                        ``Terminated``, ``DisruptionTarget`` condition).
 ``AdmissionRejected``  the kubelet refused the Pod (``OutOfcpu``, ``UnexpectedAdmissionError``...).
+``Preempted``          its queue (Kueue) preempted the Run's Pod group and deleted the Pod
+                       (``stopped_by_queue``; another eviction by Kueue is ``Evicted``).
 =====================  ==========================================================================
+
+A Pod still behind its queue's admission gate (``queued``) is never ``Unschedulable``: the
+scheduler has not been asked yet; once its group is admitted the pending timeout counts from
+then (``pending_since``).
 
 A plain non-zero exit is *not* a runtime failure: the bootstrap's own lifecycle line (or the
 exit code, as ``HeadLost``/``WorkerLost``/``RunFailed``) tells the state machine more.
@@ -306,6 +312,9 @@ def interpret(
     head: bool = False,
     gone: bool = False,
     deleted_by_rlark: bool = False,
+    queued: bool = False,
+    pending_since: float | None = None,
+    stopped_by_queue: tuple[Reason, str] | None = None,
 ) -> PodStatus:
     """Interpret one Worker's Pod.
 
@@ -318,6 +327,14 @@ def interpret(
         head: the Pod is the Run's head (names a loss ``HeadLost`` instead of ``WorkerLost``).
         gone: the Pod object no longer exists (watch DELETED / 404).
         deleted_by_rlark: RLark itself asked to delete it (stop, teardown): not a failure.
+        queued: the Pod waits behind its queue's admission gate (Kueue's
+            ``kueue.x-k8s.io/admission``): nothing for the scheduler yet, so no pending
+            timeout (the queue wait has its own bound, ``failurePolicy.queueTimeoutSeconds``).
+        pending_since: when the Pod's group was admitted (Unix seconds): the pending timeout
+            counts from then, not from the Pod's creation.
+        stopped_by_queue: the queue stopped the Pod and deleted it (Kueue's preemption or
+            eviction, :func:`.kueue.preemption_of`): that failure, whatever its container does
+            as it goes.
     Returns:
         A :class:`PodStatus`. Never raises for odd objects: missing fields read as absent.
     """
@@ -340,7 +357,8 @@ def interpret(
         if deleted_by_rlark:
             return PodStatus(PodState.Gone, False, exit_code, None, facts)
         if pod:  # its last state may say why it went (evicted, OOM-killed, node lost...)
-            last = interpret(pod, events, now=now, policy=policy, container=container, head=head)
+            last = interpret(pod, events, now=now, policy=policy, container=container, head=head,
+                             stopped_by_queue=stopped_by_queue)
             if last.failure is not None:
                 return PodStatus(PodState.Gone, False, exit_code, last.failure, facts)
         if terminated is not None or phase in (PodPhase.Succeeded, PodPhase.Failed):
@@ -349,6 +367,11 @@ def interpret(
         return PodStatus(PodState.Gone, False, None, (lost, _clip(
             f"Pod {name} was deleted (not by RLark) while {phase}{where}, before its Worker "
             "finished")), facts)
+
+    if stopped_by_queue is not None and not deleted_by_rlark:
+        over = terminated is not None or phase in (PodPhase.Succeeded, PodPhase.Failed)
+        return PodStatus(PodState.Failed if over else _state(phase), not over, exit_code,
+                         stopped_by_queue, facts)
 
     # the kubelet and the node: evicted, lost, rejected
     reason = status.get("reason") or ""
@@ -410,8 +433,12 @@ def interpret(
     cond = _condition(pod, "PodScheduled")
     bound = bool(spec.get("nodeName") or cond.get("status") == "True" or status.get("hostIP"))
     if not bound:
+        if queued:
+            return PodStatus(PodState.Unscheduled, True, None, None, facts)
         since = parse_time(cond.get("lastTransitionTime")) if cond.get("status") == "False" else None
         since = since or parse_time(meta.get("creationTimestamp")) or now
+        if pending_since is not None:
+            since = max(since, pending_since)
         waited = now - since
         if waited >= policy.pending_timeout_seconds:
             sched = _events(events, ("FailedScheduling",))

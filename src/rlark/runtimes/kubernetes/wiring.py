@@ -17,7 +17,9 @@ def open_kubernetes(namespace: str | None, projects_in: Callable[[str, str], lis
     projects whose Runs go to namespace ``ns`` (whose Secrets labelled for them their Jobs may
     name). Settings from the environment: :func:`rlark.runtimes.kubernetes.settings.status_policy`,
     :func:`~rlark.runtimes.kubernetes.settings.ray_dashboard`,
-    :func:`~rlark.runtimes.kubernetes.settings.pod_policy`.
+    :func:`~rlark.runtimes.kubernetes.settings.pod_policy`,
+    :func:`~rlark.runtimes.kubernetes.settings.queue`,
+    :func:`~rlark.runtimes.kubernetes.settings.priority_classes`.
 
     Raises:
         ValueError: a setting is unusable, no Kubernetes configuration, or RBAC refuses the
@@ -26,11 +28,13 @@ def open_kubernetes(namespace: str | None, projects_in: Callable[[str, str], lis
     from rlark.runtimes.kubernetes.client import KubeClient, KubeError
     from rlark.runtimes.kubernetes.namespaces import ProjectNamespaces
     from rlark.runtimes.kubernetes.runtime import KubernetesRuntime, read_secret_info
-    from rlark.runtimes.kubernetes.settings import pod_policy, ray_dashboard, status_policy
+    from rlark.runtimes.kubernetes.settings import (pod_policy, priority_classes, queue,
+                                                    ray_dashboard, status_policy)
 
     k8s_policy = status_policy()
     dashboard = ray_dashboard()
     policy = pod_policy()
+    server_queue, classes = queue(), priority_classes()
     try:
         kube = KubeClient.connect(namespace)
     except KubeError as exc:
@@ -39,7 +43,8 @@ def open_kubernetes(namespace: str | None, projects_in: Callable[[str, str], lis
     def runtime_for(ns: str) -> KubernetesRuntime:
         return KubernetesRuntime(kube=KubeClient(kube.api, ns), policy=k8s_policy,
                                  ray_dashboard=dashboard, pod_policy=policy,
-                                 secret_projects=lambda: projects_in(ns, kube.namespace))
+                                 secret_projects=lambda: projects_in(ns, kube.namespace),
+                                 queue=server_queue, priority_classes=classes)
 
     def namespaces() -> ProjectNamespaces:
         """Every namespace's runtime (watches started: RBAC refusing them raises)."""
@@ -62,6 +67,6 @@ def open_kubernetes(namespace: str | None, projects_in: Callable[[str, str], lis
     profile = KubernetesProfile(
         inventory=KubernetesRuntime(kube=kube, policy=k8s_policy, start=False).inventory,
         pending_timeout=k8s_policy.pending_timeout_seconds, pod_policy=policy,
-        kube_secret_info=kube_secret_info)
+        kube_secret_info=kube_secret_info, default_queue=server_queue)
     return Opened(runtime=first, profile=profile, namespace=kube.namespace, fresh=namespaces,
                   lease_api=kube.api.api_client, shutdown=shutdown)

@@ -54,6 +54,9 @@ class LocalProfile:
     home: str | None = None
 
     name = "local"
+    #: Runs wait in this machine's own admission queue; there is no queue of a cluster to name
+    queues = False
+    default_queue: str | None = None
     here_only = True
     own_secrets = False
     namespaced = False
@@ -63,6 +66,20 @@ class LocalProfile:
     record_notes = ("local runtime: images are recorded, not pulled; each Worker ran with the "
                     "Python environment named in its facts (python_executable)",)
     pulls_images = False
+
+    def queue_of(self, project_queue: str | None) -> str | None:
+        """None: Runs wait in this machine's own admission queue, which has no name."""
+        return None
+
+    def check_queue(self, name: str) -> str:
+        """Refuses every name: this runtime has no queue of a cluster to name.
+
+        Raises:
+            ValueError: always.
+        """
+        raise ValueError("this server runs Workers on this machine (local runtime), whose Runs "
+                         "wait in its own admission queue (by spec.priority, then age); a "
+                         "project's queue names a Kueue LocalQueue on Kubernetes")
 
     def preflight(self, job: Job, *, errors: bool,
                   neighbours: Callable[[], list[tuple[str, str, dict[str, Any]]]]) -> list[Finding]:
