@@ -332,10 +332,11 @@ def kuberay_setup(tb: K8sTestbed, kr: Path, work: Path) -> Path:
     as its Deployment); returns a kubeconfig with its token."""
     tb.kubectl("apply", "--server-side", "-f", str(kr / "crds"), timeout=120)
     tb.kubectl("wait", "--for=condition=Established", "--timeout=120s", "-f", str(kr / "crds"), timeout=150)
-    tb.kubectl("create", "namespace", "kuberay-system")
-    tb.kubectl("create", "serviceaccount", KUBERAY_SA, "-n", "kuberay-system")
+    # check=False: an attached test bed may hold them from an earlier run (the token proves it)
+    tb.kubectl("create", "namespace", "kuberay-system", check=False)
+    tb.kubectl("create", "serviceaccount", KUBERAY_SA, "-n", "kuberay-system", check=False)
     tb.kubectl("create", "clusterrolebinding", "bench-kuberay-operator", "--clusterrole=cluster-admin",
-               f"--serviceaccount=kuberay-system:{KUBERAY_SA}")
+               f"--serviceaccount=kuberay-system:{KUBERAY_SA}", check=False)
     token = tb.kubectl("create", "token", KUBERAY_SA, "-n", "kuberay-system", "--duration=24h").strip()
     cfg = yaml.safe_load(tb.kubeconfig.read_text())
     cfg["users"] = [{"name": "kuberay", "user": {"token": token}}]
