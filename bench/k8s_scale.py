@@ -1,0 +1,522 @@
+"""Benchmark: one Job of N Workers on RLark's Kubernetes runtime against one RayCluster of N Pods
+under the KubeRay operator, on the same test bed (issue 23 item 1).
+
+The test bed: ``scripts/k8s-testbed up --nodes 100 --node-gpus 8 --audit-log`` (kwok Nodes of
+16 CPUs, 64Gi, 8 nvidia.com/gpu and 110 Pods each, the script's defaults but the GPUs; the API
+server with its default limits, ``--max-requests-inflight`` 400 and
+``--max-mutating-requests-inflight`` 200, and the default scheduler; kwok's default Stages make a
+bound Pod Running). Every Pod asks for 1 CPU and 1Gi (no GPU: 1,000 Pods on 100 Nodes of 8 GPUs
+would not all fit with one each), so sizes up to 1,000 fit the 100 Nodes.
+
+Per size (``--sizes``, default 10,100,1000) and round (``--rounds``, default 3), the two sides
+alternate, each starting fresh (its own namespace, server or operator process):
+
+- RLark: a real ``rlark server --runtime kubernetes`` (RLark's ServiceAccount rlark/rlark, the
+  project quota raised with ``$RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT``), a Job of one head and N-1
+  pool Workers through ``POST /api/v1/jobs``; stopped with ``POST /api/v1/jobs/NAME/stop``.
+  A client polls ``GET /api/v1/jobs`` throughout (its latencies' p95 is reported).
+- KubeRay: the ray-operator (``scripts/k8s-testbed build --kuberay``; v1.5.0) as a local process
+  under a ServiceAccount of its own bound to cluster-admin, with ``--watch-namespace``,
+  ``--enable-leader-election=false``, ``--qps``, ``--burst`` and ``--reconcile-concurrency``
+  (flags from ray-operator/main.go; defaults 100, 200 and 1 from
+  ray-operator/apis/config/v1alpha1/defaults.go, v1.5.0), its CRDs (config/crd/bases) applied
+  server-side; a RayCluster of a head and one worker group of N-1 replicas, the same resources;
+  stopped by deleting the RayCluster (the garbage collector removes its Pods and Service).
+
+Measured from the submit (the POST, or the RayCluster's create): seconds until all N Pods are
+bound (``spec.nodeName``) and all Running (``status.phase``), from a watch of the namespace's
+Pods as the admin; the API requests the side made (its ServiceAccount's lines in the API server's
+audit log, counted by audit ID, from the submit until everything is gone, split by verb and
+resource: ``apiserver_request_total`` has no user label, its labels are verb, dry_run, group,
+version, resource, subresource, scope, component and code, Kubernetes metrics reference for
+v1.36); the process's CPU seconds (user + system, psutil) over the same window and peak RSS
+(``VmHWM``, /proc/PID/status); seconds from the stop until no Pod, Service, ConfigMap (but
+kube-root-ca.crt), Secret or NetworkPolicy is left in the namespace.
+
+RLark's Pods never run Ray on kwok, so its Runs never reach the phase Running: the bench measures
+the Pods, as the API server sees them, which is what both systems are asked to produce.
+
+Usage: .venv/bin/python bench/k8s_scale.py [--sizes 10,100,1000] [--rounds 3] [--json FILE]
+       [--plot FILE.png] [--kuberay-qps 100] [--kuberay-burst 200] [--kuberay-concurrency 1]
+(``scripts/k8s-testbed build --kuberay`` done; RLARK_TESTBED_ATTACH=DIR uses a test bed already
+up in DIR with the arguments above instead of starting one; the plot, Pods Running over time at the largest
+size for both systems, is drawn with Pillow, matplotlib not being installed here.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+import psutil  # noqa: E402
+import yaml  # noqa: E402
+
+from tests.k8s_testbed import RLARK_SA, SCRIPT, K8sTestbed, wait_for  # noqa: E402
+from tests.server import RlarkServer, free_port  # noqa: E402
+
+NODES = 100
+NODE_GPUS = 8
+UP_ARGS = ("--nodes", str(NODES), "--node-gpus", str(NODE_GPUS), "--audit-log")
+CPU = "1"
+MEMORY = "1Gi"
+IMAGE = "docker.io/rayproject/ray:2.52.0"
+KUBERAY_SA = "kuberay-operator"
+LAUNCH_TIMEOUT = 900.0
+GONE_TIMEOUT = 600.0
+CORE_KINDS = ("pods", "services", "configmaps", "secrets", "networkpolicies")
+
+
+# -- what the API server saw -------------------------------------------------------------------
+class PodWatch:
+    """A watch of one namespace's Pods as the admin: per Pod, the monotonic time it was first
+    seen bound and first seen Running. ``start`` returns once the watch is established."""
+
+    def __init__(self, tb: K8sTestbed, namespace: str):
+        from kubernetes import client, watch
+
+        self.core = client.CoreV1Api(tb.api_client(admin=True))
+        self.ns = namespace
+        self.bound: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self._watch = watch.Watch()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"podwatch-{namespace}")
+
+    def start(self) -> "PodWatch":
+        self._thread.start()
+        if not self._ready.wait(60):
+            raise RuntimeError(f"the Pod watch of {self.ns} did not start within 60 s")
+        return self
+
+    def _run(self) -> None:
+        pods = self.core.list_namespaced_pod(self.ns)
+        rv = pods.metadata.resource_version
+        self._ready.set()
+        while True:
+            try:
+                for ev in self._watch.stream(self.core.list_namespaced_pod, self.ns,
+                                             resource_version=rv, timeout_seconds=0,
+                                             allow_watch_bookmarks=True):
+                    pod = ev["object"]
+                    rv = pod.metadata.resource_version
+                    if ev["type"] == "BOOKMARK":
+                        continue
+                    now = time.monotonic()
+                    name = pod.metadata.name
+                    if pod.spec.node_name:
+                        self.bound.setdefault(name, now)
+                    if pod.status.phase == "Running":
+                        self.running.setdefault(name, now)
+                return
+            except Exception:  # noqa: BLE001 -- a watch the server ended: resume from rv
+                if self._stop:
+                    return
+                time.sleep(0.1)
+
+    _stop = False
+
+    def stop(self) -> None:
+        self._stop = True
+        self._watch.stop()
+
+
+def objects_left(tb: K8sTestbed, namespace: str) -> dict[str, int]:
+    """How many Pods, Services, ConfigMaps (but kube-root-ca.crt), Secrets and NetworkPolicies
+    the namespace holds (the admin's lists)."""
+    from kubernetes import client
+
+    core = tb.admin()
+    net = client.NetworkingV1Api(core.api_client)
+    counts = {
+        "pods": len(core.list_namespaced_pod(namespace).items),
+        "services": len(core.list_namespaced_service(namespace).items),
+        "configmaps": sum(1 for c in core.list_namespaced_config_map(namespace).items
+                          if c.metadata.name != "kube-root-ca.crt"),
+        "secrets": len(core.list_namespaced_secret(namespace).items),
+        "networkpolicies": len(net.list_namespaced_network_policy(namespace).items),
+    }
+    return {k: v for k, v in counts.items() if v}
+
+
+class AuditLog:
+    """The test bed's audit log (``up --audit-log``): requests by user from a byte offset."""
+
+    def __init__(self, tb: K8sTestbed):
+        self.path = tb.dir / "logs" / "audit.log"
+
+    def offset(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def requests(self, user: str, since: int) -> Counter:
+        """``user``'s requests from byte ``since`` on, counted once each (by audit ID), keyed
+        ``"verb resource[/subresource]"``."""
+        seen: dict[str, str] = {}
+        with self.path.open("rb") as f:
+            f.seek(since)
+            for line in f:
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if ev.get("user", {}).get("username") != user:
+                    continue
+                ref = ev.get("objectRef") or {}
+                res = ref.get("resource", ev.get("requestURI", "?"))
+                if ref.get("subresource"):
+                    res += "/" + ref["subresource"]
+                seen.setdefault(ev["auditID"], f"{ev.get('verb')} {res}")
+        return Counter(seen.values())
+
+
+class ProcessMeter:
+    """CPU seconds (user + system, children included) of a process over a window, and its peak
+    RSS (VmHWM, the kernel's high-water mark, in MiB)."""
+
+    def __init__(self, pid: int):
+        self.proc = psutil.Process(pid)
+        self.cpu0 = self._cpu()
+
+    def _cpu(self) -> float:
+        t = self.proc.cpu_times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def cpu_seconds(self) -> float:
+        return self._cpu() - self.cpu0
+
+    def peak_rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError(f"no VmHWM in /proc/{self.proc.pid}/status")
+
+
+def wait_pods(pw: PodWatch, n: int, t0: float, what: str) -> tuple[float, float]:
+    """Seconds from ``t0`` until ``n`` Pods were bound and ``n`` Running (bounded by
+    LAUNCH_TIMEOUT, naming how far it got)."""
+    wait_for(f"{n} Pods of {what} Running (seen {len(pw.bound)} bound, {len(pw.running)} Running)",
+             lambda: len(pw.running) >= n, timeout=LAUNCH_TIMEOUT, interval=0.1)
+    return (sorted(pw.bound.values())[n - 1] - t0, sorted(pw.running.values())[n - 1] - t0)
+
+
+def wait_gone(tb: K8sTestbed, namespace: str, t_stop: float, what: str) -> float:
+    left: dict = {}
+
+    def gone() -> bool:
+        nonlocal left
+        left = objects_left(tb, namespace)
+        return not left
+
+    wait_for(f"every object of {what} in {namespace} gone (left {left})", gone,
+             timeout=GONE_TIMEOUT, interval=0.2)
+    return time.monotonic() - t_stop
+
+
+def curve(pw: PodWatch, t0: float) -> list[float]:
+    """The seconds after ``t0`` at which each Pod was first seen Running, sorted."""
+    return sorted(round(t - t0, 3) for t in pw.running.values())
+
+
+def requests_summary(c: Counter, n: int) -> dict:
+    total = sum(c.values())
+    return {"requests": total, "requests_per_pod": total / n, "by_verb": dict(c.most_common())}
+
+
+# -- RLark -----------------------------------------------------------------------------------
+def job_doc(name: str, n: int) -> dict:
+    """A Job of one head and ``n - 1`` pool Workers, each 1 CPU and 1Gi."""
+    res = {"cpu": CPU, "memory": MEMORY}
+    roles = [{"name": "head", "workers": 1, "image": IMAGE, "resources": res}]
+    if n > 1:
+        roles.append({"name": "pool", "workers": n - 1, "image": IMAGE, "resources": res})
+    return {"apiVersion": "rlark.io/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"headRole": "head", "terminationGracePeriodSeconds": 5,
+                     "runScript": "python train.py", "roles": roles}}
+
+
+class ApiPoller:
+    """Polls ``GET /api/v1/jobs`` back to back; the latencies in seconds."""
+
+    def __init__(self, srv: RlarkServer):
+        self.http = httpx.Client(base_url=srv.url, headers=dict(srv.http.headers), timeout=60)
+        self.latencies: list[float] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="api-poller")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            t = time.monotonic()
+            try:
+                self.http.get("/api/v1/jobs")
+            except httpx.HTTPError:
+                pass
+            self.latencies.append(time.monotonic() - t)
+            self._done.wait(0.1)
+
+    def stop(self) -> dict:
+        self._done.set()
+        self._thread.join(70)
+        lat = sorted(self.latencies)
+        if not lat:
+            return {}
+        return {"polls": len(lat), "median_ms": 1000 * statistics.median(lat),
+                "p95_ms": 1000 * lat[int(0.95 * (len(lat) - 1))], "max_ms": 1000 * lat[-1]}
+
+
+def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path) -> dict:
+    ns = tb.project_namespace()
+    tb.grant_leader_election(ns)
+    pns = tb.project_namespace(f"{ns}-default")
+    home = work / f"rlark-{ns}"
+    home.mkdir()
+    env = {"RLARK_RUNTIME": "kubernetes", "RLARK_NAMESPACE": ns, "KUBECONFIG": str(tb.rlark_kubeconfig),
+           "RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT": str(max(256, n)), "RLARK_K8S_PENDING_TIMEOUT": "600"}
+    srv = RlarkServer(home, env).start()
+    pw = PodWatch(tb, pns).start()
+    try:
+        assert srv.proc is not None
+        meter = ProcessMeter(srv.proc.pid)
+        poller = ApiPoller(srv)
+        off = audit.offset()
+        t0 = time.monotonic()
+        srv.submit(yaml.safe_dump(job_doc("scale", n), sort_keys=False))
+        bound, running = wait_pods(pw, n, t0, f"RLark's Job ({n} Workers)")
+        api = poller.stop()
+        t_stop = time.monotonic()
+        r = srv.http.post("/api/v1/jobs/scale/stop")
+        assert r.status_code == 200, r.text
+        gone = wait_gone(tb, pns, t_stop, "RLark's Job")
+        time.sleep(1)  # the audit log's last lines: the API server writes each after its response
+        out = {"bound_s": bound, "running_s": running, "gone_s": gone,
+               "cpu_s": meter.cpu_seconds(), "peak_rss_mib": meter.peak_rss_mib(),
+               "api_jobs_latency": api, "curve": curve(pw, t0),
+               **requests_summary(audit.requests(RLARK_SA, off), n)}
+    finally:
+        pw.stop()
+        srv.stop()
+        for name in (pns, ns):
+            tb.delete_namespace(name)
+    return out
+
+
+# -- KubeRay ---------------------------------------------------------------------------------
+def kuberay_dir() -> Path:
+    proc = subprocess.run([str(SCRIPT), "path"], capture_output=True, text=True, check=True)
+    root = Path(proc.stdout.strip()).parent.parent
+    version = os.environ.get("RLARK_TESTBED_KUBERAY_VERSION", "v1.5.0")
+    d = root / f"kuberay-{version}"
+    if not (d / "bin" / ".complete").exists():
+        raise SystemExit(f"KubeRay {version} is not built in {d} (run: scripts/k8s-testbed build --kuberay)")
+    return d
+
+
+def kuberay_setup(tb: K8sTestbed, kr: Path, work: Path) -> Path:
+    """The CRDs applied (server-side) and Established; a ServiceAccount for the operator bound to
+    cluster-admin (the operator's own ClusterRole, config/rbac, is not applied: nothing here runs
+    as its Deployment); returns a kubeconfig with its token."""
+    tb.kubectl("apply", "--server-side", "-f", str(kr / "crds"), timeout=120)
+    tb.kubectl("wait", "--for=condition=Established", "--timeout=120s", "-f", str(kr / "crds"), timeout=150)
+    # check=False: an attached test bed may hold them from an earlier run (the token proves it)
+    tb.kubectl("create", "namespace", "kuberay-system", check=False)
+    tb.kubectl("create", "serviceaccount", KUBERAY_SA, "-n", "kuberay-system", check=False)
+    tb.kubectl("create", "clusterrolebinding", "bench-kuberay-operator", "--clusterrole=cluster-admin",
+               f"--serviceaccount=kuberay-system:{KUBERAY_SA}", check=False)
+    token = tb.kubectl("create", "token", KUBERAY_SA, "-n", "kuberay-system", "--duration=24h").strip()
+    cfg = yaml.safe_load(tb.kubeconfig.read_text())
+    cfg["users"] = [{"name": "kuberay", "user": {"token": token}}]
+    for ctx in cfg["contexts"]:
+        ctx["context"]["user"] = "kuberay"
+    path = work / "kuberay.kubeconfig"
+    path.write_text(yaml.safe_dump(cfg))
+    path.chmod(0o600)
+    return path
+
+
+def raycluster(name: str, n: int) -> dict:
+    """A RayCluster (ray.io/v1) of a head and one worker group of ``n - 1`` replicas, each Pod
+    1 CPU and 1Gi (fields: ray-operator/config/crd/bases/ray.io_rayclusters.yaml)."""
+    def template(container: str) -> dict:
+        res = {"cpu": CPU, "memory": MEMORY}
+        return {"spec": {"containers": [{"name": container, "image": IMAGE,
+                                         "resources": {"requests": res, "limits": res}}]}}
+
+    spec: dict = {"headGroupSpec": {"rayStartParams": {}, "template": template("ray-head")},
+                  "workerGroupSpecs": []}
+    if n > 1:
+        spec["workerGroupSpecs"].append({"groupName": "pool", "replicas": n - 1, "minReplicas": n - 1,
+                                         "maxReplicas": n - 1, "rayStartParams": {},
+                                         "template": template("ray-worker")})
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": name}, "spec": spec}
+
+
+def kuberay_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path, kr: Path, kubeconfig: Path,
+                  qps: float, burst: int, concurrency: int) -> dict:
+    from kubernetes import client
+
+    ns = f"kr-{uuid.uuid4().hex[:8]}"
+    tb.kubectl("create", "namespace", ns)
+    wait_for(f"the default ServiceAccount of {ns}",
+             lambda: tb.kubectl("get", "serviceaccount", "default", "-n", ns, check=False).strip() != "",
+             timeout=60)
+    log = open(work / f"kuberay-{ns}.log", "ab")
+    argv = [str(kr / "bin" / "ray-operator"), f"--watch-namespace={ns}", "--enable-leader-election=false",
+            f"--metrics-addr=127.0.0.1:{free_port()}", f"--health-probe-bind-address=127.0.0.1:{free_port()}",
+            f"--qps={qps}", f"--burst={burst}", f"--reconcile-concurrency={concurrency}"]
+    proc = subprocess.Popen(argv, env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    custom = client.CustomObjectsApi(tb.api_client(admin=True))
+    pw = PodWatch(tb, ns).start()
+    try:
+        # the operator's caches synced: its own log says so (controller-runtime's "Starting workers")
+        wait_for("the KubeRay operator's controllers to start",
+                 lambda: proc.poll() is None and b"Starting workers" in (work / f"kuberay-{ns}.log").read_bytes(),
+                 timeout=120, interval=0.2)
+        meter = ProcessMeter(proc.pid)
+        off = audit.offset()
+        t0 = time.monotonic()
+        custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", raycluster("scale", n))
+        bound, running = wait_pods(pw, n, t0, f"KubeRay's RayCluster ({n} Pods)")
+        t_stop = time.monotonic()
+        custom.delete_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "scale")
+        gone = wait_gone(tb, ns, t_stop, "KubeRay's RayCluster")
+        time.sleep(1)
+        out = {"bound_s": bound, "running_s": running, "gone_s": gone,
+               "cpu_s": meter.cpu_seconds(), "peak_rss_mib": meter.peak_rss_mib(), "curve": curve(pw, t0),
+               **requests_summary(audit.requests(f"system:serviceaccount:kuberay-system:{KUBERAY_SA}", off), n)}
+    finally:
+        pw.stop()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+        tb.delete_namespace(ns)
+    return out
+
+
+# -- report ----------------------------------------------------------------------------------
+def medians(rows: list[dict]) -> dict:
+    keys = ("bound_s", "running_s", "gone_s", "requests", "requests_per_pod", "cpu_s", "peak_rss_mib")
+    return {k: statistics.median(r[k] for r in rows) for k in keys}
+
+
+def plot(path: Path, n: int, curves: dict[str, list[float]]) -> None:
+    """Pods Running over time (a step line per system), drawn with Pillow (matplotlib is not
+    installed in this environment)."""
+    from PIL import Image, ImageDraw
+
+    w, h, m = 900, 520, 60
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    tmax = max((c[-1] for c in curves.values() if c), default=1.0) * 1.05 or 1.0
+    x = lambda t: m + (w - 2 * m) * t / tmax  # noqa: E731
+    y = lambda k: h - m - (h - 2 * m) * k / n  # noqa: E731
+    d.line([(m, m), (m, h - m), (w - m, h - m)], fill="black")
+    for i in range(6):
+        t, k = tmax * i / 5, n * i / 5
+        d.text((x(t) - 10, h - m + 8), f"{t:.1f}", fill="black")
+        d.text((8, y(k) - 6), f"{k:.0f}", fill="black")
+    d.text((w // 2 - 60, h - 25), "seconds from submit", fill="black")
+    d.text((m, 15), f"Pods Running, {n} Pods, kwok test bed ({NODES} Nodes)", fill="black")
+    colours = {"rlark": (200, 40, 40), "kuberay": (30, 90, 200)}
+    for j, (side, c) in enumerate(curves.items()):
+        pts = [(x(0), y(0))]
+        for k, t in enumerate(c, 1):
+            pts += [(x(t), y(k - 1)), (x(t), y(k))]
+        d.line(pts, fill=colours.get(side, "black"), width=2)
+        d.text((w - m - 120, m + 18 * j), f"-- {side}", fill=colours.get(side, "black"))
+    img.save(path)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="10,100,1000")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--plot", type=Path, help="PNG of Pods Running over time at the largest size")
+    ap.add_argument("--kuberay-qps", type=float, default=100.0)
+    ap.add_argument("--kuberay-burst", type=int, default=200)
+    ap.add_argument("--kuberay-concurrency", type=int, default=1)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    kr = kuberay_dir()
+    work = Path(tempfile.mkdtemp(prefix="rlark-bench-scale-"))
+    started = time.monotonic()
+    attach = os.environ.get("RLARK_TESTBED_ATTACH")
+    tb = K8sTestbed.attach(attach) if attach else K8sTestbed.start(*UP_ARGS)
+    print(f"test bed {'attached' if attach else 'up'} in {time.monotonic() - started:.1f} s "
+          f"({' '.join(UP_ARGS)}) in {tb.dir}", flush=True)
+    audit = AuditLog(tb)
+    results = []
+    try:
+        kubeconfig = kuberay_setup(tb, kr, work)
+        for n in sizes:
+            per: dict[str, list[dict]] = {"rlark": [], "kuberay": []}
+            for i in range(args.rounds):
+                for side in ("rlark", "kuberay"):
+                    if side == "rlark":
+                        row = rlark_round(tb, audit, n, work)
+                    else:
+                        row = kuberay_round(tb, audit, n, work, kr, kubeconfig, args.kuberay_qps,
+                                            args.kuberay_burst, args.kuberay_concurrency)
+                    per[side].append(row)
+                    extra = (f"  GET /api/v1/jobs p95 {row['api_jobs_latency'].get('p95_ms', 0):.0f} ms"
+                             if side == "rlark" else "")
+                    print(f"n={n} round {i + 1} {side:7s}: bound {row['bound_s']:.2f}s running "
+                          f"{row['running_s']:.2f}s gone {row['gone_s']:.2f}s requests {row['requests']} "
+                          f"({row['requests_per_pod']:.2f}/Pod) cpu {row['cpu_s']:.1f}s "
+                          f"rss {row['peak_rss_mib']:.0f}MiB{extra}", flush=True)
+                    print(f"    requests by verb: {dict(list(row['by_verb'].items())[:8])}", flush=True)
+            med = {side: medians(rows) for side, rows in per.items()}
+            results.append({"workers": n, **med,
+                            "ratio": med["rlark"]["running_s"] / med["kuberay"]["running_s"],
+                            "requests_ratio": med["rlark"]["requests_per_pod"] / med["kuberay"]["requests_per_pod"],
+                            "rounds": per})
+    finally:
+        tb.down()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\nKubeRay v1.5.0: --qps {args.kuberay_qps} --burst {args.kuberay_burst} "
+          f"--reconcile-concurrency {args.kuberay_concurrency}; medians of {args.rounds} rounds")
+    hdr = f"{'N':>5} {'side':8} {'bound s':>8} {'running s':>9} {'gone s':>7} {'req/Pod':>8} {'cpu s':>6} {'rss MiB':>8}"
+    print(hdr)
+    for r in results:
+        for side in ("rlark", "kuberay"):
+            m = r[side]
+            print(f"{r['workers']:>5} {side:8} {m['bound_s']:8.2f} {m['running_s']:9.2f} {m['gone_s']:7.2f} "
+                  f"{m['requests_per_pod']:8.2f} {m['cpu_s']:6.1f} {m['peak_rss_mib']:8.0f}")
+        print(f"{r['workers']:>5} {'ratio':8} running {r['ratio']:.2f}, requests/Pod {r['requests_ratio']:.2f} "
+              f"(RLark / KubeRay)")
+    if args.plot and results:
+        big = results[-1]
+        plot(args.plot, big["workers"], {s: big["rounds"][s][0]["curve"] for s in ("rlark", "kuberay")})
+        print(f"plot: {args.plot}")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "testbed": {"up": list(UP_ARGS), "pod_resources": {"cpu": CPU, "memory": MEMORY}},
+            "kuberay": {"version": kr.name, "qps": args.kuberay_qps, "burst": args.kuberay_burst,
+                        "reconcile_concurrency": args.kuberay_concurrency},
+            "sizes": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
