@@ -162,6 +162,7 @@ def test_every_key_the_console_uses_is_in_the_catalogs():
     from rlark.console.usage_chart import METRICS
 
     used |= {f"us.{m}" for m in METRICS}  # the Resources tab's chart captions (_usage.html)
+    used |= {"unit.cores"}  # the Resources tab's CPU unit (_usage.html, t.of("unit", ...))
     used |= {f"sev.{s}" for s in ("error", "warning", "info")}
     used |= {f"mount.{m}" for m in ("hostPath", "pvc", "objectStorage")}
     used |= {f"ev.{e}" for e in ("Normal", "Warning")} | {"dur.s", "dur.ms", "dur.hm"}
