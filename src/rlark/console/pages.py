@@ -27,6 +27,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from rlark import __version__
 from rlark.api.security import PROJECT_COOKIE, Access, ProjectAccess, allow_project, allow_user
 from rlark.console import HTMX_VERSION
+from rlark.console.curves_chart import dots_svg
 from rlark.console.timeline_chart import compact_rows
 from rlark.console.i18n import COOKIE, ENDONYMS, LOCALES, Translator, negotiate
 from rlark.console.wizard import MOUNT_TYPES, STEPS
@@ -113,7 +114,7 @@ env.filters["code"] = _code_spans
 env.globals.update(PHASES=PHASES, Phase=Phase, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_TYPES, STEPS=STEPS,
                    TABS=TABS, seconds=_seconds, version=__version__, htmx_version=HTMX_VERSION,
                    quote=quote, amount=_amount, NODE_COLUMNS=NODE_COLUMNS,
-                   compact_rows=compact_rows)
+                   compact_rows=compact_rows, curve_dots=dots_svg)
 
 
 def _service(request: Request) -> JobService:
