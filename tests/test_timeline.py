@@ -227,7 +227,8 @@ def test_a_thousand_worker_timeline_is_drawn_compact_one_row_and_one_tooltip_per
     """Issue 25, item 7 (bench/console_charts.py): a 1,000-Worker Run's timeline drawn in full
     is 17 elements and 1.5 KB a Worker; compact, one row per Worker (a band carrying its one
     tooltip with its spans' times) and the bars of each phase one path, a subpath per span, at
-    the row's height: some 3 elements a Worker, every span still drawn."""
+    the row's height: some 3 elements a Worker, every span still drawn, and ranks beside the
+    rows (item 1: rank shown)."""
     import re
 
     from rlark.console import timeline_chart
@@ -265,6 +266,11 @@ def test_a_thousand_worker_timeline_is_drawn_compact_one_row_and_one_tooltip_per
     assert "Running 24.0–100.0;" in head
     assert re.search(r'<g class="tl-row" data-worker="big-7" [^>]*>.*?<path class="tl-failure" '
                      rf'data-reason="NodeLost" d="M\d+(\.\d)? {row_y["big-7"]}l3 6h-6z"/></g>', svg)
+    # an axis of ranks: each role's first Worker and every 50th rank, beside its row
+    ticks = re.findall(r'<text class="tl-tick tl-rank-tick" x="214" y="(\d+)" '
+                       r'text-anchor="end">(\d+)</text>', svg)
+    assert [int(r) for _, r in ticks] == [0, 1, *range(50, 1000, 50)]
+    assert all(int(y) == row_y[f"big-{r}"] + 6 for y, r in ticks)
     assert "1000 Workers: drawn compact" in html
 
 
