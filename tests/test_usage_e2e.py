@@ -6,7 +6,8 @@ each, CPU and memory above 0, no GPU on this machine: shown as absent), ``rlark 
 and ``-o json``), the Job page's Resources tab over plain HTTP (an SVG chart per metric) and in
 Debian's Chromium: one chart group per Worker, each line with exactly the samples the API gives,
 in English and in Chinese (no English left), whose screenshots are the README's
-(artifacts/screenshots/job-resources.png, zh-job-resources.png; copied to docs/console/).
+(artifacts/screenshots/job-resources.png, zh-job-resources.png; copied to docs/console/); and
+the overview's timeline of the same Run, a row per Worker.
 """
 
 from __future__ import annotations
@@ -145,3 +146,18 @@ def test_the_resources_tab_draws_each_workers_samples_in_the_browser(ui, server,
     names = {NAME, "head", "idle", "use-head-0", "use-idle-0", "default", "admin"}
     assert not english_left(page, names), english_left(page, names)
     page.locator("#usage").screenshot(path=str(SHOTS / "zh-job-resources.png"))
+
+
+def test_the_job_pages_timeline_has_one_row_per_worker_of_the_real_run(ui, finished):
+    """Issue 25, item 6 on this module's two-Worker Run: the overview's timeline draws a row per
+    Worker, grouped by role, each with its Running or Joined span titled with its times."""
+    page = ui.go(f"/jobs/{NAME}")
+    rows = page.locator("svg.timeline g.tl-row")
+    expect(rows).to_have_count(2)
+    assert [rows.nth(i).get_attribute("data-worker") for i in range(2)] == ["use-head-0",
+                                                                           "use-idle-0"]
+    assert page.locator("svg.timeline text.tl-role").all_text_contents() == ["head", "idle"]
+    running = rows.nth(0).locator("rect.tl-span[data-phase=Running] title").text_content()
+    assert running.startswith("use-head-0 (rank 0): Running "), running
+    joined = rows.nth(1).locator("rect.tl-span[data-phase=Joined] title").text_content()
+    assert joined.startswith("use-idle-0 (rank 1): Joined "), joined
