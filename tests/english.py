@@ -26,8 +26,9 @@ PROPER = {"RLark", "RLinf", "Ray", "Kubernetes", "Python", "PyTorch", "Hydra", "
           "CSI", "GCS", "DNS", "SHA", "ID", "OK", "RBAC", "PID", "NUL", "Unicode", "Service",
           # programs named as they are: Bash, Git, the Ray process that runs a node
           "Bash", "git", "raylet",
-          # the term the Chinese catalog keeps for the notifications' endpoints (nav.webhooks)
-          "Webhook"}
+          # the term the Chinese catalog keeps for the notifications' endpoints (nav.webhooks),
+          # the chat service a webhook's format is named for, and the HTTP method it is sent with
+          "Webhook", "Slack", "POST"}
 UNITS = {"B", "KiB", "MiB", "GiB", "TiB", "Ki", "Mi", "Gi", "Ti", "s", "ms", "min", "h", "m", "d"}
 TOKEN = re.compile(r"[A-Za-z0-9_./:=@'’\[\]-]*[A-Za-z][A-Za-z0-9_./:=@'’\[\]-]*")
 _IDENTIFIER = re.compile(r"[0-9_/:=@\[\]-]|\w\.\w|[a-z][A-Z]")

@@ -162,6 +162,7 @@ def test_every_key_the_console_uses_is_in_the_catalogs():
     from rlark.console.usage_chart import METRICS
 
     used |= {f"us.{m}" for m in METRICS}  # the Resources tab's chart captions (_usage.html)
+    used |= {"unit.cores"}  # the Resources tab's CPU unit (_usage.html, t.of("unit", ...))
     used |= {f"sev.{s}" for s in ("error", "warning", "info")}
     used |= {f"mount.{m}" for m in ("hostPath", "pvc", "objectStorage")}
     used |= {f"ev.{e}" for e in ("Normal", "Warning")} | {"dur.s", "dur.ms", "dur.hm"}
@@ -639,6 +640,36 @@ def test_detail_tabs_render(client, service):
     r = client.get("/jobs/det/_live")
     assert r.status_code == 200 and r.headers["HX-Redirect"] == "/jobs"
 
+
+
+def test_the_workers_table_escapes_what_workers_report_and_lays_out_many_rows_lazily(client,
+                                                                                     service):
+    """The overview's Workers rows are written in Python (console/pages.py worker_rows, for a
+    1,000-Worker Run's page: bench/console_charts.py): a host and a message a Worker
+    reported stay text, a message's `backticks` code, its first line only; past LAZY_ROWS Workers the table is laid out
+    only as it nears the viewport (console.css .lazy-rows), every row still in the page."""
+    from rlark.console.pages import LAZY_ROWS
+    from rlark.services.jobs import JobService
+    from rlark.store import RunRow as Run
+
+    service.create(job_doc("few", workers=1))
+    with service.store.session() as s:
+        w = s.query(Run).one().workers[1]
+        w.host, w.reason, w.message = "<b>h</b>", "NodeLost", "`ray start` said <i>no</i>\nmore"
+    page = client.get("/jobs/few").text
+    row = re.search(r'<tr data-worker="few-pool-0".*?</tr>', page, re.S).group(0)
+    assert "<b>" not in row and "<i>" not in row and "&lt;b&gt;h&lt;/b&gt;" in row
+    assert 'data-reason="NodeLost"' in row and "more" not in row
+    assert "<code>ray start</code> said &lt;i&gt;no&lt;/i&gt;" in row
+    assert '<a href="/jobs/few?tab=logs&amp;worker=few-pool-0">' in row
+    assert 'class="table-wrap lazy-rows"' not in page
+    # a Run of more Workers than the local runtime takes: one made on the same store for
+    # Kubernetes (the page reads only the store)
+    JobService(service.store, runtime="kubernetes", namespace="rlark").create(
+        job_doc("many", workers=LAZY_ROWS))
+    page = client.get("/jobs/many").text
+    assert 'class="table-wrap lazy-rows"' in page
+    assert len(re.findall(r'<tr data-worker="many-', page)) == LAZY_ROWS + 1
 
 def test_logs_tab_and_downloads(client, service, rlark_home, monkeypatch):
     import time

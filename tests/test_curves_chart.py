@@ -39,3 +39,13 @@ def test_a_short_series_is_drawn_point_for_point():
 def test_per_pixel_keeps_each_columns_lowest_and_highest_in_step_order():
     pts = [(0, 1.0), (1, 5.0), (2, -3.0), (3, 2.0), (10, 0.0), (11, 0.0), (12, 0.0), (20, 9.0)]
     assert curves_chart.per_pixel(pts, 0, 20, 2) == [(1, 5.0), (2, -3.0), (10, 0.0), (20, 9.0)]
+
+
+def test_the_dots_are_written_with_their_step_value_and_an_escaped_title():
+    points = [[s, float(s % 7) / 4] for s in range(5)]
+    [line] = chart("t", [('job<"&">:1', points)])["lines"]
+    svg = str(curves_chart.dots_svg(line, "step"))
+    assert svg.count("<circle ") == 5 and "<title>job&lt;&#34;&amp;&#34;&gt;:1 · step 3: 0.75</title>" in svg
+    for (step, value), d in zip(points, line["dots"]):
+        assert (f'<circle class="cv-dot cv-0" cx="{d["x"]}" cy="{d["y"]}" r="2.5" '
+                f'data-step="{step}" data-value="{value}">') in svg

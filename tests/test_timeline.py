@@ -225,8 +225,10 @@ def _many(n: int) -> dict:
 
 def test_a_thousand_worker_timeline_is_drawn_compact_one_row_and_one_tooltip_per_worker():
     """Issue 25, item 7 (bench/console_charts.py): a 1,000-Worker Run's timeline drawn in full
-    is 17 elements and 1.5 KB a Worker; compact, one row per Worker keeps its spans and the
-    times are its one tooltip."""
+    is 17 elements and 1.5 KB a Worker; compact, one row per Worker (a band carrying its one
+    tooltip with its spans' times) and the bars of each phase one path, a subpath per span, at
+    the row's height: some 3 elements a Worker, every span still drawn, and ranks beside the
+    rows (item 1: rank shown)."""
     import re
 
     from rlark.console import timeline_chart
@@ -234,19 +236,53 @@ def test_a_thousand_worker_timeline_is_drawn_compact_one_row_and_one_tooltip_per
     from rlark.console.pages import env
 
     small = timeline_chart.chart(_many(4))
-    assert not small["compact"] and small["row"] == timeline_chart.ROW
-    c = timeline_chart.chart(_many(1000))
+    assert not small["compact"] and small["row"] == timeline_chart.ROW and small["paths"] == []
+    tl = _many(1000)
+    c = timeline_chart.chart(tl)
     assert c["compact"] and c["row"] <= 6 and c["height"] <= 1000 * 6 + 2 * 20 + 22 + 1
     html = env.get_template("_timeline.html").render(timeline=c, t=Translator("en"))
     svg = re.search(r'<svg class="timeline".*?</svg>', html, re.S).group(0)
-    rows = re.findall(r'<g class="tl-row" data-worker="big-(\d+)" data-rank="(\d+)"[^>]*>'
-                      r'<title>([^<]*)</title>((?:<rect [^>]*/>)+)', svg)
+    rows = re.findall(r'<g class="tl-row" data-worker="big-(\d+)" data-rank="(\d+)">'
+                      r'<title>([^<]*)</title><rect class="tl-hit" y="(\d+)" width="1000" '
+                      r'height="6"/>', svg)
     assert [int(r[0]) for r in rows] == list(range(1000))
     assert svg.count("<title>") == 1000 + 1  # the rows' and the barrier's
-    assert svg.count("<rect ") == sum(len(w["spans"]) for w in _many(1000)["workers"])
-    assert len(svg) < 600 * 1000  # drawn in full: 1.5 MB
+    assert svg.count("<rect ") == 1000 and len(re.findall(r"<[a-z]", svg)) < 3 * 1000 + 100
+    # every span a subpath of its phase's path, at its Worker's row
+    row_y = {f"big-{r[0]}": int(r[3]) for r in rows}
+    paths = dict(re.findall(r'<path class="tl-(\w+)" data-phase="\w+" d="([^"]+)"/>', svg))
+    assert list(paths) == [p for p in PHASES if any(s["phase"] == p for w in tl["workers"]
+                                                   for s in w["spans"])]
+    for phase, d in paths.items():
+        bars = re.findall(r"M(\d+) (\d+)h(\d+)v(\d+)h-(\d+)z", d)
+        assert "".join(f"M{x} {y}h{w}v{b}h-{w2}z" for x, y, w, b, w2 in bars) == d
+        want = sorted((row_y[w["name"]], s["start"]) for w in tl["workers"]
+                      for s in w["spans"] if s["phase"] == phase)
+        assert sorted(int(b[1]) for b in bars) == [y for y, _ in want], phase
+        assert all(b[2] == b[4] and int(b[2]) >= 1 and b[3] == "5" for b in bars)
+    assert len(svg) < 400 * 1000  # drawn in full: 1.5 MB; an element per span: 590 KB
     head = rows[0][2]
     assert head.startswith("big-0 (rank 0): Pending 0.0–3.0; Joined 3.0–24.0;")
     assert "Running 24.0–100.0;" in head
-    assert 'class="tl-failure" data-reason="NodeLost"' in svg
+    assert re.search(r'<g class="tl-row" data-worker="big-7" [^>]*>.*?<path class="tl-failure" '
+                     rf'data-reason="NodeLost" d="M\d+(\.\d)? {row_y["big-7"]}l3 6h-6z"/></g>', svg)
+    # an axis of ranks: each role's first Worker and every 50th rank, beside its row
+    ticks = re.findall(r'<text class="tl-tick tl-rank-tick" x="214" y="(\d+)" '
+                       r'text-anchor="end">(\d+)</text>', svg)
+    assert [int(r) for _, r in ticks] == [0, 1, *range(50, 1000, 50)]
+    assert all(int(y) == row_y[f"big-{r}"] + 6 for y, r in ticks)
     assert "1000 Workers: drawn compact" in html
+
+
+def test_a_compact_rows_texts_are_escaped():
+    """The compact rows are written in Python, not by the template: what a Worker reported
+    (a failure's reason) is still text, never markup."""
+    from rlark.console import timeline_chart
+    from rlark.console.i18n import Translator
+
+    tl = _many(101)
+    tl["workers"][7] = {**tl["workers"][7],
+                        "failure": {**tl["workers"][7]["failure"], "reason": '<i>"&\''}}
+    svg = str(timeline_chart.compact_rows(timeline_chart.chart(tl), Translator("en")))
+    assert "<i>" not in svg and svg.count('data-reason="&lt;i&gt;&#34;&amp;&#39;"') == 1
+    assert "failure: &lt;i&gt;&#34;&amp;&#39; " in svg

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,39 @@ def test_the_keeper_samples_its_process_tree_including_a_daemon_that_double_fork
     # busy for 7 s on a shared machine: some of a core, where the run script alone uses none
     assert max(e["cpu"] for e in usage) > 0.2, usage
     assert max(e["mem"] for e in usage) > 250 << 20, usage
+
+
+# --- the Resources tab -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("locale, said", [
+    ("en", "gpu-j-pool-0's GPUs were idle (median 0% busy) while gpu-j-head-0's were 95% busy, "
+           "over 20 s"),
+    ("zh-CN", "gpu-j-pool-0 的 GPU 闲置（中位利用率 0%），而 gpu-j-head-0 的 GPU 利用率为 95%，"
+              "历时 20 秒"),
+])
+def test_the_resources_tab_names_the_idle_worker_in_the_readers_language(app_store, locale, said):
+    from sqlalchemy import select
+
+    from rlark.store import JobRow, RunRow
+    from tests.access import admin_token, api_client
+    from tests.test_console import job_doc
+
+    app, store = app_store
+    client = api_client(app, admin_token(store), cookies={"rlark_lang": locale})
+    assert client.post("/api/v1/jobs", content=job_doc("gpu-j").encode(),
+                       headers={"Content-Type": "application/yaml"}).status_code == 201
+    utils = {"gpu-j-head-0": [90, 95, 99, 97, 92], "gpu-j-pool-0": [0, 1, 0, 2, 0]}
+    with store.session() as s:
+        run = s.get(RunRow, s.scalar(select(JobRow).where(JobRow.name == "gpu-j")).current_run_id)
+        for w in run.workers:
+            series = None
+            for i, u in enumerate(utils[w.name]):
+                series = add_sample(series, sample(1000.0 + 5 * i, util=u))
+            w.lifecycle = {"usage": series}
+    html = unescape(client.get("/jobs/gpu-j", params={"tab": "resources"}).text)
+    assert f'data-worker="gpu-j-pool-0">{said}</p>' in html, html
+    assert html.count('class="notice notice-warn us-idle"') == 1
+    assert html.count('data-metric="gpu-util"') == 2
+    cores = {"en": "CPU (cores)", "zh-CN": "CPU (核)"}[locale]
+    assert html.count(f"<figcaption>{cores}</figcaption>") == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -365,7 +366,8 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
           tls_cert: str | None = None, tls_key: str | None = None,
           trusted_proxies: tuple[str, ...] = (), stop_runs_on_exit: bool | None = None,
           leader_elect: bool | None = None, worker_isolation: str | None = None,
-          quota_defaults=None, access_log: bool = False) -> None:
+          quota_defaults=None, access_log: bool = False,
+          metrics_address: str | None = None) -> None:
     """Run the server until SIGINT/SIGTERM. Active Runs keep running through a shutdown and the
     next server on the same store adopts them, unless ``RLARK_STOP_RUNS_ON_EXIT=1``. With
     ``leader_elect`` (default on with ``kubernetes``) it is one of several replicas: see
@@ -380,9 +382,14 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
     (a TLS-terminating proxy in front); from anyone else they are ignored, so a client cannot
     pose as another address (the login rate limit and the audit log key on it).
 
+    ``metrics_address`` (``HOST:PORT``): also serve ``GET /metrics`` there, on a listener of its
+    own with the same authentication, TLS and ``Host`` rules as the API's
+    (:func:`rlark.api.app.create_metrics_api`; docs/security.md says when that is worth it).
+
     Raises:
-        ValueError: a setting is refused (see :func:`security_policy`, :func:`build_app`), or
-            ``host:port`` cannot be listened on (:func:`port_in_use`).
+        ValueError: a setting is refused (see :func:`security_policy`, :func:`build_app`,
+            :func:`listen_address`), ``host:port`` or the metrics address cannot be listened on
+            (:func:`port_in_use`), or the metrics listener did not start.
     """
     import uvicorn
 
@@ -391,6 +398,19 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
         raise ValueError(f"cannot listen on {host}:{port}: {busy} (another RLark server, or "
                          f"another program, holds it); nothing was changed. Give this server "
                          f"another port: rlark server --port {port + 1}")
+    side = None
+    if metrics_address:
+        side = listen_address(metrics_address, "--metrics-address")
+        if side[1] == port:
+            raise ValueError(f"--metrics-address {metrics_address} uses the API's port {port}: "
+                             "give the metrics a port of their own (or leave the option out: "
+                             "/metrics is on the API's address too)")
+        busy = port_in_use(*side)
+        if busy is not None:
+            raise ValueError(f"cannot listen on --metrics-address {metrics_address}: {busy}; "
+                             "nothing was changed. Give it another port")
+        # the same refusals as the API's address: no --no-auth beyond loopback
+        side_policy = security_policy(side[0], auth, allowed_hosts, ())
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # what the server writes (its database, logs, tokens) is its own: no other user of the
@@ -411,7 +431,70 @@ def serve(host: str, port: int, database_url: str | None = None, log_level: str 
                      f"where you trust every local user. Listening on {host}:{port} only."):
             log.warning("!!! %s", line)
     proxies = tuple(trusted_proxies) + tuple(settings.csv_env("RLARK_TRUSTED_PROXIES"))
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                ssl_certfile=tls_cert,
-                ssl_keyfile=tls_key, proxy_headers=bool(proxies),
-                forwarded_allow_ips=",".join(proxies) if proxies else None)
+    metrics_server = None
+    if side is not None:
+        from rlark.api.app import create_metrics_api
+
+        metrics_server = _start_metrics_listener(
+            create_metrics_api(app, side_policy), side, log_level, access_log, tls_cert, tls_key)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log,
+                    ssl_certfile=tls_cert,
+                    ssl_keyfile=tls_key, proxy_headers=bool(proxies),
+                    forwarded_allow_ips=",".join(proxies) if proxies else None)
+    finally:
+        if metrics_server is not None:
+            metrics_server.should_exit = True
+
+
+#: seconds the metrics listener may take to start serving before the start is given up
+METRICS_START_SECONDS = 30.0
+
+
+def listen_address(text: str, option: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 address in brackets: ``[::1]:9470``) as ``(host, port)``. Pure.
+
+    Raises:
+        ValueError: not ``HOST:PORT``, or a port outside 1..65535 (the message names ``option``,
+            the value and the form expected).
+    """
+    m = re.fullmatch(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\s\[\]/]+)):(?P<port>[0-9]{1,5})",
+                     text.strip())
+    if m is None:
+        raise ValueError(f"{option} {text!r} is not HOST:PORT (e.g. 127.0.0.1:9470, "
+                         "0.0.0.0:9470, [::1]:9470)")
+    host, port_text = m.group("v6") or m.group("name"), m.group("port")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{option} {text!r}: port {port} is not in 1..65535")
+    return host, port
+
+
+def _start_metrics_listener(app: FastAPI, where: tuple[str, int], log_level: str,
+                            access_log: bool, tls_cert: str | None, tls_key: str | None):
+    """uvicorn serving ``app`` on ``where`` in a thread of its own (its own event loop: a slow
+    scrape never holds up the API), returned once it serves; ``should_exit = True`` ends it, and
+    it ends with the process.
+
+    Raises:
+        ValueError: it did not serve within :data:`METRICS_START_SECONDS` (the log says why).
+    """
+    import threading
+    import time
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=where[0], port=where[1], log_level=log_level, access_log=access_log,
+        ssl_certfile=tls_cert, ssl_keyfile=tls_key, lifespan="off"))
+    thread = threading.Thread(target=server.run, name="rlark-metrics", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + METRICS_START_SECONDS
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise ValueError(f"the metrics listener on {where[0]}:{where[1]} did not start "
+                             f"within {METRICS_START_SECONDS:.0f} s (the log above says why)")
+        time.sleep(0.02)
+    log.info("serving /metrics on %s:%s too", *where)
+    return server

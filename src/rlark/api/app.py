@@ -8,6 +8,7 @@ import inspect
 import json
 import logging
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from fastapi import FastAPI, Request
@@ -110,6 +111,63 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
     app.state.follow_limits = FollowLimits()
     app.state.metrics = metrics = metrics or ServerMetrics(lambda: app.state.jobs.store)
 
+    _answer_errors(app, service)
+
+    app.include_router(jobs.router)
+    app.include_router(logs.router)
+    app.include_router(records.router)
+    app.include_router(meta.router)
+    app.include_router(meta.metrics_router)
+    app.include_router(nodes.router)
+    app.include_router(access.router)
+    app.include_router(secrets.router)
+    app.include_router(volumes.router)
+    app.include_router(webhooks.router)
+    for mount in fronts:  # e.g. the web console at / (its pages are not in the OpenAPI schema)
+        mount(app)
+    check_every_route_has_a_rule(app)
+    _document_bearer_auth(app)
+    if policy.cors_origins:  # closed unless configured: then only these origins, tokens only
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(policy.cors_origins),
+                           allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type"], allow_credentials=False)
+    app.add_middleware(RequestGuard, policy=policy, auth=lambda: app.state.auth)
+    # outermost: a refusal by the guard (401, 403, 400) is timed too
+    app.add_middleware(RequestTiming, metrics=metrics)
+    return app
+
+
+def create_metrics_api(api: FastAPI, policy: SecurityPolicy) -> FastAPI:
+    """The app of ``rlark server --metrics-address``: ``GET /metrics`` of ``api`` (the same
+    :class:`ServerMetrics`, the same route) and nothing else, on a listener of its own, behind
+    the same request guard with the same authentication (a site administrator's token) and
+    ``policy`` (:func:`rlark.server.security_policy` of the metrics address: its own ``Host``
+    names). Every refusal is JSON, as the API's are: a scraper has no login page. It has no
+    lifespan of its own: the controller lives and ends with ``api``. docs/security.md says why
+    one would serve the metrics apart.
+
+    Raises:
+        RuntimeError: a route declares no access rule.
+    """
+    app = FastAPI(title="RLark metrics", version=__version__, docs_url=None, redoc_url=None,
+                  openapi_url=None, default_response_class=SafeJSONResponse)
+    for key in ("jobs", "auth", "metrics", "policy"):
+        setattr(app.state, key, getattr(api.state, key))
+    _answer_errors(app, api.state.jobs)
+    app.include_router(meta.metrics_router)
+    check_every_route_has_a_rule(app)
+    app.add_middleware(RequestGuard, policy=replace(policy, api_only=True),
+                       auth=lambda: api.state.auth)
+    return app
+
+
+def _answer_errors(app: FastAPI, service: JobService) -> None:
+    """Every error answered in the API's JSON shape (``{"detail": {"code", "message"}}``, never a
+    traceback): service refusals with their status, bad parameters 422 naming the field, an
+    unreachable database 503, unknown routes 404, anything else 500."""
+
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):
         headers = {}
@@ -164,30 +222,6 @@ def create_api(service: JobService, controller=None, *, policy: SecurityPolicy |
         code = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
         return SafeJSONResponse(status_code=exc.status_code, headers=getattr(exc, "headers", None),
                             content={"detail": {"code": code, "message": message}})
-
-    app.include_router(jobs.router)
-    app.include_router(logs.router)
-    app.include_router(records.router)
-    app.include_router(meta.router)
-    app.include_router(nodes.router)
-    app.include_router(access.router)
-    app.include_router(secrets.router)
-    app.include_router(volumes.router)
-    app.include_router(webhooks.router)
-    for mount in fronts:  # e.g. the web console at / (its pages are not in the OpenAPI schema)
-        mount(app)
-    check_every_route_has_a_rule(app)
-    _document_bearer_auth(app)
-    if policy.cors_origins:  # closed unless configured: then only these origins, tokens only
-        from starlette.middleware.cors import CORSMiddleware
-
-        app.add_middleware(CORSMiddleware, allow_origins=list(policy.cors_origins),
-                           allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
-                           allow_headers=["Authorization", "Content-Type"], allow_credentials=False)
-    app.add_middleware(RequestGuard, policy=policy, auth=lambda: app.state.auth)
-    # outermost: a refusal by the guard (401, 403, 400) is timed too
-    app.add_middleware(RequestTiming, metrics=metrics)
-    return app
 
 
 def _document_bearer_auth(app: FastAPI) -> None:

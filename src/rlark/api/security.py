@@ -95,6 +95,8 @@ class SecurityPolicy:
         cors_origins: origins (``https://app.example.com``) a browser may call the API from with
             an API token; empty: CORS closed.
         secure_cookies: mark cookies Secure; None: when the request came over HTTPS.
+        api_only: every path is the API's: a refusal is JSON, never a redirect to a login page
+            (a listener without the console: ``rlark server --metrics-address``).
     """
 
     auth: bool = True
@@ -102,6 +104,7 @@ class SecurityPolicy:
     cors_origins: tuple[str, ...] = ()
     secure_cookies: bool | None = None
     extra_public: tuple[str, ...] = field(default=())
+    api_only: bool = False
 
 
 #: ``Host`` = a name or IPv4 address, or an IPv6 address in brackets, and an optional port
@@ -284,7 +287,7 @@ class RequestGuard:
         else:
             problem = "log in first: send `Authorization: Bearer <API token>` (`rlark login`)"
         if principal is None and not is_public(path) and down is None:
-            if is_api_path(path):
+            if is_api_path(path) or self.policy.api_only:
                 await _send_json(send, 401, "Unauthenticated", problem,
                                  {"WWW-Authenticate": 'Bearer realm="rlark"'})
             else:

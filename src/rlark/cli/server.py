@@ -154,6 +154,12 @@ def server(
     log_level: str = typer.Option(
         "info", "--log-level", envvar="RLARK_LOG_LEVEL", metavar="|".join(LOG_LEVELS),
         help="The least severe log lines the server writes (RLark's own and the web server's)."),
+    metrics_address: Optional[str] = typer.Option(
+        None, "--metrics-address", envvar="RLARK_METRICS_ADDRESS", metavar="HOST:PORT",
+        help="Also serve GET /metrics (Prometheus) on this address, a listener of its own with "
+             "the same authentication (a site administrator's token) and TLS; e.g. the Pod's "
+             "address for the cluster's Prometheus while the API stays behind its proxy. "
+             "/metrics stays on the API's address too. docs/security.md."),
     access_log: bool = typer.Option(
         False, "--access-log/--no-access-log", envvar="RLARK_ACCESS_LOG",
         help="Also log one line per HTTP request (the web server's access log). Default off: "
@@ -217,7 +223,8 @@ def server(
               trusted_proxies=tuple(trusted_proxy or ()), worker_isolation=worker_isolation,
               quota_defaults=Quotas(max_jobs=max_jobs_per_project,
                                     max_active_workers=max_active_workers_per_project),
-              log_level=log_level.lower(), access_log=access_log)
+              log_level=log_level.lower(), access_log=access_log,
+              metrics_address=metrics_address)
     except (ValueError, StoreBusy) as exc:
         _fail(str(exc))
     except (SQLAlchemyError, OSError) as exc:

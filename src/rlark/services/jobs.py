@@ -519,11 +519,9 @@ class JobService:
         return masker(values)
 
     def get(self, name: str, project: str = DEFAULT_PROJECT) -> dict[str, Any]:
-        from rlark.services.secrets import mask_data
-
         with self.store.session() as s:
             job = self._job(s, name, project)
-            return mask_data(self._detail(s, job), self._mask(s, job))
+            return _masked(self._detail(s, job), self._mask(s, job))
 
     def runs(self, name: str, project: str = DEFAULT_PROJECT) -> builtins.list[dict[str, Any]]:
         from rlark.services.secrets import mask_data
@@ -614,14 +612,13 @@ class JobService:
         """
         import time
 
-        from rlark.services.secrets import mask_data
         from rlark.services.timeline import build_timeline, lives_of
 
         with self.store.session() as s:
             job = self._job(s, name, project)
             r = self._run(s, job, run)
             life, workers = lives_of(r)
-            return mask_data(build_timeline(life, workers, time.time()), self._mask(s, job))
+            return _masked(build_timeline(life, workers, time.time()), self._mask(s, job))
 
     def usage(self, name: str, run: int | None = None,
               project: str = DEFAULT_PROJECT) -> dict[str, Any]:
@@ -880,6 +877,15 @@ class JobService:
 
 def _same(text: str) -> str:
     return text
+
+
+def _masked(data: Any, mask: Callable[[str], str]) -> Any:
+    """``data`` (freshly built for one answer) with ``mask`` applied to every string; as it is
+    when there is nothing to mask: walking a 1,000-Worker Run's view for nothing took 60 ms a
+    page (bench/console_charts.py)."""
+    from rlark.services.secrets import mask_data
+
+    return data if mask is _same else mask_data(data, mask)
 
 
 def _by(actor: Actor) -> str:

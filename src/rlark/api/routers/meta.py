@@ -20,6 +20,9 @@ from rlark.store.health import RETRY_AFTER_SECONDS
 from rlark.spec import json_schema
 
 router = APIRouter(tags=["meta"])
+#: ``GET /metrics`` alone: the API serves it, and so does the listener of ``rlark server
+#: --metrics-address`` (:func:`rlark.api.app.create_metrics_api`)
+metrics_router = APIRouter(tags=["meta"])
 
 
 @router.post("/api/v1/validate", openapi_extra=JOB_BODY, summary="Findings for a Job, nothing stored",
@@ -61,7 +64,7 @@ def schema() -> dict:
     return json_schema()
 
 
-@router.get("/metrics", summary="RLark's own metrics (Prometheus text format)",
+@metrics_router.get("/metrics", summary="RLark's own metrics (Prometheus text format)",
             dependencies=[allow_admin()], response_class=Response,
             responses={200: {"content": {CONTENT_TYPE: {}},
                              "description": "the Prometheus text exposition format"}})
