@@ -171,6 +171,30 @@ class Client:
         return self._request(method, path, content=json.dumps(body).encode(),
                              headers={"Content-Type": "application/json"}).json()
 
+    def download(self, path: str, sink: Any, **params) -> int:
+        """GET ``path`` and write its body to ``sink`` (a binary file) as it comes; the bytes
+        written.
+
+        Raises:
+            ClientError: the server refused (its message), or did not answer.
+        """
+        params = {k: v for k, v in params.items() if v is not None}
+        written = 0
+        try:
+            with self.http.stream("GET", path, params=params) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise self._error(resp)
+                for chunk in resp.iter_bytes():
+                    sink.write(chunk)
+                    written += len(chunk)
+        except httpx.ConnectError:
+            raise ClientError(f"no RLark server answers at {self.base}; start one with "
+                              "`rlark server`") from None
+        except httpx.TimeoutException:
+            raise ClientError(f"the RLark server at {self.base} did not answer in time") from None
+        return written
+
     def stream_events(self, path: str, **params) -> Iterator[tuple[str, str]]:
         """Server-Sent Events as ``(event, data)`` pairs."""
         params = {k: v for k, v in params.items() if v is not None}

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from rlark.cli import access, describe, files, jobs, logs, metrics, nodes, projects, records
-from rlark.cli import secrets, server, top, users, volumes, webhooks
+from rlark.cli import outputs, secrets, server, top, users, volumes, webhooks
 from rlark.cli.base import app, describe_app, get_app
 
 __all__ = ["app"]
@@ -12,6 +12,7 @@ __all__ = ["app"]
 for command in (files.validate, files.schema, files.plan, files.check, server.server,
                 files.render, nodes.nodes, jobs.submit, jobs.apply, describe.events, logs.logs,
                 metrics.metrics, top.top, jobs.stop, jobs.start, jobs.restart, jobs.delete, records.record,
+                outputs.outputs,
                 access.login, access.logout, access.whoami, access.audit):
     app.command(command.__name__)(command)
 
