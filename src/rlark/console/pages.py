@@ -28,6 +28,7 @@ from rlark import __version__
 from rlark.api.security import PROJECT_COOKIE, Access, ProjectAccess, allow_project, allow_user
 from rlark.console import HTMX_VERSION
 from rlark.console.i18n import COOKIE, ENDONYMS, LOCALES, Translator, negotiate
+from rlark.console.messages import size_text
 from rlark.console.wizard import MOUNT_TYPES, STEPS
 from rlark.status import ACTIVE, Phase
 from rlark.exitcodes import exit_text
@@ -44,7 +45,7 @@ User = Annotated[Access, allow_user()]
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_FORM_BYTES = 1024 * 1024
 FLASH = "rlark_flash"
-TABS = ("overview", "events", "logs", "curves", "resources", "record", "spec")
+TABS = ("overview", "events", "logs", "curves", "resources", "outputs", "record", "spec")
 PHASES = [p.value for p in Phase]
 
 
@@ -99,6 +100,13 @@ def _code_spans(text: Any) -> Markup:
                            for i, p in enumerate(parts))
 
 
+def _epoch_text(ts: float | None) -> str:
+    """Seconds since the epoch as ``2026-12-02 07:03:04 UTC`` (``-`` for None)."""
+    if not isinstance(ts, (int, float)):
+        return "-"
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATES),
     autoescape=jinja2.select_autoescape(["html"]),
@@ -111,7 +119,8 @@ env.filters["exit"] = exit_text
 env.filters["code"] = _code_spans
 env.globals.update(PHASES=PHASES, Phase=Phase, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_TYPES, STEPS=STEPS,
                    TABS=TABS, seconds=_seconds, version=__version__, htmx_version=HTMX_VERSION,
-                   quote=quote, amount=_amount, NODE_COLUMNS=NODE_COLUMNS)
+                   quote=quote, amount=_amount, NODE_COLUMNS=NODE_COLUMNS, size=size_text,
+                   when=_epoch_text)
 
 
 def _service(request: Request) -> JobService:
