@@ -431,3 +431,33 @@ def test_a_ray_start_that_ends_before_its_node_joined_is_a_failed_start():
 ])
 def test_memory_text_is_a_kubernetes_quantity_where_one_fits(size, text):
     assert memory_text(size) == text
+
+
+def test_a_head_copying_its_outputs_out_is_waited_for_not_failed_by_the_nodes_its_end_took():
+    """Issue 22: the head's run script ended (at t=10) and its keeper copies its copy-mode
+    mounts out before it says ``run_finished``; meanwhile the other Workers lose the head's Ray
+    node and fail (NodeLost). That ends the Run; the head's result decides how."""
+    lost = dict(alive=False, exit_code=86, joined=True,
+                failed=failed("NodeLost", "ray exited", ts=15.0))
+
+    def run(head: dict, other: dict = lost) -> RunView:
+        return RunView(phase="Running", stop_requested=False,
+                       workers=workers(r0=dict(running=True, **head), r1=other, r2=GONE))
+
+    assert decide(run(dict(copying_out=10.0))) == []
+    assert [(t.to, t.reason) for t in decide(run(dict(copying_out=10.0, run_finished=finished(
+        0, ts=10.0))))] == [("Succeeded", "Completed")]
+    # the copy out failed: the head's own failure is the Run's
+    [t] = decide(run(dict(copying_out=10.0, failed=failed("MountFailed", "copy out failed",
+                                                          ts=70.0))))
+    assert (t.to, t.reason) == ("Failed", "MountFailed")
+    # a Worker that failed before the run script ended fails the Run as ever
+    early = dict(lost, failed=failed("NodeLost", "ray exited", ts=5.0))
+    assert [(t.to, t.reason) for t in decide(run(dict(copying_out=10.0), early))] == [
+        ("Failed", "NodeLost")]
+    # a head gone without saying its result; a head whose lines are within the workload's
+    # reach (its copying_out is not believed)
+    assert [(t.to, t.reason) for t in decide(run(dict(copying_out=10.0, alive=False,
+                                                      exit_code=137)))] == [("Failed", "NodeLost")]
+    assert [(t.to, t.reason) for t in decide(run(dict(copying_out=10.0, trusted=False)))] == [
+        ("Failed", "NodeLost")]
