@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from rlark import settings
 from rlark.controller import admission
-from rlark.controller.phases import ACTIVE, Transition
+from rlark.controller.phases import ACTIVE, TERMINAL, Transition
 from rlark.controller.rows import PLANNED, ref, utcnow
 from rlark.controller.state import ControllerState
 from rlark.ranks import plan_workers
@@ -260,9 +260,9 @@ class Launching(ControllerState):
         source = next((r for r in run.job.runs if r.number == want.get("fromRun")), None)
         if source is not None and source.record is None:
             ended = source.finished_at.timestamp() if source.finished_at else None
-            if ended is None or time.time() - ended < RESUME_RECORD_WAIT:
-                self._launch_after[run.id] = time.monotonic() + 1.0
-                return False, None
+            if source.phase not in TERMINAL or (
+                    ended is not None and time.time() - ended < RESUME_RECORD_WAIT):
+                return False, None  # its record comes with the pass that sees its last Worker go
         outputs = (source.record or {}).get("outputs") if source is not None else None
         point, notes = resume_point(outputs or [], source is not None
                                     and source.phase == Phase.Succeeded)

@@ -592,7 +592,8 @@ def read_output(rec: Mapping[str, Any], target: Mapping[str, Any], ctx: ReadBack
             entry.update(read_s3(client, bucket, prefix, budget))
         else:
             rank = _rank_of(rec, target["role"])
-            if rank is None:
+            if rank is None:  # nothing ran that could have written it: nothing to judge
+                back["unseen"] = True
                 raise ReadBackError(f"no Worker of role {target['role']} ran")
             real, what = ctx.worker_dir(dict(rec), target["path"], rank, ctx.sandboxed)
             if real is None:
