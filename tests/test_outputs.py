@@ -237,3 +237,21 @@ def test_the_read_back_check_warns_where_the_server_cannot_look_and_fails_for_no
         "output c (/ckpt) could not be read back from s3://b/p: listing s3://b/p failed: "
         "AccessDenied"]
     assert check_read_back([])["status"] == "warn"
+
+
+def test_outputs_are_proposed_from_the_configs_written_locations():
+    from rlark.console.messages import localize_finding
+    from rlark.rlinf_config.locations import proposed_outputs
+
+    data = {"runner": {"output_dir": "/out", "logger": {"log_path": "/ckpt/logs/x"},
+                       "resume_dir": None},
+            "actor": {"model": {"model_path": "/models/m"}}}
+    named = [{"name": "logs", "path": "/ckpt/logs"}]
+    [f] = proposed_outputs(data, named, None)
+    assert (f.code, f.severity.value, f.path) == ("OutputProposed", "info", "runner.output_dir")
+    assert f.message == "runner.output_dir = /out: the Run writes its outputs there"
+    assert "{name: output-dir, path: /out}" in f.hint
+    message, hint = localize_finding(f.code, f.message, f.hint, "zh-CN")
+    assert "运行在那里写入" in message and "spec.outputs" in hint and "/out" in hint
+    # a Job that names no output has every such location read back as one: nothing to propose
+    assert proposed_outputs(data, [], None) == []

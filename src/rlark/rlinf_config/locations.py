@@ -205,11 +205,14 @@ def location_problems(locations: Sequence[Location]) -> list[str]:
 
 def proposed_outputs(data: Any, outputs: Sequence[Mapping[str, Any]],
                      working_dir: str | None) -> list[Finding]:
-    """``OutputProposed`` (info): each output or checkpoint location of the config (its
-    absolute path) that no ``spec.outputs`` entry holds, with the entry to add so that RLark
-    lists and reads it back after the Run (and finds checkpoints there to resume from).
+    """``OutputProposed`` (info), for a Job that names ``spec.outputs``: each output or
+    checkpoint location of the config (its absolute path) that none of them holds, with the
+    entry to add. (A Job that names none has every such location read back as an output of its
+    own, by its config key: :func:`rlark.record.outputs.output_targets`; nothing to propose.)
     ``outputs``: the Job's ``spec.outputs`` as a Job document holds them. Pure."""
-    out = []
+    out: list[Finding] = []
+    if not outputs:
+        return out
     seen: set[str] = set()
     for loc in find_locations(data, working_dir):
         if loc.kind not in WRITTEN_KINDS or loc.path is None or loc.path in seen:
