@@ -255,3 +255,23 @@ def test_outputs_are_proposed_from_the_configs_written_locations():
     assert "运行在那里写入" in message and "spec.outputs" in hint and "/out" in hint
     # a Job that names no output has every such location read back as one: nothing to propose
     assert proposed_outputs(data, [], None) == []
+
+
+def test_the_resume_events_and_failure_and_the_read_back_evidence_in_chinese():
+    from rlark.console.messages import check_evidence, message_text, reason_label
+
+    said = message_text("Resuming", "run 3 resumes from /c/x/checkpoints/global_step_1 (step 1) "
+                        "of run 2", "zh-CN")
+    assert said == "运行 3 从运行 2 的 /c/x/checkpoints/global_step_1（第 1 步）恢复"
+    assert "从头开始" in message_text(
+        "Resuming", "run 2 starts afresh: run 1 left no checkpoint (no output of the Run was read "
+        "back after it)", "zh-CN")
+    assert message_text("ResumeFailed", "run 1 left no checkpoint to resume from: no "
+                        "checkpoints/global_step_<N> directory in the Run's outputs",
+                        "zh-CN").startswith("运行 1 没有留下可恢复的检查点")
+    assert reason_label("ResumeFailed", "zh-CN") == "恢复失败"
+    for line in ("output logs (/ckpt/logs): 2 file(s), 17 B, read back from s3://b/p",
+                 "output c (/ckpt) holds no file after the Run (s3://b/p)",
+                 "output gone (/tmp/x) lies on no writable mount of role head: nothing written "
+                 "there outlives the Workers"):
+        assert "输出" in check_evidence("outputs-readable", line, "zh-CN"), line
