@@ -184,6 +184,9 @@ def test_outputs_on_a_volume_and_a_host_directory_and_an_automatic_retry_resumes
         assert time.monotonic() < deadline, job
         time.sleep(0.5)
     assert job["phase"] == "Succeeded", (job["reason"], job["message"])
+    assert job["currentRun"]["resume"] == {
+        "fromRun": 1, "automatic": True, "step": 1,
+        "checkpoint": f"{at}/vol/logs/exp/checkpoints/global_step_1"}
     one = server.http.get("/api/v1/jobs/retry/record", params={"run": 1}).json()
     assert one["result"]["reason"] == "RunFailed"
     two = server.http.get("/api/v1/jobs/retry/record", params={"run": 2}).json()
