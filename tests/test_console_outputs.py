@@ -6,7 +6,9 @@ reading a real directory back), no controller running."""
 from __future__ import annotations
 
 import hashlib
+import html as html_lib
 import re
+from urllib.parse import urlencode
 
 import pytest
 
@@ -14,6 +16,10 @@ from rlark.status import Phase
 from tests.test_console import client, finish, service  # noqa: F401  (fixtures)
 
 ACTOR = b"actor weights\n"
+
+
+def html_text(fragment: str) -> str:
+    return html_lib.unescape(re.sub(r"<[^>]+>", "", fragment))
 
 
 def job_yaml(name: str, out: str, run: str) -> str:
@@ -132,3 +138,21 @@ def test_restart_resumes_from_the_checkpoint_found_and_is_refused_without_one(cl
     refused = client.post("/api/v1/jobs/nc/restart", params={"resume": "true"})
     assert refused.status_code == 422, refused.text
     assert "run 1 of Job 'nc' left no checkpoint to resume from" in refused.json()["detail"]["message"]
+
+
+def test_the_wizards_mount_rows_say_what_each_kind_is_on_the_servers_runtime(client):
+    from tests.test_console import post_wizard, wizard_form
+
+    form = wizard_form(step="2", **{
+        "role-0-mount-0-name": "ckpt", "role-0-mount-0-type": "pvc",
+        "role-0-mount-0-source": "ckpt", "role-0-mount-0-path": "/ckpt",
+        "role-0-mount-1-name": "data", "role-0-mount-1-type": "objectStorage",
+        "role-0-mount-1-source": "s3://b/d", "role-0-mount-1-path": "/data"})
+    html = post_wizard(client, form, "add-mount:0").text
+    said = {k: html_text(v) for k, v in re.findall(r'data-mount-means="(\w+)">(.*?)</p>', html)}
+    assert "the project's volume" in said["pvc"] and "local runtime" in said["pvc"]
+    assert "copy mode" in said["objectStorage"] and "FUSE is refused" in said["objectStorage"]
+    zh = client.post("/create", content=urlencode(
+        {**form, "action": "add-mount:0"}), cookies={"rlark_lang": "zh-CN"},
+        headers={"Content-Type": "application/x-www-form-urlencoded", "HX-Request": "true"}).text
+    assert "复制模式" in zh
