@@ -275,3 +275,19 @@ def test_the_resume_events_and_failure_and_the_read_back_evidence_in_chinese():
                  "output gone (/tmp/x) lies on no writable mount of role head: nothing written "
                  "there outlives the Workers"):
         assert "输出" in check_evidence("outputs-readable", line, "zh-CN"), line
+
+
+def test_the_records_markdown_shows_its_outputs_and_where_it_resumed_from():
+    from rlark.record.export import _markdown_v2
+
+    rec = {"outputs": [{"name": "logs", "path": "/ckpt/logs", "mount": {"type": "pvc", "name": "c"},
+                        "readBack": {"ok": True, "at": "/v/c/logs"}, "fileCount": 2, "bytes": 17},
+                       {"name": "gone", "path": "/tmp/x", "mount": None,
+                        "readBack": {"ok": False, "why": "on no mount"}}],
+           "resume": {"fromRun": 1, "automatic": True, "checkpoint": "/ckpt/logs/g/global_step_1",
+                      "step": 1, "override": "runner.resume_dir=/ckpt/logs/g/global_step_1",
+                      "notes": ["/ckpt/logs/g/global_step_2: skipped"]}}
+    text = "\n".join(_markdown_v2(rec))
+    assert "- From run 1 (automatic retry): `/ckpt/logs/g/global_step_1` (step 1)" in text
+    assert "| logs | /ckpt/logs | pvc c | /v/c/logs | 2 | 17 B |" in text
+    assert "| gone | /tmp/x | - | not read back: on no mount | - | - |" in text
