@@ -293,7 +293,7 @@ def restart(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
     client = _job_client(server, project)
     if resume:
         _check_name(name)
-        job = _call(client.post, f"/api/v1/jobs/{name}/restart?resume=true")
+        job = _call(client.post, f"/api/v1/jobs/{name}/restart", params={"resume": "true"})
     else:
         job = _action("restart", name, client)
     out.print(f"job/{name} restarting as run {job['currentRun']['number']}"
