@@ -461,3 +461,21 @@ def test_a_head_copying_its_outputs_out_is_waited_for_not_failed_by_the_nodes_it
                                                       exit_code=137)))] == [("Failed", "NodeLost")]
     assert [(t.to, t.reason) for t in decide(run(dict(copying_out=10.0, trusted=False)))] == [
         ("Failed", "NodeLost")]
+
+
+def test_the_copying_out_line_is_read_and_reaches_the_heads_view():
+    from rlark.controller.lifecycle import check_event
+    from rlark.controller.observe import worker_view
+    from rlark.store import RunRow, WorkerRow
+
+    line = {"event": "copying_out", "ts": 12.5, "run_ended": 12.25}
+    assert check_event(line) == line
+    assert check_event({**line, "run_ended": "soon"}) is None
+    assert check_event({**line, "run_ended": True}) is None
+    run = RunRow(channel="keeper")
+    head = WorkerRow(name="ppo-head-0", role="head", index=0, node_rank=0, is_head=True,
+                     lifecycle={"copying_out": 12.25, "keeper": {"protected": True}})
+    head.run = run
+    assert worker_view(head).copying_out == 12.25
+    head.lifecycle = {"copying_out": "12"}
+    assert worker_view(head).copying_out is None
