@@ -33,7 +33,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import pytest
 from fastapi import APIRouter, FastAPI
@@ -148,14 +148,40 @@ BODIES: dict[str, dict] = {
     "POST /webhooks": {"data": {"name": "fresh", "url": "https://hooks.example.com/x",
                                 "events": "run.failed"}},
     "POST /webhooks/{name}/delete": {"data": {}},
+    "GET /api/v1/jobs/{name}/outputs/{output}/file": {"params": {"path": "f.txt"}},
+    "GET /jobs/{name}/outputs/{output}/file": {"params": {"path": "f.txt"}},
 }
+
+
+def set_output_record(store: Store, name: str, out: Path) -> None:
+    """Job ``name``'s current Run (ended) as if it had written the file ``f.txt`` to output
+    ``logs`` on a hostPath mount: its record, read back as the controller reads it."""
+    import copy
+
+    from rlark.record.finish import finish_record
+    from rlark.store import JobRow, RunRow
+
+    (out / "f.txt").write_text("an output\n")
+    out.chmod(0o755)
+    with store.session() as s:
+        job = s.query(JobRow).filter_by(name=name).one()
+        run = s.get(RunRow, job.current_run_id)
+        spec = copy.deepcopy(run.spec)
+        spec["spec"]["outputs"] = [{"name": "logs", "path": str(out)}]
+        head = next(r for r in spec["spec"]["roles"] if r["name"] == spec["spec"]["headRole"])
+        head["mounts"] = [{"name": "out", "type": "hostPath", "source": str(out),
+                           "mountPath": str(out)}]
+        run.spec = spec
+        for w in run.workers:
+            w.facts = {**(w.facts or {}), "python": "3.11.7"}
+        run.record = finish_record(run, None, keys={})
 
 
 def path_values(case: RouteCase, env: "Env") -> dict[str, object]:
     """Real objects for a route's path parameters."""
     values: dict[str, object] = {"name": "demo", "project": "default", "user": "vera",
                                  "token_id": env.mia_token_id, "action": "stop", "fmt": "txt",
-                                 "locale": "en", "number": 1}
+                                 "locale": "en", "number": 1, "output": "logs"}
     if case.path.startswith(("/api/v1/users/", "/admin/users/")):
         values.update(name="mia", action="disable")
     if case.path.endswith("record.{fmt}"):
@@ -262,6 +288,8 @@ def env(tmp_path_factory) -> Env:
         set_worker_logs(store, "demo", {"demo-head-0": ["hello"]})
         # finished, Workers gone: start, stop, restart, replace and delete all succeed on it
         set_run_state(store, "demo", "Succeeded", released=True)
+        (tmp / "out").mkdir()
+        set_output_record(store, "demo", tmp / "out")
         jobs.create(job_yaml("secret"), project="other")
         SecretService(store, BOX).set(OPEN_PRINCIPAL, None, "default", "demo", {"k": "v"})
         WebhookService(store, BOX).create(OPEN_PRINCIPAL, None, "default",
@@ -368,7 +396,9 @@ def test_route_answers_each_caller_as_its_rule_says(case, identity, env, client)
         assert r.status_code not in (401, 403) and not to_login, where
     elif want == "login":
         assert to_login, where
-        assert location == "/login?next=" + quote(url_of(case, env), safe=""), where
+        query = BODIES.get(case.key, {}).get("params")  # a page asked with a query keeps it
+        asked = url_of(case, env) + (f"?{urlencode(query)}" if query else "")
+        assert location == "/login?next=" + quote(asked, safe=""), where
     elif want == "ok":
         if is_console(case.path):
             assert 200 <= r.status_code < 300 or (r.is_redirect and not to_login), where
@@ -401,7 +431,8 @@ def test_another_projects_job_is_answered_like_one_that_does_not_exist(case, env
             if case.method == "PUT":
                 body["content"] = job_yaml(name)
             client.cookies.clear()
-            return client.request(case.method, url, params={"project": project},
+            return client.request(case.method, url, params={**body.pop("params", {}),
+                                                            "project": project},
                                   headers={**body.pop("headers", {}), **bearer(env.tokens["member"])},
                                   **body)
 

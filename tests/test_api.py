@@ -436,6 +436,8 @@ JOB_ROUTES = [
     ("GET", "/api/v1/jobs/{name}/logs?follow=true"),
     ("GET", "/api/v1/jobs/{name}/record"),
     ("GET", "/api/v1/jobs/{name}/record?format=md"),
+    ("GET", "/api/v1/jobs/{name}/outputs"),
+    ("GET", "/api/v1/jobs/{name}/outputs/logs/file?path=exp/metrics.txt"),
 ]
 
 
@@ -458,7 +460,8 @@ def api_routes(app) -> set[tuple[str, str]]:
 def test_every_job_route_is_listed_here(app):
     """JOB_ROUTES covers every /api/v1/jobs/{name}... route of the app."""
     # a Run's number is a real one in JOB_ROUTES (run 1), a parameter in the app's routes
-    listed = {(m, p.split("?")[0].replace("/runs/1/", "/runs/{number}/")) for m, p in JOB_ROUTES}
+    listed = {(m, p.split("?")[0].replace("/runs/1/", "/runs/{number}/")
+               .replace("/outputs/logs/", "/outputs/{output}/")) for m, p in JOB_ROUTES}
     actual = {(m, p) for m, p in api_routes(app) if p.startswith("/api/v1/jobs/{name}")}
     assert actual == listed
 

@@ -157,8 +157,11 @@ def test_every_key_the_console_uses_is_in_the_catalogs():
     used |= {f"phase.{p.value}" for p in Phase} | {f"phase.{p.value}" for p in WorkerPhase}
     used |= {f"cause.{c.value}" for c in Cause}
     used |= {f"cond.{c.value}" for c in ConditionType} | {"condStatus.True", "condStatus.False"}
-    used |= {f"tab.{t}" for t in ("overview", "events", "logs", "curves", "resources", "record",
-                                  "spec")}
+    used |= {f"tab.{t}" for t in ("overview", "events", "logs", "curves", "resources", "outputs",
+                                  "record", "spec")}
+    # what each mount kind is on the server's runtime (the wizard's mount rows, _wizard.html)
+    used |= {f"mountMeans.{r}.{m}" for r in ("local", "kubernetes")
+             for m in ("hostPath", "pvc", "objectStorage")}
     from rlark.console.usage_chart import METRICS
 
     used |= {f"us.{m}" for m in METRICS}  # the Resources tab's chart captions (_usage.html)

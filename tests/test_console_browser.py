@@ -428,7 +428,7 @@ def test_chinese_locale_renders_the_same_pages(ui):
     page = ui.go("/jobs/zhfail")  # remembered: a cookie
     expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
     expect(page.locator("#job-live .status-phase [data-phase=Failed]")).to_have_text("失败")
-    expect(page.locator("nav.tabs a")).to_have_text(["概览", "事件", "日志", "曲线", "资源", "运行记录", "规格"])
+    expect(page.locator("nav.tabs a")).to_have_text(["概览", "事件", "日志", "曲线", "资源", "输出", "运行记录", "规格"])
     expect(page.locator("#h-workers")).to_have_text("Worker 列表")
     ui.shot("zh-job-detail")
     page.click("[data-tab=logs]")

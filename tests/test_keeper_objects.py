@@ -88,6 +88,10 @@ def test_the_heads_result_waits_for_its_copy_out(tmp_path, bootstrap_pyz, s3_ser
     finished = next(e for e in events if e["event"] == "run_finished")
     # the result keeps the moment the run script ended, before the copy out
     assert finished["exit_code"] == 0 and finished["ts"] <= copied[1]["ts"]
+    # said at once, before the copy out: the controller waits for the head's result instead of
+    # failing the Run for the Ray nodes the head's end took with it (issue 22)
+    said = next(e for e in events if e["event"] == "copying_out")
+    assert said["run_ended"] == finished["ts"] and order.index("copying_out") < len(order) - 3
     got = bucket.get_object(Bucket=BUCKET, Key="in/step_1/model.pt")["Body"].read()
     assert got == b"weights\n"
     env = bucket.get_object(Bucket=BUCKET, Key="in/env.txt")["Body"].read().decode()

@@ -489,3 +489,51 @@ def test_a_preemption_is_the_runs_failure_whatever_the_workers_said_as_they_went
     assert (t.to, t.reason, t.message) == ("Failed", "Preempted", said)
     assert t.blamed == ("ppo-pool-0",) and t.at == 7.0  # the first rank it reached
     assert not t.reason.retryable  # its own policy (failurePolicy.onPreemption) decides
+
+
+def test_a_head_copying_its_outputs_out_is_waited_for_not_failed_by_the_nodes_its_end_took():
+    """Issue 22: the head's run script ended (at t=10) and its keeper copies its copy-mode
+    mounts out before it says ``run_finished``; meanwhile the other Workers lose the head's Ray
+    node and fail (NodeLost). That ends the Run; the head's result decides how."""
+    lost = dict(alive=False, exit_code=86, joined=True,
+                failed=failed("NodeLost", "ray exited", ts=15.0))
+
+    def run(head: dict, other: dict = lost) -> RunView:
+        return RunView(phase="Running", stop_requested=False,
+                       workers=workers(r0=dict(running=True, **head), r1=other, r2=GONE))
+
+    assert decide(run(dict(copying_out=10.0))) == []
+    assert [(t.to, t.reason) for t in decide(run(dict(copying_out=10.0, run_finished=finished(
+        0, ts=10.0))))] == [("Succeeded", "Completed")]
+    # the copy out failed: the head's own failure is the Run's
+    [t] = decide(run(dict(copying_out=10.0, failed=failed("MountFailed", "copy out failed",
+                                                          ts=70.0))))
+    assert (t.to, t.reason) == ("Failed", "MountFailed")
+    # a Worker that failed before the run script ended fails the Run as ever
+    early = dict(lost, failed=failed("NodeLost", "ray exited", ts=5.0))
+    assert [(t.to, t.reason) for t in decide(run(dict(copying_out=10.0), early))] == [
+        ("Failed", "NodeLost")]
+    # a head gone without saying its result; a head whose lines are within the workload's
+    # reach (its copying_out is not believed)
+    assert [(t.to, t.reason) for t in decide(run(dict(copying_out=10.0, alive=False,
+                                                      exit_code=137)))] == [("Failed", "NodeLost")]
+    assert [(t.to, t.reason) for t in decide(run(dict(copying_out=10.0, trusted=False)))] == [
+        ("Failed", "NodeLost")]
+
+
+def test_the_copying_out_line_is_read_and_reaches_the_heads_view():
+    from rlark.controller.lifecycle import check_event
+    from rlark.controller.observe import worker_view
+    from rlark.store import RunRow, WorkerRow
+
+    line = {"event": "copying_out", "ts": 12.5, "run_ended": 12.25}
+    assert check_event(line) == line
+    assert check_event({**line, "run_ended": "soon"}) is None
+    assert check_event({**line, "run_ended": True}) is None
+    run = RunRow(channel="keeper")
+    head = WorkerRow(name="ppo-head-0", role="head", index=0, node_rank=0, is_head=True,
+                     lifecycle={"copying_out": 12.25, "keeper": {"protected": True}})
+    head.run = run
+    assert worker_view(head).copying_out == 12.25
+    head.lifecycle = {"copying_out": "12"}
+    assert worker_view(head).copying_out is None

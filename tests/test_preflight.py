@@ -271,6 +271,31 @@ ROWS: list[Row] = [
     Row("type-roles-mapping", put("spec.roles", {"head": {}}), "InvalidValue", "spec.roles", "head"),
     Row("type-metadata-string", put("metadata", "ppo"), "InvalidValue", "metadata", "ppo"),
     Row("type-mount-kind", put("spec.roles.0.mounts", [mount("a", "/a", "nfs")]), "InvalidValue", f"{R0}.mounts[0].type", "nfs"),
+    # --- outputs and resume (issue 22) ------------------------------------------------------------
+    Row("output-bad-name", put("spec.outputs", [{"name": "Ckpt", "path": "/c"}]),
+        "InvalidOutputName", "spec.outputs[0].name", "Ckpt",
+        also=(("OutputNotOnMount", "spec.outputs[0].path"),)),
+    Row("output-duplicate-name", both(
+        put("spec.roles.0.mounts", [mount("c", "/c", "pvc", "ckpt")]),
+        put("spec.outputs", [{"name": "c", "path": "/c/a"}, {"name": "c", "path": "/c/b"}])),
+        "DuplicateOutputName", "spec.outputs[1].name", "'c'"),
+    *[Row(f"output-path-{i}", put("spec.outputs", [{"name": "c", "path": p}]),
+          "InvalidOutputPath", "spec.outputs[0].path", p.strip("/") or "/")
+      for i, p in enumerate(("ckpt", "/", "/c/../etc", "/c/./d"))],
+    Row("output-unknown-role", put("spec.outputs", [{"name": "c", "path": "/c", "role": "pol"}]),
+        "UnknownOutputRole", "spec.outputs[0].role", "pol"),
+    Row("output-on-no-mount", put("spec.outputs", [{"name": "c", "path": "/ckpt/run"}]),
+        "OutputNotOnMount", "spec.outputs[0].path", "/ckpt/run", severity=Severity.warning),
+    Row("output-on-another-roles-mount", both(
+        put("spec.roles.1.mounts", [mount("c", "/ckpt", "pvc", "ckpt")]),
+        put("spec.outputs", [{"name": "c", "path": "/ckpt/run"}])),
+        "OutputNotOnMount", "spec.outputs[0].path", "role head", severity=Severity.warning),
+    Row("output-on-read-only-mount", both(
+        put("spec.roles.0.mounts", [{**mount("c", "/ckpt", "pvc", "ckpt"), "readOnly": True}]),
+        put("spec.outputs", [{"name": "c", "path": "/ckpt/run"}])),
+        "OutputOnReadOnlyMount", "spec.outputs[0].path", "read-only"),
+    Row("resume-not-passed", put("spec.failurePolicy", {"maxRestarts": 2, "resume": True}),
+        "ResumeNotPassed", "spec.failurePolicy.resume", "RLARK_RLINF_OVERRIDES"),
     Row("api-version-wrong", put("apiVersion", "rlark.io/v2"), "InvalidValue", "apiVersion", "rlark.io/v2"),
     Row("kind-wrong", put("kind", "Pod"), "InvalidValue", "kind", "Pod"),
 ]
@@ -302,6 +327,16 @@ VALID: list[tuple[str, Callable[[dict], None]]] = [
     ("local-python-absolute", put("spec.roles.0.local", {"python": "/opt/venv"})),
     ("rlinf-ref", put("spec.rlinf", {"configDir": "config", "configName": "ppo", "overrides": ["a=1"]})),
     ("head-role-listed-second", both(put("spec.roles.0.name", "pool0"), put("spec.roles.1.name", "head"))),
+    ("outputs-on-mounts", both(
+        put("spec.roles.0.mounts", [mount("c", "/ckpt", "pvc", "ckpt"),
+                                    mount("deep", "/ckpt/tb", "hostPath", "/srv/tb")]),
+        put("spec.roles.1.mounts", [mount("c", "/ckpt", "pvc", "ckpt")]),
+        put("spec.outputs", [{"name": "ckpt", "path": "/ckpt/logs/"},
+                             {"name": "tb", "path": "/ckpt/tb/x"},
+                             {"name": "pool", "path": "/ckpt", "role": "pool"}]))),
+    ("resume-passed", both(put("spec.failurePolicy", {"maxRestarts": 1, "resume": True}),
+                           put("spec.runScript", "python train.py ${RLARK_RLINF_OVERRIDES}"))),
+
 ]
 
 

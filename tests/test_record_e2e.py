@@ -160,8 +160,13 @@ def test_the_quickstarts_record_holds_every_item_and_passes_every_check(server, 
     assert {k: c["evidence"] for k, c in checks.items() if c["status"] != "pass"} == {}
     assert rec["checks"]["status"] == "pass"
     assert "node group pool: ranks 1, 2 on role pool" in checks["node-grouping"]["evidence"]
+    # read back where the head's view of it lies: its own copy of the working directory
     assert checks["outputs-readable"]["evidence"] == [
-        f"output path {work}/results/run1: readable, 1 entries (on this machine: {written})"]
+        f"output runner.output_dir ({work}/results/run1): 1 file(s), "
+        f"{(written / 'placement.json').stat().st_size} B, read back from {written}"]
+    [out] = rec["outputs"]
+    assert out["readBack"] == {"via": "filesystem", "at": str(written), "ok": True, "why": None}
+    assert [f["path"] for f in out["files"]] == ["placement.json"]
     assert checks["resources"]["evidence"][0].startswith(
         "rank 0 (quickstart-head-0): asked 1 CPU, 3 GiB memory, 0 GPUs; Ray counts 1 CPU, "
         "3 GiB memory, 0 GPUs; sees ")

@@ -318,6 +318,31 @@ def bool_env(name: str) -> bool:
     raise ValueError(f"{name}={raw!r} is not a boolean; use 1 or 0")
 
 
+def object_storage_allow_networks() -> list[str]:
+    """Networks an ``objectStorage`` mount's S3 endpoint may lie in although they are not
+    public, for the server to read a Run's outputs back from the bucket after it
+    (:mod:`rlark.record.outputs`): ``$RLARK_OBJECT_STORAGE_ALLOW_NETWORKS``, comma-separated
+    CIDRs (``10.20.0.0/16``, ``127.0.0.1/32``). Default none: an endpoint whose host is, or
+    resolves to, a loopback, private, link-local (cloud metadata), shared, multicast or reserved
+    address is not read from by the server (the Workers' own copies are not affected), so a
+    Job cannot make the server call its own network.
+
+    Raises:
+        ValueError: an item is not a network.
+    """
+    import ipaddress
+
+    out = []
+    for raw in csv_env("RLARK_OBJECT_STORAGE_ALLOW_NETWORKS"):
+        try:
+            out.append(str(ipaddress.ip_network(raw, strict=False)))
+        except ValueError:
+            raise ValueError(f"RLARK_OBJECT_STORAGE_ALLOW_NETWORKS: {raw!r} is not a network; "
+                             "write CIDRs such as 10.20.0.0/16 or 127.0.0.1/32, "
+                             "comma-separated") from None
+    return out
+
+
 def webhook_allow_networks() -> list[str]:
     """Networks webhook URLs may point into although they are not public:
     ``$RLARK_WEBHOOK_ALLOW_NETWORKS``, comma-separated CIDRs (``10.20.0.0/16``, ``127.0.0.1/32``,

@@ -230,6 +230,20 @@ class Mount(_Model):
         return [(o.secret, key) for key in OBJECT_STORAGE_KEYS]
 
 
+class Output(_Model):
+    """A directory a Run writes that is to outlive it (checkpoints, logs, an exported model):
+    after the Run RLark lists what was written there and reads it back through the mount that
+    holds it (docs/data.md, "Outputs")."""
+
+    name: str = Field(description="The output's name (a DNS-1123 label), e.g. checkpoints; "
+                      "`rlark outputs get JOB NAME/PATH` names a file by it.")
+    path: str = Field(description="Absolute path inside the Workers, below a mount's mountPath "
+                      "(pvc, hostPath or objectStorage) so that it outlives them, e.g. "
+                      "/ckpt/logs (RLinf's runner.logger.log_path).")
+    role: str | None = Field(default=None, description="The role whose Workers write it (whose "
+                             "mounts hold it). Default: the head role.")
+
+
 class Resources(_Model):
     cpu: float | str | None = Field(default=None, description="CPU cores: 2, 0.5 or '500m'.")
     memory: StrictInt | str | None = Field(
@@ -379,6 +393,12 @@ class FailurePolicy(_Model):
         "again; the next preemption leaves the Job Failed (Preempted). Not counted in "
         "maxRestarts.",
     )
+    resume: StrictBool = Field(
+        default=False,
+        description="An automatic new Run (maxRestarts) resumes from the last checkpoint the "
+        "failed Run wrote in its outputs: the run script gets runner.resume_dir=<it> in "
+        "$RLARK_RLINF_OVERRIDES (docs/data.md, \"Resume\"). No checkpoint yet: it starts afresh.",
+    )
 
 
 class JobSpec(_Model):
@@ -403,6 +423,11 @@ class JobSpec(_Model):
     termination_grace_period_seconds: float = Field(
         default=10, description="Seconds between SIGTERM and SIGKILL when stopping Workers."
     )
+    outputs: list[Output] = Field(
+        default_factory=list,
+        description="What the Run writes that must outlive it: listed and read back through "
+        "its mount after the Run (`rlark outputs JOB`), and where `rlark restart --resume` "
+        "finds the last checkpoint.")
     roles: list[Role]
 
 

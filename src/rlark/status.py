@@ -163,6 +163,9 @@ class Reason(StrEnum):
     #: would run as the server's user on a server of several users, a path Workers may not read)
     PolicyDenied = "PolicyDenied"
     ServerNamespace = "ServerNamespace"  # kubernetes: a Run made for the server's own namespace
+    #: a Run asked to resume (``rlark restart --resume``) finds no checkpoint in the outputs of
+    #: the Run it resumes from (or cannot pass it on): nothing was started
+    ResumeFailed = "ResumeFailed"
     # --- Failed: known to the runtime (Kubernetes: runtimes/kubernetes/status.py)
     ImagePull = "ImagePull"
     Unschedulable = "Unschedulable"
@@ -203,6 +206,7 @@ class Reason(StrEnum):
     LifecycleContradiction = "LifecycleContradiction"
     ReportsDropped = "ReportsDropped"  # the keeper dropped reports of the workload (malformed, too fast)
     WarningsSuppressed = "WarningsSuppressed"  # a Worker reported more warnings than RLark keeps
+    Resuming = "Resuming"  # a Run resumes from a checkpoint of an earlier Run (or finds none)
     # --- conditions only
     HeadStarting = "HeadStarting"  # HeadReady False: launched, its Ray head is not up yet
     RayHeadStarted = "RayHeadStarted"  # HeadReady True
@@ -294,7 +298,7 @@ def _status_table() -> dict[Reason, tuple[frozenset[Phase], frozenset[WorkerPhas
               R.SandboxFailed, R.MonitorLost, R.WorkerUnresponsive, R.RunFailed,
               R.HeadLost, R.WorkerLost, R.WorkerFailed, R.LaunchFailed, R.LaunchInterrupted,
               R.SpecUnreadable, R.SecretMissing, R.SecretUnreadable, R.PolicyDenied,
-              R.ServerNamespace, R.ImagePull, R.Unschedulable,
+              R.ServerNamespace, R.ResumeFailed, R.ImagePull, R.Unschedulable,
               R.MountFailed, R.ContainerCreateFailed, R.ContainerStartFailed, R.OOMKilled, R.Evicted,
               R.CrashLoop, R.AdmissionRejected, R.Forbidden, R.Preempted, R.QueueTimeout):
         table[r] = failed
@@ -309,7 +313,7 @@ _RETRYABLE = frozenset(r for r, (runs, _) in _STATUS.items() if Phase.Failed in 
     Reason.RayTooOld, Reason.SandboxFailed, Reason.PolicyDenied, Reason.ServerNamespace,
     # a new Run would wait in the same queue again; a preempted Run follows its Job's own
     # failurePolicy.onPreemption instead (controller/transitions.py)
-    Reason.QueueTimeout, Reason.Preempted}
+    Reason.QueueTimeout, Reason.Preempted, Reason.ResumeFailed}
 
 
 def reported_reason(value: object, message: str = "", *,

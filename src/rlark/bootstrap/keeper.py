@@ -327,6 +327,9 @@ class Keeper:
                     finished = {"exit_code": code, **self._oom_since(self.run_oom_mark)}
                     if self.hold_finish:
                         self.held_finish = {**finished, "ts": round(time.time(), 3)}
+                        # the Run's result waits for the copy out; meanwhile the other
+                        # Workers lose the head's Ray node, which ends the Run, not fails it
+                        self.chan.emit("copying_out", run_ended=self.held_finish["ts"])
                     else:
                         self.chan.emit("run_finished", **finished)
                 self._tell_worker(f"run_finished {code} {self.run_started:.3f}")

@@ -20,8 +20,8 @@ EVENT_PREFIX_BYTES = EVENT_PREFIX.encode()
 ESCAPE = b"(workload) "
 
 #: lifecycle kinds only the keeper writes
-KEEPER_KINDS = frozenset({"keeper", "running", "run_finished", "stopped", "exit", "alive",
-                          "usage", "mount"})
+KEEPER_KINDS = frozenset({"keeper", "running", "run_finished", "copying_out", "stopped", "exit",
+                          "alive", "usage", "mount"})
 #: fields only the keeper writes, into its own lines and the workload's ``failed`` reports: the
 #: OOM kills it counted in the Worker's memory cgroup (``oom_kills``: in ``run_finished``, since
 #: the run script started; in ``failed``, since the workload did) and that cgroup's limit in

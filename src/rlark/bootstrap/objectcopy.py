@@ -10,7 +10,8 @@ Request (standard input, one JSON object): ``direction`` (``in`` | ``out``), ``b
 ``prefix`` (no leading or trailing ``/``; "" for the whole bucket), ``path`` (the mountPath),
 ``endpoint``, ``region``, ``access_key_id``/``secret_access_key`` (absent: anonymous requests),
 and for ``out`` the ``manifest`` copy in returned. Result (standard output, one JSON object):
-``{"ok": true, "files", "bytes", "skipped"}`` (copy in adds ``manifest``: relative path ->
+``{"ok": true, "files", "bytes", "skipped"}`` (copy out keeps each file's modification time in
+the object's metadata ``mtime``; copy in adds ``manifest``: relative path ->
 ``[size, mtime_ns]`` of each file it wrote, so copy out sends only what changed) or
 ``{"ok": false, "code", "message"}`` with the S3 error code (``InvalidAccessKeyId``,
 ``NoSuchBucket``, ``AccessDenied``...) or the client's error class.
@@ -130,7 +131,11 @@ def copy_out(client: Any, req: dict) -> dict:
     client.head_bucket(Bucket=bucket)
     size = 0
     for rel, n in todo:
-        client.upload_file(os.path.join(root, rel), bucket, object_key(prefix, rel))
+        full = os.path.join(root, rel)
+        # the file's own time travels with it (x-amz-meta-mtime, as rclone keeps it): the
+        # server tells from it which checkpoint a Run finished writing (record/outputs.py)
+        meta = {"mtime": f"{os.lstat(full).st_mtime:.6f}"}
+        client.upload_file(full, bucket, object_key(prefix, rel), ExtraArgs={"Metadata": meta})
         size += n
     return {"ok": True, "files": len(todo), "bytes": size, "skipped": skipped}
 

@@ -155,9 +155,13 @@ class Client:
         params = {k: v for k, v in params.items() if v is not None}
         return self._request("GET", path, params=params).text
 
-    def post(self, path: str, content: bytes | None = None, content_type: str = "application/yaml") -> Any:
+    def post(self, path: str, content: bytes | None = None, content_type: str = "application/yaml",
+             params: dict[str, str] | None = None) -> Any:
+        """POST ``path``; ``params``: its query (a query written into ``path`` would be replaced
+        by the client's own ``?project=``: httpx sets a request's query from its params)."""
         headers = {"Content-Type": content_type} if content is not None else {}
-        return self._request("POST", path, content=content, headers=headers).json()
+        return self._request("POST", path, content=content, headers=headers,
+                             **({"params": params} if params else {})).json()
 
     def put(self, path: str, content: bytes, content_type: str = "application/yaml") -> Any:
         return self._request("PUT", path, content=content, headers={"Content-Type": content_type}).json()
@@ -170,6 +174,30 @@ class Client:
         """``method`` ``path`` with ``body`` as JSON; the answer's JSON."""
         return self._request(method, path, content=json.dumps(body).encode(),
                              headers={"Content-Type": "application/json"}).json()
+
+    def download(self, url: str, sink: Any, **params) -> int:
+        """GET ``url`` (with the query ``params``) and write its body to ``sink`` (a binary
+        file) as it comes; the bytes written.
+
+        Raises:
+            ClientError: the server refused (its message), or did not answer.
+        """
+        params = {k: v for k, v in params.items() if v is not None}
+        written = 0
+        try:
+            with self.http.stream("GET", url, params=params) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise self._error(resp)
+                for chunk in resp.iter_bytes():
+                    sink.write(chunk)
+                    written += len(chunk)
+        except httpx.ConnectError:
+            raise ClientError(f"no RLark server answers at {self.base}; start one with "
+                              "`rlark server`") from None
+        except httpx.TimeoutException:
+            raise ClientError(f"the RLark server at {self.base} did not answer in time") from None
+        return written
 
     def stream_events(self, path: str, **params) -> Iterator[tuple[str, str]]:
         """Server-Sent Events as ``(event, data)`` pairs."""

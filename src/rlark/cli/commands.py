@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from rlark.cli import access, describe, files, jobs, logs, metrics, nodes, projects, queue, records
-from rlark.cli import secrets, server, top, users, volumes, webhooks
+from rlark.cli import access, describe, files, jobs, logs, metrics, nodes, outputs, projects, queue
+from rlark.cli import records, secrets, server, top, users, volumes, webhooks
 from rlark.cli.base import app, describe_app, get_app
 
 __all__ = ["app"]
@@ -12,6 +12,7 @@ __all__ = ["app"]
 for command in (files.validate, files.schema, files.plan, files.check, server.server,
                 files.render, nodes.nodes, queue.queue, jobs.submit, jobs.apply, describe.events, logs.logs,
                 metrics.metrics, top.top, jobs.stop, jobs.start, jobs.restart, jobs.delete, records.record,
+                outputs.outputs,
                 access.login, access.logout, access.whoami, access.audit):
     app.command(command.__name__)(command)
 

@@ -276,17 +276,28 @@ def start(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
 
 
 def restart(name: str = typer.Argument(..., metavar="NAME", help="Job name."),
+            resume: bool = typer.Option(
+                False, "--resume", help="Resume from the last checkpoint the current Run wrote "
+                "in its outputs (`rlark outputs NAME` shows it): the new Run's run script gets "
+                "runner.resume_dir=<it> in $RLARK_RLINF_OVERRIDES."),
             wait: bool = typer.Option(False, "--wait", "-w", help="Wait for the result."),
             project: Optional[str] = ProjectOpt, server: Optional[str] = ServerOpt) -> None:
-    """Stop the current Run if it is active, then start a new Run.
+    """Stop the current Run if it is active, then start a new Run; with --resume, one that
+    resumes from the last checkpoint of the current Run (docs/data.md, "Resume").
 
     \b
-    Example:
+    Examples:
       rlark restart quickstart -p vision
+      rlark restart ppo --resume
     """
     client = _job_client(server, project)
-    job = _action("restart", name, client)
-    out.print(f"job/{name} restarting as run {job['currentRun']['number']}")
+    if resume:
+        _check_name(name)
+        job = _call(client.post, f"/api/v1/jobs/{name}/restart", params={"resume": "true"})
+    else:
+        job = _action("restart", name, client)
+    out.print(f"job/{name} restarting as run {job['currentRun']['number']}"
+              + (", resuming from the last checkpoint of the run before" if resume else ""))
     if wait:
         raise typer.Exit(_wait(client, name))
 

@@ -286,6 +286,10 @@ def job_page(request: Request, name: str, access: Reader, tab: str = "overview",
         ctx.update(_curves(request, service, name, ctx, project, _tags(tag)))
     elif tab == "resources":
         ctx.update(_usage(request, service, name, ctx, project))
+    elif tab == "outputs" and number is not None:
+        from rlark.services.outputs import list_outputs
+
+        ctx["outputs"] = list_outputs(service, name, number, project)
     elif tab == "record" and number is not None:
         ctx["record"] = service.record(name, number, project)
     elif tab == "spec":  # what the Job (an earlier Run: that Run) set, defaults left out
@@ -328,9 +332,11 @@ async def job_action(request: Request, name: str, action: str, access: Writer) -
     back = project_url(job_path, access.project, _current(request))
     nxt = _safe_next(form.get("next"), back)
     service = _service(request)
+    # a restart resumes from the last checkpoint of the Run before when the form asks
+    extra = {"resume": True} if action == "restart" and form.get("resume") == "1" else {}
     try:
-        result = await run_in_threadpool(getattr(service, action), name, access.project,
-                                         access.actor)
+        result = await run_in_threadpool(lambda: getattr(service, action)(
+            name, access.project, access.actor, **extra))
     except ServiceError as exc:
         return _flash(_redirect(request, nxt), "error", text=exc.message)
     if action == "delete":
@@ -339,8 +345,8 @@ async def job_action(request: Request, name: str, action: str, access: Writer) -
             nxt = project_url("/jobs", access.project, _current(request))
         key = "flash.deleted" if result.get("deleted") else "flash.deleting"
         return _flash(_redirect(request, nxt), "ok", key, name=name)
-    return _flash(_redirect(request, nxt), "ok", f"flash.{action}", name=name,
-                  run=(result.get("currentRun") or {}).get("number", ""))
+    return _flash(_redirect(request, nxt), "ok", "flash.resume" if extra else f"flash.{action}",
+                  name=name, run=(result.get("currentRun") or {}).get("number", ""))
 
 
 # --- downloads -------------------------------------------------------------------------------
@@ -349,6 +355,24 @@ async def job_action(request: Request, name: str, action: str, access: Writer) -
 def _attachment(body: str, filename: str, media: str) -> Response:
     return Response(body, media_type=media, headers={
         "Content-Disposition": f'attachment; filename="{filename}"', "Cache-Control": "no-store"})
+
+
+@router.get("/jobs/{name}/outputs/{output}/file")
+def download_output(request: Request, name: str, output: str, access: Reader,
+                    path: str = "", run: str | None = None) -> Response:
+    """One file of a Run's output (:func:`rlark.services.outputs.output_file`, as ``rlark
+    outputs get``), for the Outputs tab's links."""
+    from rlark.services.outputs import output_file
+
+    try:
+        filename, size, chunks = output_file(_service(request), name, _int(run), access.project,
+                                             _text(output, 63), _text(path, 4096))
+    except ServiceError as exc:
+        return PlainTextResponse(exc.message + "\n", status_code=exc.status)
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in filename)[:200] or "output"
+    return StreamingResponse(chunks, media_type="application/octet-stream", headers={
+        "Content-Disposition": f'attachment; filename="{safe}"', "Content-Length": str(size),
+        "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
 
 
 @router.get("/jobs/{name}/logs.{fmt}")

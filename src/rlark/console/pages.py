@@ -30,6 +30,7 @@ from rlark.console import HTMX_VERSION
 from rlark.console.curves_chart import dots_svg
 from rlark.console.timeline_chart import COMPACT_ROWS, compact_rows
 from rlark.console.i18n import COOKIE, ENDONYMS, LOCALES, Translator, negotiate
+from rlark.console.messages import size_text
 from rlark.console.wizard import MOUNT_TYPES, STEPS
 from rlark.status import ACTIVE, Phase
 from rlark.exitcodes import exit_text
@@ -46,7 +47,7 @@ User = Annotated[Access, allow_user()]
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_FORM_BYTES = 1024 * 1024
 FLASH = "rlark_flash"
-TABS = ("overview", "events", "logs", "curves", "resources", "record", "spec")
+TABS = ("overview", "events", "logs", "curves", "resources", "outputs", "record", "spec")
 PHASES = [p.value for p in Phase]
 
 
@@ -145,6 +146,13 @@ def worker_rows(workers: list[dict[str, Any]], t: Translator, logs_url: str) -> 
     return Markup("\n".join(rows))
 
 
+def _epoch_text(ts: float | None) -> str:
+    """Seconds since the epoch as ``2026-12-02 07:03:04 UTC`` (``-`` for None)."""
+    if not isinstance(ts, (int, float)):
+        return "-"
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATES),
     autoescape=jinja2.select_autoescape(["html"]),
@@ -159,7 +167,7 @@ env.globals.update(PHASES=PHASES, Phase=Phase, ACTIVE=ACTIVE, MOUNT_TYPES=MOUNT_
                    TABS=TABS, seconds=_seconds, version=__version__, htmx_version=HTMX_VERSION,
                    quote=quote, amount=_amount, NODE_COLUMNS=NODE_COLUMNS,
                    compact_rows=compact_rows, curve_dots=dots_svg, worker_rows=worker_rows,
-                   LAZY_ROWS=LAZY_ROWS)
+                   LAZY_ROWS=LAZY_ROWS, size=size_text, when=_epoch_text)
 
 
 def _service(request: Request) -> JobService:

@@ -91,7 +91,9 @@ def _wizard_context(service: JobService, st: WizardState, findings: list[Finding
     ctx: dict[str, Any] = {"st": st, "findings": findings, "by_field": by_field,
                            "unplaced": unplaced,
                            "tab_errors": tab_errors, "errors": blocking(findings), "error": error,
-                           "yaml_text": "", "ranks": [], "rank_error": None}
+                           "yaml_text": "", "ranks": [], "rank_error": None,
+                           # each mount kind's row says what it is on this server's runtime
+                           "runtime": service.profile.name}
     ctx.update(yaml_is_source=False, placement=[])
     if st.step == 4:
         doc, _ = st.to_document()

@@ -17,15 +17,16 @@ from sqlalchemy.orm import Session
 
 from rlark import settings
 from rlark.controller import admission
-from rlark.controller.phases import ACTIVE, QueueWait, Transition, queue_timeout_of
+from rlark.controller.phases import ACTIVE, TERMINAL, QueueWait, Transition, queue_timeout_of
 from rlark.controller.rows import PLANNED, ref, utcnow
 from rlark.controller.state import ControllerState
 from rlark.ranks import plan_workers
 from rlark.runtimes.capacity import Amounts
 from rlark.runtimes.base import (HasCapacity, HasQueues, LaunchSpec, Taken, bootstrap_env,
                                  ray_resources, taken_port_ranges)
+from rlark.record.outputs import resume_override, resume_point
 from rlark.spec import Job, secret_refs
-from rlark.status import Phase, Reason, WorkerPhase, queued_message
+from rlark.status import Cause, EventType, Phase, Reason, WorkerPhase, queued_message
 from rlark.store import RunRow, WorkerRow
 from rlark.store.runs import add_event
 from rlark.store.secrets import managed_names, open_refs
@@ -33,6 +34,10 @@ from rlark.words import plural
 
 log = logging.getLogger("rlark.controller")
 
+
+#: seconds a resuming Run waits for the record of the Run it resumes from, once that Run's
+#: Workers have all ended (its record is stored in the same pass that sees the last one go)
+RESUME_RECORD_WAIT = 120.0
 
 #: a Worker's last reported phase while its ``ray start`` is (or is about to be) at work: counted
 #: against the bound on Ray nodes starting at once (None: nothing reported yet)
@@ -290,8 +295,66 @@ class Launching(ControllerState):
             run.ray_token = self.secret_box.seal({"token": token})
         return token
 
+    def _resume(self, s: Session, run: RunRow, job: Job) -> tuple[bool, str | None]:
+        """Where the Run resumes from, resolved once at its launch: ``(go on, the override to
+        give its run script or None)``. Asked by ``rlark restart --resume`` (``run.resume``)
+        or, for an automatic retry, by ``failurePolicy.resume``; found in the outputs the
+        earlier Run's record read back (:func:`resume_point`). An asked resume that finds no
+        checkpoint fails the Run (``ResumeFailed``) before anything starts; a retry's starts
+        afresh, said in an Event. While the earlier Run's record is not stored yet the launch
+        waits (False), at most :data:`RESUME_RECORD_WAIT` seconds."""
+        want = dict(run.resume or {})
+        if not want and run.cause == Cause.Retry and job.spec.failure_policy.resume:
+            before = max((r for r in run.job.runs if r.number < run.number),
+                         key=lambda r: r.number, default=None)
+            if before is not None:
+                want = {"fromRun": before.number, "automatic": True}
+        if not want:
+            return True, None
+        if want.get("resolved"):
+            return True, want.get("override")
+        source = next((r for r in run.job.runs if r.number == want.get("fromRun")), None)
+        if source is not None and source.record is None:
+            ended = source.finished_at.timestamp() if source.finished_at else None
+            if source.phase not in TERMINAL or (
+                    ended is not None and time.time() - ended < RESUME_RECORD_WAIT):
+                return False, None  # its record comes with the pass that sees its last Worker go
+        outputs = (source.record or {}).get("outputs") if source is not None else None
+        point, notes = resume_point(outputs or [], source is not None
+                                    and source.phase == Phase.Succeeded)
+        if source is None or outputs is None:
+            notes = [f"run {want.get('fromRun')} has no record of its outputs"] + notes
+        resolved = {**want, "resolved": True, "checkpoint": None, "notes": notes[:20]}
+        fail = None
+        if point is not None:
+            try:
+                override = resume_override(point["checkpoint"])
+            except ValueError as exc:
+                fail = str(exc)
+            else:
+                resolved.update(checkpoint=point["checkpoint"], step=point["step"],
+                                output=point["output"], override=override)
+        elif not want.get("automatic"):
+            fail = (f"run {want.get('fromRun')} left no checkpoint to resume from: "
+                    + "; ".join(notes[:3]))
+        run.resume = resolved
+        if fail is not None:
+            self._transition(s, run, Transition(Phase.Failed, Reason.ResumeFailed, fail))
+            return False, None
+        add_event(s, run.job_id, Reason.Resuming,
+                  f"run {run.number} resumes from {point['checkpoint']} (step {point['step']}) of "
+                  f"run {want.get('fromRun')}" if point is not None else
+                  f"run {run.number} starts afresh: run {want.get('fromRun')} left no checkpoint "
+                  f"({'; '.join(notes[:2])})",
+                  run_number=run.number,
+                  type=EventType.Normal if point is not None else EventType.Warning)
+        return True, resolved.get("override")
+
     def _launch_workers(self, s: Session, run: RunRow) -> None:
         job = Job.model_validate(run.spec)
+        go, override = self._resume(s, run, job)
+        if not go:
+            return
         secrets = self._run_secrets(s, run, job)
         if secrets is None:
             return
@@ -350,6 +413,7 @@ class Launching(ControllerState):
                 node_ip=place.node_ip,
                 ray_ports=place.ray_ports,
                 ray_temp_dir=place.ray_temp_dir,
+                resume_override=override,
             )
             try:
                 launched = self.runtime.launch(

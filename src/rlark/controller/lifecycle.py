@@ -126,6 +126,10 @@ _KINDS = {
                           and _opt_text(e, "message")),
     "running": lambda e: "pid" not in e or _int(e["pid"], 0, 1 << 31),
     "run_finished": lambda e: _int(e.get("exit_code")) and _oom_fields(e),
+    # the head's run script ended by itself; its keeper copies its mounts out before it says
+    # run_finished (bootstrap/keeper.py)
+    "copying_out": lambda e: (isinstance(e.get("run_ended"), (int, float))
+                              and not isinstance(e.get("run_ended"), bool)),
     "exit": lambda e: _int(e.get("code")),
     "stopped": lambda e: True,
     "alive": lambda e: isinstance(e.get("stopped", []), list),

@@ -46,6 +46,8 @@ def worker_view(w: WorkerRow) -> WorkerView:
         running=bool(life.get("running")),
         running_at=life.get("running") if isinstance(life.get("running"), (int, float)) else None,
         run_finished=life.get("run_finished"),
+        copying_out=life.get("copying_out") if isinstance(life.get("copying_out"), (int, float))
+        else None,
         stopped=bool(life.get("stopped")),
         joined=bool(life.get("joined")),
         reported_phase=worker_phase_of(life.get("phase")),
@@ -185,6 +187,8 @@ class Observing(ControllerState):
                 life[kind] = ev
             elif kind == "running":
                 life["running"] = ev.get("ts")
+            elif kind == "copying_out":
+                life["copying_out"] = ev.get("run_ended")
             elif kind == "stopped":
                 life["stopped"] = True
             elif kind == "exit":

@@ -61,6 +61,9 @@ class WorkerView:
     running: bool = False  # head: ``running`` line seen
     running_at: float | None = None  # head: when the keeper started the run script (its line's ts)
     run_finished: dict[str, Any] | None = None  # head: ``run_finished`` line
+    #: head: when its run script ended by itself while its keeper holds ``run_finished`` until
+    #: its copy-mode mounts are copied out (the ``copying_out`` line's ``run_ended``)
+    copying_out: float | None = None
     stopped: bool = False  # the bootstrap's ``stopped`` line
     joined: bool = False  # the head saw its Ray node in the cluster
     reported_phase: WorkerPhase | None = None  # the last ``phase`` line (Preparing, StartingRay, ...)
@@ -185,9 +188,17 @@ def failure_of(run: RunView) -> Transition | None:
         return Transition(Phase.Failed, Reason.Preempted, said or f"{first.label()} was preempted",
                           blamed=(first.name,), at=_when(first.preempted))
     finished_at = head.run_finished.get("ts") if head and head.run_finished else None
+    # a head whose run script ended by itself and whose keeper now copies its outputs out: its
+    # Ray node is gone, so the other Workers' nodes fail (NodeLost); that is the Run ending,
+    # not a failure of it, and the Run's result waits for the head (its keeper's line is out of
+    # the workload's reach, and it exits within RLARK_OBJECT_SYNC_SECONDS)
+    copying = (head is not None and head.trusted and head.run_finished is None
+               and head.copying_out is not None and not head.gone)
+    cut = finished_at if finished_at is not None else head.copying_out if copying and head else None
     reported = [
         w for w in run.workers
-        if w.failed and (finished_at is None or w.failed.get("ts", 0.0) <= finished_at)
+        if w.failed and (cut is None or w.failed.get("ts", 0.0) <= cut
+                         or (copying and w.is_head))
     ]
     if reported:
         first = min(reported, key=lambda w: (w.failed or {}).get("ts", 0.0))
@@ -233,6 +244,8 @@ def failure_of(run: RunView) -> Transition | None:
                 blamed=(head.name,),
                 at=_when(head.run_finished),
             )
+        return None
+    if copying:
         return None
     if head and head.gone and not head.stopped:
         return Transition(

@@ -23,7 +23,9 @@ from rlark.runtimes.base import Observed
 from rlark.store.files import job_log_dirs, remove_dirs
 from rlark.record.finish import finish_record, record_condition
 from rlark.status import EventType, Phase, Reason, WorkerPhase
+from rlark.spec import Job
 from rlark.store import JobRow, RunRow, WorkerRow
+from rlark.store.secrets import open_refs
 from rlark.store.runs import add_event
 from rlark.words import plural
 
@@ -193,8 +195,28 @@ class TearingDown(ControllerState):
                 log.warning("cleaning up run %s: %s", run.uid, exc)
                 add_event(s, run.job_id, Reason.CleanupFailed, str(exc), run_number=run.number,
                           type=EventType.Warning)
-            run.record = finish_record(run, settings.logs_dir())
+            run.record = finish_record(run, settings.logs_dir(), self._mount_keys(run))
             set_conditions(run, [ConditionUpdate(*record_condition(run.record))])
+
+    def _mount_keys(self, run: RunRow) -> dict[tuple[str, str], str] | None:
+        """The values of the secrets the Run's ``objectStorage`` mounts take their credentials
+        from, for reading its outputs back from their buckets (read in a session of its own);
+        None where they cannot be opened (no secret box, a key that changed: the record says
+        the outputs could not be read back)."""
+        try:
+            job = Job.model_validate(run.spec)
+        except ValueError:
+            return None
+        refs = [pair for role in job.spec.roles for m in role.mounts for pair in m.secret_refs()]
+        if not refs:
+            return {}
+        if self.secret_box is None:
+            return None
+        try:
+            with self._session() as r:
+                return open_refs(r, run.job.project_id, refs, self.secret_box)
+        except ValueError:  # SecretKeyError: the server's key does not open them
+            return None
 
     def _finalize_deletes(self) -> None:
         gone: list = []

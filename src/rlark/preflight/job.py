@@ -630,11 +630,80 @@ def _check_shared(job: Job) -> Iterator[Finding]:
     yield from config_name_findings(job)
 
 
+#: what a run script must mention to pass a resume on to RLinf: the variables RLark gives the
+#: head's run script for it (:func:`rlark.runtimes.base.bootstrap_env`)
+RESUME_VARIABLES = re.compile(r"\$\{?(RLARK_RLINF_OVERRIDES|RLARK_RESUME_DIR)\b")
+
+
+def passes_resume(run_script: str) -> bool:
+    """Whether ``run_script`` uses ``$RLARK_RLINF_OVERRIDES`` or ``$RLARK_RESUME_DIR``, through
+    which a resumed Run's checkpoint reaches RLinf (RLark never rewrites the user's command)."""
+    return bool(RESUME_VARIABLES.search(run_script))
+
+
+def _check_outputs(job: Job) -> Iterator[Finding]:
+    """``spec.outputs``: names, absolute paths, their role, and the mount that holds each
+    (none: a warning, the outputs check fails after the Run; a read-only one: an error); and
+    ``failurePolicy.resume``, which needs a run script that passes the resume on."""
+    from rlark.rlinf_config.locations import mount_holding
+
+    roles = {r.name: r for r in job.spec.roles}
+    names: dict[str, int] = {}
+    for i, out in enumerate(job.spec.outputs):
+        p = f"spec.outputs[{i}]"
+        if len(out.name) > MAX_NAME_LENGTH or not DNS1123_LABEL.match(out.name):
+            yield _err("InvalidOutputName", f"{p}.name",
+                       f"{p}.name = {out.name[:80]!r} is not an output name",
+                       "use lower-case letters, digits and '-', starting with a letter, e.g. "
+                       "'checkpoints'")
+        elif out.name in names:
+            yield _err("DuplicateOutputName", f"{p}.name",
+                       f"{p}.name = {out.name!r} repeats spec.outputs[{names[out.name]}].name",
+                       "give every output its own name")
+        names.setdefault(out.name, i)
+        parts = out.path.split("/")[1:]
+        if not out.path.startswith("/") or out.path.rstrip("/") == "" or "\x00" in out.path \
+                or any(part in (".", "..") for part in parts):
+            yield _err("InvalidOutputPath", f"{p}.path",
+                       f"{p}.path = {out.path[:200]!r} is not an absolute path below /",
+                       "write the absolute directory inside the Workers, e.g. '/ckpt/logs'")
+            continue
+        if out.role is not None and out.role not in roles:
+            yield _err("UnknownOutputRole", f"{p}.role",
+                       f"{p}.role = {out.role!r} is not the name of any role",
+                       f"use one of {sorted(roles)}, or leave it out (the head role)")
+            continue
+        role = roles.get(out.role or job.spec.head_role)
+        if role is None:
+            continue
+        mount = mount_holding(out.path, [m.model_dump(by_alias=True) for m in role.mounts])
+        if mount is None:
+            yield _warn("OutputNotOnMount", f"{p}.path",
+                        f"{p}.path = {out.path!r} lies on no mount of role {role.name}: what the "
+                        "Run writes there is gone with its Workers, and its outputs check fails",
+                        f"add a pvc, hostPath or objectStorage mount to role {role.name} whose "
+                        "mountPath holds it, or move the output below one")
+        elif mount.get("readOnly"):
+            yield _err("OutputOnReadOnlyMount", f"{p}.path",
+                       f"{p}.path = {out.path!r} lies on mount {mount.get('name')} of role "
+                       f"{role.name}, which is read-only: the Run cannot write there",
+                       f"drop readOnly from mount {mount.get('name')}, or move the output below "
+                       "a writable mount")
+    fp = job.spec.failure_policy
+    if fp.resume and not passes_resume(job.spec.run_script):
+        yield _err("ResumeNotPassed", "spec.failurePolicy.resume",
+                   "spec.failurePolicy.resume = true, but the run script uses neither "
+                   "$RLARK_RLINF_OVERRIDES nor $RLARK_RESUME_DIR: a retry would start afresh",
+                   "append $RLARK_RLINF_OVERRIDES to the RLinf command of spec.runScript (RLark "
+                   "puts runner.resume_dir=<checkpoint> there), or set resume: false")
+
+
 def check_job(job: Job) -> list[Finding]:
     """All value rules for a parsed Job. Returns Findings in spec order; empty means valid."""
     findings = [*_check_names(job), *_check_head(job), *_check_shared(job)]
     for i in range(len(job.spec.roles)):
         findings.extend(_check_role(i, job))
+    findings.extend(_check_outputs(job))
     total = sum(max(r.workers, 0) for r in job.spec.roles)
     if total > MAX_WORKERS and all(r.workers <= MAX_WORKERS for r in job.spec.roles):
         findings.append(_err(

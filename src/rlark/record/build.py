@@ -287,9 +287,23 @@ def _copies(workers: list, role: Any, mount: Any) -> dict:
     return {"copies": out} if out else {}
 
 
+def run_resume(run) -> dict[str, Any] | None:
+    """What a Run's record says of its resume (``run.resume``, as the controller resolved it
+    at launch: :func:`rlark.record.outputs.resume_point`): ``{fromRun, automatic, checkpoint,
+    step, output, override, notes}``; None for a Run that did not resume (or is not launched)."""
+    raw = getattr(run, "resume", None)
+    if not isinstance(raw, dict) or "resolved" not in raw:
+        return None
+    return {"fromRun": int(raw.get("fromRun") or 0), "automatic": bool(raw.get("automatic")),
+            "checkpoint": raw.get("checkpoint"), "step": raw.get("step"),
+            "output": raw.get("output"), "override": raw.get("override"),
+            "notes": [str(n) for n in raw.get("notes") or []]}
+
+
 def build_record(job, run, workers, logs_root: Path | str | None = None, *,
                  composed: dict[str, Any] | None = None,
-                 probes: dict[str, Any] | None = None, final: bool = False) -> dict[str, Any]:
+                 probes: dict[str, Any] | None = None, final: bool = False,
+                 outputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Assemble the run record (a JSON-ready dict, version :data:`RECORD_VERSION`) from a Job
     row, a Run row and its Worker rows.
 
@@ -301,7 +315,10 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
     for the outputs-readable and logs checks; without them those checks warn. ``final``: True
     only for the record stored once every Worker of the Run has ended
     (:func:`rlark.record.finish.finish_record`); any other is ``provisional`` (the field,
-    ``provisionalReason``, and ``checks.status`` ``provisional``).
+    ``provisionalReason``, and ``checks.status`` ``provisional``). ``outputs``: each output
+    read back after the Run (:func:`rlark.record.outputs.list_outputs`), which the
+    outputs-readable check then judges instead of ``probes``. The Run's ``resume`` (where it
+    resumed from: ``run.resume``) is recorded as such.
 
     Returns the record as :class:`rlark.record.schema.RecordV2` holds it (JSON values only, as
     the store keeps them), so every record built matches the published schema.
@@ -384,6 +401,7 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
                      + "; ".join(f"{d}: {', '.join(ws)}" for d, ws in digests[role].items())
                      + "); the tag moved while the Run started")
     rlinf_ref = body.get("rlinf") or {}
+    resume = run_resume(run)
     spec_overrides = list(rlinf_ref.get("overrides") or [])
     script_overrides = run_script_overrides(body.get("runScript") or "")
     original = head_facts.get("config") if isinstance(head_facts.get("config"), dict) else None
@@ -421,6 +439,7 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
         "imageDigestMismatch": mixed,
         "rlinf": body.get("rlinf"),
         "workingDir": body.get("workingDir"),
+        "project": _text(getattr(getattr(job, "project", None), "name", None)),
         "code": {
             "workingDir": _move_diff(head_code["workingDir"], diffs)
             if isinstance(head_code.get("workingDir"), dict) else None,
@@ -453,10 +472,14 @@ def build_record(job, run, workers, logs_root: Path | str | None = None, *,
             "original": original,
             "overrides": {"spec": spec_overrides, "runScript": script_overrides,
                           "notInRunScript": [o for o in spec_overrides
-                                             if o not in (body.get("runScript") or "")]},
+                                             if o not in (body.get("runScript") or "")],
+                          **({"resume": [resume["override"]]} if resume and resume.get("override")
+                             else {})},
             "resolved": resolved,
         },
         "locations": [loc.to_dict() for loc in locations],
+        **({"outputs": outputs} if outputs is not None else {}),
+        **({"resume": resume} if resume else {}),
         "logs": {
             "root": str(logs_root) if logs_root else None,
             "workers": {w.name: w.log_path for w in workers},

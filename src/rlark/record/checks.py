@@ -521,6 +521,8 @@ def check_outputs(rec: dict[str, Any], probes: dict[str, Any] | None) -> dict[st
     path of the Workers' view lies on the server's machine, ``why`` when it could not be read)."""
     from rlark.rlinf_config.locations import WRITTEN_KINDS
 
+    if isinstance(rec.get("outputs"), list):
+        return check_read_back(rec["outputs"])
     fails, warns, passes = [], [], []
     looked = (probes or {}).get("outputs") or {}
     written = [loc for loc in rec.get("locations") or [] if loc.get("kind") in WRITTEN_KINDS]
@@ -541,6 +543,45 @@ def check_outputs(rec: dict[str, Any], probes: dict[str, Any] | None) -> dict[st
                          + (f": {got['why']}" if got.get("why") else at))
         else:
             passes.append(f"{loc['kind']} path {path}: readable, {got.get('entries')} entries{at}")
+    return _check("outputs-readable", fails, warns, passes)
+
+
+def check_read_back(outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """``outputs-readable`` from the record's ``outputs``, each read back after the Run through
+    the mount that holds it (:func:`rlark.record.outputs.list_outputs`): fail for an output
+    named in ``spec.outputs`` on no writable mount, one that could not be read back, or one
+    that holds no file; warn for a config location on no persistent mount or where the server
+    cannot look; pass with what was read back, from where."""
+    from rlark.record.export import human_bytes
+
+    fails: list[str] = []
+    warns: list[str] = []
+    passes: list[str] = []
+    if not outputs:
+        return _check("outputs-readable", [], ["no output or checkpoint location to read back"], [])
+    for out in outputs:
+        back = out.get("readBack") or {}
+        who = f"output {out.get('name')} ({out.get('path')})"
+        if not out.get("persistent"):
+            line = f"{who} lies on no writable mount of role {out.get('role')}: nothing written " \
+                   "there outlives the Workers"
+            (fails if out.get("named") else warns).append(line)
+        elif not back.get("ok"):
+            if back.get("unseen"):
+                warns.append(f"{who} was not read back: {back.get('why')}")
+            else:
+                fails.append(f"{who} could not be read back from {back.get('at') or back.get('via')}: "
+                             f"{back.get('why')}")
+        elif not out.get("fileCount"):
+            fails.append(f"{who} holds no file after the Run ({back.get('at')})")
+        else:
+            unread = [f for f in out.get("files") or [] if str(f.get("why") or "").startswith("not read")]
+            if unread:
+                fails.append(f"{who}: {len(unread)} file(s) could not be read back from "
+                             f"{back.get('at')}, e.g. {unread[0].get('path')}: {unread[0].get('why')}")
+            else:
+                passes.append(f"{who}: {out.get('fileCount')} file(s), "
+                              f"{human_bytes(out.get('bytes') or 0)}, read back from {back.get('at')}")
     return _check("outputs-readable", fails, warns, passes)
 
 

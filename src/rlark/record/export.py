@@ -131,6 +131,26 @@ def _markdown_v2(rec: dict[str, Any]) -> list[str]:
             by = "; ".join(f"{r}: {b.get('why')}" for r, b in (loc.get("byRole") or {}).items())
             lines.append(f"| {loc.get('key')} | {loc.get('kind')} | {_cell(loc.get('path') or loc.get('value'))} "
                          f"| {_cell(by)} |")
+    resume = rec.get("resume")
+    if resume:
+        lines += ["", "## Resumed", "",
+                  f"- From run {resume.get('fromRun')}"
+                  + (" (automatic retry)" if resume.get("automatic") else "") + ": "
+                  + (f"`{resume['checkpoint']}` (step {resume.get('step')}), "
+                     f"`{resume.get('override')}`" if resume.get("checkpoint")
+                     else "no checkpoint, started afresh")]
+        lines += [f"- {_cell(n)}" for n in resume.get("notes") or []]
+    if rec.get("outputs"):
+        lines += ["", "## Outputs", "", "| output | path | mount | read back from | files | bytes |",
+                  "|---|---|---|---|---|---|"]
+        for o in rec["outputs"]:
+            back = o.get("readBack") or {}
+            mount = o.get("mount") or {}
+            where = back.get("at") if back.get("ok") else f"not read back: {back.get('why')}"
+            lines.append(f"| {_cell(o.get('name'))} | {_cell(o.get('path'))} | "
+                         f"{_cell(' '.join(filter(None, (mount.get('type'), mount.get('name')))) or '-')} | "
+                         f"{_cell(where)} | {o.get('fileCount', '-')} | "
+                         f"{human_bytes(o['bytes']) if o.get('bytes') is not None else '-'} |")
     return lines
 
 

@@ -47,9 +47,11 @@ def head_reported_hydra_output(workers: Sequence[Any]) -> bool:
     return isinstance(out, dict) and bool((out.get("files") or {}).get("config.yaml"))
 
 
-def compose_for_record(spec: dict[str, Any], profile: RuntimeProfile) -> dict[str, Any] | None:
+def compose_for_record(spec: dict[str, Any], profile: RuntimeProfile,
+                       extra: Sequence[str] = ()) -> dict[str, Any] | None:
     """RLark's own isolated composition of the config a Run's spec names (with
-    ``spec.rlinf.overrides``), for the record when RLinf wrote no Hydra output: ``{"data",
+    ``spec.rlinf.overrides``, then ``extra``: a resumed Run's), for the record when RLinf wrote
+    no Hydra output: ``{"data",
     "overrides", "error"?}``; None when the spec names no config. Reads only under
     :func:`config_roots`; never raises (a failure is the ``error``)."""
     from rlark.rlinf_config import _inside, config_location
@@ -64,7 +66,7 @@ def compose_for_record(spec: dict[str, Any], profile: RuntimeProfile) -> dict[st
     if where is None:
         return None
     config_dir, name = where
-    overrides = list(job.spec.rlinf.overrides) if job.spec.rlinf else []
+    overrides = (list(job.spec.rlinf.overrides) if job.spec.rlinf else []) + list(extra)
     roots = config_roots(spec, profile)
     if not os.path.isabs(config_dir) or not _inside(
             os.path.join(config_dir, f"{name.removesuffix('.yaml')}.yaml"), roots):
@@ -142,20 +144,59 @@ def probe_outputs(rec: dict[str, Any], sandboxed: bool = False) -> dict[str, Any
     return {"outputs": outputs, "logs": logs}
 
 
-def finish_record(run, logs_root: "str | Path | None") -> dict[str, Any]:
+def read_back_context(rec: dict[str, Any], keys: Any, sandboxed: bool) -> Any:
+    """The :class:`rlark.record.outputs.ReadBackContext` of a record: its runtime's profile
+    says where a Worker's path lies here; ``keys``: the Run's opened secrets (None: not at
+    hand); the S3 endpoints the server may read from (:func:`rlark.settings.object_storage_allow_networks`;
+    a bad setting allows none)."""
+    from rlark.record.outputs import ReadBackContext
+
+    name = rec.get("runtime")
+    try:
+        profile = runtimes.profile(name) if isinstance(name, str) and name else None
+    except ValueError:  # a runtime this version does not know: nothing to look at here
+        profile = None
+    try:
+        allowed = settings.object_storage_allow_networks()
+    except ValueError:
+        allowed = []
+
+    def unseen(_rec: dict, path: str, _rank: int, _sandboxed: bool) -> tuple[str | None, str]:
+        return None, f"the server does not see the Workers' files of runtime {name}"
+
+    return ReadBackContext(
+        worker_dir=profile.worker_dir if profile is not None else unseen,
+        persistent_filesystem=bool(profile.filesystem.persistent) if profile is not None else False,
+        keys=keys, allow_networks=allowed, sandboxed=sandboxed)
+
+
+def finish_record(run, logs_root: "str | Path | None", keys: Any = None) -> dict[str, Any]:
     """The record of a finished Run, as the controller stores it (final: every Worker has
     ended): RLark's composition of the config when the head reported no Hydra output
     (:func:`compose_for_record`), what is left of the outputs and logs (:func:`probe_outputs`),
-    then :func:`build_record` with both."""
+    each output read back through its mount (:func:`rlark.record.outputs.list_outputs`;
+    ``keys``: the Run's opened secrets, ``(secret, key)`` -> value, for its objectStorage
+    mounts), then :func:`build_record` with all of it."""
+    from rlark.record.outputs import list_outputs
+
     workers = list(run.workers)
     profile = runtimes.profile(run.runtime)
     composed = None
     if not head_reported_hydra_output(workers):
-        composed = compose_for_record(run.spec or {}, profile)
+        composed = compose_for_record(run.spec or {}, profile, resume_override(run))
     first = build_record(run.job, run, workers, logs_root, composed=composed)
+    sandboxed = run.worker_uid is not None
+    outputs = list_outputs(first, read_back_context(first, keys, sandboxed))
     return build_record(run.job, run, workers, logs_root, composed=composed,
-                        probes=probe_outputs(first, sandboxed=run.worker_uid is not None),
-                        final=True)
+                        probes=probe_outputs(first, sandboxed=sandboxed),
+                        final=True, outputs=outputs)
+
+
+def resume_override(run) -> list[str]:
+    """The override a resumed Run's run script was given (``run.resume``), for RLark's own
+    composition of its config; none for another Run."""
+    raw = getattr(run, "resume", None)
+    return [raw["override"]] if isinstance(raw, dict) and raw.get("override") else []
 
 
 def record_condition(rec: dict[str, Any]) -> tuple[ConditionType, bool, Reason, str]:

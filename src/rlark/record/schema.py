@@ -208,6 +208,8 @@ class Overrides(_Closed):
     spec: list[str] = Field(description="spec.rlinf.overrides")
     runScript: list[str] = Field(description="the Hydra overrides visible in the run script")
     notInRunScript: list[str]
+    resume: list[str] | None = Field(default=None, description="what RLark gave the run script "
+                                     "in $RLARK_RLINF_OVERRIDES to resume (see `resume`)")
 
 
 class Configs(_Closed):
@@ -227,6 +229,68 @@ class Location(_Closed):
     byRole: dict[str, dict[str, Reported]] = Field(description="role -> the mount that backs "
                                                    "the path on its Workers, and why")
     persistent: bool | None = None
+
+
+class OutputFile(_Closed):
+    path: str = Field(description="below the output")
+    bytes: int
+    mtime: float | None = Field(default=None, description="modification time, seconds since the "
+                                "epoch (an object's kept `mtime`, else its upload time)")
+    sha256: str | None = None
+    why: str | None = Field(default=None, description="why it has no sha256")
+
+
+class ReadBack(_Closed):
+    via: str = Field(description="hostPath | pvc | objectStorage: the mount's source it was read "
+                     "from; filesystem: a location under no mount, where the runtime keeps it")
+    at: str | None = Field(default=None, description="the directory here, or s3://bucket/prefix")
+    ok: bool
+    why: str | None = None
+    unseen: bool | None = Field(default=None, description="the server cannot see that place "
+                                "(a node's directory, a claim on Kubernetes): not verified")
+
+
+class CheckpointDir(_Closed):
+    dir: str = Field(description="below the output: .../checkpoints/global_step_<step>")
+    step: int
+    files: int
+    bytes: int
+    actor: bool = Field(description="it holds actor/, which RLinf resumes from")
+    newest: float | None = Field(default=None, description="its newest file's time")
+
+
+class OutputListing(_Closed):
+    """One output of the Run (`spec.outputs`, or a written location of the config), read back
+    after the Run through the mount that holds it (docs/data.md, "Outputs")."""
+
+    name: str
+    path: str = Field(description="inside the Workers")
+    role: str | None = None
+    origin: str = Field(description="spec.outputs[i], or the config key")
+    named: bool = Field(description="named in spec.outputs")
+    mount: dict[str, Reported] | None = Field(default=None, description="the mount that holds it")
+    persistent: bool
+    readBack: ReadBack
+    fileCount: int | None = None
+    bytes: int | None = None
+    skipped: int | None = Field(default=None, description="links and other non-files, not read")
+    filesCut: bool | None = Field(default=None, description="more files than `files` keeps")
+    files: list[OutputFile] | None = None
+    checkpoints: list[CheckpointDir] | None = None
+    newestOutside: float | None = Field(default=None, description="the newest time of a file "
+                                        "in no checkpoint directory")
+
+
+class Resume(_Closed):
+    """Where the Run resumed from (`rlark restart --resume`, `failurePolicy.resume`)."""
+
+    fromRun: int = Field(description="the Run whose outputs were looked in")
+    automatic: bool = Field(description="an automatic retry's (failurePolicy.resume)")
+    checkpoint: str | None = Field(default=None, description="in-Worker path, None: none found")
+    step: int | None = None
+    output: str | None = None
+    override: str | None = Field(default=None, description="what $RLARK_RLINF_OVERRIDES held")
+    notes: list[str] = Field(default_factory=list, description="checkpoints skipped, and why")
 
 
 class Check(_Closed):
@@ -300,6 +364,7 @@ class RecordV2(_Closed):
     imageDigestMismatch: list[str] = Field(description="roles whose Workers ran different digests")
     rlinf: dict[str, Reported] | None = Field(default=None, description="spec.rlinf as given")
     workingDir: str | None = None
+    project: str | None = None
     code: Code
     diffs: dict[str, Reported] = Field(description="sha256 -> uncommitted diff (size-capped), once each")
     mounts: list[dict[str, Reported]] = Field(description="each role's mounts as its spec gives "
@@ -309,6 +374,10 @@ class RecordV2(_Closed):
     packageLists: dict[str, PackageList] = Field(description="sha256 -> package list, once each")
     configs: Configs
     locations: list[Location]
+    outputs: list[OutputListing] | None = Field(
+        default=None, description="each output read back after the Run (null while "
+        "provisional, and in records made before outputs were read back)")
+    resume: Resume | None = None
     logs: Logs
     spec: dict[str, Reported] = Field(description="the Run's spec snapshot (`rlark schema job`)")
     checks: Checks

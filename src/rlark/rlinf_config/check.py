@@ -222,10 +222,12 @@ def check_config(
     mounts = [m.mount_path for r in job.spec.roles for m in r.mounts]
     findings.extend(path_findings(data, mounts, known_dirs))
     if filesystem is not None:
-        from rlark.rlinf_config.locations import location_findings
+        from rlark.rlinf_config.locations import location_findings, proposed_outputs
 
         roles = [r.model_dump(by_alias=True) for r in job.spec.roles]
         findings.extend(location_findings(data, roles, filesystem, job.spec.working_dir))
+        findings.extend(proposed_outputs(
+            data, [o.model_dump(by_alias=True) for o in job.spec.outputs], job.spec.working_dir))
     findings.extend(env_findings(unresolved or {}, job))
     findings.extend(override_findings(job))
     return findings

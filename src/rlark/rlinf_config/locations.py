@@ -138,6 +138,20 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def mount_holding(path: str, mounts: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """Of ``mounts`` (a role's, as a Job document holds them: camelCase keys), the one whose
+    ``mountPath`` holds the absolute in-Worker ``path`` (the deepest where several do), or None
+    (pure)."""
+    best: Mapping[str, Any] | None = None
+    for m in mounts:
+        at = m.get("mountPath")
+        if isinstance(at, str) and at.startswith("/") and _under(path, at) and (
+                best is None or len(posixpath.normpath(at)) > len(posixpath.normpath(
+                    str(best.get("mountPath"))))):
+            best = m
+    return best
+
+
 def back(locations: Sequence[Location], roles: Sequence[Mapping[str, Any]],
          filesystem: Filesystem) -> list[Location]:
     """Fill each location's ``backing``: per role (a Job document's ``spec.roles`` entries),
@@ -186,6 +200,33 @@ def location_problems(locations: Sequence[Location]) -> list[str]:
         if ro:
             out.append(f"{loc.kind} path {loc.path or loc.value} ({loc.key}) is on a read-only "
                        f"mount for role(s) {', '.join(ro)}")
+    return out
+
+
+def proposed_outputs(data: Any, outputs: Sequence[Mapping[str, Any]],
+                     working_dir: str | None) -> list[Finding]:
+    """``OutputProposed`` (info), for a Job that names ``spec.outputs``: each output or
+    checkpoint location of the config (its absolute path) that none of them holds, with the
+    entry to add. (A Job that names none has every such location read back as an output of its
+    own, by its config key: :func:`rlark.record.outputs.output_targets`; nothing to propose.)
+    ``outputs``: the Job's ``spec.outputs`` as a Job document holds them. Pure."""
+    out: list[Finding] = []
+    if not outputs:
+        return out
+    seen: set[str] = set()
+    for loc in find_locations(data, working_dir):
+        if loc.kind not in WRITTEN_KINDS or loc.path is None or loc.path in seen:
+            continue
+        seen.add(loc.path)
+        if any(isinstance(o.get("path"), str) and _under(loc.path, o["path"]) for o in outputs):
+            continue
+        name = re.sub(r"[^a-z0-9]+", "-", loc.key.rsplit(".", 1)[-1].lower()).strip("-")[:63] \
+            or "output"
+        out.append(Finding(
+            code="OutputProposed", severity=Severity.info, path=loc.key,
+            message=f"{loc.key} = {loc.path}: the Run writes its {loc.kind}s there",
+            hint=f"name it in spec.outputs ({{name: {name}, path: {loc.path}}}) to have it "
+                 "listed and read back after the Run and resumed from (`rlark restart --resume`)"))
     return out
 
 

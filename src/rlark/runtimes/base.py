@@ -207,8 +207,15 @@ def bootstrap_env(
     ray_ports: dict[str, int] | None = None,
     ray_temp_dir: str | None = None,
     extra: dict[str, str] | None = None,
+    resume_override: str | None = None,
 ) -> dict[str, str]:
     """The environment of one Worker's bootstrap (the contract in ``bootstrap/worker.py``).
+
+    The head's run script gets ``RLARK_RLINF_OVERRIDES``: the Hydra overrides RLark gives
+    RLinf for this Run, for the script to append to its command (RLark never rewrites the
+    user's config or command): ``runner.resume_dir=<checkpoint>`` when the Run resumes
+    (``resume_override``: :func:`rlark.record.outputs.resume_override`), else empty; and
+    ``RLARK_RESUME_DIR``, the checkpoint alone (empty: none).
 
     The role's own ``env`` comes first; RLark's variables (``RLINF_NODE_RANK``, ``RLARK_*``) are
     written last so a spec can never override them (preflight refuses such specs anyway).
@@ -247,6 +254,8 @@ def bootstrap_env(
     )
     if worker.is_head:
         env["RLARK_RUN_SCRIPT"] = job.spec.run_script
+        env["RLARK_RLINF_OVERRIDES"] = resume_override or ""
+        env["RLARK_RESUME_DIR"] = resume_override.partition("=")[2] if resume_override else ""
         ref = job.spec.rlinf
         if ref is not None and ref.config_name:  # the head snapshots these files for the record
             env["RLARK_RLINF_CONFIG_DIR"] = ref.config_dir or "."

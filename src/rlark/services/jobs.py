@@ -601,6 +601,42 @@ class JobService:
                 job, r, r.workers, settings.logs_dir())
             return rec, text_of(r.phase), r.worker_uid is not None, self._mask(s, job)
 
+    def record_for_outputs(self, name: str, run: int | None = None,
+                           project: str = DEFAULT_PROJECT
+                           ) -> tuple[dict[str, Any], bool, dict[tuple[str, str], str] | None]:
+        """What reading a Run's outputs again needs (:func:`rlark.services.outputs.output_file`):
+        its record as :meth:`record` reads it (unmasked: the server's own look at its outputs),
+        whether its Workers had a uid of their own (``worker_uid``, set by the runtime), and the
+        values of the project's secrets its ``objectStorage`` mounts take credentials from (None
+        where the server cannot open them).
+
+        Raises:
+            NotFound: no such Job, or it has no such Run.
+        """
+        from rlark.store.secrets import open_refs
+
+        with self.store.session() as s:
+            job = self._job(s, name, project)
+            r = self._run(s, job, run)
+            rec = public_record(r.record) if r.record is not None else build_record(
+                job, r, r.workers, settings.logs_dir())
+            refs: list[tuple[str, str]] = []
+            try:
+                spec = Job.model_validate(r.spec)
+                refs = [p for role in spec.spec.roles for m in role.mounts for p in m.secret_refs()]
+            except ValueError:
+                pass
+            keys: dict[tuple[str, str], str] | None = {}
+            if refs:
+                if self.secret_box is None and self.secret_source is not None:
+                    self.secret_box = self.secret_source()
+                try:
+                    keys = open_refs(s, job.project_id, refs, self.secret_box) \
+                        if self.secret_box is not None else None
+                except ValueError:
+                    keys = None
+            return rec, r.worker_uid is not None, keys
+
     def timeline(self, name: str, run: int | None = None,
                  project: str = DEFAULT_PROJECT) -> dict[str, Any]:
         """The timeline of a Run (default: the current one) as
@@ -710,25 +746,73 @@ class JobService:
         return out
 
     @retry_on_conflict
-    def restart(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM) -> dict[str, Any]:
-        """Stop the current Run if active, then start a new Run with the same spec.
+    def restart(self, name: str, project: str = DEFAULT_PROJECT, actor: Actor = SYSTEM,
+                resume: bool = False) -> dict[str, Any]:
+        """Stop the current Run if active, then start a new Run with the same spec; with
+        ``resume``, one that resumes from the last checkpoint the current Run wrote in its
+        outputs (:meth:`resume_source`; resolved at its launch, once that Run's outputs are read
+        back: docs/data.md, "Resume").
 
         Raises:
             Invalid: the stored spec asks for what the server's policy no longer allows
-                (:meth:`launch_findings`); the current Run is left as it is.
+                (:meth:`launch_findings`), or ``resume`` cannot be honoured
+                (:meth:`resume_source`); the current Run is left as it is.
         """
         self._refuse_unlaunchable(name, project)
+        source = self.resume_source(name, project) if resume else None
         with self._quota_audited(actor, "job.restart", project, name), self.store.session() as s:
             job = self._job(s, name, project)
             if job.delete_requested:
                 raise Conflict(f"Job {name!r} is being deleted")
             self._check_run_quota(s, job)
             self._request_stop(s, job, "restart requested" + _by(actor), actor)
-            out = self._new_run(s, job, Cause.Restarted, actor)
+            out = self._new_run(s, job, Cause.Restarted, actor, resume=None if source is None else
+                                {"fromRun": source, "automatic": False, "by": actor.name})
             audit.record(s, actor, "job.restart", project=project, target=name,
-                         detail=f"run {out['currentRun']['number']}")
+                         detail=f"run {out['currentRun']['number']}"
+                                + (f", resuming from run {source}" if source is not None else ""))
         self.wake()
         return out
+
+    def resume_source(self, name: str, project: str = DEFAULT_PROJECT) -> int:
+        """The number of the Run a resumed restart of Job ``name`` resumes from: its latest
+        Run. Its checkpoint is found at the new Run's launch in the outputs that Run's record
+        read back (:func:`rlark.record.outputs.resume_point`); where that record is already
+        stored, a Run without one is refused now.
+
+        Raises:
+            NotFound: no such Job. Invalid: the Job has no Run yet, its run script does not
+                pass a resume on to RLinf (``$RLARK_RLINF_OVERRIDES`` or ``$RLARK_RESUME_DIR``),
+                or its finished latest Run left no checkpoint (the message says what was
+                looked at).
+        """
+        from rlark.preflight.job import passes_resume
+        from rlark.record.outputs import resume_point
+
+        with self.store.session() as s:
+            job = self._job(s, name, project)
+            script = str((job.spec.get("spec") or {}).get("runScript") or "")
+            latest = max(job.runs, key=lambda r: r.number, default=None)
+            if not passes_resume(script):
+                raise Invalid(
+                    f"Job {name!r} cannot resume: its run script uses neither "
+                    "$RLARK_RLINF_OVERRIDES nor $RLARK_RESUME_DIR, so the checkpoint would not "
+                    "reach RLinf", [Finding(
+                        code="ResumeNotPassed", severity=Severity.error, path="spec.runScript",
+                        message="spec.runScript uses neither $RLARK_RLINF_OVERRIDES nor "
+                                "$RLARK_RESUME_DIR: a resumed Run would start afresh",
+                        hint="append $RLARK_RLINF_OVERRIDES to the RLinf command (RLark puts "
+                             "runner.resume_dir=<checkpoint> there) and apply the Job again")])
+            if latest is None:
+                raise Invalid(f"Job {name!r} has no Run yet to resume from")
+            if latest.record is not None:
+                point, notes = resume_point(latest.record.get("outputs") or [],
+                                            latest.phase == Phase.Succeeded)
+                if point is None:
+                    raise Invalid(f"run {latest.number} of Job {name!r} left no checkpoint to "
+                                  f"resume from: {'; '.join(notes[:3])}; `rlark outputs "
+                                  f"{name}:{latest.number}` lists what it wrote")
+            return latest.number
 
     def launch_findings(self, job: Job, project: str) -> builtins.list[Finding]:
         """What would refuse a new Run of the stored ``job`` on this server today
@@ -792,9 +876,11 @@ class JobService:
             run.stop_requested = True
             add_event(s, job.id, Reason.StopRequested, why, run_number=run.number, actor=actor.name)
 
-    def _new_run(self, s: Session, job: JobRow, cause: Cause, actor: Actor = SYSTEM) -> dict[str, Any]:
+    def _new_run(self, s: Session, job: JobRow, cause: Cause, actor: Actor = SYSTEM,
+                 resume: dict[str, Any] | None = None) -> dict[str, Any]:
         job.desired = Desired.Running
         run = self._make_run(job, cause)
+        run.resume = resume
         s.add(run)
         s.flush()
         job.current_run_id = run.id

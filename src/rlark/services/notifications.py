@@ -30,6 +30,7 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from rlark import __version__, settings
+from rlark.addresses import address_refusal  # noqa: F401  (also this module's, for its users)
 from rlark.findings import error
 from rlark.services.errors import Invalid
 from rlark.store.webhooks import WebhookEvent, WebhookFormat
@@ -86,23 +87,6 @@ class WebhookSettings:
 
 
 # --- where a webhook may point ---------------------------------------------------------------
-
-
-def address_refusal(ip: IPAddress, allow_networks: tuple[str, ...] | list[str] = ()) -> str | None:
-    """Why the server must not send to ``ip`` (``"loopback"``, ``"private"``, ...), or None when
-    it may: a public address, or one inside ``allow_networks`` (CIDRs). An IPv4 address written
-    as IPv6 (``::ffff:10.0.0.1``) is judged as the IPv4 address it is."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if any(ip in ipaddress.ip_network(n, strict=False) for n in allow_networks):
-        return None
-    for kind, test in (("unspecified", ip.is_unspecified), ("loopback", ip.is_loopback),
-                       ("link-local (cloud metadata services live there)", ip.is_link_local),
-                       ("multicast", ip.is_multicast), ("private", ip.is_private),
-                       ("reserved", ip.is_reserved)):
-        if test:
-            return kind
-    return None if ip.is_global else "not public"
 
 
 def invalid(field: str, message: str, hint: str) -> Invalid:

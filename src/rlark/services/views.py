@@ -65,6 +65,11 @@ def run_view(r: RunRow, with_workers: bool = False) -> dict[str, Any]:
             for t in r.tasks
         ],
     }
+    if isinstance(r.resume, dict):
+        # where it resumes from (rlark restart --resume, failurePolicy.resume): asked, and once
+        # launched the checkpoint found (None: none; it started afresh)
+        out["resume"] = {k: r.resume.get(k) for k in ("fromRun", "automatic", "checkpoint", "step")
+                         if k in r.resume}
     if with_workers:
         out["workers"] = [worker_view(w) for w in r.workers]
         # what each role's Ray nodes were started with (objectStore, worker ports...): only in

@@ -190,6 +190,11 @@ class RunRow(Base):
     #: how its lifecycle lines are told from the workload's output: ``keeper`` (only the
     #: Worker's keeper writes them; no token in any line); None: an older Run (``event_token``)
     channel: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    #: a Run that resumes from the last checkpoint of an earlier one (``rlark restart
+    #: --resume``, ``failurePolicy.resume``): ``{"fromRun", "automatic", "by"}`` when asked;
+    #: the launch adds ``resolved`` and ``checkpoint``, ``step``, ``output``, ``override``,
+    #: ``notes`` (rlark.record.outputs.resume_point). None: it starts afresh
+    resume: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     running_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from rlark.api.deps import job_service
@@ -108,8 +109,49 @@ def start_job(name: str, jobs: Service, access: Writer) -> dict:
 
 
 @router.post("/{name}/restart", summary="Stop the current Run (if any) and start a new one")
-def restart_job(name: str, jobs: Service, access: Writer) -> dict:
-    return jobs.restart(name, access.project, access.actor)
+def restart_job(name: str, jobs: Service, access: Writer,
+                resume: Annotated[bool, Query(description=(
+                    "resume from the last checkpoint the current Run wrote in its outputs: the "
+                    "new Run's run script gets runner.resume_dir=<it> in "
+                    "$RLARK_RLINF_OVERRIDES (docs/data.md, \"Resume\"); 422 when that cannot "
+                    "be done"))] = False) -> dict:
+    return jobs.restart(name, access.project, access.actor, resume=resume)
+
+
+@router.get("/{name}/outputs", summary="What a Run wrote to its outputs, read back after it")
+def list_outputs(name: str, jobs: Service, access: Reader,
+                 run: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None,
+                 files: Annotated[bool, Query(description="with each output's files")] = True
+                 ) -> dict:
+    """Each output (``spec.outputs``, and each written location of the RLinf config) of the Run
+    (default: the current one) as its record read it back through the mount that holds it:
+    files, sizes, times, sha256 under a size cap, RLinf's checkpoint directories, and the
+    checkpoint ``rlark restart --resume`` would take (``resume``). ``final`` is false while the
+    Run's Workers have not all ended (nothing is read back before)."""
+    from rlark.services.outputs import list_outputs as listing
+
+    return listing(jobs, name, run, access.project, files=files)
+
+
+@router.get("/{name}/outputs/{output}/file", summary="Download one file of a Run's output",
+            response_class=StreamingResponse,
+            responses={200: {"content": {"application/octet-stream": {}}}})
+def output_file(name: str, output: str, jobs: Service, access: Reader,
+                path: Annotated[str, Query(min_length=1, max_length=4096, description=(
+                    "the file below the output, as the listing gives it"))],
+                run: Annotated[int | None, Query(ge=1, le=INT32_MAX)] = None
+                ) -> StreamingResponse:
+    """The file's bytes, read now through the source the Run's record read the output back
+    from (the mount's directory on the server's machine, or its bucket): never a path outside
+    the output, never through a symbolic link. 404 for an unknown output or file, 409 while
+    the Run has not ended, 422 for a path that is not below the output."""
+    from rlark.services.outputs import output_file as read
+
+    filename, size, chunks = read(jobs, name, run, access.project, output, path)
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in filename)[:200] or "output"
+    return StreamingResponse(chunks, media_type="application/octet-stream", headers={
+        "Content-Length": str(size), "Content-Disposition": f'attachment; filename="{safe}"',
+        "X-Content-Type-Options": "nosniff"})
 
 
 @router.delete("/{name}", summary="Delete a Job, its Runs, records and logs")

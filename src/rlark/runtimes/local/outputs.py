@@ -125,10 +125,30 @@ def look_at(view: HostView, rlark_home: str) -> dict[str, Any]:
     return out
 
 
-def _hostpath_mounts(rec: dict[str, Any]) -> dict[Any, list[tuple[str, str]]]:
+def _hostpath_mounts(rec: dict[str, Any], home: str | None = None
+                    ) -> dict[Any, list[tuple[str, str]]]:
+    """Per role, ``(directory on this machine, mountPath)`` of each mount bound into its
+    Workers from a directory here: a ``hostPath`` mount's source, a ``pvc`` mount's volume of
+    the record's project (:func:`rlark.runtimes.local.volumes.volume_dir` below ``home``,
+    default the server's ``$RLARK_HOME``; none for a record without its project)."""
+    from rlark.runtimes.local.volumes import volume_dir
+
     body = (rec.get("spec") or {}).get("spec") or {}
-    return {r.get("name"): [(m.get("source"), m.get("mountPath")) for m in r.get("mounts") or []
-                            if m.get("type") == "hostPath"] for r in body.get("roles") or []}
+    project = rec.get("project")
+    home = home or str(settings.rlark_home())
+    out: dict[Any, list[tuple[str, str]]] = {}
+    for r in body.get("roles") or []:
+        places = out.setdefault(r.get("name"), [])
+        for m in r.get("mounts") or []:
+            if m.get("type") == "hostPath":
+                places.append((m.get("source"), m.get("mountPath")))
+            elif m.get("type") == "pvc" and isinstance(project, str) and project:
+                try:
+                    places.append((volume_dir(home, project, str(m.get("source"))),
+                                   m.get("mountPath")))
+                except ValueError:
+                    continue  # not a volume name: the Run never had it
+    return out
 
 
 def server_dir(rec: dict[str, Any], path: str, rank: int, sandboxed: bool = False
@@ -144,7 +164,7 @@ def server_dir(rec: dict[str, Any], path: str, rank: int, sandboxed: bool = Fals
     role = worker.get("role") if worker else None
     home = str(settings.rlark_home())
     view = host_view(path, rank=rank, sandboxed=sandboxed, working_dir=rec.get("workingDir"),
-                     host_mounts=_hostpath_mounts(rec).get(role, []),
+                     host_mounts=_hostpath_mounts(rec, home).get(role, []),
                      dirs=worker_dirs(home, settings.ray_tmp_root(), str(rec.get("runUid")), rank))
     if view.at is None:
         return None, f"{path} is {view.what}: {view.why}"
@@ -166,8 +186,8 @@ def output_probes(rec: dict[str, Any], sandboxed: bool = False) -> dict[str, dic
     by the runtime; never taken from what the Workers report, which their own code could
     forge). Nothing is looked at for a Run whose Workers reported nothing (none ran)."""
     outputs: dict[str, dict[str, Any]] = {}
-    mounts = _hostpath_mounts(rec)
     home, ray_root = str(settings.rlark_home()), settings.ray_tmp_root()
+    mounts = _hostpath_mounts(rec, home)
     items = [w for w in (rec.get("workers") or {}).get("items") or [] if w.get("facts")]
     for loc in rec.get("locations") or []:
         path = loc.get("path")
