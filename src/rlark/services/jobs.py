@@ -54,6 +54,14 @@ log = logging.getLogger("rlark.jobs")
 # --- the service -------------------------------------------------------------------------------------
 
 
+def _record_of(job: JobRow, r: RunRow) -> dict[str, Any]:
+    """A Run's record as the server reads it: the stored one of an ended Run, else a live one
+    built from its rows; never with the Run's event token (record.public_record)."""
+    if r.record is not None:
+        return public_record(r.record)
+    return build_record(job, r, r.workers, settings.logs_dir())
+
+
 class JobService:
     """Job operations on a :class:`Store`. ``wake`` is called after every change so the
     controller acts at once."""
@@ -578,8 +586,7 @@ class JobService:
         with self.store.session() as s:
             job = self._job(s, name, project)
             r = self._run(s, job, run)
-            rec = public_record(r.record) if r.record is not None else build_record(
-                job, r, r.workers, settings.logs_dir())
+            rec = _record_of(job, r)
             return mask_data(rec, self._mask(s, job))
 
     def record_for_curves(self, name: str, run: int | None = None,
@@ -597,8 +604,7 @@ class JobService:
         with self.store.session() as s:
             job = self._job(s, name, project)
             r = self._run(s, job, run)
-            rec = public_record(r.record) if r.record is not None else build_record(
-                job, r, r.workers, settings.logs_dir())
+            rec = _record_of(job, r)
             return rec, text_of(r.phase), r.worker_uid is not None, self._mask(s, job)
 
     def record_for_outputs(self, name: str, run: int | None = None,
@@ -618,8 +624,7 @@ class JobService:
         with self.store.session() as s:
             job = self._job(s, name, project)
             r = self._run(s, job, run)
-            rec = public_record(r.record) if r.record is not None else build_record(
-                job, r, r.workers, settings.logs_dir())
+            rec = _record_of(job, r)
             refs: list[tuple[str, str]] = []
             try:
                 spec = Job.model_validate(r.spec)
