@@ -133,6 +133,7 @@ BODIES: dict[str, dict] = {
     "POST /api/v1/projects": {"json": {"name": "fresh-project"}},
     "PUT /api/v1/projects/{project}/members/{user}": {"json": {"role": "viewer"}},
     "PUT /api/v1/projects/{project}/quotas": {"json": {"maxJobs": 40}},
+    "PUT /api/v1/projects/{project}/queue": {"json": {"queue": None}},
     "POST /login": {"data": {"user": "mia", "password": MIA_PASSWORD}},
     "POST /create/yaml": {"data": {"yaml": job_yaml("fresh")}},
     "POST /admin/users": {"data": {"name": "newbie"}},

@@ -333,8 +333,8 @@ def test_projects_keep_jobs_apart_and_roles_decide(site):
     text = site.admin("project", "get", "a").stdout
     assert ["victor", "member"] in table(text)
     rows = table(site.admin("project", "list").stdout)
-    assert rows[0] == ["NAME", "ROLE", "NAMESPACE", "JOBS"]
-    assert ["a", "admin", "-", "1"] in rows and ["default", "admin", "-", "0"] in rows
+    assert rows[0] == ["NAME", "ROLE", "NAMESPACE", "QUEUE", "JOBS"]
+    assert ["a", "admin", "-", "-", "1"] in rows and ["default", "admin", "-", "-", "0"] in rows
     assert [p["name"] for p in json.loads(site.person("alice", "project", "list", "-o", "json").stdout)] == ["a"]
     assert site.admin("project", "remove-member", "a", "victor").returncode == 0
     gone = site.person("victor", "describe", "job", "demo", "-p", "a")

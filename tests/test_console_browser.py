@@ -545,7 +545,7 @@ def test_admin_pages_project_switcher_and_logout(ui):
     try:
         other.login(token)
         expect(other.page.locator("[data-user=riley]")).to_be_visible()
-        expect(other.page.locator("nav.main-nav a")).to_have_text(["Jobs", "Nodes", "Secrets", "API tokens", "API"])
+        expect(other.page.locator("nav.main-nav a")).to_have_text(["Jobs", "Nodes", "Queue", "Secrets", "API tokens", "API"])
         expect(other.page.locator("#project-switch")).to_have_value("team")  # their project
         expect(other.page.locator(".page-head .btn-primary")).to_have_count(0)  # a viewer
         other.go("/tokens")

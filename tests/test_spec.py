@@ -98,6 +98,7 @@ def test_defaults_are_filled_and_dumped():
         "unresponsiveTimeoutSeconds": 300,
         "onPreemption": "Requeue",  # queueTimeoutSeconds None (no bound) is left out
         "maxRequeues": 3,
+        "resume": False,
     }
     assert data["spec"]["priority"] == 0
     assert data["spec"]["terminationGracePeriodSeconds"] == 10

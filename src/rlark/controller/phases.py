@@ -1,5 +1,9 @@
 """The Run state machine (pure: no I/O, no clock).
 
+Long because: it is the whole state machine — every Worker report and runtime observation a
+Run's phase turns on, and their precedence (preemption, copy out, queue waits) — kept in one
+place so that the order of the rules can be read and tested as one table.
+
 Phases (ARCHITECTURE.md): ``Pending`` -> ``Starting`` -> ``Running`` -> ``Succeeded`` | ``Failed``;
 ``Stopping`` -> ``Stopped`` from any non-terminal phase. :func:`decide` looks at what the Workers
 reported (their lifecycle lines) and what the runtime observed (alive / exit code) and returns the

@@ -1,6 +1,9 @@
 """The run record's automatic checks: one per item of the list RLinf users are asked to record
 and verify for every run (issue 14), each ``pass`` / ``warn`` / ``fail`` with evidence (pure).
 
+Long because: one short check per item of the record's list (issue 14), in the list's order;
+splitting them would scatter one table.
+
 =====================  ==========================================================================
 id                     what it verifies (fail / warn)
 =====================  ==========================================================================

@@ -5,6 +5,9 @@ runtime), an ``objectStorage`` mount's bucket through the S3 API (every runtime)
 ``outputs`` holds what was found, the ``outputs-readable`` check judges it, and ``rlark restart
 --resume`` finds the last checkpoint in it (:func:`resume_point`).
 
+Long because: the read-back of three mount kinds (a directory, a volume, a bucket) and the
+resume point, which is chosen from that same listing; the bounds (files, bytes, time) are shared.
+
 What is an output: each ``spec.outputs`` entry (named by the user), and each output or
 checkpoint location of the RLinf config (:mod:`rlark.rlinf_config.locations`) that no named
 output holds.
@@ -354,11 +357,11 @@ def endpoint_refusal(endpoint: str, allow_networks: Sequence[str],
                      resolve: Callable[[str, int], list[str]] | None = None) -> tuple[str | None, str]:
     """``(why the server may not read from it, or None; the endpoint to connect to)``: every
     address the endpoint's host resolves to must pass
-    :func:`rlark.addresses.address_refusal`; an ``http`` endpoint is then pinned to the first
+    :func:`rlark.preflight.addresses.address_refusal`; an ``http`` endpoint is then pinned to the first
     one (its address in place of its name), so a name that answers differently a moment later
     cannot lead the server elsewhere (``https`` keeps the name its certificate is checked for).
     ``resolve``: ``(host, port) -> addresses`` (default: the system's resolver)."""
-    from rlark.addresses import address_refusal
+    from rlark.preflight.addresses import address_refusal
 
     parts = urlsplit(endpoint)
     host = parts.hostname or ""

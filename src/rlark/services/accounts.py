@@ -1,6 +1,9 @@
 """Users, API tokens, projects and their members: what the ``user``, ``token`` and ``project``
 commands, their API routes and the console's admin pages share.
 
+Long because: users, tokens, projects and members are one permission model (who may do
+what to whom); the routes, CLI and console call this one service for all of it.
+
 Who may do what:
 
 * a site administrator (``users.is_admin``) manages users, projects and every token, and is an

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from rlark import __version__, settings
-from rlark.addresses import address_refusal  # noqa: F401  (also this module's, for its users)
+from rlark.preflight.addresses import address_refusal  # noqa: F401  (also this module's, for its users)
 from rlark.findings import error
 from rlark.services.errors import Invalid
 from rlark.store.webhooks import WebhookEvent, WebhookFormat
