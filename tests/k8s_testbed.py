@@ -1054,3 +1054,32 @@ def k8s_namespace(k8s_testbed):  # noqa: F811 - the session fixture above
         yield name
     finally:
         k8s_testbed.delete_namespace(name)
+
+
+# --- Kueue objects (the Kueue test bed's modules) --------------------------------------------------
+
+#: Kueue's API group and version, as RLark's runtime uses them (one source of truth)
+from rlark.runtimes.kubernetes.kueue import GROUP as KUEUE_GROUP, VERSION as KUEUE_VERSION  # noqa: E402
+
+
+def kueue_condition(obj: dict | None, kind: str, status: str = "True") -> dict | None:
+    """The condition ``kind`` of a Kueue object (``status.conditions``) when its status is
+    ``status``; None otherwise."""
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == kind and c["status"] == status:
+            return c
+    return None
+
+
+def make_local_queue(api, ns: str, name: str, cluster_queue: str) -> None:
+    """Create the LocalQueue ``ns/name`` of ``cluster_queue`` (``api``: a CustomObjectsApi) and
+    wait until both the ClusterQueue and the LocalQueue say Active."""
+    api.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues", {
+        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "LocalQueue",
+        "metadata": {"name": name}, "spec": {"clusterQueue": cluster_queue}})
+    wait_for(f"ClusterQueue {cluster_queue} to be Active", lambda: kueue_condition(
+        api.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", cluster_queue),
+        "Active"))
+    wait_for(f"LocalQueue {ns}/{name} to be Active", lambda: kueue_condition(
+        api.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues", name),
+        "Active"))

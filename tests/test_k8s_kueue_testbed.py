@@ -14,7 +14,11 @@ import pytest
 from tests.k8s_testbed import (
     GPU_NODES,
     KUEUE_ADMISSION_GATE,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
     KUEUE_QUEUE_LABEL,
+    kueue_condition,
+    make_local_queue,
     restricted,
     setup_timeout,
     wait_for,
@@ -22,7 +26,7 @@ from tests.k8s_testbed import (
 
 pytestmark = pytest.mark.timeout(setup_timeout(kueue=True))
 
-GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+GROUP, VERSION = KUEUE_GROUP, KUEUE_VERSION
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 GPU = "nvidia.com/gpu"
@@ -48,14 +52,7 @@ def kueue_ns(k8s_kueue_testbed):
                      "resourceGroups": [{"coveredResources": ["cpu", GPU], "flavors": [{
                          "name": flavor, "resources": [{"name": "cpu", "nominalQuota": CPU_QUOTA},
                                                        {"name": GPU, "nominalQuota": GPU_QUOTA}]}]}]}})
-        api.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": LOCAL_QUEUE},
-            "spec": {"clusterQueue": cq}})
-        wait_for(f"ClusterQueue {cq} to be Active",
-                 lambda: _condition(api.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", cq), "Active"))
-        wait_for(f"LocalQueue {ns}/{LOCAL_QUEUE} to be Active",
-                 lambda: _condition(api.get_namespaced_custom_object(GROUP, VERSION, ns, "localqueues",
-                                                                     LOCAL_QUEUE), "Active"))
+        make_local_queue(api, ns, LOCAL_QUEUE, cq)
         yield ns
     finally:
         tb.delete_namespace(ns)
@@ -68,13 +65,6 @@ def kueue_ns(k8s_kueue_testbed):
                 if getattr(e, "status", None) != 404:
                     raise
 
-
-def _condition(obj: dict, kind: str, status: str = "True") -> dict | None:
-    """The condition ``kind`` of a Kueue object when its status is ``status``."""
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c["type"] == kind and c["status"] == status:
-            return c
-    return None
 
 
 def _pod(name: str, group: str, total: int, gpus: int) -> dict:
@@ -109,7 +99,7 @@ def _admitted_and_bound(tb, ns: str, names: list[str]):
     """The group's Workload once it is Admitted and each of ``names`` is ungated and bound to a
     kwok Node (None before)."""
     wl = _workload(tb, ns, names[0])
-    if wl is None or not _condition(wl, "Admitted"):
+    if wl is None or not kueue_condition(wl, "Admitted"):
         return None
     pods = [tb.admin().read_namespaced_pod(n, ns) for n in names]
     if any(_gated(p) or p.spec.node_name not in GPU_NODES for p in pods):
@@ -132,7 +122,7 @@ def test_pod_group_is_gated_until_complete_then_admitted_and_bound(k8s_kueue_tes
     alone = core.read_namespaced_pod("late-0", ns)
     assert _gated(alone) and alone.spec.node_name is None
     late_wl = _workload(tb, ns, "late-0")
-    assert late_wl is None or not _condition(late_wl, "Admitted")
+    assert late_wl is None or not kueue_condition(late_wl, "Admitted")
 
     core.create_namespaced_pod(ns, _pod("late-1", "late", 2, gpus=1))
     late = wait_for("group late to be admitted once complete and its Pods bound",
@@ -153,10 +143,10 @@ def test_pod_group_larger_than_quota_stays_gated(k8s_kueue_testbed, kueue_ns):
 
     def judged():
         wl = _workload(tb, ns, names[0])
-        return wl is not None and _condition(wl, "QuotaReserved", "False") and wl
+        return wl is not None and kueue_condition(wl, "QuotaReserved", "False") and wl
 
     wl = wait_for("Kueue to find no quota for group big", judged)
-    assert not _condition(wl, "Admitted")
+    assert not kueue_condition(wl, "Admitted")
     assert sum(ps["count"] for ps in wl["spec"]["podSets"]) == 3
     pods = [core.read_namespaced_pod(n, ns) for n in names]
     assert all(_gated(p) and p.spec.node_name is None for p in pods), \

@@ -17,7 +17,8 @@ import logging
 
 import pytest
 
-from tests.k8s_testbed import GPU_NODES, KwokWorkers, RlarkOnK8s, setup_timeout, wait_for
+from tests.k8s_testbed import (GPU_NODES, KwokWorkers, RlarkOnK8s, kueue_condition, make_local_queue,
+                               setup_timeout, wait_for)
 
 from rlark.runtimes.kubernetes import kueue  # noqa: E402
 from rlark.services.queue import pending  # noqa: E402
@@ -48,12 +49,6 @@ def job_yaml(name: str, *, head_gpus: int = 1, pool: int = 1, pool_gpus: int = 2
             f"    - {{name: pool, workers: {pool}, image: {IMAGE!r}, resources: {res % pool_gpus}}}\n")
 
 
-def _condition(obj: dict | None, kind: str, status: str = "True") -> dict | None:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c["type"] == kind and c["status"] == status:
-            return c
-    return None
-
 
 @pytest.fixture
 def kueue_ns(k8s_kueue_testbed):
@@ -80,14 +75,7 @@ def kueue_ns(k8s_kueue_testbed):
                              {"name": "cpu", "nominalQuota": CPU_QUOTA},
                              {"name": "memory", "nominalQuota": MEMORY_QUOTA},
                              {"name": GPU, "nominalQuota": GPU_QUOTA}]}]}]}})
-        api.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": LOCAL_QUEUE},
-            "spec": {"clusterQueue": cq}})
-        wait_for(f"ClusterQueue {cq} to be Active",
-                 lambda: _condition(api.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", cq), "Active"))
-        wait_for(f"LocalQueue {ns}/{LOCAL_QUEUE} to be Active",
-                 lambda: _condition(api.get_namespaced_custom_object(GROUP, VERSION, ns, "localqueues",
-                                                                     LOCAL_QUEUE), "Active"))
+        make_local_queue(api, ns, LOCAL_QUEUE, cq)
         yield ns
     finally:
         tb.delete_namespace(ns)
