@@ -294,8 +294,17 @@ def test_check_ranks_outside_range(rank):
 
 def test_check_ranks_dead_node_of_this_run():
     by_rank, missing, problems = check_ranks([node(0), node(1, alive=False)], "run1", 2)
-    assert missing == [1]
-    assert problems == ["rank 1 joined and then died"]
+    assert missing == [1] and sorted(by_rank) == [0]
+    assert problems == []
+
+
+def test_check_ranks_a_rank_started_again_beside_its_dead_entry():
+    """A Worker whose first `ray start` failed after its node registered starts it again: the
+    table keeps the dead entry, and the new node carries the rank (no "two nodes" problem)."""
+    by_rank, missing, problems = check_ranks(
+        [node(0), node(1, addr="10.0.0.1", alive=False), node(1, addr="10.0.0.2")], "run1", 2)
+    assert missing == [] and problems == []
+    assert by_rank[1]["NodeManagerAddress"] == "10.0.0.2"
 
 
 def test_check_ranks_ignores_other_runs():

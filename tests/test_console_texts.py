@@ -575,7 +575,13 @@ def test_admission_and_service_messages_in_chinese(client, service):
     said += [d.message for d in admit([Candidate("d", Amounts(1, gib, 0), 3)],
                                       Usage(held=Amounts(0, 0, 0), starting_nodes=2, busy=True),
                                       cap).values() if d.message]
-    assert len(said) >= 3
+    # every CPU held: the message ends in "... GiB memory", which the general "{mem} memory"
+    # template once swallowed whole (the queue's text left in English)
+    said += [d.message for d in admit([Candidate("e", Amounts(1, gib, 0), 1)],
+                                      Usage(held=Amounts(2, gib, 0), starting_nodes=0, busy=True),
+                                      cap).values() if d.message]
+    assert said[-1].endswith("GiB memory"), said[-1]
+    assert len(said) >= 4
     for text in said:
         chinese(message_text("Queued", text, "zh-CN"))
     # what the service records: acceptance, runs, stop, replace, delete, the Job's warnings

@@ -33,10 +33,11 @@ def exchange_dir(path: Path) -> Path:
 def job_yaml(name: str, *, run: str = "echo hello from the head", head_prepare: str = "",
              pool_prepare: str = "", pool_workers: int = 1, join_timeout: int = 180,
              grace: int = 5, prepare_timeout: int = 120, head_env: dict | None = None,
-             cpu: int = 1, shared: Path | None = None) -> str:
+             pool_env: dict | None = None, cpu: int = 1, shared: Path | None = None) -> str:
     """A Job: role ``head`` (1 Worker) and, unless ``pool_workers`` is 0, role ``pool``;
     ``shared``: a directory of this machine both roles get at its own path (a hostPath mount)."""
     env = json.dumps([{"name": k, "value": v} for k, v in (head_env or {}).items()])
+    pool_env_list = json.dumps([{"name": k, "value": v} for k, v in (pool_env or {}).items()])
     mounts = json.dumps([{"name": "shared", "type": "hostPath", "source": str(shared),
                           "mountPath": str(shared)}] if shared else [])
     pool = f"""
@@ -45,6 +46,7 @@ def job_yaml(name: str, *, run: str = "echo hello from the head", head_prepare: 
       image: docker.io/rlinf/rlinf:0.3.0
       resources: {{cpu: 1, memory: 1Gi}}
       mounts: {mounts}
+      env: {pool_env_list}
       prepareScript: {json.dumps(pool_prepare)}""" if pool_workers else ""
     return f"""
 apiVersion: rlark.io/v1
@@ -269,6 +271,53 @@ def test_a_failed_ray_start_is_ray_start_failed_with_rays_message(server):
     assert job["reason"] == "RayStartFailed", job
     assert "ModuleNotFoundError: No module named 'rlark_no_such_module'" in job["message"]
     assert_nothing_left(server.wait_released("bad-ray"))
+
+
+#: a `ray start` hook (RAY_START_HOOK, loaded by `ray start` before it starts anything, Ray 2.60)
+#: that fails the Worker's first `ray start` once the head's GCS answers, as Ray's own "The
+#: current node timed out during startup" does on a busy machine, and lets the next one through
+FLAKY_START_HOOK = """\
+import os, socket, time
+MARK = "/tmp/rlark-hook/failed-once"
+def hook(params, head):
+    if os.path.exists(MARK):
+        return
+    host, port = os.environ["RLARK_HEAD_ADDRESS"].rsplit(":", 1)
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    open(MARK, "w").close()
+    raise RuntimeError("rlark test: this first ray start fails")
+"""
+
+
+def test_a_ray_start_that_fails_before_its_node_is_up_is_started_once_more(server):
+    prepare = ("mkdir -p /tmp/rlark-hook && cat > /tmp/rlark-hook/rlark_flaky_start.py <<'PY'\n"
+               + FLAKY_START_HOOK + "PY\n")
+    server.submit(job_yaml("ray-again", pool_prepare=prepare,
+                           pool_env={"PYTHONPATH": "/tmp/rlark-hook",
+                                     "RAY_START_HOOK": "rlark_flaky_start.hook"}))
+    job = server.wait_phase("ray-again", {"Succeeded", "Failed"}, timeout=180)
+    assert job["phase"] == "Succeeded", job["message"]
+    events = server.http.get("/api/v1/jobs/ray-again/events").json()
+    again = [e for e in events if e["reason"] == "RayStartRetried"]
+    assert [(e["type"], e["worker"]) for e in again] == [("Warning", "ray-again-pool-0")], events
+    assert again[0]["message"].startswith("`ray start` exited with code 1 before this Ray node "
+                                          "was up; starting it again (attempt 2 of 2)")
+    from rlark.console.messages import message_text
+    from tests.english import english_words
+
+    zh = message_text("RayStartRetried", again[0]["message"], "zh-CN")
+    assert not english_words(zh), zh
+    logs = server.cli("logs", "ray-again", "--worker", "ray-again-pool-0")
+    # the first start's error and the second's success, both in the Worker's log
+    assert logs.stdout.count("RuntimeError: rlark test: this first ray start fails") == 1, \
+        logs.stdout[-3000:]
+    assert_nothing_left(server.wait_released("ray-again"))
 
 
 def test_stop_while_running_then_start_again_keeps_ranks(server):

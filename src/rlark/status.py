@@ -202,6 +202,8 @@ class Reason(StrEnum):
     SpecUpdated = "SpecUpdated"
     WorkerWarning = "WorkerWarning"
     RayWorkerPortsExhausted = "RayWorkerPortsExhausted"
+    #: a Worker's `ray start` ended before its node was up, and the Worker starts it once more
+    RayStartRetried = "RayStartRetried"
     #: a lifecycle line says what the runtime's own observation contradicts (not believed)
     LifecycleContradiction = "LifecycleContradiction"
     ReportsDropped = "ReportsDropped"  # the keeper dropped reports of the workload (malformed, too fast)

@@ -18,6 +18,11 @@ JOIN_SLACK_SECONDS = 5.0  # see RayNode.join_deadline
 #: after the head's GCS stops answering during the join barrier: how long to wait for the head's
 #: own `ray start` to exit, which makes it a failed start (RayStartFailed) rather than HeadLost
 RAY_EXIT_WAIT_SECONDS = 5.0
+#: how many times a Worker other than the head runs `ray start` when it ends before its node is
+#: up while the head answers: Ray gives a new raylet a fixed 30 s to register with the GCS
+#: (ray/_private/node.py ``raylet_start_wait_time_s``, Ray 2.47-2.60, no setting), which a
+#: machine busy with other Workers' start-ups can miss; the join deadline still bounds them all
+RAY_START_ATTEMPTS = 2
 #: seconds all record-fact probes of one Worker may take together (RLARK_FACTS_BUDGET_SECONDS
 #: changes it; one probe's own limit is facts_code.FACT_PROBE_SECONDS)
 FACT_BUDGET_SECONDS = 20.0

@@ -24,7 +24,7 @@ from rlark.bootstrap.config import (EXIT_BAD_CONFIG, EXIT_NODE_LOST, EXIT_RAY_ST
                                     BootstrapConfig, BootstrapError)
 from rlark.bootstrap.facts import dist_version
 from rlark.bootstrap.port_watch import watch_worker_ports
-from rlark.bootstrap.report import emit
+from rlark.bootstrap.report import emit, passthrough
 
 LABEL_RANK = "rlark.io/node-rank"
 LABEL_ROLE = "rlark.io/role"
@@ -51,6 +51,9 @@ RAY_PER_NODE_TEMP_DIR = (2, 55)
 #: the first Ray with token authentication of its GCS and every other service (RAY_AUTH_MODE=token
 #: and RAY_AUTH_TOKEN on every node and driver): docs.ray.io/en/latest/ray-security/token-auth.html
 RAY_TOKEN_AUTH = (2, 52)
+#: what `ray start` prints once its node registered with the GCS, just before it blocks
+#: (ray/scripts/scripts.py ``startup_msg``, the same in Ray 2.47-2.60)
+RAY_STARTED_LINE = b"Ray runtime started."
 
 
 def ray_version() -> tuple[int, int] | None:
@@ -176,6 +179,10 @@ class RayNode:
         self._start_lock_file: IO[str] | None = None  # see _take_start_lock
         self._port_watch_started = False
         self.raylet_pid: int | None = None  # this node's raylet, once own_raylet_args found it
+        #: set once this Worker's ``ray start`` said its node registered (:data:`RAY_STARTED_LINE`;
+        #: Workers other than the head, whose output :meth:`_pump_ray_output` reads)
+        self.ray_runtime_started = threading.Event()
+        self._pump: threading.Thread | None = None  # the reader of `ray start`'s stdout
 
     @property
     def ray(self) -> subprocess.Popen:
@@ -202,14 +209,17 @@ class RayNode:
             return signal.SIGKILL
         return signal.SIGTERM
 
-    def spawn(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    def spawn(self, argv: list[str], env: dict[str, str] | None = None,
+              stdout: int | None = None) -> subprocess.Popen:
         """Start ``argv`` as a child of this Worker (in its working directory, with its
-        environment unless ``env``), stopped with it; one started while stopping is told at once."""
+        environment unless ``env``; its stdout this Worker's unless ``stdout``), stopped with it;
+        one started while stopping is told at once."""
         proc = subprocess.Popen(
             argv,
             env=env or self.env,
             cwd=self.cfg.working_dir or None,
             stdin=subprocess.DEVNULL,
+            stdout=stdout,
         )
         self.children.append(proc)
         if self.stopping.is_set():
@@ -277,8 +287,55 @@ class RayNode:
             os.makedirs(self.cfg.ray_temp_dir, exist_ok=True)
         self._take_start_lock()
         emit("phase", phase="StartingRay", command=shlex.join(argv))
-        self.ray_proc = self.spawn(argv)
+        self.node_up = False
+        self.raylet_pid = None
+        self.ray_runtime_started = threading.Event()
+        if self.cfg.is_head:
+            self.ray_proc = self.spawn(argv)
+        else:
+            # read, so that a `ray start` that ends before its node registered is told from one
+            # whose node was lost later (run_worker starts the first kind again)
+            self.ray_proc = self.spawn(argv, stdout=subprocess.PIPE)
+            self._pump = threading.Thread(target=self._pump_ray_output,
+                                          args=(self.ray_proc, self.ray_runtime_started),
+                                          daemon=True)
+            self._pump.start()
         return self.ray_proc
+
+    @staticmethod
+    def _pump_ray_output(proc: subprocess.Popen, started: threading.Event) -> None:
+        """Copy ``ray start``'s stdout into this Worker's log line by line, setting ``started``
+        at :data:`RAY_STARTED_LINE`. Python buffers its stdout into a pipe as into the log file
+        before, so the lines come when ``ray start`` exits (it flushes them then): enough to tell
+        how it ended, without changing the buffering its Ray processes inherit."""
+        assert proc.stdout is not None
+        with proc.stdout:
+            for line in proc.stdout:
+                if RAY_STARTED_LINE in line:
+                    started.set()
+                passthrough(line)
+
+    def start_failed_early(self, code: int | None) -> bool:
+        """Whether this Worker's ``ray start``, now ended with ``code``, ended before its node
+        registered with the GCS (its output, read to the end, never said
+        :data:`RAY_STARTED_LINE`) and by an error of its own (an exit code above 0: a signal
+        would have lost its unflushed output), not by a stop: a failed start, which may be
+        tried again, not a node lost after it joined."""
+        if self.cfg.is_head or code is None or code <= 0 or self.stopping.is_set():
+            return False
+        if self._pump is not None:
+            self._pump.join(timeout=5.0)  # its last lines come at its exit
+            if self._pump.is_alive():
+                return False  # a Ray process still holds its stdout: not a plain failed start
+        return not self.ray_runtime_started.is_set()
+
+    def wait_raylet_gone(self, seconds: float = 10.0) -> None:
+        """Wait up to ``seconds`` until no raylet of this node runs (one of a failed ``ray
+        start`` dies with it: Ray starts its processes fate-shared with ``ray start --block``),
+        so that the next start's node is not taken for it."""
+        end = time.monotonic() + seconds
+        while self.own_raylet_args() is not None and time.monotonic() < end:
+            time.sleep(HEAD_POLL_SECONDS)
 
     def _start_lock_path(self) -> str | None:
         """The Run's start lock beside the Workers' Ray temp dirs, when this Worker's Ray puts

@@ -45,6 +45,18 @@ def emit(event: str, **data) -> None:
         sys.stdout.flush()
 
 
+def passthrough(line: bytes) -> None:
+    """Write one line of a child's output to this Worker's stdout (its log) whole: never inside
+    a lifecycle line :func:`emit` writes there. A closed stdout loses the line, nothing else."""
+    with _emit_lock:
+        try:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(line)
+            sys.stdout.buffer.flush()
+        except (OSError, ValueError):
+            pass
+
+
 class KeeperLink:
     """What the keeper tells this program (RLARK_CONTROL_FD, keeper.py): one line
     ``run_finished <exit status> <run start, unix seconds>`` once the head's run script ended.

@@ -39,7 +39,8 @@ from rlark.bootstrap import report
 from rlark.bootstrap.barrier import JoinBarrier
 from rlark.bootstrap.config import (EXIT_BAD_CONFIG, EXIT_HEAD_UNREACHABLE, EXIT_NODE_LOST,
                                     EXIT_STOPPED, HEAD_POLL_SECONDS, JOIN_SLACK_SECONDS,
-                                    NODE_CHECK_SECONDS, BootstrapConfig, BootstrapError)
+                                    NODE_CHECK_SECONDS, RAY_START_ATTEMPTS, BootstrapConfig,
+                                    BootstrapError)
 from rlark.bootstrap.facts import Budget, collect_facts, record_facts
 from rlark.bootstrap.facts_config import find_hydra_outputs, hydra_output_facts
 from rlark.bootstrap.ray_node import RayNode, port_open
@@ -137,14 +138,26 @@ class Bootstrap(RayNode):
         budget = cfg.join_timeout + JOIN_SLACK_SECONDS  # from this Worker's start, prepare included
         deadline = self.join_deadline
         emit("phase", phase="WaitingForHead", head=cfg.head_address)
+        attempts = 0
         while True:
             # `ray start --address` retries the head itself, so starting at once overlaps its own
             # start-up (seconds of imports) with the head's; if it gives up before the head is
             # up (a long prepare script on the head), wait for the head's port and try again.
+            attempts += 1
             proc = self.start_ray()
             node_id = self.wait_node_up(deadline)
             if node_id is not None:
-                break
+                emit("phase", phase="RayStarted", ray_node_id=node_id)
+                code = proc.wait()
+                self.check_stopped()
+                if not self._start_again(code, attempts, deadline):
+                    raise BootstrapError(
+                        "NodeLost",
+                        f"`ray start --block` exited with code {code}: this Ray node is gone",
+                        EXIT_NODE_LOST,
+                        exit_code=code,
+                    )
+                continue
             self.check_stopped()
             if proc.poll() is None:
                 proc.kill()  # still retrying the GCS, deaf to SIGTERM; nothing of it runs yet
@@ -152,22 +165,33 @@ class Bootstrap(RayNode):
             if time.monotonic() > deadline:
                 raise self._head_unreachable(budget)
             if port_open(cfg.head_host, cfg.head_port):
-                raise self.ray_exited("start")  # the head answers: this node failed by itself
+                # the head answers: this node failed by itself
+                if self._start_again(proc.returncode, attempts, deadline):
+                    continue
+                raise self.ray_exited("start")
             emit("phase", phase="WaitingForHead", head=cfg.head_address, retry=True)
             while not port_open(cfg.head_host, cfg.head_port):
                 self.check_stopped()
                 if time.monotonic() > deadline:
                     raise self._head_unreachable(budget)
                 time.sleep(HEAD_POLL_SECONDS)
-        emit("phase", phase="RayStarted", ray_node_id=node_id)
-        code = proc.wait()
-        self.check_stopped()
-        raise BootstrapError(
-            "NodeLost",
-            f"`ray start --block` exited with code {code}: this Ray node is gone",
-            EXIT_NODE_LOST,
-            exit_code=code,
-        )
+
+    def _start_again(self, code: int | None, attempts: int, deadline: float) -> bool:
+        """After this Worker's ``ray start`` ended with ``code`` (its ``attempts``-th): whether
+        to run it once more, said in a ``warning`` line (``RayStartRetried``). Only a start that
+        failed before its node registered (:meth:`RayNode.start_failed_early`), while the head
+        answers, within :data:`RAY_START_ATTEMPTS` and the join deadline."""
+        if (not self.start_failed_early(code) or attempts >= RAY_START_ATTEMPTS
+                or time.monotonic() > deadline
+                or not port_open(self.cfg.head_host, self.cfg.head_port)):
+            return False
+        emit("warning", reason="RayStartRetried",
+             message=f"`ray start` exited with code {code} before this Ray node was up; starting "
+                     f"it again (attempt {attempts + 1} of {RAY_START_ATTEMPTS}); its output is in "
+                     "this Worker's log",
+             node_rank=self.cfg.node_rank, worker=self.cfg.worker)
+        self.wait_raylet_gone()
+        return True
 
     def run(self) -> int:
         """The Worker's whole life: facts, prepare script, Ray authentication check, record

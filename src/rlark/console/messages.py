@@ -64,8 +64,11 @@ class Template:
         self.en = en
         self.other = other
         self.kinds: dict[str, str] = {}
+        #: characters of fixed text: the more, the more specific (:func:`_pairs` tries those first)
+        self.literal = 0
         parts = []
         for literal, field, spec, _ in string.Formatter().parse(en):
+            self.literal += len(literal)
             parts.append(re.escape(literal))
             if field is None:
                 continue
@@ -101,7 +104,10 @@ def _fill(template: str, values: dict[str, str]) -> str:
 
 
 def _pairs(items: Iterable[list[str]]) -> list[Template]:
-    return [Template(en, zh) for en, zh in items]
+    """Templates, the most specific (most fixed text) first: a text two templates match is a
+    composite (``queued in Q: needs 1 CPU, 1.0 GiB memory``), which the general one (``{mem}
+    memory``) would swallow whole; among equals the catalog's order holds."""
+    return sorted((Template(en, zh) for en, zh in items), key=lambda t: -t.literal)
 
 
 @lru_cache(maxsize=1)
