@@ -28,7 +28,9 @@ PROPER = {"RLark", "RLinf", "Ray", "Kubernetes", "Python", "PyTorch", "Hydra", "
           "Bash", "git", "raylet",
           # the term the Chinese catalog keeps for the notifications' endpoints (nav.webhooks),
           # the chat service a webhook's format is named for, and the HTTP method it is sent with
-          "Webhook", "Slack", "POST"}
+          "Webhook", "Slack", "POST",
+          # the Kubernetes queueing system the Queue page names (runtimes/kubernetes/kueue.py)
+          "Kueue"}
 UNITS = {"B", "KiB", "MiB", "GiB", "TiB", "Ki", "Mi", "Gi", "Ti", "s", "ms", "min", "h", "m", "d"}
 TOKEN = re.compile(r"[A-Za-z0-9_./:=@'’\[\]-]*[A-Za-z][A-Za-z0-9_./:=@'’\[\]-]*")
 _IDENTIFIER = re.compile(r"[0-9_/:=@\[\]-]|\w\.\w|[a-z][A-Z]")
