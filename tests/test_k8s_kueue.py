@@ -202,3 +202,20 @@ def test_another_eviction_by_kueue_is_evicted_and_rlarks_own_delete_is_no_failur
     st = interpret(_stopped(PREEMPTED), now=NOW, container="worker", stopped_by_queue=failure,
                    deleted_by_rlark=True)
     assert st.failure is None
+
+
+def test_a_priority_no_class_maps_is_a_finding_only_for_a_run_in_a_queue():
+    from rlark.runtimes.kubernetes.profile import KubernetesProfile
+
+    profile = KubernetesProfile(priority_classes={"urgent": 1000, "low": -10})
+    odd = job(workers=2).model_copy(deep=True)
+    odd.spec.priority = 5
+    [found] = profile.queue_findings(odd, "team")
+    assert (found.code, found.path, found.severity.value) == ("PriorityUnmapped", "spec.priority", "error")
+    assert "spec.priority = 5" in found.message and "-10 (low), 1000 (urgent)" in found.message
+    assert found.message.endswith("Kueue LocalQueue team, where a priority is a WorkloadPriorityClass")
+    assert profile.queue_findings(odd, None) == []  # no queue: nothing to map
+    odd.spec.priority = -10
+    assert profile.queue_findings(odd, "team") == []
+    odd.spec.priority = 0
+    assert KubernetesProfile().queue_findings(odd, "team") == []  # Kueue's default priority
