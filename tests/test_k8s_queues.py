@@ -36,13 +36,13 @@ IMAGE = "docker.io/rlinf/rlinf:0.3.0"
 
 
 def job_yaml(name: str, *, head_gpus: int = 1, pool: int = 1, pool_gpus: int = 2,
-             priority: int = 0, failure_policy: str = "") -> str:
+             priority: int = 0, failure_policy: str = "", run_script: str = "python train.py") -> str:
     """A head (``head_gpus`` GPUs) and ``pool`` pool Workers of ``pool_gpus`` GPUs each, one CPU
     and 1Gi each (what the ClusterQueue covers)."""
     res = "{cpu: 1, memory: 1Gi, gpu: %d}"
     return (f"apiVersion: rlark.io/v1\nkind: Job\nmetadata: {{name: {name}}}\nspec:\n"
             f"  headRole: head\n  priority: {priority}\n  terminationGracePeriodSeconds: 2\n"
-            f"  runScript: python train.py\n"
+            f"  runScript: {run_script}\n"
             f"  failurePolicy: {{joinTimeoutSeconds: 300{', ' + failure_policy if failure_policy else ''}}}\n"
             f"  roles:\n"
             f"    - {{name: head, workers: 1, image: {IMAGE!r}, resources: {res % head_gpus}}}\n"
@@ -215,7 +215,10 @@ def test_a_queue_timeout_fails_a_run_still_queued(k8s_kueue_testbed, kueue_ns, s
 def test_a_high_priority_job_preempts_a_low_priority_run_which_is_requeued_and_succeeds_later(
         k8s_kueue_testbed, kueue_ns, server, tmp_path):
     tb, ns, srv = k8s_kueue_testbed, kueue_ns, server
-    low_yaml = job_yaml("low", failure_policy="onPreemption: Requeue")
+    # the requeued Run resumes as a retry does (failurePolicy.resume; the script passes RLark's
+    # overrides on, else submit refuses the resume: ResumeNotPassed)
+    low_yaml = job_yaml("low", failure_policy="onPreemption: Requeue, resume: true",
+                        run_script="python train.py $RLARK_RLINF_OVERRIDES")
     high_yaml = job_yaml("high", priority=HIGH)
     low = workers_of(tb, ns, low_yaml, tmp_path, "low")
     high = workers_of(tb, ns, high_yaml, tmp_path, "high")
@@ -251,8 +254,15 @@ def test_a_high_priority_job_preempts_a_low_priority_run_which_is_requeued_and_s
     assert succeed(srv, high, "high")["phase"] == "Succeeded"
     done = succeed(srv, low, "low")
     assert (done["phase"], done["currentRun"]["number"]) == ("Succeeded", 2), done
-    reasons = [e["reason"] for e in srv.events("low")]
+    events = srv.events("low")
+    reasons = [e["reason"] for e in events]
     assert reasons.count("Preempted") == 1 and reasons.count("Requeued") == 1, reasons
+    # it looked for run 1's last checkpoint, as a retry does; run 1 (kwok Pods, no outputs)
+    # left none, so it started afresh, said in a Warning (a checkpoint found is resumed from:
+    # tests/test_outputs_e2e.py, the same decision for a retry)
+    assert done["currentRun"]["resume"] == {"fromRun": 1, "automatic": True, "checkpoint": None}, done
+    [resuming] = [e for e in events if e["reason"] == "Resuming"]
+    assert resuming["message"].startswith("run 2 starts afresh: run 1 left no checkpoint"), resuming
 
 
 # --- two projects' queues in one cohort, under Kueue's Fair Sharing -----------------------------
