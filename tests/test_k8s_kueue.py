@@ -202,3 +202,56 @@ def test_another_eviction_by_kueue_is_evicted_and_rlarks_own_delete_is_no_failur
     st = interpret(_stopped(PREEMPTED), now=NOW, container="worker", stopped_by_queue=failure,
                    deleted_by_rlark=True)
     assert st.failure is None
+
+
+def test_a_priority_no_class_maps_is_a_finding_only_for_a_run_in_a_queue():
+    from rlark.runtimes.kubernetes.profile import KubernetesProfile
+
+    profile = KubernetesProfile(priority_classes={"urgent": 1000, "low": -10})
+    odd = job(workers=2).model_copy(deep=True)
+    odd.spec.priority = 5
+    [found] = profile.queue_findings(odd, "team")
+    assert (found.code, found.path, found.severity.value) == ("PriorityUnmapped", "spec.priority", "error")
+    assert "spec.priority = 5" in found.message and "-10 (low), 1000 (urgent)" in found.message
+    assert found.message.endswith("Kueue LocalQueue team, where a priority is a WorkloadPriorityClass")
+    assert profile.queue_findings(odd, None) == []  # no queue: nothing to map
+    odd.spec.priority = -10
+    assert profile.queue_findings(odd, "team") == []
+    odd.spec.priority = 0
+    assert KubernetesProfile().queue_findings(odd, "team") == []  # Kueue's default priority
+
+
+def test_a_preemptor_in_another_projects_namespace_is_named_by_the_runtime_that_watches_it():
+    """Under a cohort's fair sharing the preemptor is often another project's Workload: the
+    runtime of the preempted Run's namespace names it from the cache of the runtime that watches
+    that namespace (no API server: the watches' entry points fed by hand)."""
+    import copy
+
+    from kubernetes import client as k8s_client
+
+    from rlark.runtimes.base import WorkerRef
+    from rlark.runtimes.kubernetes.client import KubeClient
+    from rlark.runtimes.kubernetes.namespaces import ProjectNamespaces
+    from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
+
+    closed = k8s_client.CoreV1Api(k8s_client.ApiClient(k8s_client.Configuration(host="http://127.0.0.1:9")))
+    runtimes = ProjectNamespaces(KubernetesRuntime(kube=KubeClient(closed, "rlark"), start=False),
+                                 lambda ns: KubernetesRuntime(kube=KubeClient(closed, ns), start=False))
+    team_a, team_b = runtimes.runtime_for("team-a"), runtimes.runtime_for("team-b")
+    theirs = {"metadata": {"name": "fair-77", "uid": "9f8e"}, "spec": {"queueName": "b"}, "status": {}}
+    team_b.apply_list("Workload", [theirs])
+    assert runtimes.workload_of_uid("9f8e") == "team-b/fair-77"
+    assert team_a.workload_of_uid("9f8e") is None and runtimes.workload_of_uid("nope") is None
+    team_a.apply_list("Workload", [])
+    team_a.apply_list("Pod", [])
+    pod = _stopped(PREEMPTED.replace("prioritization in the ClusterQueue", "Fair Sharing within the cohort"))
+    pod["metadata"]["labels"].update({render.LABEL_MANAGED_BY: render.MANAGED_BY, render.LABEL_RUN: "abc123"})
+    team_a.track_pod("ppo-pool-0", head=False, join_timeout=300, run_uid="abc123")
+    team_a.apply_watch_event("Pod", "ADDED", copy.deepcopy(pod))
+    st = team_a.pod_status(WorkerRef(name="ppo-pool-0", handle="team-a/ppo-pool-0", run_uid="abc123"), now=NOW)
+    assert st.failure is not None and st.failure[0] == Reason.Preempted
+    assert st.failure[1].startswith("Kueue preempted the Run's Pod group by Workload team-b/fair-77 and"), st.failure
+    # its Workload gone from the other namespace's cache: named by uid, as one nobody here watches
+    team_b.apply_watch_event("Workload", "DELETED", copy.deepcopy(theirs))
+    st = team_a.pod_status(WorkerRef(name="ppo-pool-0", handle="team-a/ppo-pool-0", run_uid="abc123"), now=NOW)
+    assert "by the Workload of uid 9f8e and" in st.failure[1], st.failure

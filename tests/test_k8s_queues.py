@@ -36,13 +36,13 @@ IMAGE = "docker.io/rlinf/rlinf:0.3.0"
 
 
 def job_yaml(name: str, *, head_gpus: int = 1, pool: int = 1, pool_gpus: int = 2,
-             priority: int = 0, failure_policy: str = "") -> str:
+             priority: int = 0, failure_policy: str = "", run_script: str = "python train.py") -> str:
     """A head (``head_gpus`` GPUs) and ``pool`` pool Workers of ``pool_gpus`` GPUs each, one CPU
     and 1Gi each (what the ClusterQueue covers)."""
     res = "{cpu: 1, memory: 1Gi, gpu: %d}"
     return (f"apiVersion: rlark.io/v1\nkind: Job\nmetadata: {{name: {name}}}\nspec:\n"
             f"  headRole: head\n  priority: {priority}\n  terminationGracePeriodSeconds: 2\n"
-            f"  runScript: python train.py\n"
+            f"  runScript: {run_script}\n"
             f"  failurePolicy: {{joinTimeoutSeconds: 300{', ' + failure_policy if failure_policy else ''}}}\n"
             f"  roles:\n"
             f"    - {{name: head, workers: 1, image: {IMAGE!r}, resources: {res % head_gpus}}}\n"
@@ -215,7 +215,10 @@ def test_a_queue_timeout_fails_a_run_still_queued(k8s_kueue_testbed, kueue_ns, s
 def test_a_high_priority_job_preempts_a_low_priority_run_which_is_requeued_and_succeeds_later(
         k8s_kueue_testbed, kueue_ns, server, tmp_path):
     tb, ns, srv = k8s_kueue_testbed, kueue_ns, server
-    low_yaml = job_yaml("low", failure_policy="onPreemption: Requeue")
+    # the requeued Run resumes as a retry does (failurePolicy.resume; the script passes RLark's
+    # overrides on, else submit refuses the resume: ResumeNotPassed)
+    low_yaml = job_yaml("low", failure_policy="onPreemption: Requeue, resume: true",
+                        run_script="python train.py $RLARK_RLINF_OVERRIDES")
     high_yaml = job_yaml("high", priority=HIGH)
     low = workers_of(tb, ns, low_yaml, tmp_path, "low")
     high = workers_of(tb, ns, high_yaml, tmp_path, "high")
@@ -251,8 +254,156 @@ def test_a_high_priority_job_preempts_a_low_priority_run_which_is_requeued_and_s
     assert succeed(srv, high, "high")["phase"] == "Succeeded"
     done = succeed(srv, low, "low")
     assert (done["phase"], done["currentRun"]["number"]) == ("Succeeded", 2), done
-    reasons = [e["reason"] for e in srv.events("low")]
+    events = srv.events("low")
+    reasons = [e["reason"] for e in events]
     assert reasons.count("Preempted") == 1 and reasons.count("Requeued") == 1, reasons
+    # it looked for run 1's last checkpoint, as a retry does; run 1 (kwok Pods, no outputs)
+    # left none, so it started afresh, said in a Warning (a checkpoint found is resumed from:
+    # tests/test_outputs_e2e.py, the same decision for a retry)
+    assert done["currentRun"]["resume"] == {"fromRun": 1, "automatic": True, "checkpoint": None}, done
+    [resuming] = [e for e in events if e["reason"] == "Resuming"]
+    assert resuming["message"].startswith("run 2 starts afresh: run 1 left no checkpoint"), resuming
+
+
+# --- two projects' queues in one cohort, under Kueue's Fair Sharing -----------------------------
+
+#: each ClusterQueue's nominal GPUs; the cohort holds twice as many
+COHORT_GPUS = 3
+
+
+def _cluster_queue(name: str, ns: str, cohort: str, flavor: str) -> dict:
+    """A ClusterQueue of ``ns``'s LocalQueues in ``cohort``: COHORT_GPUS nominal GPUs (CPU and
+    memory plenty, never borrowed), no borrowingLimit (it may borrow all the cohort leaves unused),
+    and ``reclaimWithinCohort: Any``: its workloads may preempt a borrower's
+    (apis/kueue/v1beta2/clusterqueue_types.go)."""
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": name},
+            "spec": {"cohortName": cohort,
+                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                     "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"},
+                     "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU], "flavors": [{
+                         "name": flavor, "resources": [
+                             {"name": "cpu", "nominalQuota": CPU_QUOTA},
+                             {"name": "memory", "nominalQuota": MEMORY_QUOTA},
+                             {"name": GPU, "nominalQuota": COHORT_GPUS}]}]}]}}
+
+
+@pytest.fixture
+def cohort(k8s_kueue_testbed, rlark_home, caplog):
+    """Two projects, each with a LocalQueue of its own ClusterQueue (:func:`_cluster_queue`), the
+    two ClusterQueues in one cohort: project ``default`` (namespace A) in LocalQueue ``a``, project
+    ``team-b`` (namespace B) in LocalQueue ``b``, both set as an administrator sets them
+    (``rlark project set-queue``, ``rlark project create --queue``); no server queue. Yields
+    ``(server, ns A, ns B)``."""
+    from rlark.services.auth import OPEN_PRINCIPAL
+
+    caplog.set_level(logging.ERROR, logger="rlark.kubernetes")
+    tb = k8s_kueue_testbed
+    api = tb.custom()
+    ns_a, ns_b = tb.kueue_namespace(), tb.kueue_namespace()
+    flavor, cohort_name = f"{ns_a}-flavor", f"{ns_a}-cohort"
+    queues = {"a": (ns_a, f"{ns_a}-cq"), "b": (ns_b, f"{ns_b}-cq")}
+    home = rlark_home / "server"
+    home.mkdir()
+    srv = None
+    try:
+        api.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": flavor}})
+        for local, (ns, cq) in queues.items():
+            api.create_cluster_custom_object(GROUP, VERSION, "clusterqueues",
+                                             _cluster_queue(cq, ns, cohort_name, flavor))
+            make_local_queue(api, ns, local, cq)
+        srv = RlarkOnK8s(tb, ns_a, home)
+        accounts = srv.app.state.accounts
+        accounts.set_queue(OPEN_PRINCIPAL, None, "default", "a")
+        accounts.create_project(OPEN_PRINCIPAL, None, "team-b", namespace=ns_b, queue="b")
+        yield srv, ns_a, ns_b
+    finally:
+        if srv is not None:
+            srv.close()
+        for ns in (ns_a, ns_b):
+            tb.delete_namespace(ns)
+        for plural, name in [("clusterqueues", cq) for _, cq in queues.values()] + [
+                ("resourceflavors", flavor)]:
+            try:
+                api.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+            except Exception as e:  # noqa: BLE001 - the object may never have been made
+                if getattr(e, "status", None) != 404:
+                    raise
+
+
+def test_two_projects_queues_in_one_cohort_share_borrowed_quota_as_fair_sharing_says(
+        k8s_kueue_testbed, cohort, tmp_path):
+    """Kueue v0.17 with Fair Sharing (the test bed's configuration): project A borrows 2 of B's
+    GPUs (5 of the cohort's 6); B then asks for 4, one more than its nominal 3, so it too would
+    borrow. Without Fair Sharing Kueue's classical preemption never lets a workload that must
+    borrow reclaim from another ClusterQueue (reclaimWithinCohort without borrowWithinCohort:
+    pkg/scheduler/preemption/classical, ReclaimWithoutBorrowing), and B would wait. With it,
+    B's dominant resource share once admitted (1 borrowed GPU of the 6 lendable) is below A's
+    now (2 of 6): rule S2-b, LessThanInitialShare (pkg/scheduler/preemption/preemption.go,
+    runSecondFsStrategy), preempts A's Run "due to Fair Sharing within the cohort". RLark names
+    that, requeues A's Run by its policy, and A's new Run, which would now borrow more than B,
+    does not preempt B back: it waits until B's Run ends, then Succeeds."""
+    tb = k8s_kueue_testbed
+    srv, ns_a, ns_b = cohort
+    api = tb.custom()
+    wide_yaml = job_yaml("wide", pool=2, failure_policy="onPreemption: Requeue")  # 1 + 2 x 2 = 5 GPUs
+    fair_yaml = job_yaml("fair", head_gpus=2)  # 2 + 1 x 2 = 4 GPUs
+    wide = workers_of(tb, ns_a, wide_yaml, tmp_path, "wide")
+    fair = workers_of(tb, ns_b, fair_yaml, tmp_path, "fair")
+    srv.submit(wide_yaml)
+    wide.wait_running()
+    wide.join()
+    wide.start_run_script()
+    srv.wait_phase("wide", "Running")
+    first = srv.run_row("wide")
+    assert first.queue == "a"
+    # borrowing 2 of the 6 lendable GPUs: Kueue reports A's share (only under Fair Sharing:
+    # ClusterQueueStatus.fairSharing), ceil(1000 x 2 / 6) = 334 (pkg/cache/scheduler/fair_sharing.go)
+    wait_for("ClusterQueue A to report its fair share", lambda: ((api.get_cluster_custom_object(
+        GROUP, VERSION, "clusterqueues", f"{ns_a}-cq").get("status") or {}).get("fairSharing") or {}
+        ).get("weightedShare") == 334)
+
+    srv.ctl.wake()
+    srv.jobs.create(fair_yaml, project="team-b")
+
+    def preempted():
+        run = srv.run_row("wide", 1)
+        return run.phase == "Failed" and run
+
+    run = wait_for("run 1 of Job wide to be preempted", preempted)
+    fair_group = f"fair-{srv.run_row('fair').uid}"
+    assert run.reason == "Preempted", (run.reason, run.message)
+    assert run.message.startswith(f"Kueue preempted the Run's Pod group by Workload {ns_b}/{fair_group} "
+                                  "and deleted its Pods"), run.message
+    assert "due to Fair Sharing within the cohort" in run.message, run.message
+    wait_for("the Pods of run 1 of Job wide to be gone", lambda: not tb.admin().list_namespaced_pod(
+        ns_a, label_selector=f"rlark.io/run={first.uid}").items)
+    job = srv.job("wide")
+    assert job["currentRun"]["number"] == 2 and job["currentRun"]["cause"] == "Retry", job
+    for log in wide.logs.values():  # the new Run's Pods start from empty logs (kwok keeps files)
+        log.path.write_text("")
+
+    # B's Run is admitted to its ClusterQueue, borrowing 1 GPU, and runs to its end
+    fair.wait_running()
+    fair.join()
+    fair.start_run_script()
+    wait_for("Job fair to be Running", lambda: srv.jobs.get("fair", "team-b")["phase"] == "Running")
+    # A's new Run would borrow 2 again, more than B's 1: no preemption back; it waits
+    wait_for("run 2 of Job wide to be Queued for quota", lambda: (
+        (j := srv.job("wide"))["reason"] == "Queued" and "insufficient unused quota" in j["message"]))
+    assert srv.job("wide")["message"].startswith(f"queued in Kueue LocalQueue a (ClusterQueue {ns_a}-cq)")
+    assert all(p.spec.node_name is None for p in pods_of(tb, ns_a, "wide"))
+    fair.finish_run_script(0)
+    done = wait_for("Job fair to Succeed", lambda: (
+        (j := srv.jobs.get("fair", "team-b"))["phase"] == "Succeeded" and j))
+    assert done["currentRun"]["number"] == 1
+    # B's quota back: A's Run is admitted, borrowing again, and Succeeds
+    done = succeed(srv, wide, "wide")
+    assert (done["phase"], done["currentRun"]["number"]) == ("Succeeded", 2), done
+    reasons = [e["reason"] for e in srv.events("wide")]
+    assert reasons.count("Preempted") == 1 and reasons.count("Requeued") == 1, reasons
+    fair_reasons = [e["reason"] for e in srv.jobs.events("fair", project="team-b")]
+    assert "Preempted" not in fair_reasons, fair_reasons
 
 
 # --- RBAC: the Role rlark-kueue of project-namespace.example.yaml is sufficient and minimal --------

@@ -109,6 +109,24 @@ def test_the_resume_override_carries_only_a_path_a_shell_variable_and_hydra_keep
             resume_override(bad)
 
 
+def test_a_run_requeued_after_a_preemption_resumes_like_a_retry_where_the_job_says():
+    """A Run the queue preempted is followed (onPreemption: Requeue) by an automatic Run of
+    cause Retry, as a failed one is (controller/transitions.py, _maybe_retry): with
+    failurePolicy.resume it resumes from the Run before it; what a user asked comes first."""
+    from rlark.controller.launch import wanted_resume
+    from rlark.status import Cause
+
+    assert wanted_resume(None, Cause.Retry, True, 1) == {"fromRun": 1, "automatic": True}
+    assert wanted_resume({}, Cause.Retry, True, 3) == {"fromRun": 3, "automatic": True}
+    assert wanted_resume(None, Cause.Retry, False, 1) == {}  # the Job asks for no resume
+    asked = {"fromRun": 1}
+    assert wanted_resume(asked, Cause.Restarted, False, 2) == asked  # rlark restart --resume
+    assert wanted_resume(asked, Cause.Retry, True, 2) == asked
+    for cause in (Cause.Submitted, Cause.Started, Cause.Restarted, Cause.Updated):
+        assert wanted_resume(None, cause, True, 1) == {}  # a user's new Run starts afresh
+    assert wanted_resume(None, Cause.Retry, True, None) == {}
+
+
 def test_the_head_gets_the_resume_in_its_environment_and_nothing_when_it_starts_afresh():
     from rlark.ranks import plan_workers
     from rlark.runtimes.base import bootstrap_env

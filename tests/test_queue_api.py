@@ -24,8 +24,9 @@ def job_doc(name: str, priority: int = 0, gpu: int = 0) -> dict:
 @pytest.fixture
 def k8s_app_store(rlark_home):
     """``(app, store)`` as :func:`tests.conftest.app_store`, for a Kubernetes server in namespace
-    ``rlark`` whose projects wait in LocalQueue ``shared`` unless they name another (no cluster
-    is asked anything: no controller, no capacity inventory)."""
+    ``rlark`` whose projects wait in LocalQueue ``shared`` unless they name another, priority
+    1000 mapped to WorkloadPriorityClass ``urgent`` (``--k8s-priority-class urgent=1000``; no
+    cluster is asked anything: no controller, no capacity inventory)."""
     from rlark.runtimes.kubernetes.profile import KubernetesProfile
     from rlark.server import create_app
     from rlark.services.jobs import JobService
@@ -35,7 +36,7 @@ def k8s_app_store(rlark_home):
     url = f"sqlite:///{rlark_home / 'rlark.db'}"
     db_templates.fill(url)
     st = Store(url)
-    profile = KubernetesProfile(default_queue="shared")
+    profile = KubernetesProfile(default_queue="shared", priority_classes={"urgent": 1000})
     yield create_app(JobService(st, runtime="kubernetes", namespace="rlark", profile=profile)), st
     st.dispose()
 
@@ -106,6 +107,41 @@ def test_a_projects_queue_on_kubernetes_its_own_or_the_servers_or_none(k8s_app_s
     assert 'data-queue="shared"' in page.text and 'data-action="set-queue"' in page.text
 
 
+def test_a_priority_a_queue_cannot_map_is_refused_at_submit_and_at_start(k8s_app_store):
+    """In a Kueue LocalQueue a priority is a WorkloadPriorityClass: a Job whose spec.priority the
+    server maps to none is refused at submit (422, the field, the value, the classes there are),
+    not left to fail at launch; a project without a queue takes any priority; a Job stored then
+    is refused at start once its project waits in a queue."""
+    app, store = k8s_app_store
+    admin = api_client(app, admin_token(store))
+    r = admin.post("/api/v1/jobs", json=job_doc("odd", priority=5))
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    [found] = [f for f in detail["findings"] if f["severity"] == "error"]
+    assert (found["code"], found["path"]) == ("PriorityUnmapped", "spec.priority"), found
+    assert found["message"] == (
+        "spec.priority = 5 names no WorkloadPriorityClass this server knows (rlark server "
+        "--k8s-priority-class NAME=VALUE): 1000 (urgent); the Run would wait in Kueue LocalQueue "
+        "shared, where a priority is a WorkloadPriorityClass"), found["message"]
+    assert "--k8s-priority-class" in found["hint"]
+    assert admin.get("/api/v1/jobs").json()["items"] == []  # nothing stored
+    for name, priority in (("urgent", 1000), ("plain", 0)):  # a class's value; Kueue's default
+        assert admin.post("/api/v1/jobs", json=job_doc(name, priority=priority)).status_code == 201
+    # a project in no queue: the priority orders nothing on the cluster, so nothing to map
+    assert admin.post("/api/v1/projects", json={"name": "vision", "queue": "none"}).status_code == 201
+    r = admin.post("/api/v1/jobs", json=job_doc("odd", priority=5), params={"project": "vision"})
+    assert r.status_code == 201, r.text
+    assert admin.post("/api/v1/jobs/odd/stop", params={"project": "vision"}).status_code == 200
+    # ... until it waits in one: its next Run is refused before anything starts
+    assert admin.put("/api/v1/projects/vision/queue", json={"queue": "team-v"}).status_code == 200
+    for verb in ("start", "restart"):
+        r = admin.post(f"/api/v1/jobs/odd/{verb}", params={"project": "vision"})
+        assert r.status_code == 422, (verb, r.text)
+        codes = [f["code"] for f in r.json()["detail"]["findings"]]
+        assert codes == ["PriorityUnmapped"], (verb, codes)
+        assert "Kueue LocalQueue team-v" in r.json()["detail"]["findings"][0]["message"]
+
+
 def test_rlark_queue_and_project_set_queue_on_the_command_line(rlark_home):
     """``rlark queue`` lists the waiting Runs (text and JSON); ``rlark project create --queue``
     and ``rlark project set-queue`` on a server whose runtime has queues, and their refusal
@@ -130,8 +166,8 @@ def test_rlark_queue_and_project_set_queue_on_the_command_line(rlark_home):
         assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
         return proc
 
-    for runtime, kw in (("local", {}), ("kubernetes", {"namespace": "rlark", "profile":
-                                                       KubernetesProfile(default_queue="shared")})):
+    for runtime, kw in (("local", {}), ("kubernetes", {"namespace": "rlark", "profile": KubernetesProfile(
+            default_queue="shared", priority_classes={"p3": 3})})):
         url = f"sqlite:///{rlark_home / f'{runtime}.db'}"
         db_templates.fill(url)
         store = Store(url)

@@ -136,6 +136,13 @@ managedJobsNamespaceSelector:
 integrations:
   frameworks:
   - pod
+# Fair Sharing across the ClusterQueues of a cohort. In Kueue v0.17's v1beta2 Configuration the
+# section itself turns it on (apis/config/v1beta2/configuration_types.go, FairSharing: no
+# "enable" field, unlike v1beta1's; pkg/scheduler/preemption/fairsharing/strategy.go, Enabled:
+# fairSharing != nil) and preemptionStrategies must be given (pkg/config/validation.go,
+# validateFairSharing); these two, in this order, are v1beta1's defaults
+fairSharing:
+  preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]
 # the visibility API (pending Workloads' positions) is an aggregated API server of its own, which
 # would need an APIService and a port: not run
 featureGates:

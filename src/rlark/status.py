@@ -88,7 +88,7 @@ class Cause(StrEnum):
     Started = "Started"  # `rlark start`
     Restarted = "Restarted"  # `rlark restart`
     Updated = "Updated"  # `rlark apply` of a new spec
-    Retry = "Retry"  # automatic, after a failed Run (spec.failurePolicy.maxRestarts)
+    Retry = "Retry"  # automatic: after a failed Run (maxRestarts), a preempted one (onPreemption)
 
 
 class Desired(StrEnum):

@@ -44,6 +44,20 @@ RESUME_RECORD_WAIT = 120.0
 STARTING_RAY = frozenset({None, WorkerPhase.Starting, WorkerPhase.Prepared, WorkerPhase.StartingRay})
 
 
+def wanted_resume(asked: dict | None, cause: Cause, policy_resume: bool,
+                  previous: int | None) -> dict:
+    """What a Run about to launch resumes from, before any checkpoint is looked for: what a user
+    asked (``rlark restart --resume``: the Run's ``resume``), else, for an automatic new Run
+    (cause ``Retry``: after a retryable failure, or requeued after its queue preempted the Run
+    before it) of a Job with ``failurePolicy.resume``, the Run before it, ``previous``
+    (``{"fromRun": previous, "automatic": True}``); ``{}``: it starts afresh. Pure."""
+    if asked:
+        return dict(asked)
+    if cause == Cause.Retry and policy_resume and previous is not None:
+        return {"fromRun": previous, "automatic": True}
+    return {}
+
+
 def role_demands(spec: dict) -> dict[str, Amounts]:
     """What one Worker of each role asks of the machine (:func:`ray_resources`: whole CPUs,
     memory bytes, GPUs, named devices), from a Run's spec snapshot; nothing for a spec that no
@@ -303,12 +317,8 @@ class Launching(ControllerState):
         checkpoint fails the Run (``ResumeFailed``) before anything starts; a retry's starts
         afresh, said in an Event. While the earlier Run's record is not stored yet the launch
         waits (False), at most :data:`RESUME_RECORD_WAIT` seconds."""
-        want = dict(run.resume or {})
-        if not want and run.cause == Cause.Retry and job.spec.failure_policy.resume:
-            before = max((r for r in run.job.runs if r.number < run.number),
-                         key=lambda r: r.number, default=None)
-            if before is not None:
-                want = {"fromRun": before.number, "automatic": True}
+        before = max((r.number for r in run.job.runs if r.number < run.number), default=None)
+        want = wanted_resume(run.resume, run.cause, job.spec.failure_policy.resume, before)
         if not want:
             return True, None
         if want.get("resolved"):

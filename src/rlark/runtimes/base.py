@@ -630,6 +630,12 @@ class RuntimeProfile(Protocol):
         count again at launch."""
         ...
 
+    def queue_findings(self, job: Job, queue: str | None) -> list[Finding]:
+        """What would refuse a Run of ``job`` waiting in ``queue`` (:meth:`queue_of` of its
+        project's setting; None: none), e.g. a ``spec.priority`` the queue has no class for;
+        asked at submit and at each start, and the runtime checks it again at launch."""
+        ...
+
     def own_secret_findings(self, job: Job, managed: set[tuple[str, str]], project: str,
                             namespace: str | None) -> list[Finding]:
         """Findings for ``job``'s references that name no RLark-managed secret (``managed``:

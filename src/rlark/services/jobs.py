@@ -112,13 +112,13 @@ class JobService:
                   project: str = DEFAULT_PROJECT) -> tuple[Job | None, list[Finding]]:
         """Every Finding a submission gets: the spec's, this server's runtime's, whether the
         secrets its ``env[].valueFrom`` names exist in ``project`` (:meth:`secret_findings`),
-        and those of the RLinf config the Job names in ``spec.rlinf`` when this server can read
+        what the queue its Runs wait in refuses (:meth:`queue_findings`), and those of the RLinf config the Job names in ``spec.rlinf`` when this server can read
         it (:func:`rlark.rlinf_config.preflight_job`; a config it cannot find is a warning).
         ``rlinf=False`` leaves the RLinf config out (``rlark check --rlinf-config`` checks
         another config on the caller's machine)."""
         job, findings = self.validate(document)
         if job is not None:
-            findings = findings + self.secret_findings(job, project)
+            findings = findings + self.secret_findings(job, project) + self.queue_findings(job, project)
             checked = job
             findings = findings + self.profile.preflight(
                 job, errors=has_errors(findings), neighbours=lambda: self.neighbours(checked, project))
@@ -823,10 +823,24 @@ class JobService:
         """What would refuse a new Run of the stored ``job`` on this server today
         (:meth:`rlark.runtimes.base.RuntimeProfile.launch_findings`: on Kubernetes the Pod
         policy, a policy made stricter since the Job was stored applying, and the secrets its
-        env names, :meth:`secret_findings`). Errors only. The runtime checks them again at
-        launch, so an automatic retry is held to them too."""
-        found = self.profile.launch_findings(job, lambda: self.secret_findings(job, project))
+        env names, :meth:`secret_findings`; and :meth:`queue_findings`: the project's queue may
+        have changed since). Errors only. The runtime checks them again at launch, so an
+        automatic retry is held to them too."""
+        found = (self.profile.launch_findings(job, lambda: self.secret_findings(job, project))
+                 + self.queue_findings(job, project))
         return [f for f in found if f.severity == Severity.error]
+
+    def queue_findings(self, job: Job, project: str) -> builtins.list[Finding]:
+        """What the queue a new Run of ``job`` in ``project`` waits in refuses
+        (:meth:`rlark.runtimes.base.RuntimeProfile.queue_findings` of the project's queue, else
+        the server's; a project that does not exist: the server's), e.g. on Kubernetes with
+        Kueue a ``spec.priority`` no WorkloadPriorityClass has (``PriorityUnmapped``). One
+        read of the project, in a session of its own."""
+        with self.store.session() as s:
+            row = (s.scalar(select(ProjectRow).where(ProjectRow.name == project))
+                   if DNS1123_LABEL.match(project or "") else None)
+            setting = row.queue if row is not None else None
+        return self.profile.queue_findings(job, self.profile.queue_of(setting))
 
     def _refuse_unlaunchable(self, name: str, project: str) -> None:
         """Refuse a start or restart of Job ``name`` that :meth:`launch_findings` refuses (read

@@ -59,6 +59,7 @@ class ProjectNamespaces:
         self.namespace = default.namespace
         self._factory = factory
         self._by_ns: dict[str, KubernetesRuntime] = {default.namespace: default}
+        default.find_workload = self.workload_of_uid
         self._lock = threading.Lock()
 
     def runtime_for(self, namespace: str | None) -> KubernetesRuntime:
@@ -68,7 +69,19 @@ class ProjectNamespaces:
             rt = self._by_ns.get(ns)
             if rt is None:
                 rt = self._by_ns[ns] = self._factory(ns)
+                rt.find_workload = self.workload_of_uid
             return rt
+
+    def workload_of_uid(self, uid: str) -> str | None:
+        """``namespace/name`` of the Workload of ``uid`` in any namespace this server watches
+        Workloads in (None: none of them): what preempted a Run may be another project's, e.g.
+        under a cohort's fair sharing. Takes no lock (see
+        :meth:`KubernetesRuntime.workload_of_uid`)."""
+        for rt in tuple(self._by_ns.values()):
+            found = rt.workload_of_uid(uid)
+            if found:
+                return found
+        return None
 
     def _owner(self, ref: WorkerRef, namespace: str | None = None) -> KubernetesRuntime:
         """The runtime of the namespace the handle names; for a Worker without a handle (its

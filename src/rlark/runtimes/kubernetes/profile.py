@@ -7,7 +7,7 @@ leader. Imports the Kubernetes client only when asked to check against the clust
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from rlark.findings import Finding, Severity
@@ -31,7 +31,8 @@ class KubernetesProfile:
     ``kube_secret_info``: ``(namespace, name)`` -> the labels and key names of that Kubernetes
     Secret (:class:`~rlark.runtimes.kubernetes.podpolicy.SecretInfo`), None when it does not
     exist (raises when RLark may not read it); None: no Kubernetes Secret can be checked, so
-    none is allowed; ``default_queue``: the server's Kueue LocalQueue (``--k8s-queue``)."""
+    none is allowed; ``default_queue``: the server's Kueue LocalQueue (``--k8s-queue``);
+    ``priority_classes``: WorkloadPriorityClass name -> value (``--k8s-priority-class``)."""
 
     inventory: Callable[[], tuple] | None = None
     pending_timeout: float | None = None
@@ -39,6 +40,8 @@ class KubernetesProfile:
     kube_secret_info: Callable[[str | None, str], SecretInfo | None] | None = None
     #: the server's Kueue LocalQueue for projects that name none (``--k8s-queue``; None: none)
     default_queue: str | None = None
+    #: the WorkloadPriorityClasses a queued Run's spec.priority maps to (``--k8s-priority-class``)
+    priority_classes: dict[str, int] = field(default_factory=dict)
 
     name = "kubernetes"
     queues = True
@@ -93,6 +96,27 @@ class KubernetesProfile:
         from rlark.runtimes.kubernetes.podpolicy import check_pod_policy
 
         return check_pod_policy(job, self._policy()) + secret_findings()
+
+    def queue_findings(self, job: Job, queue: str | None) -> list[Finding]:
+        """In a Kueue LocalQueue, ``spec.priority`` must name a WorkloadPriorityClass the server
+        maps (:func:`rlark.runtimes.kubernetes.kueue.priority_class`), else ``PriorityUnmapped``
+        (an error; the runtime refuses such a launch too, ``PolicyDenied``); no queue: nothing
+        (the priority orders nothing on the cluster)."""
+        if queue is None:
+            return []
+        from rlark.runtimes.kubernetes.kueue import priority_class
+
+        try:
+            priority_class(job.spec.priority, self.priority_classes)
+        except ValueError as exc:
+            return [Finding(
+                code="PriorityUnmapped", severity=Severity.error, path="spec.priority",
+                message=f"{exc}; the Run would wait in Kueue LocalQueue {queue}, where a "
+                        "priority is a WorkloadPriorityClass",
+                hint="use one of those values (or 0, Kueue's default priority), or ask the "
+                     "administrator to map this one to a WorkloadPriorityClass "
+                     "(rlark server --k8s-priority-class NAME=VALUE)")]
+        return []
 
     def own_secret_findings(self, job: Job, managed: set[tuple[str, str]], project: str,
                             namespace: str | None) -> list[Finding]:

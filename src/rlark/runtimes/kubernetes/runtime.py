@@ -348,6 +348,12 @@ class KubernetesRuntime:
         #: Kueue's Workloads of the namespace by name (:func:`.kueue.workload_summary`), watched
         #: once a Run here uses a queue (:meth:`watch_workloads`)
         self._workloads: dict[str, dict] = {}
+        #: the same Workloads' names by uid, read without the lock (:meth:`workload_of_uid`)
+        self._workload_uids: dict[str, str] = {}
+        #: ``uid -> "namespace/name"`` of a Workload another namespace's runtime of this server
+        #: caches (set by :class:`.namespaces.ProjectNamespaces`): a preemptor in another
+        #: project's namespace, as under a cohort's fair sharing
+        self.find_workload: Callable[[str], str | None] | None = None
         self._workload_watch = False
         #: LocalQueue name -> its ClusterQueue (None: not known), read once per queue
         self._local_queues: dict[str, str | None] = {}
@@ -493,6 +499,8 @@ class KubernetesRuntime:
             if kind == "Workload":
                 self._workloads = {n: kueue.workload_summary(o) for o in items
                                    if isinstance(n := (o.get("metadata") or {}).get("name"), str)}
+                self._workload_uids = {u: n for n, w in self._workloads.items()
+                                       if (u := w["metadata"].get("uid"))}
             elif kind == "Pod":
                 seen = {(o.get("metadata") or {}).get("name"): o for o in items}
                 for name, old in list(self._pods.items()):
@@ -514,10 +522,15 @@ class KubernetesRuntime:
             if kind == "Workload":
                 name = (obj.get("metadata") or {}).get("name")
                 if isinstance(name, str):
+                    uid = (obj.get("metadata") or {}).get("uid")
                     if typ == "DELETED":
                         self._workloads.pop(name, None)
+                        if uid:
+                            self._workload_uids.pop(uid, None)
                     else:
                         self._workloads[name] = kueue.workload_summary(obj)
+                        if uid:
+                            self._workload_uids[uid] = name
             elif kind == "Pod":
                 name = (obj.get("metadata") or {}).get("name")
                 if not isinstance(name, str):
@@ -972,7 +985,8 @@ class KubernetesRuntime:
         """For a Pod of a Kueue pod group: whether it still waits behind Kueue's gate, when its
         group was admitted (its Workload's ``Admitted`` time, from the watch cache), and what
         Kueue did when it stopped the Pod (:func:`.kueue.preemption_of`, the preempting
-        Workload named when it is one of this namespace's). Call with the lock held."""
+        Workload named when this server watches its namespace: this one, or another project's
+        through :attr:`find_workload`). Call with the lock held."""
         labels = ((pod or {}).get("metadata") or {}).get("labels") or {}
         group = labels.get(kueue.GROUP_LABEL)
         if not group:
@@ -984,10 +998,18 @@ class KubernetesRuntime:
         uid = kueue.preemptor_uid(str(cond.get("message") or ""))
         by = None
         if uid:
-            found = next((n for n, w in self._workloads.items()
-                          if (w.get("metadata") or {}).get("uid") == uid), None)
-            by = f"Workload {self.namespace}/{found}" if found else f"the Workload of uid {uid}"
+            found = self.workload_of_uid(uid)
+            if found is None and self.find_workload is not None:
+                found = self.find_workload(uid)
+            by = f"Workload {found}" if found else f"the Workload of uid {uid}"
         return kueue.gated(pod), admitted, kueue.preemption_of(pod, by)
+
+    def workload_of_uid(self, uid: str) -> str | None:
+        """``namespace/name`` of the Workload of ``uid`` this runtime's watch caches (None: not
+        one of them). Takes no lock (one dict read), so the runtimes of other namespaces may
+        ask while they hold theirs."""
+        name = self._workload_uids.get(uid)
+        return f"{self.namespace}/{name}" if name else None
 
     def queue_for(self, project_queue: str | None, namespace: str | None = None) -> str | None:
         """The Kueue LocalQueue a new Run's Pods wait in: the project's setting, else the

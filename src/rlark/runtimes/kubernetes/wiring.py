@@ -67,6 +67,6 @@ def open_kubernetes(namespace: str | None, projects_in: Callable[[str, str], lis
     profile = KubernetesProfile(
         inventory=KubernetesRuntime(kube=kube, policy=k8s_policy, start=False).inventory,
         pending_timeout=k8s_policy.pending_timeout_seconds, pod_policy=policy,
-        kube_secret_info=kube_secret_info, default_queue=server_queue)
+        kube_secret_info=kube_secret_info, default_queue=server_queue, priority_classes=classes)
     return Opened(runtime=first, profile=profile, namespace=kube.namespace, fresh=namespaces,
                   lease_api=kube.api.api_client, shutdown=shutdown)

@@ -93,6 +93,10 @@ class LocalProfile:
         """Nothing: what a submit checked holds at launch."""
         return []
 
+    def queue_findings(self, job: Job, queue: str | None) -> list[Finding]:
+        """Nothing: this machine's admission queue orders every ``spec.priority``."""
+        return []
+
     def own_secret_findings(self, job: Job, managed: set[tuple[str, str]], project: str,
                             namespace: str | None) -> list[Finding]:
         """Nothing: every reference names an RLark-managed secret (:attr:`own_secrets` False)."""
