@@ -186,3 +186,44 @@ def test_a_kubernetes_logger_directory_on_a_pods_volume_names_the_fix(s3_server)
                           "cannot read; put runner.logger.log_path on an objectStorage mount of "
                           "the head role to have the server read them from its bucket")
     assert opened == []  # no secret opened where no bucket is read
+
+
+# --- a local Run: the Worker's copy while it runs, the bucket after ------------------------------
+
+LATER = {7: {"rollout/rewards": 2.0}}
+
+
+def test_a_local_run_is_read_from_its_workers_copy_while_it_runs_and_from_the_bucket_after(
+        s3, s3_server, tmp_path, rlark_home):
+    from rlark import settings
+    from rlark.runtimes.local.objects import object_dir
+    from rlark.runtimes.local.sandbox import worker_dirs
+
+    prefix = f"local-{time.monotonic_ns()}"
+    mounts = [mount("data", "/srv/data", "/data", "hostPath"),
+              mount("ckpt", f"s3://{BUCKET}/{prefix}", "/ckpt",
+                    objectStorage={"endpoint": s3_server.endpoint, "secret": "s3"})]
+    rec = {"run": 1, "runUid": "local-run", "runtime": "local", "provisional": True,
+           "spec": job(mounts), "workingDir": None,
+           "workers": {"items": [{"nodeRank": 0, "role": "head"}]},
+           "configs": {"resolved": {"data": {"runner": {"logger": {"log_path": "/ckpt/logs"}}}}},
+           "times": {"created": iso(time.time() - 30), "finished": None}}
+    # the keeper's copy of the mount (index 1 of the role) in the Worker's own directory
+    root = worker_dirs(str(settings.rlark_home()), settings.ray_tmp_root(), "local-run", 0).root
+    copy = f"{object_dir(root, 1)}/logs/tensorboard"
+    write_events(copy)
+    upload(s3, tmp_path, f"{prefix}/logs/tensorboard", LATER)
+    live = curves._scalars_of(rec, "Running", True, "local", None, keys_of(s3_server))
+    assert (live["at"], live["scalars"]) == (copy, expected()), live
+    # after the Run the bucket is where the files are kept
+    rec.update(provisional=False, times={**rec["times"], "finished": iso(time.time() + 60)})
+    after = curves._scalars_of(rec, "Succeeded", True, "local", None, keys_of(s3_server))
+    assert after["at"] == f"s3://{BUCKET}/{prefix}/logs/tensorboard"
+    assert after["scalars"] == expected(LATER)
+    # a bucket that has none (the copy out failed): the Worker's copy, and why not the bucket
+    s3.delete_object(Bucket=BUCKET, Key=f"{prefix}/logs/tensorboard/{after['files'][0]}")
+    fallback = curves._scalars_of(rec, "Failed", True, "local", None, keys_of(s3_server))
+    assert (fallback["at"], fallback["scalars"]) == (copy, expected())
+    assert fallback["notes"] == [f"no event files for this Run in /ckpt/logs/tensorboard "
+                                 f"(objectStorage mount ckpt, s3://{BUCKET}/{prefix}/logs/"
+                                 "tensorboard)"]
