@@ -149,6 +149,34 @@ def test_a_kubernetes_runs_curves_are_read_from_its_logger_mounts_bucket(s3, s3_
     assert only["scalars"] == {"rollout/rewards": expected()["rollout/rewards"]}
 
 
+def test_a_buckets_files_bytes_and_listing_are_bounded(s3, s3_server, tmp_path, monkeypatch):
+    from rlark.services import curves_bucket
+
+    prefix = f"k8s-{time.monotonic_ns()}"
+    at = f"{prefix}/logs/tensorboard"
+    s3.put_object(Bucket=BUCKET, Key=f"{at}/a-note.txt", Body=b"x")  # listed first, not read
+    # the same points in both: which name sorts first (time, host, pid, a counter) is the writer's
+    first = min(upload(s3, tmp_path, at), upload(s3, tmp_path, at))
+    size = s3.head_object(Bucket=BUCKET, Key=f"{at}/{first}")["ContentLength"]
+    rec = k8s_record(s3_server, [mount("ckpt", f"s3://{BUCKET}/{prefix}", "/ckpt")],
+                     log_path="/ckpt/logs", created=time.time() - 30)
+    # one file, and of it all but its last record (step 2): only that range is fetched
+    monkeypatch.setattr(curves, "MAX_FILES", 1)
+    monkeypatch.setattr(curves, "MAX_FILE_BYTES", size - 10)
+    got = curves._scalars_of(rec, "Succeeded", False, "k8s", None, keys_of(s3_server))
+    assert got["files"] == [first], got
+    assert got["scalars"] == expected({k: v for k, v in POINTS.items() if k < 2})
+    assert got["notes"] == [f"{first}: {size} bytes; its first {size - 10} read",
+                            "more than 1 event files: the first 1 read"]
+    # a directory filled with objects: only the first MAX_LISTED are looked at
+    monkeypatch.setattr(curves, "MAX_FILES", 32)
+    monkeypatch.setattr(curves, "MAX_FILE_BYTES", 1 << 20)
+    monkeypatch.setattr(curves_bucket, "MAX_LISTED", 2)
+    got = curves._scalars_of(rec, "Succeeded", False, "k8s", None, keys_of(s3_server))
+    assert got["files"] == [first] and got["scalars"] == expected()
+    assert got["notes"] == [f"more than 2 objects in s3://{BUCKET}/{at}: the first 2 looked at"]
+
+
 def test_a_bucket_the_server_cannot_read_or_that_has_no_files_yet_says_why(
         s3, s3_server, tmp_path):
     prefix = f"k8s-{time.monotonic_ns()}"

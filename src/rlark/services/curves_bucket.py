@@ -24,7 +24,8 @@ from typing import Any, Callable, Mapping
 from rlark.record.outputs import (ReadBackError, s3_client, s3_error, s3_objects, s3_prefix,
                                   storage_keys)
 from rlark.rlinf_config.locations import mount_holding
-from rlark.services.curves import EVENT_PREFIX, MAX_FILE_BYTES, NotRead, read_files
+from rlark.services import curves
+from rlark.services.curves import EVENT_PREFIX, NotRead, read_files
 
 #: objects listed directly under the directory at most (the workload may fill it with others)
 MAX_LISTED = 10_000
@@ -113,10 +114,11 @@ def read_bucket(client: Any, where: BucketDir, since: float | None = None,
     def fetch(name: str) -> tuple[bytes, int]:
         if sizes[name] == 0:  # a range of an empty object is refused (InvalidRange)
             return b"", 0
+        most = curves.MAX_FILE_BYTES
         try:
             got = client.get_object(Bucket=where.bucket, Key=f"{where.prefix}/{name}".lstrip("/"),
-                                    Range=f"bytes=0-{MAX_FILE_BYTES - 1}")
-            return got["Body"].read(MAX_FILE_BYTES), sizes[name]
+                                    Range=f"bytes=0-{most - 1}")
+            return got["Body"].read(most), sizes[name]
         except Exception as exc:  # noqa: BLE001 - as above: a note, never a 500
             raise NotRead(f"{name}: not read ({s3_error(exc)})") from None
 
