@@ -278,8 +278,9 @@ def read_files(key: tuple, names: list[str], fetch: Callable[[str], tuple[bytes,
     return _copy(found)
 
 
-#: what :func:`read_dir` read, by directory, time window, bounds and its event files' identities
-#: (name, device, inode, size, modification time in ns): a live Run's page asks again every few
+#: what :func:`read_files` read, by place (a directory, a bucket's prefix), its event files'
+#: identities (name, device, inode, size, modification time in ns; or an object's size, ETag and
+#: time), time window and bounds: a live Run's page asks again every few
 #: seconds and a file that did not change is not decoded again (10 tags x 10,000 points: 0.6 s)
 _READ: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
 #: the most points :data:`_READ` holds, all directories together (some 100 bytes each)
@@ -384,9 +385,10 @@ def run_scalars(jobs: Any, name: str, run: int | None, project: str,
     """The scalars of a Run (default: the current one) of Job ``name``: ``{"job", "run",
     "phase", "scalars": {tag: [[step, value], ...]}, "tags": [every tag found], "path": the
     directory looked at (in the head Worker) or None, "at": where the server read it (a
-    directory here, or ``s3://bucket/prefix`` of the mount that holds it) or None, "files", "notes",
-    "otherRuns", "why": None | why there is nothing}``. ``tags``: only these (default: all).
-    Steps are the writer's ``global_step`` (ints), values floats (None: NaN or infinite).
+    directory here, or ``s3://bucket/prefix`` of the mount that holds it) or None, "files",
+    "notes", "otherRuns", "why": None | why there is nothing}``. ``tags``: only these
+    (default: all). Steps are the writer's ``global_step`` (ints), values floats (None: NaN or
+    infinite).
 
     Raises:
         NotFound: no such Job or Run.
