@@ -20,8 +20,8 @@ when its host resolves to public addresses or to a network the administrator all
 (``RLARK_OBJECT_STORAGE_ALLOW_NETWORKS``, :func:`rlark.settings.object_storage_allow_networks`),
 with no configuration or credentials file of the server's own.
 
-Pure but for :func:`read_dir`, :func:`read_s3`, :func:`open_below`, :func:`s3_client` and
-:func:`list_outputs`.
+Pure but for :func:`read_dir`, :func:`read_s3`, :func:`s3_objects`, :func:`open_below`,
+:func:`s3_client` and :func:`list_outputs`.
 """
 
 from __future__ import annotations
@@ -442,7 +442,10 @@ def s3_prefix(mount: Mapping[str, Any], path: str) -> tuple[str, str]:
     return bucket, "/".join(p for p in (prefix, rel) if p)
 
 
-def _s3_error(exc: Exception) -> str:
+def s3_error(exc: Exception) -> str:
+    """What an S3 call's failure says, for a message: ``Code: message`` of the S3 error
+    (``AccessDenied``, ``NoSuchBucket``...; a HEAD's bare HTTP status named), else the
+    exception's class and text; at most some 300 characters of the server's words."""
     response = getattr(exc, "response", None)
     if isinstance(response, dict):
         err = response.get("Error") or {}
@@ -461,6 +464,27 @@ def _object_mtime(head: Mapping[str, Any], fallback: float | None) -> float | No
         return fallback
 
 
+def s3_objects(client: Any, bucket: str, prefix: str, direct: bool = False
+               ) -> Iterator[tuple[str | None, dict]]:
+    """Each object S3 lists under ``prefix`` (no leading or trailing ``/``; "" for the whole
+    bucket) of ``bucket``, in key order: ``(its path below the prefix, or None for a directory
+    marker or a key that would leave the prefix; the listing's entry: Key, Size, LastModified,
+    ETag)``. ``direct``: only the objects directly under it (S3's ``Delimiter=/``; deeper ones
+    are not listed at all). Lazy: a page is asked for when the one before is used up.
+
+    Raises:
+        Exception: what the client raises (botocore's ClientError, BotoCoreError, OSError).
+    """
+    from rlark.bootstrap.objectcopy import key_path
+
+    options = {"Bucket": bucket, "Prefix": prefix + "/" if prefix else ""}
+    if direct:
+        options["Delimiter"] = "/"
+    for page in client.get_paginator("list_objects_v2").paginate(**options):
+        for obj in page.get("Contents", []):
+            yield key_path(prefix, obj["Key"]), obj
+
+
 def read_s3(client: Any, bucket: str, prefix: str, budget: Budget) -> dict:
     """Read back what lies under ``prefix`` of ``bucket`` (an output below an
     ``objectStorage`` mount): every object listed (keys that would leave the prefix skipped,
@@ -471,30 +495,21 @@ def read_s3(client: Any, bucket: str, prefix: str, budget: Budget) -> dict:
     Raises:
         ReadBackError: the listing failed (the S3 error code and message).
     """
-    from rlark.bootstrap.objectcopy import key_path
-
     files: list[tuple[str, int, float | None]] = []
     skipped, cut = 0, False
     try:
-        pages = client.get_paginator("list_objects_v2").paginate(
-            Bucket=bucket, Prefix=prefix + "/" if prefix else "")
-        for page in pages:
-            for obj in page.get("Contents", []):
-                rel = key_path(prefix, obj["Key"])
-                if rel is None:
-                    skipped += int(not obj["Key"].endswith("/"))
-                    continue
-                modified = obj.get("LastModified")
-                files.append((rel, int(obj.get("Size") or 0),
-                              modified.timestamp() if modified is not None else None))
-                if len(files) >= MAX_WALK:
-                    cut = True
-                    break
-            if cut or budget.expired():
-                cut = cut or budget.expired()
+        for rel, obj in s3_objects(client, bucket, prefix):
+            if rel is None:
+                skipped += int(not obj["Key"].endswith("/"))
+                continue
+            modified = obj.get("LastModified")
+            files.append((rel, int(obj.get("Size") or 0),
+                          modified.timestamp() if modified is not None else None))
+            if len(files) >= MAX_WALK or budget.expired():
+                cut = True
                 break
     except Exception as exc:  # noqa: BLE001 - botocore's ClientError, BotoCoreError, OSError
-        raise ReadBackError(f"listing s3://{bucket}/{prefix} failed: {_s3_error(exc)}") from None
+        raise ReadBackError(f"listing s3://{bucket}/{prefix} failed: {s3_error(exc)}") from None
 
     def read(rel: str, size: int) -> dict:
         key = f"{prefix}/{rel}" if prefix else rel
@@ -511,7 +526,7 @@ def read_s3(client: Any, bucket: str, prefix: str, budget: Budget) -> dict:
                 got["Body"].read()
                 out = {"why": "over the size cap: read, not hashed"}
         except Exception as exc:  # noqa: BLE001
-            return {"why": f"not read: {_s3_error(exc)}"}
+            return {"why": f"not read: {s3_error(exc)}"}
         kept = _object_mtime(got, None)
         if kept is not None:  # else the listing's: the object's upload time
             out["mtime"] = kept
@@ -555,7 +570,7 @@ def _mount_view(mount: Mapping[str, Any] | None) -> dict | None:
     return view
 
 
-def _storage_keys(mount: Mapping[str, Any], keys: Mapping[tuple[str, str], str] | None
+def storage_keys(mount: Mapping[str, Any], keys: Mapping[tuple[str, str], str] | None
                   ) -> tuple[str, str] | None:
     """The mount's credentials from the opened secrets (None: anonymous).
 
@@ -591,7 +606,7 @@ def read_output(rec: Mapping[str, Any], target: Mapping[str, Any], ctx: ReadBack
             bucket, prefix = s3_prefix(mount, target["path"])
             back["at"] = f"s3://{bucket}/{prefix}"
             client = ctx.make_client(mount.get("objectStorage") or {},
-                                     _storage_keys(mount, ctx.keys), ctx.allow_networks)
+                                     storage_keys(mount, ctx.keys), ctx.allow_networks)
             entry.update(read_s3(client, bucket, prefix, budget))
         else:
             rank = _rank_of(rec, target["role"])
@@ -655,12 +670,12 @@ def iter_file(rec: Mapping[str, Any], output: Mapping[str, Any], rel: str,
         key = f"{prefix}/{rel}" if prefix else rel
         if key_path(prefix, key) != rel:
             raise ReadBackError(f"{rel[:200]!r} is not a path below output {output.get('name')}")
-        client = ctx.make_client(mount.get("objectStorage") or {}, _storage_keys(mount, ctx.keys),
+        client = ctx.make_client(mount.get("objectStorage") or {}, storage_keys(mount, ctx.keys),
                                  ctx.allow_networks)
         try:
             got = client.get_object(Bucket=bucket, Key=key)
         except Exception as exc:  # noqa: BLE001
-            raise ReadBackError(f"s3://{bucket}/{key}: {_s3_error(exc)}") from None
+            raise ReadBackError(f"s3://{bucket}/{key}: {s3_error(exc)}") from None
         return int(got.get("ContentLength") or 0), got["Body"].iter_chunks(chunk)
     rank = _rank_of(rec, str(target["role"]))
     if rank is None:

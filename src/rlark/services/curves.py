@@ -12,6 +12,13 @@ per metric and step (``rollout/rewards``, ``env/success_once``, ``train/actor/po
 ``time/...``). RLark takes those keys from the Run's resolved config (its record's, else RLark's
 own composition of the config the Run names) and never rewrites the user's config.
 
+Where the server reads them: the head Worker's directory where the runtime lets it look (the
+local runtime), and the bucket of an ``objectStorage`` mount holding the directory on every
+runtime (:mod:`rlark.services.curves_bucket`): the bucket once the Run's Workers have ended,
+the Worker's directory first while they run. A Pod's own files (Kubernetes: its container, a
+``hostPath`` or ``pvc`` volume) are out of the server's reach; the why says to put
+``runner.logger.log_path`` on an ``objectStorage`` mount.
+
 The event files are the workload's: untrusted input. Only files named ``events.out.tfevents.*``
 directly in that directory are read, opened without following symbolic links (every component of
 the directory's real path opened with ``O_NOFOLLOW``, so a link swapped in after the check leads
@@ -40,7 +47,7 @@ import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 #: the metrics the console shows first when the Run has them (RLinf's key ones, issue 25)
 KEY_METRICS = ("rollout/rewards", "env/success_once", "env/return", "train/actor/policy_loss",
@@ -194,12 +201,14 @@ def _open_dir(real: str) -> int:
     return fd
 
 
+class NotRead(Exception):
+    """One event file that was listed but not read; the message is the note that says why."""
+
+
 def read_dir(real: str, since: float | None = None, until: float | None = None) -> dict[str, Any]:
     """The scalars of the event files directly in directory ``real`` (absolute, symbolic links
-    resolved), in file-name order (their creation times), files named outside ``[since -
-    SLACK, until + SLACK]`` (Unix seconds; None: open) left out as another Run's:
-    ``{"scalars": {tag: [[step, value], ...]}, "files": [names read], "notes": [...],
-    "otherRuns": count}``. Bounded as the module says; never follows a link.
+    resolved) as :func:`read_files` gives them. Bounded as the module says; never follows a
+    link.
 
     Raises:
         OSError: the directory cannot be opened (missing, a link, not readable).
@@ -207,40 +216,59 @@ def read_dir(real: str, since: float | None = None, until: float | None = None) 
     fd = _open_dir(real)
     try:
         names = sorted(n for n in os.listdir(fd) if n.startswith(EVENT_PREFIX))
-        key = (real, since, until, MAX_FILES, MAX_FILE_BYTES, MAX_TAGS, MAX_POINTS,
-               tuple(_identity(n, fd) for n in names))
-        if key in _READ:
-            _READ.move_to_end(key)
-            return _copy(_READ[key])
-        out = Scalars()
-        read: list[str] = []
-        others = 0
-        for name in names:
-            t = _file_time(name)
-            if t is not None and ((since is not None and t < since - SLACK)
-                                  or (until is not None and t > until + SLACK)):
-                others += 1
-                continue
-            if len(read) >= MAX_FILES:
-                out.notes.append(f"more than {MAX_FILES} event files: the first {MAX_FILES} read")
-                break
+        key = ("dir", real, tuple(_identity(n, fd) for n in names))
+
+        def fetch(name: str) -> tuple[bytes, int]:
             try:
                 ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
             except OSError as exc:
-                out.notes.append(f"{name}: not read ({exc.strerror or exc})")
-                continue
+                raise NotRead(f"{name}: not read ({exc.strerror or exc})") from None
             with os.fdopen(ffd, "rb") as f:
                 st = os.fstat(f.fileno())
                 if not stat_module.S_ISREG(st.st_mode):
-                    out.notes.append(f"{name}: not a regular file; not read")
-                    continue
-                data = f.read(MAX_FILE_BYTES)
-            if st.st_size > MAX_FILE_BYTES:
-                out.notes.append(f"{name}: {st.st_size} bytes; its first {MAX_FILE_BYTES} read")
-            read.append(name)
-            out.add_events(records(data), name)
+                    raise NotRead(f"{name}: not a regular file; not read")
+                return f.read(MAX_FILE_BYTES), st.st_size
+
+        return read_files(key, names, fetch, since, until)
     finally:
         os.close(fd)
+
+
+def read_files(key: tuple, names: list[str], fetch: Callable[[str], tuple[bytes, int]],
+               since: float | None = None, until: float | None = None) -> dict[str, Any]:
+    """The scalars of the event files ``names`` (each named ``events.out.tfevents.*``, in name
+    order: their creation times), each read by ``fetch(name)`` -> ``(its first``
+    :data:`MAX_FILE_BYTES` ``bytes, its whole size)`` or :class:`NotRead`; files named outside
+    ``[since - SLACK, until + SLACK]`` (Unix seconds; None: open) left out as another Run's:
+    ``{"scalars": {tag: [[step, value], ...]}, "files": [names read], "notes": [...],
+    "otherRuns": count}``. ``key``: where the files are and what each is now (a name, size and
+    modification time or version per file); a read with the same key, window and bounds is
+    answered from memory (:data:`_READ`) without fetching."""
+    key = key + (since, until, MAX_FILES, MAX_FILE_BYTES, MAX_TAGS, MAX_POINTS)
+    if key in _READ:
+        _READ.move_to_end(key)
+        return _copy(_READ[key])
+    out = Scalars()
+    read: list[str] = []
+    others = 0
+    for name in names:
+        t = _file_time(name)
+        if t is not None and ((since is not None and t < since - SLACK)
+                              or (until is not None and t > until + SLACK)):
+            others += 1
+            continue
+        if len(read) >= MAX_FILES:
+            out.notes.append(f"more than {MAX_FILES} event files: the first {MAX_FILES} read")
+            break
+        try:
+            data, size = fetch(name)
+        except NotRead as exc:
+            out.notes.append(str(exc))
+            continue
+        if size > MAX_FILE_BYTES:
+            out.notes.append(f"{name}: {size} bytes; its first {MAX_FILE_BYTES} read")
+        read.append(name)
+        out.add_events(records(data[:MAX_FILE_BYTES]), name)
     if out.tags_left_out:
         out.notes.append(f"more than {MAX_TAGS} tags: {out.tags_left_out} values of further "
                          "tags left out")
@@ -250,8 +278,9 @@ def read_dir(real: str, since: float | None = None, until: float | None = None) 
     return _copy(found)
 
 
-#: what :func:`read_dir` read, by directory, time window, bounds and its event files' identities
-#: (name, device, inode, size, modification time in ns): a live Run's page asks again every few
+#: what :func:`read_files` read, by place (a directory, a bucket's prefix), its event files'
+#: identities (name, device, inode, size, modification time in ns; or an object's size, ETag and
+#: time), time window and bounds: a live Run's page asks again every few
 #: seconds and a file that did not change is not decoded again (10 tags x 10,000 points: 0.6 s)
 _READ: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
 #: the most points :data:`_READ` holds, all directories together (some 100 bytes each)
@@ -355,9 +384,11 @@ def run_scalars(jobs: Any, name: str, run: int | None, project: str,
                 tags: list[str] | None = None) -> dict[str, Any]:
     """The scalars of a Run (default: the current one) of Job ``name``: ``{"job", "run",
     "phase", "scalars": {tag: [[step, value], ...]}, "tags": [every tag found], "path": the
-    directory looked at or None, "at": where the server read it or None, "files", "notes",
-    "otherRuns", "why": None | why there is nothing}``. ``tags``: only these (default: all).
-    Steps are the writer's ``global_step`` (ints), values floats (None: NaN or infinite).
+    directory looked at (in the head Worker) or None, "at": where the server read it (a
+    directory here, or ``s3://bucket/prefix`` of the mount that holds it) or None, "files",
+    "notes", "otherRuns", "why": None | why there is nothing}``. ``tags``: only these
+    (default: all). Steps are the writer's ``global_step`` (ints), values floats (None: NaN or
+    infinite).
 
     Raises:
         NotFound: no such Job or Run.
@@ -365,7 +396,8 @@ def run_scalars(jobs: Any, name: str, run: int | None, project: str,
     from rlark.services.secrets import mask_data
 
     rec, phase, sandboxed, mask = jobs.record_for_curves(name, run, project)
-    out = _scalars_of(rec, phase, sandboxed, name, tags)
+    out = _scalars_of(rec, phase, sandboxed, name, tags,
+                      lambda: jobs.mount_keys(name, rec.get("run"), project))
     scalars = out.pop("scalars")
     shown = mask_data(out, mask)
     # the points are numbers: only the tags (the workload's text) go through the mask; walking
@@ -375,7 +407,11 @@ def run_scalars(jobs: Any, name: str, run: int | None, project: str,
 
 
 def _scalars_of(rec: dict[str, Any], phase: str, sandboxed: bool, name: str,
-                tags: list[str] | None) -> dict[str, Any]:
+                tags: list[str] | None,
+                keys: Callable[[], Mapping[tuple[str, str], str] | None] = dict
+                ) -> dict[str, Any]:
+    """:func:`run_scalars` of the unmasked record ``rec``; ``keys``: opens the Run's secrets
+    (``(secret, key)`` -> value, None: not at hand), called only to read a bucket."""
     from rlark import runtimes
 
     out: dict[str, Any] = {"job": name, "run": rec.get("run"), "phase": phase, "scalars": {},
@@ -391,24 +427,79 @@ def _scalars_of(rec: dict[str, Any], phase: str, sandboxed: bool, name: str,
     if where.path is None:
         out["why"] = where.why
         return out
-    real, what = profile.worker_dir(rec, where.path, 0, sandboxed)
-    if real is None:
-        out["why"] = f"no event files readable by the server for this Run: {what}"
+    tried = _read_places(rec, profile, where.path, sandboxed, keys)
+    # the first place with files, else the first place; the others' whys are notes
+    pick = next((i for i, t in enumerate(tried) if t[1] is not None and t[1]["files"]), 0)
+    at, found, why = tried[pick]
+    out["at"] = at
+    out["notes"] = [t[2] for i, t in enumerate(tried) if i != pick]
+    if found is None:
+        out["why"] = why
         return out
-    out["at"] = real
-    times = rec.get("times") or {}
-    try:
-        found = read_dir(real, _epoch(times.get("created")), _epoch(times.get("finished")))
-    except OSError as exc:
-        out["why"] = (f"no event files for this Run: {where.path} ({what}, {real}) cannot be "
-                      f"read: {exc.strerror or exc}")
-        return out
-    out.update(files=found["files"], notes=found["notes"], otherRuns=found["otherRuns"],
-               tags=list(found["scalars"]))
+    out["notes"] += found["notes"]
+    out.update(files=found["files"], otherRuns=found["otherRuns"], tags=list(found["scalars"]))
     wanted = set(tags) if tags else None
     out["scalars"] = {t: p for t, p in found["scalars"].items() if wanted is None or t in wanted}
     if not found["files"]:
-        out["why"] = (f"no event files for this Run in {where.path} ({what}, {real})"
-                      + (f"; {found['otherRuns']} there are other Runs'" if found["otherRuns"]
-                         else ""))
+        out["why"] = why
     return out
+
+
+def _read_places(rec: dict[str, Any], profile: Any, path: str, sandboxed: bool,
+                 keys: Callable[[], Mapping[tuple[str, str], str] | None]
+                 ) -> list[tuple[str | None, dict[str, Any] | None, str]]:
+    """Each place the event files of directory ``path`` (in the head Worker) may be read,
+    read in order until one has files: ``[(where it is, what was found or None, why no files
+    there)]``. The places: the head Worker's directory where the runtime lets the server see
+    it (:meth:`~rlark.runtimes.base.RuntimeProfile.worker_dir`), and the bucket of the
+    ``objectStorage`` mount that holds ``path`` (:mod:`rlark.services.curves_bucket`): the
+    bucket first once the Run's Workers have all ended (what they wrote is kept there), the
+    Worker's directory first while they run (the bucket gets the files at the end)."""
+    from rlark import settings
+    from rlark.record.outputs import ReadBackError
+    from rlark.services.curves_bucket import NOT_YET, bucket_dir, bucket_scalars
+
+    times = rec.get("times") or {}
+    since, until = _epoch(times.get("created")), _epoch(times.get("finished"))
+    live = bool(rec.get("provisional"))
+    places: list[tuple[str, str, Callable[[], dict[str, Any]]]] = []
+    real, what = profile.worker_dir(rec, path, 0, sandboxed)
+    if real is not None:
+        places.append((real, what, lambda: read_dir(real, since, until)))
+    try:
+        bucket = bucket_dir(rec.get("spec") or {}, path)
+    except ValueError as exc:
+        bucket, what = None, f"{what}; its objectStorage mount's source is not read: {exc}"
+    if bucket is not None:
+        try:
+            allowed = settings.object_storage_allow_networks()
+        except ValueError:
+            allowed = []
+        holder = bucket
+
+        def from_bucket() -> dict[str, Any]:
+            return bucket_scalars(holder, keys(), allowed, since, until)
+
+        mount = f"objectStorage mount {bucket.mount.get('name')}"
+        places.insert(len(places) if live else 0, (bucket.at, mount, from_bucket))
+    if not places:
+        return [(None, None, f"no event files readable by the server for this Run: {what}; "
+                             "put runner.logger.log_path on an objectStorage mount of the head "
+                             "role to have the server read them from its bucket")]
+    tried: list[tuple[str | None, dict[str, Any] | None, str]] = []
+    for at, kind, read in places:
+        try:
+            found = read()
+        except (OSError, ReadBackError) as exc:
+            err = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
+            tried.append((at, None, f"no event files for this Run: {path} ({kind}, {at}) "
+                                    f"cannot be read: {err}"))
+            continue
+        why = f"no event files for this Run in {path} ({kind}, {at})" + (
+            f"; {found['otherRuns']} there are other Runs'" if found["otherRuns"] else "")
+        if at.startswith("s3://") and live:
+            why += f"; {NOT_YET}"
+        tried.append((at, found, why))
+        if found["files"]:
+            break
+    return tried

@@ -619,28 +619,44 @@ class JobService:
         Raises:
             NotFound: no such Job, or it has no such Run.
         """
-        from rlark.store.secrets import open_refs
-
         with self.store.session() as s:
             job = self._job(s, name, project)
             r = self._run(s, job, run)
-            rec = _record_of(job, r)
-            refs: list[tuple[str, str]] = []
-            try:
-                spec = Job.model_validate(r.spec)
-                refs = [p for role in spec.spec.roles for m in role.mounts for p in m.secret_refs()]
-            except ValueError:
-                pass
-            keys: dict[tuple[str, str], str] | None = {}
-            if refs:
-                if self.secret_box is None and self.secret_source is not None:
-                    self.secret_box = self.secret_source()
-                try:
-                    keys = open_refs(s, job.project_id, refs, self.secret_box) \
-                        if self.secret_box is not None else None
-                except ValueError:
-                    keys = None
-            return rec, r.worker_uid is not None, keys
+            return _record_of(job, r), r.worker_uid is not None, self._mount_keys(s, job, r)
+
+    def mount_keys(self, name: str, run: int | None = None, project: str = DEFAULT_PROJECT
+                   ) -> dict[tuple[str, str], str] | None:
+        """The values of the project's secrets a Run's ``objectStorage`` mounts take their
+        credentials from: ``(secret, key)`` -> value (None where the server cannot open them;
+        empty where no mount names one). For the server's own reads of the mounts' buckets
+        (:func:`rlark.services.curves.run_scalars`); never shown.
+
+        Raises:
+            NotFound: no such Job, or it has no such Run.
+        """
+        with self.store.session() as s:
+            job = self._job(s, name, project)
+            return self._mount_keys(s, job, self._run(s, job, run))
+
+    def _mount_keys(self, s: Session, job: JobRow, r: RunRow
+                    ) -> dict[tuple[str, str], str] | None:
+        from rlark.store.secrets import open_refs
+
+        refs: list[tuple[str, str]] = []
+        try:
+            spec = Job.model_validate(r.spec)
+            refs = [p for role in spec.spec.roles for m in role.mounts for p in m.secret_refs()]
+        except ValueError:
+            pass
+        if not refs:
+            return {}
+        if self.secret_box is None and self.secret_source is not None:
+            self.secret_box = self.secret_source()
+        try:
+            return open_refs(s, job.project_id, refs, self.secret_box) \
+                if self.secret_box is not None else None
+        except ValueError:
+            return None
 
     def timeline(self, name: str, run: int | None = None,
                  project: str = DEFAULT_PROJECT) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from rlark import settings
 from rlark.rlinf_config.locations import WRITTEN_KINDS
+from rlark.runtimes.local.objects import object_dir
 from rlark.runtimes.local.sandbox import readable_by_others, worker_dirs
 
 #: how many entries :func:`look_at` counts in one output directory at most
@@ -151,6 +152,20 @@ def _hostpath_mounts(rec: dict[str, Any], home: str | None = None
     return out
 
 
+def _copied_mounts(rec: dict[str, Any], role: Any, worker_root: str) -> list[tuple[str, str]]:
+    """``(the Worker's own directory, mountPath)`` of each ``objectStorage`` mount of ``role``
+    in the record's spec: the directory the keeper copies the bucket into and out of, bound at
+    the mountPath (:func:`rlark.runtimes.local.objects.object_dir`, by the mount's index in
+    the role); what the Worker writes there is in the bucket only after it copies out."""
+    body = (rec.get("spec") or {}).get("spec") or {}
+    for r in body.get("roles") or []:
+        if r.get("name") == role:
+            return [(object_dir(worker_root, j), m.get("mountPath"))
+                    for j, m in enumerate(r.get("mounts") or [])
+                    if m.get("type") == "objectStorage" and isinstance(m.get("mountPath"), str)]
+    return []
+
+
 def server_dir(rec: dict[str, Any], path: str, rank: int, sandboxed: bool = False
                ) -> tuple[str | None, str]:
     """Where the directory ``path``, as Worker ``rank`` of the Run of record ``rec`` saw it, lies
@@ -163,9 +178,10 @@ def server_dir(rec: dict[str, Any], path: str, rank: int, sandboxed: bool = Fals
                    if int(w.get("nodeRank") or 0) == rank), None)
     role = worker.get("role") if worker else None
     home = str(settings.rlark_home())
+    dirs = worker_dirs(home, settings.ray_tmp_root(), str(rec.get("runUid")), rank)
     view = host_view(path, rank=rank, sandboxed=sandboxed, working_dir=rec.get("workingDir"),
-                     host_mounts=_hostpath_mounts(rec, home).get(role, []),
-                     dirs=worker_dirs(home, settings.ray_tmp_root(), str(rec.get("runUid")), rank))
+                     host_mounts=_hostpath_mounts(rec, home).get(role, [])
+                     + _copied_mounts(rec, role, dirs.root), dirs=dirs)
     if view.at is None:
         return None, f"{path} is {view.what}: {view.why}"
     real, root = os.path.realpath(view.at), os.path.realpath(view.root)
