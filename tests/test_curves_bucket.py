@@ -255,3 +255,38 @@ def test_a_local_run_is_read_from_its_workers_copy_while_it_runs_and_from_the_bu
     assert fallback["notes"] == [f"no event files for this Run in /ckpt/logs/tensorboard "
                                  f"(objectStorage mount ckpt, s3://{BUCKET}/{prefix}/logs/"
                                  "tensorboard)"]
+
+
+def test_an_endpoint_that_fails_is_not_asked_again_at_every_poll(s3, s3_server, tmp_path):
+    """The console polls a live Run's curves: an endpoint that fails is remembered for a while
+    (each read of one that does not answer costs the S3 client's timeouts), and asked again at
+    once with new credentials."""
+    from rlark.record.outputs import s3_client
+    from rlark.services import curves_bucket
+    from tests.server import free_port
+
+    made = []
+
+    def counting_client(*args):
+        made.append(args)
+        return s3_client(*args)
+
+    prefix = f"down-{time.monotonic_ns()}"
+    where = curves_bucket.BucketDir(
+        {"name": "ckpt", "type": "objectStorage", "source": f"s3://{BUCKET}/{prefix}",
+         "mountPath": "/ckpt",
+         "objectStorage": {"endpoint": f"http://127.0.0.1:{free_port()}", "secret": "s3"}},
+        BUCKET, prefix)
+    keys = keys_of(s3_server)()
+    allowed = ["127.0.0.0/8"]
+    with pytest.raises(curves_bucket.ReadBackError, match="listing s3://") as first:
+        curves_bucket.bucket_scalars(where, keys, allowed, None, None, counting_client)
+    with pytest.raises(curves_bucket.ReadBackError) as again:
+        curves_bucket.bucket_scalars(where, keys, allowed, None, None, counting_client)
+    assert len(made) == 1 and str(first.value) in str(again.value)
+    assert "asked again 30 s after" in str(again.value)
+    # other credentials: asked at once
+    with pytest.raises(curves_bucket.ReadBackError):
+        curves_bucket.bucket_scalars(where, {**keys, ("s3", "secretAccessKey"): "other"}, allowed,
+                                     None, None, counting_client)
+    assert len(made) == 2

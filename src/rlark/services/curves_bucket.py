@@ -18,6 +18,9 @@ Pure but for :func:`read_bucket` and :func:`bucket_scalars`.
 
 from __future__ import annotations
 
+import hashlib
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -33,6 +36,15 @@ MAX_LISTED = 10_000
 NOT_YET = ("files below an objectStorage mount reach its bucket when the Worker copies them "
            "out (copy mode: after the run script) or when the CSI driver uploads them (often "
            "only once a file is closed): the curves may appear only at the end of the Run")
+
+
+#: seconds a bucket whose listing failed is not asked again (its error is answered from memory):
+#: the console polls a live Run's curves every few seconds, and an endpoint that does not answer
+#: costs the S3 client's connect timeout times its attempts (10 s x 3) per read
+FAILURE_MEMORY_SECONDS = 30.0
+_FAILED: dict[tuple, tuple[float, str]] = {}
+_FAILED_LOCK = threading.Lock()
+_FAILED_MAX = 256
 
 
 @dataclass(frozen=True)
@@ -136,12 +148,34 @@ def bucket_scalars(where: BucketDir, keys: Mapping[tuple[str, str], str] | None,
     """:func:`read_bucket` of ``where`` with a client for its mount's ``objectStorage``
     settings (``endpoint``, ``region``) and credentials (``keys``: the Run's opened secrets,
     ``(secret, key)`` -> value; None: not at hand), the endpoint allowed only on
-    ``allow_networks`` (CIDRs) beyond public addresses.
+    ``allow_networks`` (CIDRs) beyond public addresses. A failure is remembered for
+    :data:`FAILURE_MEMORY_SECONDS` per bucket and prefix: asked again within it, the same error
+    comes at once, without a connection.
 
     Raises:
         ReadBackError: the credentials are not at hand (``KeysUnavailable``), the endpoint is
             refused, or the listing failed; the message says which.
     """
-    client = make_client(where.mount.get("objectStorage") or {}, storage_keys(where.mount, keys),
-                         allow_networks)
-    return read_bucket(client, where, since, until)
+    storage = where.mount.get("objectStorage") or {}
+    creds = storage_keys(where.mount, keys)
+    # new credentials are asked at once: the key holds a digest of them, never them
+    key = (storage.get("endpoint"), where.bucket, where.prefix,
+           hashlib.sha256(repr(creds).encode()).hexdigest())
+    now = time.monotonic()
+    with _FAILED_LOCK:
+        failed = _FAILED.get(key)
+    if failed is not None and now - failed[0] < FAILURE_MEMORY_SECONDS:
+        raise ReadBackError(f"{failed[1]} (asked {now - failed[0]:.0f} s ago; asked again "
+                            f"{FAILURE_MEMORY_SECONDS:.0f} s after)")
+    try:
+        client = make_client(storage, creds, allow_networks)
+        found = read_bucket(client, where, since, until)
+    except ReadBackError as exc:
+        with _FAILED_LOCK:
+            if len(_FAILED) >= _FAILED_MAX:
+                _FAILED.pop(next(iter(_FAILED)))
+            _FAILED[key] = (time.monotonic(), str(exc))
+        raise
+    with _FAILED_LOCK:
+        _FAILED.pop(key, None)
+    return found
