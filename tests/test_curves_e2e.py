@@ -108,3 +108,76 @@ def test_the_job_pages_curves_tab_draws_those_points(ui, finished):
            ).to_have_count(3)
     page.locator("#curves").scroll_into_view_if_needed()
     ui.shot("job-curves", full=False)
+
+
+#: a run script that logs step 0, flushes, waits for the test's go (a file in a directory both
+#: share), then logs steps 1 and 2 and waits for the test's end
+LIVE = """
+import os, sys, time
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+share = sys.argv[1]
+w = EventFileWriter("results/tensorboard")
+
+def log(step, value):
+    s = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag="rollout/rewards",
+                                                             simple_value=value)])
+    w.add_event(event_pb2.Event(step=step, wall_time=time.time(), summary=s))
+    w.flush()
+
+log(0, 0.1)
+end = time.monotonic() + 240
+while not os.path.exists(os.path.join(share, "go")) and time.monotonic() < end:
+    time.sleep(0.2)
+log(1, 0.2)
+log(2, 0.4)
+while not os.path.exists(os.path.join(share, "end")) and time.monotonic() < end:
+    time.sleep(0.2)
+w.close()
+"""
+
+
+def test_the_curves_tab_of_a_live_run_grows_without_a_reload(server, ui, tmp_path_factory):
+    """The Curves tab of a Running Run polls (htmx, every 5 s): the points the run script logs
+    after the page was opened appear on it, the page never reloaded."""
+    work = tmp_path_factory.mktemp("curves-live")
+    work.chmod(0o755)
+    share = tmp_path_factory.mktemp("curves-share")
+    share.chmod(0o1777)  # the Worker runs under a uid of its own
+    (work / "config").mkdir()
+    (work / "config" / "train.yaml").write_text(
+        "cluster:\n  num_nodes: 1\n  component_placement:\n    actor: all\n"
+        "runner:\n  logger:\n    log_path: results\n    experiment_name: live\n")
+    (work / "live.py").write_text(LIVE)
+    server.submit(f"""
+apiVersion: rlark.io/v1
+kind: Job
+metadata: {{name: live-curves}}
+spec:
+  headRole: head
+  workingDir: {work}
+  rlinf: {{configDir: config, configName: train}}
+  terminationGracePeriodSeconds: 3
+  failurePolicy: {{joinTimeoutSeconds: 60}}
+  roles:
+    - name: head
+      workers: 1
+      image: "{IMAGE}"
+      resources: {{cpu: 1}}
+      mounts: [{{name: share, type: hostPath, source: "{share}", mountPath: "{share}"}}]
+  runScript: {sys.executable} live.py {share}
+""")
+    try:
+        server.wait_phase("live-curves", {"Running"}, timeout=120)
+        page = ui.go("/jobs/live-curves?tab=curves")
+        dots = page.locator('figure.cv-chart[data-tag="rollout/rewards"] circle.cv-dot')
+        expect(dots).to_have_count(1, timeout=30_000)  # step 0, once the tab's read found it
+        page.evaluate("window.__notReloaded = true")
+        (share / "go").write_text("")
+        expect(dots).to_have_count(3, timeout=30_000)
+        assert page.evaluate("window.__notReloaded === true")  # the same document, updated
+        assert [int(d.get_attribute("data-step")) for d in dots.all()] == [0, 1, 2]
+    finally:
+        (share / "end").write_text("")
+    assert server.succeeded("live-curves")["phase"] == "Succeeded"
