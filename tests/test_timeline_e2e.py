@@ -118,6 +118,8 @@ def test_the_job_page_draws_one_row_per_worker_with_titled_spans(ui, finished):
                         r"\d\d:\d\d:\d\d\.\d{3} UTC \(\d+\.\d s\)", title or ""), title
     assert running.bounding_box()["width"] > 10  # drawn, at a visible size
     expect(chart.locator("line.tl-barrier")).to_have_count(1)
+    # the chart is no Events list: none of that list's left rule (they once shared a class)
+    assert chart.evaluate("e => getComputedStyle(e).borderLeftWidth") == "0px"
     expect(page.locator(".tl-legend li")).to_have_count(8)
     page.locator("#timeline").scroll_into_view_if_needed()
     ui.shot("job-timeline", full=False)
