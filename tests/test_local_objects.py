@@ -92,7 +92,8 @@ def test_a_job_reads_a_dataset_from_a_bucket_and_its_checkpoint_is_read_back_aft
     assert s3_server.secret_key not in record.text and s3_server.access_key not in record.text
     described = server.cli("describe", "s3-copy")
     assert described.returncode == 0, described.stderr
-    assert "Object-storage copies" in described.stdout and "ckpt" in described.stdout
+    assert "Mounts" in described.stdout and f"s3://{BUCKET}/checkpoints" in described.stdout
+    assert "copy" in described.stdout and "(3 files)" in described.stdout
     assert s3_server.secret_key not in described.stdout
 
 

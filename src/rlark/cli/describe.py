@@ -252,14 +252,17 @@ def _describe_text(client: Client, job: dict) -> None:
                         w["host"] or "", w["ip"] or "", (w["rayNodeId"] or "")[:12],
                         exit_text(w["exitCode"]), reason(w["reason"]))
     out.print(workers)
-    copies = table(t("cli.mounts"), "WORKER", "MOUNT", "MODE", "IN", "OUT")
-    for w in run.get("workers", []):
-        for m in w.get("mounts") or []:
-            copies.add_row(w["name"], m["name"], m.get("mode") or "", *(
-                f"{human_bytes(m[f'{d}Bytes'])} ({m[f'{d}Files']} files)"
-                if f"{d}Bytes" in m else "-" for d in ("in", "out")))
-    if copies.row_count:
-        out.print(copies)
+    rows = mount_rows(job.get("spec") or {}, run.get("workers") or [])
+    if rows:
+        mounts = table(t("cli.mounts"), "ROLE", "MOUNT", "TYPE", "SOURCE", "PATH", "MODE", "IN",
+                       "OUT", fold=True)
+        for r in rows:
+            mounts.add_row(r["role"], r["name"], r["type"], r["source"], r["path"], r["mode"],
+                           *(copied(r, d, t) for d in ("in", "out")))
+        out.print(mounts)
+    resume = run.get("resume")
+    if resume:
+        out.print(label("resume") + Text(resume_text(resume, t)))
     if run.get("finishedAt") and run.get("number"):
         rec = _call(client.get, f"/api/v1/jobs/{job['name']}/record", run=run["number"])
         checks = (rec.get("checks") or {}).get("items") or []
@@ -279,6 +282,55 @@ def _describe_text(client: Client, job: dict) -> None:
                      (r["startedAt"] or "")[:19], (r["finishedAt"] or "")[:19])
     out.print(runs)
     out.print(events_table(events[-30:], t))
+
+
+def mount_rows(spec: dict, workers: list[dict]) -> list[dict]:
+    """One row per mount of each role of a Job document ``spec``: ``{"role", "name", "type",
+    "source", "path", "mode", "inBytes"?, "inFiles"?, "outBytes"?, "outFiles"?}``, the bytes
+    and files summed over the role's Workers that reported their copies (``workers``: a Run
+    view's, whose ``mounts`` carry them). ``mode``: what the Workers reported, else what the
+    spec asks (``objectStorage.mode``, the Kubernetes StorageClass or CSI driver), else
+    ``bind`` (hostPath, pvc); ``ro`` added where read-only. Pure."""
+    out = []
+    for role in (spec.get("spec") or {}).get("roles") or []:
+        mine = [w for w in workers if w.get("role") == role.get("name")]
+        for m in role.get("mounts") or []:
+            storage, k8s = m.get("objectStorage") or {}, m.get("kubernetes") or {}
+            seen = [c for w in mine for c in w.get("mounts") or [] if c.get("name") == m.get("name")]
+            mode = next((c["mode"] for c in seen if c.get("mode")), None) or storage.get("mode")
+            if not mode and k8s.get("storageClass"):
+                mode = f"csi (StorageClass {k8s['storageClass']})"
+            elif not mode and k8s.get("csiDriver"):
+                mode = f"csi ({k8s['csiDriver']})"
+            mode = mode or ("bind" if m.get("type") != "objectStorage" else "default")
+            row = {"role": role.get("name") or "", "name": m.get("name") or "",
+                   "type": m.get("type") or "", "source": m.get("source") or "",
+                   "path": m.get("mountPath") or "",
+                   "mode": mode + (", ro" if m.get("readOnly") else "")}
+            for key in ("inBytes", "inFiles", "outBytes", "outFiles"):
+                if any(key in c for c in seen):
+                    row[key] = sum(int(c.get(key) or 0) for c in seen)
+            out.append(row)
+    return out
+
+
+def copied(row: dict, direction: str, t) -> str:
+    """``1.2 MiB (3 files)`` of a :func:`mount_rows` row's ``in`` or ``out``; ``-`` when no
+    Worker copied that way."""
+    if f"{direction}Bytes" not in row:
+        return "-"
+    return t("cli.copied", size=human_bytes(row[f"{direction}Bytes"]),
+             n=row.get(f"{direction}Files", 0))
+
+
+def resume_text(resume: dict, t) -> str:
+    """A Run view's ``resume`` (``fromRun``, ``automatic``, ``checkpoint``, ``step``) as one
+    line: where the Run resumes from, or that it found no checkpoint and starts afresh."""
+    how = t("cli.resumeAutomatic") if resume.get("automatic") else t("cli.resumeAsked")
+    if resume.get("checkpoint"):
+        return t("cli.resumeFrom", run=resume.get("fromRun"), checkpoint=resume["checkpoint"],
+                 step=resume.get("step", "?"), how=how)
+    return t("cli.resumeNone", run=resume.get("fromRun"), how=how)
 
 
 def events_table(events: list[dict], t=None) -> Table:
