@@ -141,7 +141,10 @@ class ObjectMounts:
         self.chan.emit("mount", name=m["name"], mode="copy", direction=direction,
                        files=int(result.get("files") or 0), bytes=int(result.get("bytes") or 0),
                        seconds=round(time.monotonic() - started, 3),
-                       **({"skipped": int(result["skipped"])} if result.get("skipped") else {}))
+                       **({"skipped": int(result["skipped"])} if result.get("skipped") else {}),
+                       # how the mode was chosen (auto: why not FUSE), said once
+                       **({k: str(m[k])[:2000] for k in ("requested", "why") if m.get(k)}
+                          if direction == "in" else {}))
 
     def copy_in(self, stopping: Callable[[], bool]) -> str | None:
         """Copy every mount in; None when all are there, else the failure's message (the
