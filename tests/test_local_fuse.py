@@ -76,10 +76,9 @@ def test_a_job_reads_and_writes_a_bucket_through_fuse_and_its_checkpoint_outlive
     data, ckpt = f"{mount_root}/data", f"{mount_root}/ckpt"
     # the dataset in the default mode (auto: FUSE on this server), the checkpoints asked for
     mounts = [s3_mount("data", f"s3://{BUCKET}/datasets/v1", data, s3_server.endpoint, "s3",
-                       readOnly=True),
-              {**s3_mount("ckpt", f"s3://{BUCKET}/checkpoints", ckpt, s3_server.endpoint, "s3"),
-               "objectStorage": {"mode": "fuse", "endpoint": s3_server.endpoint,
-                                 "secret": "s3"}}]
+                       mode=None, readOnly=True),
+              s3_mount("ckpt", f"s3://{BUCKET}/checkpoints", ckpt, s3_server.endpoint, "s3",
+                       mode="fuse")]
     # reads the dataset, cannot write there (read-only), writes a checkpoint, and saves what
     # it can see: its mounts, every command line of its PID namespace (s3fs's among them), its
     # environment and its /tmp (the credentials must be in none of them)
@@ -145,10 +144,8 @@ def test_wrong_credentials_fail_the_fuse_mount_before_the_run_script(server, s3_
     bucket(s3_server.client())
     secret(server, "s3-wrong", "accessKeyId", "RLARKNOSUCHKEY0000")
     secret(server, "s3-wrong", "secretAccessKey", "not-the-secret")
-    mounts = [{**s3_mount("data", f"s3://{BUCKET}/x", f"{mount_root}/data",
-                          s3_server.endpoint, "s3-wrong"),
-               "objectStorage": {"mode": "fuse", "endpoint": s3_server.endpoint,
-                                 "secret": "s3-wrong"}}]
+    mounts = [s3_mount("data", f"s3://{BUCKET}/x", f"{mount_root}/data", s3_server.endpoint,
+                       "s3-wrong", mode="fuse")]
     r = submit(server, job_doc("s3-fuse-wrong", mounts, "echo THE-RUN-SCRIPT-RAN"))
     assert r.status_code == 201, r.text
     job = wait_done(server, "s3-fuse-wrong")
@@ -184,8 +181,8 @@ def test_a_server_without_s3fs_refuses_fuse_and_copies_for_auto(server_without_s
     secret(server, "s3", "accessKeyId", s3_server.access_key)
     secret(server, "s3", "secretAccessKey", s3_server.secret_key)
     path = f"{mount_root}/data"
-    auto = s3_mount("data", f"s3://{BUCKET}/auto/in", path, s3_server.endpoint, "s3")
-    fuse = {**auto, "objectStorage": {**auto["objectStorage"], "mode": "fuse"}}
+    auto = s3_mount("data", f"s3://{BUCKET}/auto/in", path, s3_server.endpoint, "s3", mode=None)
+    fuse = s3_mount("data", f"s3://{BUCKET}/auto/in", path, s3_server.endpoint, "s3", mode="fuse")
     refused = submit(server, job_doc("s3-no-fuse", [fuse], "true"))
     assert refused.status_code == 422, refused.text
     [finding] = refused.json()["detail"]["findings"]

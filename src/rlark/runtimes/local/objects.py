@@ -82,7 +82,7 @@ def object_dir(worker_root: str, index: int) -> str:
 
 
 def copy_mounts(role: Role, secrets: Mapping[tuple[str, str], str],
-                fuse: str | None = "not asked") -> list[dict]:
+                fuse: str | None) -> list[dict]:
     """The keeper's ``RLARK_KEEPER_OBJECT_STORAGE`` entries for ``role``'s ``objectStorage``
     mounts, in spec order (pure): ``{name, source, bucket, prefix, path, read_only, endpoint,
     region, mode, requested, access_key_id, secret_access_key}`` (the two keys absent for
