@@ -40,7 +40,10 @@ the only writer of the Worker's lifecycle lines. Design (docs/security.md, "The 
 
 Local runtime only, and only as root: before starting anything the keeper builds the Worker's
 mount namespace from ``RLARK_KEEPER_SANDBOX`` (``sandbox.apply_sandbox``; the plan is made by the
-runtime, ``rlark.runtimes.local.sandbox``) and starts the workload as ``RLARK_KEEPER_UID``.
+runtime, ``rlark.runtimes.local.sandbox``), makes its object-storage mounts (FUSE mode:
+``fuse.py``, s3fs at ``RLARK_KEEPER_S3FS``; copy mode: ``objects.py``) and starts the workload as
+``RLARK_KEEPER_UID``; when the workload is gone it undoes them (FUSE: unmounted, s3fs waited for)
+or copies them out.
 
 Inputs (environment; the ``RLARK_KEEPER_*`` ones are removed before the workload starts):
 ``RLARK_KEEPER_BOOTSTRAP`` (the bootstrap archive the workload runs, ``python <it> worker``;

@@ -2,8 +2,9 @@
 
 The local runtime gives the keeper, through the workload environment's pipe (never its own
 environment or the workload's), ``RLARK_KEEPER_OBJECT_STORAGE``: a JSON list of mounts, each
-``{name, source, bucket, prefix, path, read_only, endpoint, region, access_key_id,
-secret_access_key}`` (``rlark.runtimes.local.objects.copy_mounts``), and
+``{name, source, bucket, prefix, path, read_only, endpoint, region, mode, requested, why,
+access_key_id, secret_access_key}`` (``rlark.runtimes.local.objects.copy_mounts``; those whose
+``mode`` is ``fuse`` are ``fuse.py``'s, the rest this module's), and
 ``RLARK_KEEPER_COPY_PYTHON``, the interpreter that has the S3 client (the server's). The keeper
 runs the copier (``objectcopy.py``) once per mount and direction, under the Worker's uid in the
 Worker's view, the credentials on its standard input:
