@@ -121,9 +121,19 @@ def s3fs_message(lines: list[str]) -> str:
 
 
 class _Mounted:
-    def __init__(self, m: dict, proc: subprocess.Popen, tail: collections.deque):
-        self.m, self.proc, self.tail = m, proc, tail
+    def __init__(self, m: dict, proc: subprocess.Popen):
+        self.m, self.proc = m, proc
+        self.tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
         self.code: int | None = None  # exit status once reaped
+        self.reader = threading.Thread(target=_drain, args=(proc, self.tail), daemon=True,
+                                       name=f"s3fs-{m['name']}")
+        self.reader.start()
+
+    def said(self) -> str:
+        """s3fs's words (:func:`s3fs_message`) once it has exited: all it wrote is read
+        (bounded: a child it left may hold the pipe open)."""
+        self.reader.join(timeout=2.0)
+        return s3fs_message(list(self.tail))
 
 
 class FuseMounts:
@@ -184,10 +194,7 @@ class FuseMounts:
                                         start_new_session=True)
             except OSError as exc:
                 return f"{self.s3fs}: {exc.strerror or exc}"
-            tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
-            threading.Thread(target=_drain, args=(proc, tail), daemon=True,
-                             name=f"s3fs-{m['name']}").start()
-            u = _Mounted(m, proc, tail)
+            u = _Mounted(m, proc)
             self.up.append(u)
             why = self._wait_answering(u, stopping, tick)
             if why:
@@ -214,8 +221,7 @@ class FuseMounts:
         prober: threading.Thread | None = None
         while True:
             if u.proc.poll() is not None or u.code is not None:
-                time.sleep(0.1)  # its last lines are still in the pipe: read by _drain
-                said = s3fs_message(list(u.tail))
+                said = u.said()
                 return (f"s3fs exited (status {u.proc.returncode}) before the mount answered"
                         + (f": {said}" if said else ""))
             if prober is None and _mounted(path):
@@ -230,8 +236,8 @@ class FuseMounts:
                         u.proc.wait(timeout=2.0)
                     except subprocess.TimeoutExpired:
                         pass
-                    time.sleep(0.1)
-                    said = s3fs_message(list(u.tail))
+                    said = u.said() if u.proc.poll() is not None else \
+                        s3fs_message(list(u.tail))
                     return (f"listing {path} through it failed: {listed[0].strerror}"
                             + (f"; s3fs: {said}" if said else ""))
             if stopping():
@@ -271,7 +277,7 @@ class FuseMounts:
                 elif err not in (EINVAL, ENOENT):
                     why = f"umount {u.m['path']}: {os.strerror(err)}"
         if lost:
-            said = s3fs_message(list(u.tail))
+            said = u.said()
             return (f"s3fs had exited (status {u.proc.returncode}) before the Worker ended; "
                     "what was written after that is not in the bucket"
                     + (f": {said}" if said else ""))

@@ -352,7 +352,7 @@ class Keeper:
         u = self.fuse.owns(pid) if self.fuse is not None else None
         if u is None or self.stop_at is not None or self.failed_reported:
             return
-        said = fuse_mounts.s3fs_message(list(u.tail))
+        said = u.said()
         self.chan.emit("failed", reason="MountFailed", status=EXIT_MOUNT_FAILED,
                        message=f"mount {u.m['name']!r} ({u.m['source']}): s3fs exited (status "
                                f"{code}) while the Worker ran" + (f": {said}" if said else ""))
