@@ -160,6 +160,39 @@ def test_wrong_credentials_fail_the_fuse_mount_before_the_run_script(server, s3_
     assert s3fs_left(str(mount_root)) == []
 
 
+def test_a_stopped_worker_unmounts_and_what_it_closed_is_in_the_bucket(server, s3_server,
+                                                                       mount_root):
+    import time
+
+    s3 = s3_server.client()
+    bucket(s3)
+    secret(server, "s3", "accessKeyId", s3_server.access_key)
+    secret(server, "s3", "secretAccessKey", s3_server.secret_key)
+    ckpt = f"{mount_root}/ckpt"
+    mounts = [s3_mount("ckpt", f"s3://{BUCKET}/stopped", ckpt, s3_server.endpoint, "s3",
+                       mode="fuse")]
+    r = submit(server, job_doc("s3-fuse-stop", mounts,
+                               f"echo step-1 > {ckpt}/step-1.txt; exec sleep 600"))
+    assert r.status_code == 201, r.text
+    # the file is in the bucket once closed, while the Worker still runs (bounded wait)
+    deadline = time.monotonic() + 240
+    while "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="stopped/step-1.txt"):
+        job = server.http.get("/api/v1/jobs/s3-fuse-stop").json()
+        assert job["phase"] in ("Pending", "Starting", "Running"), (job["phase"], job["message"])
+        assert time.monotonic() < deadline, "step-1.txt did not reach the bucket in 240 s"
+        time.sleep(0.5)  # polling interval of the bounded wait above
+    assert server.cli("stop", "s3-fuse-stop").returncode == 0
+    job = wait_done(server, "s3-fuse-stop")
+    assert job["phase"] == "Stopped", (job["reason"], job["message"])
+    assert_nothing_left(job)
+    assert s3fs_left(str(mount_root)) == []
+    [worker] = job["currentRun"]["workers"]
+    assert worker["mounts"] == [{"name": "ckpt", "mode": "fuse", "requested": "fuse",
+                                 "mounted": True, "unmounted": True}]
+    body = s3.get_object(Bucket=BUCKET, Key="stopped/step-1.txt")["Body"].read()
+    assert body == b"step-1\n"
+
+
 @pytest.fixture(scope="module")
 def server_without_s3fs(tmp_path_factory):
     """A server whose s3fs setting names no file (as on a machine without the package)."""
