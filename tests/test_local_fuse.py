@@ -181,6 +181,9 @@ def test_a_stopped_worker_unmounts_and_what_it_closed_is_in_the_bucket(server, s
         assert job["phase"] in ("Pending", "Starting", "Running"), (job["phase"], job["message"])
         assert time.monotonic() < deadline, "step-1.txt did not reach the bucket in 240 s"
         time.sleep(0.5)  # polling interval of the bounded wait above
+    # the mount is the Worker's alone: nothing of it propagated to this machine's namespace
+    with open("/proc/self/mountinfo") as f:
+        assert ckpt not in f.read()
     assert server.cli("stop", "s3-fuse-stop").returncode == 0
     job = wait_done(server, "s3-fuse-stop")
     assert job["phase"] == "Stopped", (job["reason"], job["message"])
