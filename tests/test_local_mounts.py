@@ -1,8 +1,8 @@
 """A Job's mounts on the local runtime, end to end (issue 22): a real ``rlark server``, one
 Worker per Job, real Ray. A hostPath is bound at its mountPath (read-only where asked: the
 kernel refuses the write), a pvc is the project's volume, which outlives the Run, passes to the
-next Run's uid, and no other project's Worker can reach; objectStorage in FUSE mode is refused at
-submit (copy mode: tests/test_local_objects.py).
+next Run's uid, and no other project's Worker can reach (objectStorage: tests/test_local_objects.py
+in copy mode, tests/test_local_fuse.py in FUSE mode).
 What the Workers wrote is read back from this machine after the Run."""
 
 from __future__ import annotations
@@ -137,17 +137,3 @@ def test_host_path_and_pvc_mounts_are_bound_and_read_back_after_the_run(server, 
     assert server.http.get("/api/v1/volumes").json() == []
     assert [v["name"] for v in server.http.get("/api/v1/volumes",
                                                params={"project": "other"}).json()] == ["ckpt"]
-
-
-def test_object_storage_in_fuse_mode_is_refused_at_submit(server):
-    mounts = [{"name": "data", "type": "objectStorage", "source": "s3://bucket/prefix",
-               "mountPath": "/data/s3", "objectStorage": {"mode": "fuse"}}]
-    r = submit(server, job_doc("s3", mounts, "true"))
-    assert r.status_code == 422, r.text
-    body = r.json()["detail"]
-    found = [(f["code"], f["path"], f["severity"]) for f in body["findings"]]
-    assert found == [("MountUnavailable", "spec.roles[0].mounts[0].type", "error")]
-    message = body["findings"][0]["message"]
-    assert "s3://bucket/prefix" in message and "mounts no FUSE file system" in message
-    assert "mode: copy" in body["findings"][0]["hint"]
-    assert server.http.get("/api/v1/jobs/s3").status_code == 404

@@ -33,9 +33,13 @@ def secret(server, name: str, key: str, value: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def s3_mount(name: str, source: str, path: str, endpoint: str, secret_name: str, **extra) -> dict:
+def s3_mount(name: str, source: str, path: str, endpoint: str, secret_name: str,
+             mode: str | None = "copy", **extra) -> dict:
+    """An objectStorage mount; copy mode unless ``mode`` says otherwise (None: the default,
+    auto, which is FUSE on a server with s3fs: tests/test_local_fuse.py)."""
     return {"name": name, "type": "objectStorage", "source": source, "mountPath": path,
-            "objectStorage": {"endpoint": endpoint, "secret": secret_name}, **extra}
+            "objectStorage": {"endpoint": endpoint, "secret": secret_name,
+                              **({"mode": mode} if mode else {})}, **extra}
 
 
 def test_a_job_reads_a_dataset_from_a_bucket_and_its_checkpoint_is_read_back_after_it(
@@ -105,7 +109,7 @@ def test_wrong_credentials_fail_the_run_before_its_run_script(server, s3_server,
                        "s3-wrong")]
     # a secret the project does not have: refused at submit, naming the field (no Run)
     unknown = submit(server, job_doc("s3-unknown", [{**mounts[0], "objectStorage": {
-        "endpoint": s3_server.endpoint, "secret": "no-such-secret"}}], "true"))
+        "endpoint": s3_server.endpoint, "secret": "no-such-secret", "mode": "copy"}}], "true"))
     assert unknown.status_code == 422, unknown.text
     assert [(f["code"], f["path"]) for f in unknown.json()["detail"]["findings"]] == [
         ("SecretNotFound", "spec.roles[0].mounts[0].objectStorage.secret")]

@@ -29,7 +29,7 @@ def job(role_extra: dict):
     ({"local": {"python": "/nonexistent-venv"}}, "PythonNotFound", "spec.roles[0].local.python", "error"),
     ({"mounts": [{"name": "d", "type": "objectStorage", "source": "s3://bucket/p", "mountPath": "/data",
                   "objectStorage": {"mode": "fuse"}}]},
-     "MountUnavailable", "spec.roles[0].mounts[0].type", "error"),
+     "MountUnavailable", "spec.roles[0].mounts[0].objectStorage.mode", "error"),
     ({"mounts": [{"name": "d", "type": "objectStorage", "source": "gs://bucket/p", "mountPath": "/data"}]},
      "MountUnavailable", "spec.roles[0].mounts[0].type", "error"),
     ({"mounts": [{"name": "d", "type": "hostPath", "source": "/nonexistent-dir", "mountPath": "/data"}]},

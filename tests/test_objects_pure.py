@@ -90,8 +90,10 @@ def test_the_local_runtime_refuses_fuse_and_non_s3_and_a_worker_without_a_namesp
     no_ns = unprovided_mounts(ok, 0, own_namespace=False)
     assert [f.code for f in no_ns] == ["MountUnavailable"] and "own mount namespace" in no_ns[0].message
     fuse = job([s3_mount(objectStorage={"mode": "fuse", "secret": "s3"})])[0].spec.roles[0]
-    [f] = unprovided_mounts(fuse, 0, own_namespace=True)
+    [f] = unprovided_mounts(fuse, 0, own_namespace=True, fuse="no s3fs here")
     assert f.code == "MountUnavailable" and "FUSE" in f.message and "mode: copy" in f.hint
+    assert "no s3fs here" in f.message
+    assert unprovided_mounts(fuse, 0, own_namespace=True, fuse=None) == []
 
 
 def test_the_kubernetes_runtime_refuses_copy_mode_for_now():
@@ -106,15 +108,19 @@ def test_the_copy_plan_carries_the_secret_values_to_the_keeper_only():
     role = job([s3_mount(readOnly=True),
                 {"name": "pub", "type": "objectStorage", "source": "s3://public-data",
                  "mountPath": "/pub"}])[0].spec.roles[0]
-    plan = copy_mounts(role, {("s3", "accessKeyId"): "AK", ("s3", "secretAccessKey"): "SK"})
+    plan = copy_mounts(role, {("s3", "accessKeyId"): "AK", ("s3", "secretAccessKey"): "SK"},
+                       "no s3fs")
+    why = "auto: copy, because FUSE is not available here: no s3fs"
     assert plan == [
         {"name": "ckpt", "source": "s3://my-bucket/runs/a/", "bucket": "my-bucket",
          "prefix": "runs/a", "path": "/ckpt", "read_only": True, "endpoint": ENDPOINT,
-         "region": None, "access_key_id": "AK", "secret_access_key": "SK"},
+         "region": None, "mode": "copy", "requested": "auto", "why": why,
+         "access_key_id": "AK", "secret_access_key": "SK"},
         {"name": "pub", "source": "s3://public-data", "bucket": "public-data", "prefix": "",
-         "path": "/pub", "read_only": False, "endpoint": None, "region": None}]
+         "path": "/pub", "read_only": False, "endpoint": None, "region": None, "mode": "copy",
+         "requested": "auto", "why": why}]
     with pytest.raises(SecretMissing, match="key 'secretAccessKey' of secret 's3'") as info:
-        copy_mounts(role, {("s3", "accessKeyId"): "AK"})
+        copy_mounts(role, {("s3", "accessKeyId"): "AK"}, None)
     assert "AK" not in str(info.value)
     assert object_dir("/home/w/r/0", 1) == "/home/w/r/0/objects/1"
 

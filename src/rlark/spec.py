@@ -151,6 +151,7 @@ class MountKubernetes(_Model):
 
 
 class ObjectStorageMode(str, Enum):
+    auto = "auto"
     copy = "copy"
     fuse = "fuse"
 
@@ -188,11 +189,14 @@ class MountObjectStorage(_Model):
 
     mode: ObjectStorageMode | None = Field(
         default=None,
-        description="copy: the prefix is copied into each Worker at mountPath before its "
-        "prepare script, and what the Worker wrote there is copied back after the run script "
-        "(and on stop) unless readOnly; fuse: a FUSE file system at mountPath (not provided on "
-        "the local runtime). Default: copy on the local runtime; on Kubernetes the CSI volume "
-        "that `kubernetes` names.",
+        description="fuse: the bucket's prefix is a FUSE file system at mountPath for the "
+        "Worker's whole life (the local runtime: s3fs, mounted before the prepare script and "
+        "unmounted when the Worker ends; refused where the server has no FUSE or no s3fs); "
+        "copy: the prefix is copied into each Worker at mountPath before its prepare script, "
+        "and what the Worker wrote there is copied back after the run script (and on stop) "
+        "unless readOnly; auto (the default): fuse where the server can mount FUSE, else copy "
+        "(the run record says which). On Kubernetes, fuse and auto are the CSI volume that "
+        "`kubernetes` names.",
     )
     endpoint: str | None = Field(
         default=None,

@@ -40,7 +40,10 @@ the only writer of the Worker's lifecycle lines. Design (docs/security.md, "The 
 
 Local runtime only, and only as root: before starting anything the keeper builds the Worker's
 mount namespace from ``RLARK_KEEPER_SANDBOX`` (``sandbox.apply_sandbox``; the plan is made by the
-runtime, ``rlark.runtimes.local.sandbox``) and starts the workload as ``RLARK_KEEPER_UID``.
+runtime, ``rlark.runtimes.local.sandbox``), makes its object-storage mounts (FUSE mode:
+``fuse.py``, s3fs at ``RLARK_KEEPER_S3FS``; copy mode: ``objects.py``) and starts the workload as
+``RLARK_KEEPER_UID``; when the workload is gone it undoes them (FUSE: unmounted, s3fs waited for)
+or copies them out.
 
 Inputs (environment; the ``RLARK_KEEPER_*`` ones are removed before the workload starts):
 ``RLARK_KEEPER_BOOTSTRAP`` (the bootstrap archive the workload runs, ``python <it> worker``;
@@ -65,6 +68,7 @@ import sys
 import time
 
 from rlark.bootstrap.cgroups import MemoryCgroup, find_memory_cgroup
+from rlark.bootstrap import fuse as fuse_mounts
 from rlark.bootstrap import objects as object_mounts
 from rlark.bootstrap.lifecycle import (MAX_FACTS_BYTES, MAX_WARNINGS, REPORT_BURST, REPORT_LIMITS,
                                        REPORT_RATE, Bucket, check_report)
@@ -127,6 +131,8 @@ class Config:
         own.pop(object_mounts.OBJECTS_VAR, None)
         env.pop(object_mounts.OBJECTS_VAR, None)
         self.objects = object_mounts.parse_mounts(raw)
+        #: s3fs, for the mounts in FUSE mode (fuse.py)
+        self.s3fs = take(fuse_mounts.S3FS_VAR) or "s3fs"
         self.sync_seconds = float(env.get("RLARK_OBJECT_SYNC_SECONDS") or 600.0)
         self.run_script = env.get("RLARK_RUN_SCRIPT", "")
         self.is_head = env.get("RLINF_NODE_RANK", "") == "0"
@@ -185,6 +191,8 @@ class Keeper:
         #: Run's result includes them): held here, with the moment the run script ended
         self.hold_finish = False
         self.held_finish: dict | None = None
+        #: the Worker's FUSE-mode mounts, whose s3fs processes are the keeper's children
+        self.fuse: fuse_mounts.FuseMounts | None = None
 
     # identity of everything the keeper starts
     def _identity(self) -> dict:
@@ -334,7 +342,23 @@ class Keeper:
                         self.chan.emit("run_finished", **finished)
                 self._tell_worker(f"run_finished {code} {self.run_started:.3f}")
                 self.finish_deadline = time.monotonic() + self.cfg.finish_grace
+            elif self.fuse is not None and self.fuse.note_exit(pid, code) is not None:
+                self._fuse_lost(pid, code)
             # anything else: an orphan this PID 1 reaps
+
+    def _fuse_lost(self, pid: int, code: int) -> None:
+        """An s3fs exited while the Worker runs: its mount no longer reaches the bucket, so
+        the Worker fails (``MountFailed``) and its run script stops (fail closed)."""
+        u = self.fuse.owns(pid) if self.fuse is not None else None
+        if u is None or self.stop_at is not None or self.failed_reported:
+            return
+        said = u.said()
+        self.chan.emit("failed", reason="MountFailed", status=EXIT_MOUNT_FAILED,
+                       message=f"mount {u.m['name']!r} ({u.m['source']}): s3fs exited (status "
+                               f"{code}) while the Worker ran" + (f": {said}" if said else ""))
+        self.failed_reported = True
+        for p in (self.run, self.worker):
+            _killpg(p, signal.SIGTERM)
 
     def _relay_ready(self) -> None:
         """Relay what the workload's output pipe holds now, without waiting: a process that
@@ -519,46 +543,82 @@ def main(archive: str | None = None) -> int:
               protected=other_uid or not unprotected,
               **({"unprotected": unprotected} if unprotected and not other_uid else {}),
               sandbox=cfg.sandbox is not None, heartbeat=HEARTBEAT_SECONDS)
-    mounts = object_mounts.ObjectMounts(
-        cfg.objects, cfg.copy_python, cfg.bootstrap, keeper._identity(), chan,
-        lambda: keeper._heartbeat(time.monotonic())) if cfg.objects else None
-    if mounts is not None:
+    fused = [m for m in cfg.objects if m.get("mode") == "fuse"]
+    copied = [m for m in cfg.objects if m.get("mode") != "fuse"]
+    tick = lambda: keeper._heartbeat(time.monotonic())  # noqa: E731
+    mounts = object_mounts.ObjectMounts(copied, cfg.copy_python, cfg.bootstrap,
+                                        keeper._identity(), chan, tick) if copied else None
+    if fused:
+        why = ("FUSE mounts are made only in a Worker's own mount namespace, by a keeper that "
+               "runs as root" if cfg.sandbox is None or cfg.uid is None else None)
+        keeper.fuse = fuse_mounts.FuseMounts(fused, cfg.s3fs, cfg.uid or 0, cfg.gid or 0, chan)
+        why = why or keeper.fuse.mount_all(lambda: keeper.stop_at is not None, tick)
+        if why is not None and keeper.stop_at is None:
+            return _mount_failed(keeper, why)
+    if mounts is not None and keeper.stop_at is None:
         why = mounts.copy_in(lambda: keeper.stop_at is not None)
-        if keeper.stop_at is not None:
-            chan.emit("stopped")
-            chan.emit("exit", code=EXIT_STOPPED)
-            return EXIT_STOPPED
-        if why:
-            chan.emit("failed", reason="MountFailed", status=EXIT_MOUNT_FAILED, message=why)
-            chan.emit("exit", code=EXIT_MOUNT_FAILED)
-            return EXIT_MOUNT_FAILED
-        keeper.hold_finish = cfg.is_head and mounts.writable()
+        if why and keeper.stop_at is None:
+            return _mount_failed(keeper, why)
+    if keeper.stop_at is not None:
+        _unmount(keeper)
+        chan.emit("stopped")
+        chan.emit("exit", code=EXIT_STOPPED)
+        return EXIT_STOPPED
+    keeper.hold_finish = cfg.is_head and (
+        (mounts is not None and mounts.writable())
+        or (keeper.fuse is not None and keeper.fuse.writable()))
     try:
         keeper.start()
     except OSError as exc:
+        _unmount(keeper)
         chan.emit("failed", reason="BadConfig", status=EXIT_BAD_CONFIG,
                   message=f"the bootstrap {cfg.bootstrap!r} could not start with "
                           f"{cfg.python!r}: {exc.strerror or exc}")
         chan.emit("exit", code=EXIT_BAD_CONFIG)
         return EXIT_BAD_CONFIG
     code = keeper.loop()
-    if mounts is not None and mounts.writable():
+    if keeper.fuse is not None or (mounts is not None and mounts.writable()):
         code = copy_out(keeper, mounts, code)
     chan.emit("exit", code=code)
     return code
 
 
-def copy_out(keeper: Keeper, mounts: object_mounts.ObjectMounts, code: int) -> int:
-    """Copy the Worker's copy-mode mounts out once nothing of the workload is left, within the
-    stop's grace after a stop, else within ``RLARK_OBJECT_SYNC_SECONDS``; then the head's held
-    ``run_finished``. A failed copy of a head whose run script ended by itself fails the Run
+def _mount_failed(keeper: Keeper, why: str) -> int:
+    """End a Worker whose mount failed before its workload started (``MountFailed``)."""
+    _unmount(keeper)
+    keeper.chan.emit("failed", reason="MountFailed", status=EXIT_MOUNT_FAILED, message=why)
+    keeper.chan.emit("exit", code=EXIT_MOUNT_FAILED)
+    return EXIT_MOUNT_FAILED
+
+
+def _unmount(keeper: Keeper) -> list[str]:
+    """Unmount the FUSE mounts made so far (nothing of the workload runs), within the stop's
+    grace; their failures' messages."""
+    if keeper.fuse is None:
+        return []
+    return keeper.fuse.unmount_all(time.monotonic() + keeper.cfg.stop_grace)
+
+
+def copy_out(keeper: Keeper, mounts: object_mounts.ObjectMounts | None, code: int) -> int:
+    """Once nothing of the workload is left: unmount the Worker's FUSE-mode mounts (each
+    s3fs finishes what it was sending, then exits) and copy its copy-mode mounts out, within
+    the stop's grace after a stop, else within ``RLARK_OBJECT_SYNC_SECONDS``; then the head's
+    held ``run_finished``. A failure of a head whose run script ended by itself fails the Run
     (``failed``, ``MountFailed``: its outputs are not where it said); elsewhere (a stop, a Worker
     that is not the head) it is a warning. Returns the Worker's exit status."""
-    object_mounts.kill_the_rest()
     now = time.monotonic()
     deadline = (keeper.stop_at + keeper.cfg.stop_grace + 1.5 if keeper.stop_at is not None
                 else now + keeper.cfg.sync_seconds)
-    failures = mounts.copy_out(deadline)
+    failures: list[str] = []
+    fuse = keeper.fuse
+    if fuse is not None:
+        # everything of the workload ends first, s3fs last: what it closed reaches the bucket
+        fuse_mounts.kill_all_but({u.proc.pid for u in fuse.up},
+                                 lambda pid, status: fuse.note_exit(pid, status))
+        failures += fuse.unmount_all(deadline)
+    object_mounts.kill_the_rest()
+    if mounts is not None and mounts.writable():
+        failures += mounts.copy_out(deadline)
     held = keeper.held_finish
     if failures and held is not None:
         keeper.chan.emit("failed", reason="MountFailed", status=EXIT_MOUNT_FAILED,

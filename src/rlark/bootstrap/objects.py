@@ -2,8 +2,9 @@
 
 The local runtime gives the keeper, through the workload environment's pipe (never its own
 environment or the workload's), ``RLARK_KEEPER_OBJECT_STORAGE``: a JSON list of mounts, each
-``{name, source, bucket, prefix, path, read_only, endpoint, region, access_key_id,
-secret_access_key}`` (``rlark.runtimes.local.objects.copy_mounts``), and
+``{name, source, bucket, prefix, path, read_only, endpoint, region, mode, requested, why,
+access_key_id, secret_access_key}`` (``rlark.runtimes.local.objects.copy_mounts``; those whose
+``mode`` is ``fuse`` are ``fuse.py``'s, the rest this module's), and
 ``RLARK_KEEPER_COPY_PYTHON``, the interpreter that has the S3 client (the server's). The keeper
 runs the copier (``objectcopy.py``) once per mount and direction, under the Worker's uid in the
 Worker's view, the credentials on its standard input:
@@ -141,7 +142,10 @@ class ObjectMounts:
         self.chan.emit("mount", name=m["name"], mode="copy", direction=direction,
                        files=int(result.get("files") or 0), bytes=int(result.get("bytes") or 0),
                        seconds=round(time.monotonic() - started, 3),
-                       **({"skipped": int(result["skipped"])} if result.get("skipped") else {}))
+                       **({"skipped": int(result["skipped"])} if result.get("skipped") else {}),
+                       # how the mode was chosen (auto: why not FUSE), said once
+                       **({k: str(m[k])[:2000] for k in ("requested", "why") if m.get(k)}
+                          if direction == "in" else {}))
 
     def copy_in(self, stopping: Callable[[], bool]) -> str | None:
         """Copy every mount in; None when all are there, else the failure's message (the

@@ -134,10 +134,16 @@ _KINDS = {
     "stopped": lambda e: True,
     "alive": lambda e: isinstance(e.get("stopped", []), list),
     "usage": check_usage,
-    # a copy-mode object-storage mount's copy (bootstrap/objects.py)
+    # an object-storage mount: a copy-mode copy (bootstrap/objects.py), or a FUSE-mode mount
+    # made or undone (bootstrap/fuse.py)
     "mount": lambda e: (isinstance(e.get("name"), str) and len(e["name"]) <= 253
-                        and e.get("direction") in ("in", "out") and e.get("mode") == "copy"
-                        and _int(e.get("files"), 0, 1 << 40) and _int(e.get("bytes"), 0, 1 << 62)),
+                        and e.get("requested", "auto") in ("auto", "copy", "fuse")
+                        and _opt_text(e, "why")
+                        and ((e.get("mode") == "copy" and e.get("direction") in ("in", "out")
+                              and _int(e.get("files"), 0, 1 << 40)
+                              and _int(e.get("bytes"), 0, 1 << 62))
+                             or (e.get("mode") == "fuse"
+                                 and e.get("direction") in ("mount", "unmount")))),
 }
 
 

@@ -194,11 +194,17 @@ class Observing(ControllerState):
             elif kind == "exit":
                 life["exit"] = ev.get("code")
             elif kind == "mount":
-                # bytes copied in and out per copy-mode mount (record and describe show them)
+                # each object-storage mount's mode (and why, where auto chose copy), with the
+                # bytes copied in and out in copy mode (record and describe show them)
                 mounts = dict(life.get("mounts") or {})
-                mounts[ev["name"]] = {**mounts.get(ev["name"], {}), "mode": ev["mode"],
-                                      f"{ev['direction']}Files": ev["files"],
-                                      f"{ev['direction']}Bytes": ev["bytes"]}
+                seen = {**mounts.get(ev["name"], {}), "mode": ev["mode"],
+                        **{k: ev[k] for k in ("requested", "why") if ev.get(k)}}
+                if ev["mode"] == "copy":
+                    seen.update({f"{ev['direction']}Files": ev["files"],
+                                 f"{ev['direction']}Bytes": ev["bytes"]})
+                else:
+                    seen["mounted" if ev["direction"] == "mount" else "unmounted"] = True
+                mounts[ev["name"]] = seen
                 life["mounts"] = mounts
             elif kind == "warning":
                 # trouble that does not end the Run, e.g. the bootstrap saw Ray's worker ports

@@ -277,14 +277,17 @@ def _resolved_config(head_facts: dict[str, Any], composed: dict[str, Any] | None
 
 
 def _copies(workers: list, role: Any, mount: Any) -> dict:
-    """``{"copies": [{worker, mode, inFiles, inBytes, outFiles, outBytes}]}`` for a copy-mode
-    object-storage mount: what each Worker of ``role`` copied (its keeper's ``mount`` lines, kept
-    in its lifecycle by the controller); nothing for other mounts or when nothing was copied."""
+    """``{"mode", "copies": [{worker, mode, requested, why, inFiles, inBytes, outFiles, outBytes,
+    mounted, unmounted}]}`` for an object-storage mount: how each Worker of ``role`` had it (its
+    keeper's ``mount`` lines, kept in its lifecycle by the controller: ``fuse`` mounted and
+    unmounted, or ``copy`` with what was copied); ``mode`` the one mode they all had (``mixed``
+    when they differ); nothing for other mounts or when no Worker said."""
     name = mount.get("name") if isinstance(mount, dict) else None
     out = [{"worker": w.name, **((w.lifecycle or {}).get("mounts") or {})[name]}
            for w in workers if w.role == role
            and name in ((w.lifecycle or {}).get("mounts") or {})]
-    return {"copies": out} if out else {}
+    modes = {c.get("mode") for c in out}
+    return {"mode": modes.pop() if len(modes) == 1 else "mixed", "copies": out} if out else {}
 
 
 def run_resume(run) -> dict[str, Any] | None:

@@ -145,29 +145,34 @@ OWN_NAMESPACE_HINT = ("run the server as root, so each Run's Workers get a uid a
                       "hostPath whose mountPath is its source, without readOnly")
 
 
-def object_storage_problem(m: Mount) -> tuple[str, str] | None:
+def object_storage_problem(m: Mount, fuse: str | None) -> tuple[str, str, str] | None:
     """Why the local runtime cannot give an ``objectStorage`` mount, whoever the Workers are,
-    as ``(message tail, hint)``; None when it can (pure). It copies (mode ``copy``, the
-    default): an ``s3://`` prefix in before the prepare script and back out after the run
-    script (:mod:`rlark.runtimes.local.objects`); it has no FUSE file system to mount."""
+    as ``(field, message tail, hint)``; None when it can (pure). It mounts an ``s3://``
+    prefix with s3fs (mode ``fuse``) or copies it in before the prepare script and back out
+    after the run script (mode ``copy``; ``auto``: FUSE where this machine can,
+    :mod:`rlark.runtimes.local.objects`). ``fuse``: why this machine cannot mount FUSE
+    (:func:`rlark.runtimes.local.objects.fuse_problem`), None when it can."""
     o = m.object_storage
-    if o is not None and o.mode == ObjectStorageMode.fuse.value:
-        return ("objectStorage.mode = 'fuse': the local runtime mounts no FUSE file system "
-                "(no FUSE implementation is shipped and run for Workers here)",
-                "use mode: copy (the prefix is copied in before the prepare script and synced "
-                "out after the run script), or the Kubernetes runtime's CSI volume")
+    if o is not None and o.mode == ObjectStorageMode.fuse.value and fuse is not None:
+        return ("objectStorage.mode",
+                f"this server cannot mount FUSE file systems for Workers: {fuse}",
+                "install s3fs on the server (apt-get install s3fs) where the kernel offers FUSE, "
+                "or use mode: copy (the prefix is copied in before the prepare script and "
+                "synced out after the run script) or auto (FUSE where the server can, else copy)")
     if not m.source.startswith("s3://"):
-        return ("the local runtime copies s3:// prefixes only (through the S3 API)",
+        return ("type", "the local runtime mounts and copies s3:// prefixes only (through the "
+                "S3 API)",
                 "write s3://BUCKET/PREFIX, with objectStorage.endpoint for an S3-compatible "
                 "server")
     return None
 
 
 def unprovided_mounts(role: Role, i: int, *, own_namespace: bool | None,
-                      object_storage: bool = True) -> list[Finding]:
+                      object_storage: bool = True, fuse: str | None = None) -> list[Finding]:
     """``MountUnavailable`` errors for the mounts of role ``i`` the local runtime cannot give
     its Workers (pure): an ``objectStorage`` mount that asks for FUSE or is not ``s3://``
-    (:func:`object_storage_problem`); where the Workers have no mount namespace of their own
+    (:func:`object_storage_problem`; ``fuse``: why this machine cannot mount FUSE, None when
+    it can); where the Workers have no mount namespace of their own
     (``own_namespace`` False: they run as the server's own user) also a ``pvc`` or
     ``objectStorage`` mount and a ``hostPath`` mount whose ``mountPath`` is not its ``source``
     or that is ``readOnly`` (nothing could be bound or made read-only). ``None``: the identity
@@ -177,13 +182,14 @@ def unprovided_mounts(role: Role, i: int, *, own_namespace: bool | None,
     out: list[Finding] = []
     for j, m in enumerate(role.mounts):
         mp = f"spec.roles[{i}].mounts[{j}]"
-        problem = object_storage_problem(m) \
+        problem = object_storage_problem(m, fuse) \
             if object_storage and m.type == MountType.object_storage else None
         if problem:
-            out.append(_err(
-                "MountUnavailable", f"{mp}.type",
-                f"{mp}.type = 'objectStorage' (source {m.source[:200]!r}): {problem[0]}",
-                problem[1]))
+            field, tail, hint = problem
+            lead = f"{mp}.{field} = 'fuse'" if field == "objectStorage.mode" \
+                else f"{mp}.type = 'objectStorage'"
+            out.append(_err("MountUnavailable", f"{mp}.{field}",
+                            f"{lead} (source {m.source[:200]!r}): {tail}", hint))
         elif own_namespace is False and m.type in (MountType.pvc, MountType.object_storage):
             what = "a volume" if m.type == MountType.pvc else "an object-storage copy"
             out.append(_err(
@@ -205,7 +211,8 @@ def unprovided_mounts(role: Role, i: int, *, own_namespace: bool | None,
 
 
 def check_for_local_runtime(job: Job, host: dict[str, float] | None = None,
-                            reachable: Callable[[str], bool] | None = None) -> list[Finding]:
+                            reachable: Callable[[str], bool] | None = None,
+                            fuse: str | None = "not probed") -> list[Finding]:
     """What the local runtime cannot honour: an objectStorage mount it cannot copy is refused
     (``MountUnavailable``, :func:`unprovided_mounts`), a hostPath source must exist, and node
     selectors mean nothing (warnings); a role's ``local.python`` must exist here (error).
@@ -213,7 +220,9 @@ def check_for_local_runtime(job: Job, host: dict[str, float] | None = None,
     identity: ``LocalRuntime.preflight`` says.
     ``reachable``: whether the Workers may see a path at all (``LocalRuntime.path_reachable``);
     a path they may not is not said to exist or not (``NotReadableByWorkers`` says why instead),
-    so a Finding never tells what lies where others may not look. ``host`` is the machine's capacity as
+    so a Finding never tells what lies where others may not look. ``fuse``: why this machine
+    cannot mount FUSE (:func:`rlark.runtimes.local.objects.fuse_problem`), None when it can
+    (default: not known, so ``mode: fuse`` is refused). ``host`` is the machine's capacity as
     :func:`host_capacity` returns it (default: measured now)."""
     findings: list[Finding] = list(_host_capacity(job, host))
     findings.extend(_local_ports(job, int((host or {}).get("cpu") or os.cpu_count() or 1)))
@@ -227,7 +236,7 @@ def check_for_local_runtime(job: Job, host: dict[str, float] | None = None,
             "FILE's directory)",
         ))
     for i, role in enumerate(job.spec.roles):
-        findings.extend(unprovided_mounts(role, i, own_namespace=None))
+        findings.extend(unprovided_mounts(role, i, own_namespace=None, fuse=fuse))
         for j, mount in enumerate(role.mounts):
             path = f"spec.roles[{i}].mounts[{j}]"
             if mount.type != "hostPath":

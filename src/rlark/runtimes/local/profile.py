@@ -84,7 +84,12 @@ class LocalProfile:
     def preflight(self, job: Job, *, errors: bool,
                   neighbours: Callable[[], list[tuple[str, str, dict[str, Any]]]]) -> list[Finding]:
         """:func:`check_for_local_runtime`, then :attr:`runtime_checks`."""
-        out = check_for_local_runtime(job, self.host, self.path_reachable)
+        from rlark.runtimes.local.objects import fuse_problem
+        from rlark.runtimes.local.settings import s3fs_path
+
+        # probed at each submit: s3fs installed or removed while the server runs counts
+        out = check_for_local_runtime(job, self.host, self.path_reachable,
+                                      fuse=fuse_problem(s3fs_path()))
         if self.runtime_checks is not None:
             out = out + self.runtime_checks(job)
         return out

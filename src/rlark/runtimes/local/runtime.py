@@ -36,6 +36,7 @@ import psutil
 
 from rlark import settings
 from rlark.bootstrap import archive
+from rlark.bootstrap import fuse as keeper_fuse
 from rlark.bootstrap import objects as keeper_objects
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.capacity import Amounts, Capacity
@@ -60,7 +61,7 @@ from rlark.runtimes.local.identity import Identity, UidRange, candidates, choose
 from rlark.runtimes.local.isolation import Isolation, Mode
 from rlark.runtimes.local.preflight import unprovided_mounts
 from rlark.runtimes.local.reservations import Reservations
-from rlark.runtimes.local.settings import worker_identity, worker_isolation, worker_uid_range
+from rlark.runtimes.local.settings import s3fs_path, worker_identity, worker_isolation, worker_uid_range
 from rlark.runtimes.local.ports import block_units, can_bind, pick_loopback, pick_port_block, port_layout
 from rlark.findings import Finding
 from rlark.findings import error as _err
@@ -492,14 +493,19 @@ class LocalRuntime:
             if many:
                 raise LaunchRefused(many_users_message(many))
         index = next((k for k, r in enumerate(spec.job.spec.roles) if r is role), 0)
-        unprovided = unprovided_mounts(role, index, own_namespace=spec.place.uid is not None) \
-            if role is not None else []
+        s3fs = s3fs_path()
+        # judged again at launch: s3fs may have gone since the submit (fail closed)
+        fuse = objects.fuse_problem(s3fs) \
+            if role is not None and any(m.type == MountType.object_storage for m in role.mounts) \
+            else None
+        unprovided = unprovided_mounts(role, index, own_namespace=spec.place.uid is not None,
+                                       fuse=fuse) if role is not None else []
         if unprovided:
             raise LaunchRefused("; ".join(f.message for f in unprovided) + "; nothing was started")
         env = worker_environment(os.environ, spec.env,
                                  secret_env(role, spec.secrets) if role is not None else {},
                                  allow=self.worker_env)
-        copies = objects.copy_mounts(role, spec.secrets) if role is not None else []
+        copies = objects.copy_mounts(role, spec.secrets, fuse) if role is not None else []
         if copies and self.isolation.mode != Mode.pid_namespace:
             raise LaunchRefused(COPY_NEEDS_PID_NAMESPACE + "; nothing was started")
         env.update(ray_auth_env(spec.ray_token))
@@ -526,6 +532,8 @@ class LocalRuntime:
             env[keeper_objects.OBJECTS_VAR] = json.dumps(copies)
             # the copier's S3 client (boto3) is the server's; the sandbox binds its Python
             own[keeper_objects.COPY_PYTHON_VAR] = sys.executable
+            if any(c["mode"] == objects.FUSE for c in copies):
+                own[keeper_fuse.S3FS_VAR] = s3fs
         try:
             fd = os.open(spec.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             with open(fd, "ab", buffering=0) as log:

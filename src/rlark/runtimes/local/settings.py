@@ -49,3 +49,14 @@ def worker_uid_range() -> UidRange:
     """
     raw = os.environ.get("RLARK_WORKER_UIDS", "").strip()
     return UidRange.parse(raw) if raw else UidRange(*DEFAULT_RANGE)
+
+
+def s3fs_path() -> str:
+    """Local runtime: the s3fs that mounts ``objectStorage`` mounts in FUSE mode
+    (:mod:`rlark.runtimes.local.objects`): ``$RLARK_S3FS``, else ``s3fs`` on the server's
+    ``PATH``, else ``/usr/bin/s3fs`` (Debian's package). A path that is no executable makes
+    ``mode: fuse`` a preflight error and ``auto`` copy mode."""
+    import shutil
+
+    raw = os.environ.get("RLARK_S3FS", "").strip()
+    return raw or shutil.which("s3fs") or "/usr/bin/s3fs"
