@@ -43,7 +43,7 @@ mount namespace from ``RLARK_KEEPER_SANDBOX`` (``sandbox.apply_sandbox``; the pl
 runtime, ``rlark.runtimes.local.sandbox``), makes its object-storage mounts (FUSE mode:
 ``fuse.py``, s3fs at ``RLARK_KEEPER_S3FS``; copy mode: ``objects.py``) and starts the workload as
 ``RLARK_KEEPER_UID``; when the workload is gone it undoes them (FUSE: unmounted, s3fs waited for)
-or copies them out.
+or copies them out (``keeper_mounts.py``).
 
 Inputs (environment; the ``RLARK_KEEPER_*`` ones are removed before the workload starts):
 ``RLARK_KEEPER_BOOTSTRAP`` (the bootstrap archive the workload runs, ``python <it> worker``;
@@ -77,10 +77,10 @@ from rlark.bootstrap.sandbox import (SandboxError, apply_sandbox, make_undumpabl
                                      set_subreaper)
 from rlark.bootstrap.usage import Sampler, interval_of
 from rlark.bootstrap.scripts import SCRIPT_SHELL
+from rlark.bootstrap.keeper_mounts import EXIT_MOUNT_FAILED, copy_out, make_mounts, unmount
 
 #: exit statuses of the keeper itself (the workload's own are 80-87, config.py)
 EXIT_SANDBOX_FAILED = 88
-EXIT_MOUNT_FAILED = 89
 EXIT_BAD_CONFIG = 87
 EXIT_MONITOR_LOST = 86
 EXIT_STOPPED = 143
@@ -543,34 +543,16 @@ def main(archive: str | None = None) -> int:
               protected=other_uid or not unprotected,
               **({"unprotected": unprotected} if unprotected and not other_uid else {}),
               sandbox=cfg.sandbox is not None, heartbeat=HEARTBEAT_SECONDS)
-    fused = [m for m in cfg.objects if m.get("mode") == "fuse"]
-    copied = [m for m in cfg.objects if m.get("mode") != "fuse"]
-    tick = lambda: keeper._heartbeat(time.monotonic())  # noqa: E731
-    mounts = object_mounts.ObjectMounts(copied, cfg.copy_python, cfg.bootstrap,
-                                        keeper._identity(), chan, tick) if copied else None
-    if fused:
-        why = ("FUSE mounts are made only in a Worker's own mount namespace, by a keeper that "
-               "runs as root" if cfg.sandbox is None or cfg.uid is None else None)
-        keeper.fuse = fuse_mounts.FuseMounts(fused, cfg.s3fs, cfg.uid or 0, cfg.gid or 0, chan)
-        why = why or keeper.fuse.mount_all(lambda: keeper.stop_at is not None, tick)
-        if why is not None and keeper.stop_at is None:
-            return _mount_failed(keeper, why)
-    if mounts is not None and keeper.stop_at is None:
-        why = mounts.copy_in(lambda: keeper.stop_at is not None)
-        if why and keeper.stop_at is None:
-            return _mount_failed(keeper, why)
-    if keeper.stop_at is not None:
-        _unmount(keeper)
-        chan.emit("stopped")
-        chan.emit("exit", code=EXIT_STOPPED)
-        return EXIT_STOPPED
+    mounts, ended = make_mounts(keeper)
+    if ended is not None:
+        return ended
     keeper.hold_finish = cfg.is_head and (
         (mounts is not None and mounts.writable())
         or (keeper.fuse is not None and keeper.fuse.writable()))
     try:
         keeper.start()
     except OSError as exc:
-        _unmount(keeper)
+        unmount(keeper)
         chan.emit("failed", reason="BadConfig", status=EXIT_BAD_CONFIG,
                   message=f"the bootstrap {cfg.bootstrap!r} could not start with "
                           f"{cfg.python!r}: {exc.strerror or exc}")
@@ -580,52 +562,4 @@ def main(archive: str | None = None) -> int:
     if keeper.fuse is not None or (mounts is not None and mounts.writable()):
         code = copy_out(keeper, mounts, code)
     chan.emit("exit", code=code)
-    return code
-
-
-def _mount_failed(keeper: Keeper, why: str) -> int:
-    """End a Worker whose mount failed before its workload started (``MountFailed``)."""
-    _unmount(keeper)
-    keeper.chan.emit("failed", reason="MountFailed", status=EXIT_MOUNT_FAILED, message=why)
-    keeper.chan.emit("exit", code=EXIT_MOUNT_FAILED)
-    return EXIT_MOUNT_FAILED
-
-
-def _unmount(keeper: Keeper) -> list[str]:
-    """Unmount the FUSE mounts made so far (nothing of the workload runs), within the stop's
-    grace; their failures' messages."""
-    if keeper.fuse is None:
-        return []
-    return keeper.fuse.unmount_all(time.monotonic() + keeper.cfg.stop_grace)
-
-
-def copy_out(keeper: Keeper, mounts: object_mounts.ObjectMounts | None, code: int) -> int:
-    """Once nothing of the workload is left: unmount the Worker's FUSE-mode mounts (each
-    s3fs finishes what it was sending, then exits) and copy its copy-mode mounts out, within
-    the stop's grace after a stop, else within ``RLARK_OBJECT_SYNC_SECONDS``; then the head's
-    held ``run_finished``. A failure of a head whose run script ended by itself fails the Run
-    (``failed``, ``MountFailed``: its outputs are not where it said); elsewhere (a stop, a Worker
-    that is not the head) it is a warning. Returns the Worker's exit status."""
-    now = time.monotonic()
-    deadline = (keeper.stop_at + keeper.cfg.stop_grace + 1.5 if keeper.stop_at is not None
-                else now + keeper.cfg.sync_seconds)
-    failures: list[str] = []
-    fuse = keeper.fuse
-    if fuse is not None:
-        # everything of the workload ends first, s3fs last: what it closed reaches the bucket
-        fuse_mounts.kill_all_but({u.proc.pid for u in fuse.up},
-                                 lambda pid, status: fuse.note_exit(pid, status))
-        failures += fuse.unmount_all(deadline)
-    object_mounts.kill_the_rest()
-    if mounts is not None and mounts.writable():
-        failures += mounts.copy_out(deadline)
-    held = keeper.held_finish
-    if failures and held is not None:
-        keeper.chan.emit("failed", reason="MountFailed", status=EXIT_MOUNT_FAILED,
-                         message="; ".join(failures)[:8000])
-        return EXIT_MOUNT_FAILED
-    for why in failures:
-        keeper.chan.emit("warning", reason="MountFailed", message=why[:8000])
-    if held is not None:
-        keeper.chan.emit("run_finished", **held)
     return code
