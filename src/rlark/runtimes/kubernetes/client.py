@@ -15,8 +15,12 @@ import builtins
 import json
 import os
 import socket
+import ssl
 import threading
-from typing import Any, Iterator
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Iterator
+
+import httpx
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -349,6 +353,11 @@ class KubeClient:
         except Exception as exc:
             raise KubeError(f"logs of Pod {pod}: {type(exc).__name__}: {exc}") from None
 
+    def log_reader(self) -> "AsyncLogReader":
+        """A reader of followed Pod logs for one asyncio loop (:class:`AsyncLogReader`), with
+        this client's server, credentials and namespace. Create and use it in that loop."""
+        return AsyncLogReader(self.api.api_client.configuration, self.namespace)
+
     def list_nodes(self) -> builtins.list[dict]:
         """Every Node object."""
         return self._call("list nodes", self.api.list_node).get("items") or []
@@ -365,3 +374,80 @@ class KubeClient:
                 raise
         items, _ = self.list("Pod", field_selector="status.phase!=Succeeded,status.phase!=Failed")
         return items, "namespace"
+
+
+class AsyncLogReader:
+    """Follows Pod logs from one asyncio loop (httpx): many streams, one thread.
+
+    The official client is synchronous (each open stream would hold a thread), so log streams go
+    through ``httpx.AsyncClient`` with the same server, CA, client certificate and bearer token
+    as ``configuration`` (the ``kubernetes`` package's ``Configuration``; its token is asked
+    for again at each open, so a rotated ServiceAccount token is used). The request is the one
+    ``kubectl logs -f --timestamps`` makes: ``GET /api/v1/namespaces/NS/pods/NAME/log`` with
+    ``container``, ``follow=true``, ``timestamps=true`` and ``sinceSeconds`` (Kubernetes API
+    reference, Pod: "read log of the specified Pod", ``PodLogOptions``).
+    """
+
+    def __init__(self, configuration: Any, namespace: str):
+        self.configuration = configuration
+        self.namespace = namespace
+        if configuration.verify_ssl:
+            ctx = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+        else:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if configuration.cert_file:
+            ctx.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+        # a quiet log may stay quiet for long: no read timeout; no pool limit (the followers
+        # bound their streams themselves)
+        self.http = httpx.AsyncClient(
+            base_url=configuration.host, verify=ctx, trust_env=False,
+            timeout=httpx.Timeout(connect=CONNECT_TIMEOUT, read=None, write=REQUEST_TIMEOUT, pool=None),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+
+    @asynccontextmanager
+    async def stream(self, pod: str, container: str,
+                     since_seconds: int | None = None) -> AsyncIterator[AsyncIterator[bytes]]:
+        """``async with reader.stream(...) as chunks``: the log's bytes as they come.
+
+        Raises:
+            KubeError: 400 while the container has not started, 404 when the Pod is gone, 403
+                when RBAC forbids ``pods/log``, 0 when the server was not reached. A stream that
+                breaks while read ends the iteration (no error: the caller reopens it).
+        """
+        what = f"logs of Pod {pod}"
+        params: dict[str, Any] = {"container": container, "follow": "true", "timestamps": "true"}
+        if since_seconds is not None:
+            params["sinceSeconds"] = max(1, int(since_seconds))
+        headers = {"Accept": "*/*"}
+        auth = self.configuration.auth_settings().get("BearerToken")
+        if auth and auth.get("value"):
+            headers["Authorization"] = auth["value"]
+        try:
+            async with self.http.stream("GET", f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+                                        params=params, headers=headers) as resp:
+                if resp.status_code >= 400:
+                    body = await resp.aread()
+                    detail = resp.reason_phrase
+                    try:
+                        detail = json.loads(body).get("message") or detail
+                    except (ValueError, AttributeError):
+                        pass
+                    hint = f" ({RBAC_HINT})" if resp.status_code == 403 else ""
+                    raise KubeError(f"{what}: {resp.status_code} {detail}{hint}", resp.status_code)
+                yield _chunks(resp)
+        except httpx.HTTPError as exc:
+            raise KubeError(f"{what}: {type(exc).__name__}: {exc}") from None
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+        await self.http.aclose()
+
+
+async def _chunks(resp: httpx.Response) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in resp.aiter_raw():
+            yield chunk
+    except httpx.HTTPError:  # the connection broke: the stream ended
+        return
