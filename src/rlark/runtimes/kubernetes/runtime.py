@@ -74,7 +74,7 @@ from rlark.runtimes.base import (
 from rlark.runtimes.kubernetes import kueue, render
 from rlark.runtimes.kubernetes.capacity import NodeInfo, parse_nodes
 from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream
-from rlark.runtimes.kubernetes.logfollow import Follow, LogFollowers
+from rlark.runtimes.kubernetes.logfollow import Follow, LogFollowers, cursor_path  # noqa: F401 - tests read it here
 from rlark.runtimes.kubernetes.logplan import FollowPolicy
 from rlark.runtimes.kubernetes.podpolicy import (PodPolicy, PolicyDenied, SecretInfo,
                                                  check_secret_refs, enforce)
