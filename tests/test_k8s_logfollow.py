@@ -10,6 +10,7 @@ Pod (issue 23). The API server's own request counter (``apiserver_request_total`
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -22,6 +23,7 @@ pytest.importorskip("kubernetes")
 
 from rlark.ranks import plan_workers  # noqa: E402
 from rlark.runtimes.base import LaunchSpec, WorkerPlace, WorkerRef  # noqa: E402
+from rlark.runtimes.kubernetes import render  # noqa: E402
 from rlark.runtimes.kubernetes.client import KubeClient  # noqa: E402
 from rlark.runtimes.kubernetes.runtime import KubernetesRuntime  # noqa: E402
 from rlark.spec import load_job  # noqa: E402
@@ -120,5 +122,47 @@ def test_a_log_whose_stream_keeps_ending_gets_every_line_once_in_order_and_its_l
         seen = wait_for("the Worker to be seen ended", ended, timeout=60)
         assert seen.exit_code == 3, seen
         assert lines() == ["one", "two", "three", "4", "5", "6", "7", "8", "last words"]
+    finally:
+        rt.shutdown()
+
+
+def test_every_request_and_log_stream_of_the_runtime_passes_the_shared_rate_limit(
+        k8s_testbed, k8s_namespace, tmp_path):
+    """One token bucket for the runtime's calls, its watches and its log streams (the
+    ``--k8s-qps``/``--k8s-burst`` of ``rlark server``)."""
+    from rlark.runtimes.kubernetes.client import RateLimit
+
+    limit = RateLimit(qps=1000, burst=1000)
+    kube = KubeClient(k8s_testbed.core_v1(), k8s_namespace, limit)
+    rt = KubernetesRuntime(kube=kube)
+    try:
+        assert limit.taken >= 4  # the Pod and Event lists and watches
+        job = load_job(job_yaml("paced", pool=0))[0]
+        head = plan_workers(job)[0]
+        k8s_testbed.pod_log(k8s_namespace, head.name, tmp_path / "kwok").write("hello")
+        before = limit.taken
+        launch_all(rt, job, tmp_path / "logs")
+        assert limit.taken > before  # the creates
+        wait_for("the Pod to run", running(k8s_testbed, k8s_namespace, [head.name]))
+        wait_for("the log line", lambda: (tmp_path / "logs" / f"{head.name}.log").exists()
+                 and (tmp_path / "logs" / f"{head.name}.log").read_text() == "hello\n")
+
+        async def one_stream() -> bytes:
+            reader = kube.log_reader()
+            try:
+                async with reader.stream(head.name, render.CONTAINER) as chunks:
+                    async for chunk in chunks:
+                        return chunk
+            finally:
+                await reader.aclose()
+            return b""
+
+        taken = limit.taken
+        assert asyncio.run(one_stream()).endswith(b" hello\n")
+        assert limit.taken == taken + 1  # the log stream
+        other = kube.in_namespace(k8s_namespace)
+        taken = limit.taken
+        other.list("Pod")
+        assert limit.taken == taken + 1  # another client of the server: the same bucket
     finally:
         rt.shutdown()

@@ -10,6 +10,7 @@ kwok Nodes: ``scripts/k8s-testbed``, ``tests/test_k8s_client.py``).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 
 import json
@@ -17,6 +18,7 @@ import os
 import socket
 import ssl
 import threading
+import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Iterator
 
@@ -65,6 +67,53 @@ _CUSTOM = {
 
 #: where a 403 sends a person: the RBAC rules RLark's ServiceAccount is given
 RBAC_HINT = "RLark's RBAC rules: deploy/kubernetes/rbac.yaml, project-namespace.example.yaml"
+
+
+#: requests per second and burst of a client's token bucket (``--k8s-qps``, ``--k8s-burst``):
+#: the KubeRay operator's defaults since v1.5 (ray-operator/apis/config/v1alpha1/defaults.go),
+#: so both ask the same of an API server
+DEFAULT_QPS, DEFAULT_BURST = 100.0, 200
+
+
+class RateLimit:
+    """A token bucket shared by every API request of a server (the official Python client has
+    none; client-go's ``QPS``/``Burst`` are the model): on average at most ``qps`` requests a
+    second, ``burst`` at once after a quiet spell. Thread-safe; ``now`` (a monotonic clock in
+    seconds) is injectable for tests.
+
+    Raises:
+        ValueError: ``qps`` not above 0 or ``burst`` below 1.
+    """
+
+    def __init__(self, qps: float = DEFAULT_QPS, burst: int = DEFAULT_BURST, now=time.monotonic):
+        if not qps > 0 or burst < 1:
+            raise ValueError(f"a rate limit needs qps > 0 and burst >= 1, not qps={qps} burst={burst}")
+        self.qps, self.burst, self.now = float(qps), int(burst), now
+        self._tokens, self._at = float(burst), now()
+        self._lock = threading.Lock()
+        #: requests paced; of them, those that had to wait, and the seconds they waited in all
+        self.taken, self.waited, self.waited_s = 0, 0, 0.0
+
+    def reserve(self) -> float:
+        """Take a token for one request now; returns the seconds to wait before sending it (0:
+        at once). Requests that come while the bucket is empty queue up behind each other."""
+        with self._lock:
+            t = self.now()
+            self._tokens = min(float(self.burst), self._tokens + (t - self._at) * self.qps)
+            self._at = t
+            self._tokens -= 1.0
+            self.taken += 1
+            delay = 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+            if delay > 0:
+                self.waited += 1
+                self.waited_s += delay
+            return delay
+
+    def wait(self) -> None:
+        """Block until one more request may be sent (:meth:`reserve`)."""
+        delay = self.reserve()
+        if delay > 0:
+            time.sleep(delay)
 
 
 class KubeError(RuntimeError):
@@ -171,8 +220,10 @@ class KubeClient:
     """CoreV1 calls in one namespace (nodes and all-namespace Pods for the inventory), and
     NetworkingV1 for NetworkPolicies (the same connection)."""
 
-    def __init__(self, api: client.CoreV1Api, namespace: str):
+    def __init__(self, api: client.CoreV1Api, namespace: str, limit: RateLimit | None = None):
         self.api = api
+        #: paces every request of this client (share one among a server's clients); None: none
+        self.limit = limit
         self.networking = client.NetworkingV1Api(api.api_client)
         self.custom = client.CustomObjectsApi(api.api_client)
         self.namespace = namespace
@@ -184,7 +235,7 @@ class KubeClient:
 
     @classmethod
     def connect(cls, namespace: str | None = None, context: str | None = None,
-                kubeconfig: str | None = None) -> "KubeClient":
+                kubeconfig: str | None = None, limit: RateLimit | None = None) -> "KubeClient":
         """In-cluster configuration when running in a Pod (the ServiceAccount's token and CA in
         :data:`SERVICE_ACCOUNT_DIR`, the API server from ``$KUBERNETES_SERVICE_HOST`` and
         ``$KUBERNETES_SERVICE_PORT``), else a kubeconfig (``kubeconfig``, else ``$KUBECONFIG``,
@@ -228,9 +279,18 @@ class KubeClient:
                 except (ConfigException, OSError, ValueError):
                     namespace = None
         configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, POOL_SIZE)
-        return cls(client.CoreV1Api(client.ApiClient(configuration)), namespace or "default")
+        return cls(client.CoreV1Api(client.ApiClient(configuration)), namespace or "default", limit)
+
+    def in_namespace(self, namespace: str) -> "KubeClient":
+        """A client of the same connection and rate limit for ``namespace``."""
+        return KubeClient(self.api, namespace, self.limit)
+
+    def _pace(self) -> None:
+        if self.limit is not None:
+            self.limit.wait()
 
     def _call(self, what: str, fn, *args, **kwargs) -> Any:
+        self._pace()
         return call(what, fn, *args, **kwargs)
 
     def create(self, obj: dict) -> dict:
@@ -321,6 +381,7 @@ class KubeClient:
         else:
             fn = getattr(self.api, f"list_namespaced_{_KINDS[kind]}")
         what = f"watch {kind}s"
+        self._pace()
         try:
             resp = fn(self.namespace, watch=True, resource_version=resource_version,
                       allow_watch_bookmarks=True, timeout_seconds=timeout_seconds,
@@ -346,6 +407,7 @@ class KubeClient:
                                   "_request_timeout": (CONNECT_TIMEOUT, None)}
         if since_seconds is not None:
             kwargs["since_seconds"] = max(1, int(since_seconds))
+        self._pace()
         try:
             return self.api.read_namespaced_pod_log(pod, self.namespace, **kwargs)
         except ApiException as exc:
@@ -356,7 +418,7 @@ class KubeClient:
     def log_reader(self) -> "AsyncLogReader":
         """A reader of followed Pod logs for one asyncio loop (:class:`AsyncLogReader`), with
         this client's server, credentials and namespace. Create and use it in that loop."""
-        return AsyncLogReader(self.api.api_client.configuration, self.namespace)
+        return AsyncLogReader(self.api.api_client.configuration, self.namespace, self.limit)
 
     def list_nodes(self) -> builtins.list[dict]:
         """Every Node object."""
@@ -388,8 +450,9 @@ class AsyncLogReader:
     reference, Pod: "read log of the specified Pod", ``PodLogOptions``).
     """
 
-    def __init__(self, configuration: Any, namespace: str):
+    def __init__(self, configuration: Any, namespace: str, limit: RateLimit | None = None):
         self.configuration = configuration
+        self.limit = limit
         self.namespace = namespace
         if configuration.verify_ssl:
             ctx = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
@@ -417,6 +480,8 @@ class AsyncLogReader:
                 breaks while read ends the iteration (no error: the caller reopens it).
         """
         what = f"logs of Pod {pod}"
+        if self.limit is not None and (delay := self.limit.reserve()) > 0:
+            await asyncio.sleep(delay)
         params: dict[str, Any] = {"container": container, "follow": "true", "timestamps": "true"}
         if since_seconds is not None:
             params["sinceSeconds"] = max(1, int(since_seconds))
