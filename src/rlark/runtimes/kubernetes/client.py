@@ -464,8 +464,10 @@ class AsyncLogReader:
             ctx.load_cert_chain(configuration.cert_file, configuration.key_file or None)
         # a quiet log may stay quiet for long: no read timeout; no pool limit (the followers
         # bound their streams themselves)
+        # a kubeconfig's proxy-url, as the official client honours it
         self.http = httpx.AsyncClient(
             base_url=configuration.host, verify=ctx, trust_env=False,
+            proxy=getattr(configuration, "proxy", None) or None,
             timeout=httpx.Timeout(connect=CONNECT_TIMEOUT, read=None, write=REQUEST_TIMEOUT, pool=None),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
 
@@ -489,9 +491,12 @@ class AsyncLogReader:
         auth = self.configuration.auth_settings().get("BearerToken")
         if auth and auth.get("value"):
             headers["Authorization"] = auth["value"]
+        server_name = getattr(self.configuration, "tls_server_name", None)
         try:
             async with self.http.stream("GET", f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
-                                        params=params, headers=headers) as resp:
+                                        params=params, headers=headers,
+                                        extensions={"sni_hostname": server_name} if server_name else None
+                                        ) as resp:
                 if resp.status_code >= 400:
                     body = await resp.aread()
                     detail = resp.reason_phrase
