@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from rlark.runtimes.kubernetes.client import AsyncLogReader, KubeError
 from rlark.runtimes.kubernetes.logcursor import LogCursor, restore
-from rlark.runtimes.kubernetes.logplan import Do, FollowPolicy, next_action, stream_ended
+from rlark.runtimes.kubernetes.logplan import Do, FollowPolicy, backoff, next_action, stream_ended
 
 log = logging.getLogger("rlark.kubernetes")
 
@@ -174,6 +174,7 @@ class Follow:
                 act = next_action(state, 0, o.policy, 0.0)
             if state == "gone" and o.held_by_another(self.pod):
                 return  # the name is another Pod's: its log is not this Worker's
+            failed = False
             async with o.slots:
                 since = cursor.resume(time.time())
                 opened = time.monotonic()
@@ -190,8 +191,12 @@ class Follow:
                         return  # nothing left to read
                     if exc.status in DENIED:
                         o.note_denied(self.pod, exc)
-                    early += 1  # 400: not started yet; refused; no connection: again, later
-                    continue
+                    # 400: not started yet; refused; no connection: again, later
+                    early, failed = early + 1, True
+            if failed:
+                if act.last:  # an ended container's next try has no delay of its own
+                    await asyncio.sleep(backoff(early, o.policy, o.rand()))
+                continue
             done, early = stream_ended(o.state(self.pod), time.monotonic() - opened, act.last,
                                        early, o.policy)
             if done:
