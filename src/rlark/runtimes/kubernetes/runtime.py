@@ -14,10 +14,11 @@
   then the Secret with the values of the RLark-managed secrets its env refers to (when it
   refers to any), the Secret with the Run's Ray token (when it has one:
   ``LaunchSpec.ray_token``), the Service, the NetworkPolicy and PVCs (owned by it); then the
-  Worker's Pod (owned by it), and a thread
-  that follows the Pod's log into ``LaunchSpec.log_path`` (the controller reads lifecycle lines
-  there; the file outlives the Pod). A name held by another Job's object or by something RLark did not create
-  is never deleted or adopted: the launch fails and names the holder.
+  Worker's Pod (owned by it), and follow the Pod's log into ``LaunchSpec.log_path`` (the
+  controller reads lifecycle lines there; the file outlives the Pod): every Pod's log from one
+  thread, with a bounded number of streams and backoff (:mod:`.logfollow`, :mod:`.logplan`).
+  A name held by another Job's object or by something RLark did not create is never deleted or
+  adopted: the launch fails and names the holder.
 * ``observe``: answered from watch-fed caches (one watch on the RLark Pods of the namespace,
   one on its Pod Events) through :func:`.status.interpret`; no API call per observation. The
   watches resume from the last resourceVersion (BOOKMARK events keep it current), list again on
@@ -44,9 +45,9 @@ a refused clean-up is raised by ``end_run``.
 
 All API calls go through :class:`.client.KubeClient`.
 
-Long because: the Runtime protocol's methods on Pods, with the log followers and the name-busy
+Long because: the Runtime protocol's methods on Pods, with the watches and the name-busy
 handling they share; the pure parts are already modules of their own (render, status, podpolicy,
-capacity, namespaces, logcursor, preflight).
+capacity, namespaces, logcursor, logplan, preflight), the log followers too (logfollow).
 """
 
 from __future__ import annotations
