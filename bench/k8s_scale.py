@@ -30,7 +30,8 @@ audit log, counted by audit ID, from the submit until everything is gone, split 
 resource: ``apiserver_request_total`` has no user label, its labels are verb, dry_run, group,
 version, resource, subresource, scope, component and code, Kubernetes metrics reference for
 v1.36); the process's CPU seconds (user + system, psutil) over the same window and peak RSS
-(``VmHWM``, /proc/PID/status); seconds from the stop until no Pod, Service, ConfigMap (but
+(``VmHWM``, /proc/PID/status) and, for RLark, its threads once every Pod runs (every log
+followed); seconds from the stop until no Pod, Service, ConfigMap (but
 kube-root-ca.crt), Secret or NetworkPolicy is left in the namespace.
 
 RLark's Pods never run Ray on kwok, so its Runs never reach the phase Running: the bench measures
@@ -199,6 +200,10 @@ class ProcessMeter:
     def cpu_seconds(self) -> float:
         return self._cpu() - self.cpu0
 
+    def threads(self) -> int:
+        """The process's OS threads now."""
+        return self.proc.num_threads()
+
     def peak_rss_mib(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -297,6 +302,7 @@ def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path) -> dict:
         t0 = time.monotonic()
         srv.submit(yaml.safe_dump(job_doc("scale", n), sort_keys=False))
         bound, running = wait_pods(pw, n, t0, f"RLark's Job ({n} Workers)")
+        threads = meter.threads()  # every Pod Running, every log followed
         api = poller.stop()
         t_stop = time.monotonic()
         r = srv.http.post("/api/v1/jobs/scale/stop")
@@ -304,7 +310,7 @@ def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path) -> dict:
         gone = wait_gone(tb, pns, t_stop, "RLark's Job")
         time.sleep(1)  # the audit log's last lines: the API server writes each after its response
         out = {"bound_s": bound, "running_s": running, "gone_s": gone,
-               "cpu_s": meter.cpu_seconds(), "peak_rss_mib": meter.peak_rss_mib(),
+               "cpu_s": meter.cpu_seconds(), "peak_rss_mib": meter.peak_rss_mib(), "threads": threads,
                "api_jobs_latency": api, "curve": curve(pw, t0),
                **requests_summary(audit.requests(RLARK_SA, off), n)}
     finally:
@@ -480,7 +486,7 @@ def main() -> int:
                                             args.kuberay_burst, args.kuberay_concurrency)
                     per[side].append(row)
                     extra = (f"  GET /api/v1/jobs p95 {row['api_jobs_latency'].get('p95_ms', 0):.0f} ms"
-                             if side == "rlark" else "")
+                             f", {row['threads']} threads once all Running" if side == "rlark" else "")
                     print(f"n={n} round {i + 1} {side:7s}: bound {row['bound_s']:.2f}s running "
                           f"{row['running_s']:.2f}s gone {row['gone_s']:.2f}s requests {row['requests']} "
                           f"({row['requests_per_pod']:.2f}/Pod) cpu {row['cpu_s']:.1f}s "

@@ -581,15 +581,17 @@ class K8sTestbed:
             if e.status != 404:
                 raise
 
-    def pod_log(self, namespace: str, pod: str, directory: Path) -> "PodLog":
+    def pod_log(self, namespace: str, pod: str, directory: Path, follow: bool = True) -> "PodLog":
         """A file kwok serves as the log of ``pod``'s containers (a kwok ``Logs`` object, made
-        by the admin): what is written to it is what ``pods/log`` returns, also followed."""
+        by the admin): what is written to it is what ``pods/log`` returns, also followed
+        (``follow=False``: a followed stream ends once it has sent what the file holds, as one
+        a restarting kubelet or a proxy cuts)."""
         path = Path(directory) / namespace / f"{pod}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
         self.custom().create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", namespace, "logs", {
             "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs", "metadata": {"name": pod},
-            "spec": {"logs": [{"logsFile": str(path), "follow": True}]},
+            "spec": {"logs": [{"logsFile": str(path), "follow": follow}]},
         })
         return PodLog(path)
 

@@ -144,6 +144,15 @@ def server(
         help="kubernetes with a queue: the WorkloadPriorityClass NAME (of value VALUE) that a "
              "Run of spec.priority VALUE names (repeatable; also $RLARK_K8S_PRIORITY_CLASSES, "
              "comma-separated). Default: none; a Job of a priority no class has is refused."),
+    k8s_qps: Optional[float] = typer.Option(
+        None, "--k8s-qps", min=0.001, envvar="RLARK_K8S_QPS", metavar="N",
+        help="kubernetes: at most N API requests a second on average, all of the server's "
+             "together (a token bucket; also $RLARK_K8S_QPS). Default 100, as the KubeRay "
+             "operator's --qps."),
+    k8s_burst: Optional[int] = typer.Option(
+        None, "--k8s-burst", min=1, envvar="RLARK_K8S_BURST", metavar="N",
+        help="kubernetes: up to N API requests at once after a quiet spell (also "
+             "$RLARK_K8S_BURST). Default 200, as the KubeRay operator's --burst."),
     max_jobs_per_project: int = typer.Option(
         500, "--max-jobs-per-project", min=1, max=1_000_000, envvar="RLARK_MAX_JOBS_PER_PROJECT",
         help="Quota: Jobs a project may keep (`rlark project set-quota` sets a project's own)."),
@@ -209,6 +218,10 @@ def server(
         os.environ["RLARK_K8S_ALLOW_ROOT"] = "1"
     if k8s_queue:
         os.environ["RLARK_K8S_QUEUE"] = k8s_queue
+    if k8s_qps is not None:
+        os.environ["RLARK_K8S_QPS"] = repr(k8s_qps)
+    if k8s_burst is not None:
+        os.environ["RLARK_K8S_BURST"] = str(k8s_burst)
     if allow_unauthenticated_ray:
         os.environ["RLARK_ALLOW_UNAUTHENTICATED_RAY"] = "1"
     if worker_identity:

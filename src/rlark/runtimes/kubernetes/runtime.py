@@ -14,10 +14,11 @@
   then the Secret with the values of the RLark-managed secrets its env refers to (when it
   refers to any), the Secret with the Run's Ray token (when it has one:
   ``LaunchSpec.ray_token``), the Service, the NetworkPolicy and PVCs (owned by it); then the
-  Worker's Pod (owned by it), and a thread
-  that follows the Pod's log into ``LaunchSpec.log_path`` (the controller reads lifecycle lines
-  there; the file outlives the Pod). A name held by another Job's object or by something RLark did not create
-  is never deleted or adopted: the launch fails and names the holder.
+  Worker's Pod (owned by it), and follow the Pod's log into ``LaunchSpec.log_path`` (the
+  controller reads lifecycle lines there; the file outlives the Pod): every Pod's log from one
+  thread, with a bounded number of streams and backoff (:mod:`.logfollow`, :mod:`.logplan`).
+  A name held by another Job's object or by something RLark did not create is never deleted or
+  adopted: the launch fails and names the holder.
 * ``observe``: answered from watch-fed caches (one watch on the RLark Pods of the namespace,
   one on its Pod Events) through :func:`.status.interpret`; no API call per observation. The
   watches resume from the last resourceVersion (BOOKMARK events keep it current), list again on
@@ -44,16 +45,14 @@ a refused clean-up is raised by ``end_run``.
 
 All API calls go through :class:`.client.KubeClient`.
 
-Long because: the Runtime protocol's methods on Pods, with the log followers and the name-busy
+Long because: the Runtime protocol's methods on Pods, with the watches and the name-busy
 handling they share; the pure parts are already modules of their own (render, status, podpolicy,
-capacity, namespaces, logcursor, preflight).
+capacity, namespaces, logcursor, logplan, preflight), the log followers too (logfollow).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from dataclasses import replace
@@ -75,8 +74,9 @@ from rlark.runtimes.base import (
 )
 from rlark.runtimes.kubernetes import kueue, render
 from rlark.runtimes.kubernetes.capacity import NodeInfo, parse_nodes
-from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream, abort, release
-from rlark.runtimes.kubernetes.logcursor import LogCursor, restore
+from rlark.runtimes.kubernetes.client import KubeClient, KubeError, WatchStream
+from rlark.runtimes.kubernetes.logfollow import Follow, LogFollowers, cursor_path  # noqa: F401 - tests read it here
+from rlark.runtimes.kubernetes.logplan import FollowPolicy
 from rlark.runtimes.kubernetes.podpolicy import (PodPolicy, PolicyDenied, SecretInfo,
                                                  check_secret_refs, enforce)
 from rlark.runtimes.kubernetes.status import (PodPhase, PodState, PodStatus, StatusPolicy, interpret,
@@ -143,144 +143,6 @@ def read_secret_info(kube: KubeClient, name: str) -> SecretInfo | None:
                       keys=frozenset(found.get("data") or {}) | frozenset(found.get("stringData") or {}))
 
 
-def cursor_path(log_path: str) -> str:
-    """Where the follower of ``log_path`` saves its :class:`.logcursor.LogCursor` state."""
-    return log_path + ".cursor"
-
-
-def _load_cursor(path: str) -> dict | None:
-    try:
-        with open(path, "rb") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        log.warning("ignoring the log cursor %s: %s", path, exc)
-        return None
-
-
-def _count_lines(path: str) -> int:
-    n = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            n += chunk.count(b"\n")
-    return n
-
-
-class _Follower(threading.Thread):
-    """Follows one Pod's log into a file until the container has terminated or the Pod is gone.
-
-    The file is appended to, never rewritten: after each write the cursor is saved beside it
-    (:func:`cursor_path`), so a follower of a later server process, or one that replaces it,
-    carries on where this one stopped (:func:`.logcursor.restore`)."""
-
-    def __init__(self, runtime: "KubernetesRuntime", pod: str, path: str):
-        super().__init__(name=f"rlark-log-{pod}", daemon=True)
-        self.rt = runtime
-        self.pod = pod
-        self.path = path
-        self.stopped = threading.Event()
-        #: stopped because this server stops: nothing more is written (not even a partial last
-        #: line): the file and its cursor are the next follower's
-        self.abandoned = False
-        self._io = threading.Lock()  # held while the file or its cursor changes
-        self.done = threading.Event()
-        #: time.monotonic() of the last bytes read (or of the start)
-        self.last_data = time.monotonic()
-        self._resp: Any = None  # the open log stream (urllib3's response; the client is untyped)
-
-    def stop(self, abandon: bool = False) -> None:
-        """Stop following (from any thread): the open log stream is aborted. ``abandon``: the
-        file is left to another follower (of this process or the next), so once this returns
-        nothing more is written, not even a line read only in part. (A request still waiting
-        for the log's first line cannot be aborted; its thread ends when that answer comes.)"""
-        if abandon:
-            with self._io:  # a write under way ends first
-                self.abandoned = True
-        self.stopped.set()
-        with self.rt._changed:  # a follower waiting for its container to start
-            self.rt._changed.notify_all()
-        resp = self._resp
-        if resp is not None:
-            abort(resp)
-
-    def _open(self) -> tuple[Any, LogCursor]:
-        """The file, opened to append, and the cursor to resume it with."""
-        try:
-            size = os.path.getsize(self.path)
-        except FileNotFoundError:
-            size = 0
-        cursor = restore(_load_cursor(cursor_path(self.path)), size)
-        if cursor is None:
-            cursor = LogCursor.after_lines(_count_lines(self.path) if size else 0, size)
-        elif cursor.size < size:
-            # the last process died between writing lines and saving the cursor: those lines
-            # are fetched again, so they go
-            log.info("cutting the log %s back from %d to %d bytes (written after its cursor)",
-                     self.path, size, cursor.size)
-            os.truncate(self.path, cursor.size)
-        return open(self.path, "ab", buffering=0), cursor
-
-    def _write(self, out, cursor: LogCursor, data: bytes) -> None:
-        with self._io:
-            if not data or self.abandoned:
-                return
-            out.write(data)
-            tmp = cursor_path(self.path) + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(cursor.state(), f)
-            os.replace(tmp, cursor_path(self.path))  # a reader sees the old state or the new one
-
-    def run(self) -> None:
-        try:
-            with self._io:
-                if self.abandoned:
-                    return
-                out, cursor = self._open()
-            with out:
-                while not self.stopped.is_set():
-                    state = self.rt.container_state(self.pod)
-                    if state == "waiting":
-                        self.rt.wait_for_change(5.0)
-                        continue
-                    if state == "gone" and self.rt.held_by_another(self.pod):
-                        break  # the name is another Pod's: its log is not this Worker's
-                    since = cursor.resume(time.time())
-                    try:
-                        resp = self.rt.kube.log_stream(self.pod, render.CONTAINER, since)
-                    except KubeError as exc:
-                        if exc.status == 404 or state == "gone":
-                            break  # nothing left to read
-                        if exc.status in DENIED:
-                            self.rt.note_log_denied(self.pod, exc)
-                            self.stopped.wait(5.0)
-                            continue
-                        self.stopped.wait(1.0)  # 400: not started yet; others: retry
-                        continue
-                    self.rt.note_log_denied(self.pod, None)
-                    self._resp = resp
-                    if self.stopped.is_set():  # stop() came before _resp was set
-                        self.stop()
-                    try:
-                        for chunk in resp.stream(64 * 1024):
-                            self.last_data = time.monotonic()
-                            self._write(out, cursor, cursor.feed(chunk))
-                            if self.stopped.is_set():
-                                break
-                    except Exception as exc:  # noqa: BLE001 - a dropped connection: reconnect
-                        log.debug("log stream of %s broke: %s", self.pod, exc)
-                    finally:
-                        self._resp = None
-                        release(resp)
-                    if self.stopped.is_set() or self.rt.container_state(self.pod) in ("terminated", "gone"):
-                        self._write(out, cursor, cursor.flush())
-                        break
-        except OSError as exc:
-            log.warning("cannot write the log of %s to %s: %s", self.pod, self.path, exc)
-        finally:
-            self.done.set()
-
-
 class KubernetesRuntime:
     """Workers as Pods in one namespace. See the module docstring for each protocol method.
 
@@ -299,6 +161,8 @@ class KubernetesRuntime:
             (:func:`.kueue.effective_queue`); None or ``none``: no queue.
         priority_classes: WorkloadPriorityClass name -> value (``--k8s-priority-class``): a
             queued Run of ``spec.priority`` P names the class of value P.
+        log_policy: how many Pod logs are streamed at once and how a stream that ended early
+            is reopened (:class:`.logplan.FollowPolicy`).
 
     Raises:
         KubeError: with ``start``, the API server refused to let RLark list or watch Pods or
@@ -313,7 +177,8 @@ class KubernetesRuntime:
                  policy: StatusPolicy = StatusPolicy(), ray_dashboard: bool = False,
                  start: bool = True, pod_policy: PodPolicy = PodPolicy(),
                  secret_projects: Callable[[], Iterable[str]] | None = None,
-                 queue: str | None = None, priority_classes: dict[str, int] | None = None):
+                 queue: str | None = None, priority_classes: dict[str, int] | None = None,
+                 log_policy: FollowPolicy = FollowPolicy()):
         self.kube = kube or KubeClient.connect(namespace)
         self.queue = queue
         self.priority_classes = dict(priority_classes or {})
@@ -339,7 +204,10 @@ class KubernetesRuntime:
         self._log_errors: dict[str, str] = {}
         self._heads: set[str] = set()
         self._policies: dict[str, StatusPolicy] = {}
-        self._followers: dict[str, _Follower] = {}
+        self._followers: dict[str, Follow] = {}
+        #: every Pod log followed from one thread (:mod:`.logfollow`)
+        self.logs = LogFollowers(self.kube.log_reader, render.CONTAINER, self.container_state,
+                                 self.held_by_another, self.note_log_denied, log_policy)
         #: Pods taken over from an earlier server process: when (time.time())
         self._adopted: dict[str, float] = {}
         self._drain_since: dict[str, float] = {}
@@ -430,6 +298,7 @@ class KubernetesRuntime:
             stream.close()
         for f in followers:
             f.stop(abandon=True)
+        self.logs.shutdown()
 
     def _watch_loop(self, kind: str, kwargs: dict[str, str]) -> None:
         state = self.watch_state[kind]
@@ -509,6 +378,7 @@ class KubernetesRuntime:
                 self._pods = {n: o for n, o in seen.items() if n}
                 for n in self._pods:
                     self._gone.pop(n, None)
+                self.logs.changed()
             else:
                 self._events = {}
                 for o in items:
@@ -542,6 +412,7 @@ class KubernetesRuntime:
                 else:
                     self._pods[name] = obj
                     self._gone.pop(name, None)
+                self.logs.changed({name})
             else:
                 self._apply_event(typ, obj)
             self._changed.notify_all()
@@ -825,10 +696,9 @@ class KubernetesRuntime:
             old = self._followers.get(pod)
             if keep and old is not None and not old.done.is_set() and old.path == log_path:
                 return
-            follower = self._followers[pod] = _Follower(self, pod, log_path)
-        if old is not None:
-            old.stop(abandon=True)  # before the new one opens the file
-        follower.start()
+            if old is not None:
+                old.stop(abandon=True)  # before the new one opens the file
+            self._followers[pod] = self.logs.follow(pod, log_path)
 
     def adopt(self, spec: AdoptSpec) -> None:
         """Watch again a Worker's Pod that an earlier server process created (after a restart):

@@ -118,3 +118,18 @@ def priority_classes() -> dict[str, int]:
                              "is given twice")
         out[name] = number
     return out
+
+
+def rate_limit() -> tuple[float, int]:
+    """``(qps, burst)`` of the token bucket every Kubernetes API request of the server passes
+    (:class:`.client.RateLimit`): ``RLARK_K8S_QPS`` (``--k8s-qps``, requests per second on
+    average, default 100) and ``RLARK_K8S_BURST`` (``--k8s-burst``, requests at once after a
+    quiet spell, default 200): the KubeRay operator's defaults.
+
+    Raises:
+        ValueError: a value is not a positive number (QPS) or whole number (burst).
+    """
+    from rlark.runtimes.kubernetes.client import DEFAULT_BURST, DEFAULT_QPS
+
+    return (seconds_env("RLARK_K8S_QPS", DEFAULT_QPS, unit=" (requests per second)"),
+            positive_int_env("RLARK_K8S_BURST", DEFAULT_BURST))

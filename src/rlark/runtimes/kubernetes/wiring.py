@@ -19,29 +19,31 @@ def open_kubernetes(namespace: str | None, projects_in: Callable[[str, str], lis
     :func:`~rlark.runtimes.kubernetes.settings.ray_dashboard`,
     :func:`~rlark.runtimes.kubernetes.settings.pod_policy`,
     :func:`~rlark.runtimes.kubernetes.settings.queue`,
-    :func:`~rlark.runtimes.kubernetes.settings.priority_classes`.
+    :func:`~rlark.runtimes.kubernetes.settings.priority_classes`,
+    :func:`~rlark.runtimes.kubernetes.settings.rate_limit` (one token bucket for every request
+    of every namespace's runtime).
 
     Raises:
         ValueError: a setting is unusable, no Kubernetes configuration, or RBAC refuses the
             watches.
     """
-    from rlark.runtimes.kubernetes.client import KubeClient, KubeError
+    from rlark.runtimes.kubernetes.client import KubeClient, KubeError, RateLimit
     from rlark.runtimes.kubernetes.namespaces import ProjectNamespaces
     from rlark.runtimes.kubernetes.runtime import KubernetesRuntime, read_secret_info
     from rlark.runtimes.kubernetes.settings import (pod_policy, priority_classes, queue,
-                                                    ray_dashboard, status_policy)
+                                                    rate_limit, ray_dashboard, status_policy)
 
     k8s_policy = status_policy()
     dashboard = ray_dashboard()
     policy = pod_policy()
     server_queue, classes = queue(), priority_classes()
     try:
-        kube = KubeClient.connect(namespace)
+        kube = KubeClient.connect(namespace, limit=RateLimit(*rate_limit()))
     except KubeError as exc:
         raise ValueError(str(exc)) from None
 
     def runtime_for(ns: str) -> KubernetesRuntime:
-        return KubernetesRuntime(kube=KubeClient(kube.api, ns), policy=k8s_policy,
+        return KubernetesRuntime(kube=kube.in_namespace(ns), policy=k8s_policy,
                                  ray_dashboard=dashboard, pod_policy=policy,
                                  secret_projects=lambda: projects_in(ns, kube.namespace),
                                  queue=server_queue, priority_classes=classes)
@@ -58,7 +60,7 @@ def open_kubernetes(namespace: str | None, projects_in: Callable[[str, str], lis
     def kube_secret_info(ns: str | None, name: str):
         """The labels and key names of Kubernetes Secret ``name`` in ``ns`` (None: it does not
         exist); its values are read by the API call and dropped there."""
-        return read_secret_info(KubeClient(kube.api, ns or kube.namespace), name)
+        return read_secret_info(kube.in_namespace(ns or kube.namespace), name)
 
     def shutdown(runtime: Runtime) -> None:
         if isinstance(runtime, ProjectNamespaces):

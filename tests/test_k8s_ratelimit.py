@@ -1,0 +1,60 @@
+"""The token bucket every Kubernetes API request of a server passes (client.RateLimit) and its
+settings (--k8s-qps, --k8s-burst): pure, a clock of the test's own."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("kubernetes")
+
+from rlark.runtimes.kubernetes.client import RateLimit  # noqa: E402
+from rlark.runtimes.kubernetes.settings import rate_limit  # noqa: E402
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_burst_goes_at_once_then_requests_are_spaced_at_the_rate():
+    clock = Clock()
+    limit = RateLimit(qps=10, burst=3, now=clock)
+    assert [limit.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
+    # the next ones queue behind each other, 1/qps apart
+    assert [limit.reserve() for _ in range(3)] == pytest.approx([0.1, 0.2, 0.3])
+    assert (limit.waited, limit.waited_s) == (3, pytest.approx(0.6))
+
+
+def test_a_quiet_spell_refills_the_bucket_up_to_the_burst_only():
+    clock = Clock()
+    limit = RateLimit(qps=10, burst=2, now=clock)
+    limit.reserve(), limit.reserve(), limit.reserve()  # one in debt
+    clock.t += 0.1  # pays the debt back
+    assert limit.reserve() == pytest.approx(0.1)
+    clock.t += 3600.0  # an hour: still only `burst` at once
+    assert [limit.reserve() for _ in range(3)] == pytest.approx([0.0, 0.0, 0.1])
+
+
+@pytest.mark.parametrize("qps, burst", [(0, 1), (-1, 5), (10, 0)])
+def test_a_limit_out_of_range_is_refused(qps, burst):
+    with pytest.raises(ValueError, match="qps > 0 and burst >= 1"):
+        RateLimit(qps=qps, burst=burst)
+
+
+def test_the_settings_default_to_kuberays_and_refuse_what_is_not_a_number(monkeypatch):
+    monkeypatch.delenv("RLARK_K8S_QPS", raising=False)
+    monkeypatch.delenv("RLARK_K8S_BURST", raising=False)
+    assert rate_limit() == (100.0, 200)
+    monkeypatch.setenv("RLARK_K8S_QPS", "25.5")
+    monkeypatch.setenv("RLARK_K8S_BURST", "50")
+    assert rate_limit() == (25.5, 50)
+    monkeypatch.setenv("RLARK_K8S_QPS", "fast")
+    with pytest.raises(ValueError, match="RLARK_K8S_QPS='fast'"):
+        rate_limit()
+    monkeypatch.setenv("RLARK_K8S_QPS", "5")
+    monkeypatch.setenv("RLARK_K8S_BURST", "0")
+    with pytest.raises(ValueError, match="RLARK_K8S_BURST"):
+        rate_limit()
