@@ -481,10 +481,10 @@ class JobService:
                 select(JobRow).where(JobRow.id.in_(ids)).options(selectinload(JobRow.project)))} if ids else {}
             jobs = [by_id[i] for i in ids if i in by_id]
             run_ids = [j.current_run_id for j in jobs if j.current_run_id]
-            # Workers and Tasks of the page's Runs in two queries, not two per row
+            # the page's Runs' Tasks in one query, not one per row; no Worker rows (job_summary)
             runs = {r.id: r for r in s.scalars(
                 select(RunRow).where(RunRow.id.in_(run_ids))
-                .options(selectinload(RunRow.workers), selectinload(RunRow.tasks)))} if run_ids else {}
+                .options(selectinload(RunRow.tasks)))} if run_ids else {}
             from rlark.services.secrets import mask_data
 
             items = [mask_data(job_summary(j, runs.get(j.current_run_id)

@@ -107,6 +107,16 @@ def event_view(e: EventRow) -> dict[str, Any]:
     }
 
 
+def _ready(run: RunRow) -> int:
+    """The Run's ready Workers (``workersReady``) from its Tasks' counts, which each controller
+    pass keeps with the Workers' phases (``_sync_tasks``), so a list of Jobs loads no Worker
+    rows (a 1,000-Worker Run's are 1,000 lifecycle blobs: issue 23); from the Workers only for
+    a Run without Tasks."""
+    if run.tasks:
+        return sum(t.ready for t in run.tasks)
+    return sum(1 for w in run.workers if is_ready(run.phase, w.phase, w.lifecycle))
+
+
 def job_summary(job: JobRow, run: RunRow | None) -> dict[str, Any]:
     spec = job.spec.get("spec", {})
     roles = spec.get("roles", [])
@@ -121,7 +131,7 @@ def job_summary(job: JobRow, run: RunRow | None) -> dict[str, Any]:
         "headRole": spec.get("headRole"),
         "roles": [{"name": r.get("name"), "workers": r.get("workers", 1)} for r in roles],
         "workersTotal": sum(int(r.get("workers", 1)) for r in roles),
-        "workersReady": run_view(run)["workersReady"] if run else 0,
+        "workersReady": _ready(run) if run else 0,
         "run": run.number if run else None,
         "runtime": run.runtime if run else None,
         "createdAt": _iso(job.created_at),
