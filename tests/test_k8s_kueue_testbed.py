@@ -166,7 +166,7 @@ def _pending_workloads(tb, path: str) -> dict:
 def test_the_api_server_serves_kueues_visibility_api_with_the_places_in_line(k8s_kueue_testbed, kueue_ns):
     """The aggregated API visibility.kueue.x-k8s.io reaches the local manager (APIService,
     Service without selector, EndpointSlice on this machine's address): two complete groups
-    waiting behind an admitted one are listed in their order, places counted from 0."""
+    waiting behind an admitted one are listed in Kueue's order, places counted from 0."""
     tb, ns = k8s_kueue_testbed, kueue_ns
     core = tb.admin()
     for i in range(2):  # 2 x 2 GPUs of GPU_QUOTA 4: admitted
@@ -175,7 +175,10 @@ def test_the_api_server_serves_kueues_visibility_api_with_the_places_in_line(k8s
     for group in ("next", "then"):  # each waits for the quota group now holds
         core.create_namespaced_pod(ns, _pod(f"{group}-0", group, 1, gpus=2))
         wait_for(f"group {group}'s Workload", lambda g=group: _workload(tb, ns, f"{g}-0"))
-    names = [_workload(tb, ns, f"{g}-0")["metadata"]["name"] for g in ("next", "then")]
+    # Kueue's order at equal priority: creation time (whole seconds), then uid
+    # (pkg/cache/queue/cluster_queue.go, baseCompareFunc)
+    made = [_workload(tb, ns, f"{g}-0")["metadata"] for g in ("next", "then")]
+    names = [m["name"] for m in sorted(made, key=lambda m: (m["creationTimestamp"], m["uid"]))]
     path = (f"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{ns}/localqueues/{LOCAL_QUEUE}"
             "/pendingworkloads")
 

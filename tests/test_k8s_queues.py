@@ -203,24 +203,31 @@ def test_queued_runs_show_their_places_in_line_as_kueues_visibility_api_tells_th
         return all("in line" in j["message"] for j in jobs.values()) and jobs
 
     jobs = wait_for("both queued Runs to show their places in line", placed)
+    # Kueue's order at equal priority: the Workload's creation time, in whole seconds, then its
+    # uid (pkg/cache/queue/cluster_queue.go, baseCompareFunc): two made within one second may
+    # go either way
+    made = {w["metadata"]["name"]: w["metadata"] for w in workloads(tb, ns)}
+    order = sorted(("second", "third"), key=lambda j: (
+        (m := made[kueue.group_name(j, srv.run_row(j).uid)])["creationTimestamp"], m["uid"]))
     said = f"queued in Kueue LocalQueue {LOCAL_QUEUE} (ClusterQueue {ns}-cq), "
-    assert jobs["second"]["message"].startswith(said + "1st in line: couldn't assign flavors"), jobs
-    assert jobs["third"]["message"].startswith(said + "2nd in line: couldn't assign flavors"), jobs
+    assert jobs[order[0]]["message"].startswith(said + "1st in line: couldn't assign flavors"), jobs
+    assert jobs[order[1]]["message"].startswith(said + "2nd in line: couldn't assign flavors"), jobs
     assert [(j["phase"], j["reason"]) for j in jobs.values()] == [("Pending", "Queued")] * 2
     # the API the console's Queue page and `rlark queue` read, as the administrator
     r = srv._client.get("/api/v1/queue", headers={"Authorization": f"Bearer {srv.admin_token}"})
     assert r.status_code == 200, r.text
-    assert [(i["queue"], i["job"], i["position"]) for i in r.json()["items"]] == [
-        (LOCAL_QUEUE, "second", 1), (LOCAL_QUEUE, "third", 2)]
+    assert sorted((i["queue"], i["job"], i["position"]) for i in r.json()["items"]) == sorted([
+        (LOCAL_QUEUE, order[0], 1), (LOCAL_QUEUE, order[1], 2)])
     proc = rlark("queue", "-o", "json", env=cli_env(RLARK_SERVER=srv.serve()))
     assert proc.returncode == 0, proc.stderr
-    assert [(i["job"], i["position"]) for i in json.loads(proc.stdout)["items"]] == [
-        ("second", 1), ("third", 2)]
-    # the first ends: the second is admitted, the third is next in line
+    assert sorted((i["job"], i["position"]) for i in json.loads(proc.stdout)["items"]) == sorted([
+        (order[0], 1), (order[1], 2)])
+    # the first ends: the one in front is admitted, the other is next in line
     assert succeed(srv, first, "first")["phase"] == "Succeeded"
-    wait_for("Job third to be 1st in line", lambda: (m := srv.job("third")["message"]).startswith(
-        said + "1st in line: ") and m)
-    assert srv.run_row("second").queue_position is None
+    wait_for(f"Job {order[1]} to be 1st in line", lambda: (
+        m := srv.job(order[1])["message"]).startswith(said + "1st in line: ") and m)
+    wait_for(f"Job {order[0]} to be admitted", lambda: srv.job(order[0])["phase"] != "Pending")
+    assert srv.run_row(order[0]).queue_position is None
 
 
 def test_a_job_larger_than_its_queues_quota_is_named_inadmissible_and_a_stopped_queued_run_leaves_nothing(
