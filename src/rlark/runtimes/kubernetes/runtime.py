@@ -32,7 +32,9 @@
   first, the LocalQueue must exist and the namespace's Workloads must be watchable (a third
   watch, started on first use), and a Pod Kueue's webhook did not gate is deleted at once and
   fails the launch. ``queue_state`` answers from the Workload cache whether the group is
-  admitted and why not; ``observe`` reads a Pod Kueue preempted as ``Preempted``.
+  admitted and why not, and its place in line from the last read of Kueue's visibility API (a
+  thread reads each LocalQueue queued Runs wait in every few seconds; none where it is not
+  served); ``observe`` reads a Pod Kueue preempted as ``Preempted``.
 
 A Pod that holds a Worker's name but not its Run's label is not the Worker's: ``observe`` reads
 it as absent, its log is never followed, and no delete touches it.
@@ -1118,18 +1120,20 @@ class KubernetesRuntime:
                 f"read the pending Workloads of Kueue LocalQueue {queue} (visibility API)",
                 kueue.pending_workloads_path(self.namespace, queue), timeout=POSITIONS_TIMEOUT,
                 query=[("limit", str(kueue.PENDING_LIMIT))])
-        except KubeError as exc:
+        except (KubeError, ValueError) as exc:  # ValueError: an answer that is not JSON
+            status = exc.status if isinstance(exc, KubeError) else -1
             with self._lock:
                 self._positions.pop(queue, None)
-                first = exc.status not in self._positions_noted
-                self._positions_noted.add(exc.status)
+                first = status not in self._positions_noted
+                self._positions_noted.add(status)
             if first:
                 why = {404: "the API server does not serve it (Kueue's feature gate "
                             "VisibilityOnDemand is off or its APIService is missing) or Kueue "
                             "does not know the LocalQueue",
                        503: "its APIService is registered but not available",
                        403: f"RBAC forbids it: grant get on {kueue.VISIBILITY_GROUP} "
-                            "localqueues/pendingworkloads"}.get(exc.status, "it failed")
+                            "localqueues/pendingworkloads",
+                       -1: "its answer is not JSON"}.get(status, "it failed")
                 log.warning("Kueue's visibility API gives no places in line in namespace %s: %s "
                             "(%s); queued Runs show none (logged once)", self.namespace, why, exc)
             return
