@@ -120,9 +120,9 @@ def restricted(pod: dict) -> dict:
     return pod
 
 PORT_RANGE = (16000, 19990)  # below 32768; PostgreSQL's tests use 15432-15999, RLark's API 8470
-#: six for the control plane, four more for a real node, three for Kueue (--port-base); one test
+#: six for the control plane, four more for a real node, four for Kueue (--port-base); one test
 #: bed's block starts every PORT_STEP ports
-PORTS_PER_TESTBED = 13
+PORTS_PER_TESTBED = 14
 PORT_STEP = 20
 
 #: `up` arguments of the test bed with a real node alone: a kubelet that runs Pods (containerd,

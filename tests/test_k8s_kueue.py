@@ -117,6 +117,59 @@ def test_what_kueue_says_of_a_group_while_it_waits_and_once_admitted():
     assert admitted.message == "admitted by Kueue LocalQueue team (ClusterQueue gpus)"
 
 
+#: a LocalQueue's pending Workloads as Kueue v0.17's visibility API answers them (GET
+#: .../namespaces/ns/localqueues/team/pendingworkloads: a PendingWorkloadsSummary), the ClusterQueue
+#: holding another LocalQueue's Workload first
+PENDING = {
+    "kind": "PendingWorkloadsSummary", "apiVersion": "visibility.kueue.x-k8s.io/v1beta2",
+    "metadata": {"creationTimestamp": None},
+    "items": [
+        {"metadata": {"name": "ppo-abc123", "namespace": "ns", "creationTimestamp": _iso(NOW - 60)},
+         "priority": 0, "localQueueName": "team", "positionInClusterQueue": 1,
+         "positionInLocalQueue": 0},
+        {"metadata": {"name": "dpo-def456", "namespace": "ns", "creationTimestamp": _iso(NOW - 30)},
+         "priority": 0, "localQueueName": "team", "positionInClusterQueue": 2,
+         "positionInLocalQueue": 1},
+    ],
+}
+
+
+def test_places_in_line_are_read_from_the_visibility_apis_answer_counting_from_one():
+    assert kueue.pending_positions(PENDING) == {"ppo-abc123": 2, "dpo-def456": 3}
+    assert kueue.pending_workloads_path("ns", "team") == (
+        "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues/team/pendingworkloads")
+
+
+@pytest.mark.parametrize("answer", [
+    None, {}, {"items": None}, {"items": "x"}, {"items": [None, "x", {"metadata": "x"}]},
+    {"items": [{"metadata": {"name": "a"}}]},  # no position
+    {"items": [{"metadata": {"name": "a"}, "positionInClusterQueue": -1}]},
+    {"items": [{"metadata": {"name": "a"}, "positionInClusterQueue": "0"}]},
+    {"items": [{"metadata": {"name": "a"}, "positionInClusterQueue": True}]},
+    {"items": [{"metadata": {}, "positionInClusterQueue": 0}]},
+])
+def test_an_answer_of_another_shape_gives_no_place_rather_than_an_error(answer):
+    assert kueue.pending_positions(answer) == {}
+
+
+def test_a_waiting_groups_message_says_its_place_in_line_only_while_it_can_be_admitted():
+    waiting = _workload(_cond("QuotaReserved", "False", "Pending",
+                              "couldn't assign flavors to pod set 4d5e: insufficient unused quota "
+                              "for nvidia.com/gpu in flavor f, 2 more needed"))
+    short = kueue.admission_of(waiting, "team", "gpus", position=2)
+    assert short.position == 2
+    assert short.message.startswith("queued in Kueue LocalQueue team (ClusterQueue gpus), 2nd in "
+                                    "line: couldn't assign flavors")
+    assert kueue.admission_of(None, "team", position=1).message.startswith(
+        "queued in Kueue LocalQueue team: ")  # no Workload yet: nothing Kueue could place
+    never = kueue.admission_of(_workload(_cond(
+        "QuotaReserved", "False", "Inadmissible", "LocalQueue team doesn't exist")), "team", position=1)
+    assert "in line" not in never.message
+    admitted = kueue.admission_of(_workload(_cond("QuotaReserved", "True"), _cond("Admitted", "True"),
+                                            cq="gpus"), "team", position=1)
+    assert admitted.admitted and admitted.position is None and "in line" not in admitted.message
+
+
 def _pod(gates: bool = False, **status) -> dict:
     pod = {"metadata": {"name": "ppo-pool-0", "creationTimestamp": _iso(NOW - 600),
                         "labels": {kueue.GROUP_LABEL: "ppo-abc123", kueue.QUEUE_LABEL: "team"}},

@@ -151,3 +151,44 @@ def test_pod_group_larger_than_quota_stays_gated(k8s_kueue_testbed, kueue_ns):
     pods = [core.read_namespaced_pod(n, ns) for n in names]
     assert all(_gated(p) and p.spec.node_name is None for p in pods), \
         [(p.metadata.name, p.spec.scheduling_gates, p.spec.node_name) for p in pods]
+
+
+def _pending_workloads(tb, path: str) -> dict:
+    """GET ``path`` of Kueue's visibility API through the test bed's API server, as the admin."""
+    import json
+
+    resp = tb.api_client(admin=True).call_api(
+        path, "GET", header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+        _preload_content=False, _return_http_data_only=True, _request_timeout=30)
+    return json.loads(resp.data)
+
+
+def test_the_api_server_serves_kueues_visibility_api_with_the_places_in_line(k8s_kueue_testbed, kueue_ns):
+    """The aggregated API visibility.kueue.x-k8s.io reaches the local manager (APIService,
+    Service without selector, EndpointSlice on this machine's address): two complete groups
+    waiting behind an admitted one are listed in Kueue's order, places counted from 0."""
+    tb, ns = k8s_kueue_testbed, kueue_ns
+    core = tb.admin()
+    for i in range(2):  # 2 x 2 GPUs of GPU_QUOTA 4: admitted
+        core.create_namespaced_pod(ns, _pod(f"now-{i}", "now", 2, gpus=2))
+    wait_for("group now to be admitted", lambda: _admitted_and_bound(tb, ns, ["now-0", "now-1"]))
+    for group in ("next", "then"):  # each waits for the quota group now holds
+        core.create_namespaced_pod(ns, _pod(f"{group}-0", group, 1, gpus=2))
+        wait_for(f"group {group}'s Workload", lambda g=group: _workload(tb, ns, f"{g}-0"))
+    # Kueue's order at equal priority: creation time (whole seconds), then uid
+    # (pkg/cache/queue/cluster_queue.go, baseCompareFunc)
+    made = [_workload(tb, ns, f"{g}-0")["metadata"] for g in ("next", "then")]
+    names = [m["name"] for m in sorted(made, key=lambda m: (m["creationTimestamp"], m["uid"]))]
+    path = (f"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{ns}/localqueues/{LOCAL_QUEUE}"
+            "/pendingworkloads")
+
+    def listed():
+        items = _pending_workloads(tb, path)["items"]
+        return len(items) == 2 and items
+
+    items = wait_for("both waiting groups in the LocalQueue's pending workloads", listed)
+    assert [(i["metadata"]["name"], i["positionInLocalQueue"], i["positionInClusterQueue"])
+            for i in items] == [(names[0], 0, 0), (names[1], 1, 1)]
+    assert all(i["localQueueName"] == LOCAL_QUEUE for i in items)
+    cq = _pending_workloads(tb, f"/apis/visibility.kueue.x-k8s.io/v1beta1/clusterqueues/{ns}-cq/pendingworkloads")
+    assert [i["metadata"]["name"] for i in cq["items"]] == names

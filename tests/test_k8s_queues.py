@@ -177,6 +177,59 @@ def test_a_run_waits_in_its_queue_with_no_pod_bound_until_the_one_before_it_ends
     assert {p.spec.node_name for p in tb.admin().list_namespaced_pod(ns).items} <= set(GPU_NODES) | {None}
 
 
+def test_queued_runs_show_their_places_in_line_as_kueues_visibility_api_tells_them(
+        k8s_kueue_testbed, kueue_ns, server, tmp_path):
+    """Two Runs queued behind a running one (each Job needs 60 % of the ClusterQueue's GPUs): their
+    Queued messages say 1st and 2nd in line, the places Kueue's visibility API gives (the test
+    bed serves it through the API server), and ``GET /api/v1/queue`` and ``rlark queue`` give
+    positions 1 and 2."""
+    import json
+
+    from tests.test_cli import cli_env, rlark
+
+    tb, ns, srv = k8s_kueue_testbed, kueue_ns, server
+    first_yaml = job_yaml("first")
+    first = workers_of(tb, ns, first_yaml, tmp_path, "first")
+    srv.submit(first_yaml)
+    first.wait_running()
+    srv.wait_phase("first", "Starting", "Running")
+    srv.submit(job_yaml("second"))
+    wait_for("Job second to be Queued for quota",
+             lambda: "insufficient unused quota" in srv.job("second")["message"])
+    srv.submit(job_yaml("third"))
+
+    def placed():
+        jobs = {n: srv.job(n) for n in ("second", "third")}
+        return all("in line" in j["message"] for j in jobs.values()) and jobs
+
+    jobs = wait_for("both queued Runs to show their places in line", placed)
+    # Kueue's order at equal priority: the Workload's creation time, in whole seconds, then its
+    # uid (pkg/cache/queue/cluster_queue.go, baseCompareFunc): two made within one second may
+    # go either way
+    made = {w["metadata"]["name"]: w["metadata"] for w in workloads(tb, ns)}
+    order = sorted(("second", "third"), key=lambda j: (
+        (m := made[kueue.group_name(j, srv.run_row(j).uid)])["creationTimestamp"], m["uid"]))
+    said = f"queued in Kueue LocalQueue {LOCAL_QUEUE} (ClusterQueue {ns}-cq), "
+    assert jobs[order[0]]["message"].startswith(said + "1st in line: couldn't assign flavors"), jobs
+    assert jobs[order[1]]["message"].startswith(said + "2nd in line: couldn't assign flavors"), jobs
+    assert [(j["phase"], j["reason"]) for j in jobs.values()] == [("Pending", "Queued")] * 2
+    # the API the console's Queue page and `rlark queue` read, as the administrator
+    r = srv._client.get("/api/v1/queue", headers={"Authorization": f"Bearer {srv.admin_token}"})
+    assert r.status_code == 200, r.text
+    assert sorted((i["queue"], i["job"], i["position"]) for i in r.json()["items"]) == sorted([
+        (LOCAL_QUEUE, order[0], 1), (LOCAL_QUEUE, order[1], 2)])
+    proc = rlark("queue", "-o", "json", env=cli_env(RLARK_SERVER=srv.serve()))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted((i["job"], i["position"]) for i in json.loads(proc.stdout)["items"]) == sorted([
+        (order[0], 1), (order[1], 2)])
+    # the first ends: the one in front is admitted, the other is next in line
+    assert succeed(srv, first, "first")["phase"] == "Succeeded"
+    wait_for(f"Job {order[1]} to be 1st in line", lambda: (
+        m := srv.job(order[1])["message"]).startswith(said + "1st in line: ") and m)
+    wait_for(f"Job {order[0]} to be admitted", lambda: srv.job(order[0])["phase"] != "Pending")
+    assert srv.run_row(order[0]).queue_position is None
+
+
 def test_a_job_larger_than_its_queues_quota_is_named_inadmissible_and_a_stopped_queued_run_leaves_nothing(
         k8s_kueue_testbed, kueue_ns, server):
     tb, ns, srv = k8s_kueue_testbed, kueue_ns, server
@@ -416,6 +469,10 @@ KUEUE_NEEDS = {
     ("workloads", "watch"): ["LaunchFailed", "may not watch Kueue's Workloads",
                              'cannot watch resource "workloads"'],
 }
+#: (resource, verb) of Role rlark-kueue that RLark does without: what a Run shows without it
+KUEUE_OPTIONAL = {
+    ("localqueues/pendingworkloads", "get"): "no place in line",
+}
 
 
 def _kueue_role() -> dict:
@@ -430,13 +487,44 @@ def _kueue_role() -> dict:
 def test_every_verb_of_the_kueue_role_has_a_named_failure_below():
     rows = {(res, verb) for rule in _kueue_role()["rules"] for res in rule["resources"]
             for verb in rule["verbs"]}
-    assert rows == set(KUEUE_NEEDS)
+    assert rows == set(KUEUE_NEEDS) | set(KUEUE_OPTIONAL)
 
 
 def test_the_queued_run_needs_no_more_than_the_kueue_role(k8s_kueue_testbed, kueue_ns, server):
     """With the Role as deployed, a queued Run gets as far as its queue's verdict (sufficient)."""
     server.submit(job_yaml("fits"))
     wait_for("Job fits to be admitted", lambda: server.job("fits")["phase"] == "Starting")
+
+
+def test_without_the_visibility_verb_a_queued_run_shows_no_place_and_the_log_says_why_once(
+        k8s_kueue_testbed, kueue_ns, server, tmp_path, caplog):
+    """Role rlark-kueue without ``get`` on the visibility API's pendingworkloads: a queued Run
+    still waits, Queued, saying what it waits for but no place in line, and the server's log says
+    once why there is none."""
+    import copy
+
+    caplog.set_level(logging.WARNING, logger="rlark.kubernetes")
+    tb, ns, srv = k8s_kueue_testbed, kueue_ns, server
+    role = copy.deepcopy(_kueue_role())
+    role["metadata"]["namespace"] = ns
+    role["rules"] = [r for r in role["rules"] if r["apiGroups"] != [kueue.VISIBILITY_GROUP]]
+    tb.rbac().replace_namespaced_role("rlark-kueue", ns, role)
+    tb.wait_rbac("get", "localqueues", ns, allowed=False, group=kueue.VISIBILITY_GROUP,
+                 subresource="pendingworkloads")
+    first_yaml = job_yaml("first")
+    first = workers_of(tb, ns, first_yaml, tmp_path, "first")
+    srv.submit(first_yaml)
+    first.wait_running()
+    srv.wait_phase("first", "Starting", "Running")
+    srv.submit(job_yaml("second"))
+    job = wait_for("Job second to be Queued for quota",
+                   lambda: "insufficient unused quota" in (j := srv.job("second"))["message"] and j)
+    noted = wait_for("the server's log to say why there is no place in line", lambda: [
+        r.getMessage() for r in caplog.records if "visibility API gives no places" in r.getMessage()])
+    assert (job["phase"], job["reason"]) == ("Pending", "Queued"), job
+    assert "in line" not in job["message"] and "insufficient unused quota" in job["message"], job
+    assert len(noted) == 1 and "RBAC forbids it" in noted[0] and "403" in noted[0], noted
+    assert srv.run_row("second").queue_position is None
 
 
 @pytest.mark.parametrize("resource,verb", sorted(KUEUE_NEEDS), ids=lambda v: str(v))

@@ -8,7 +8,15 @@
 # within client-go's supported skew). It is built from its own go.mod, not with the control
 # plane's v0.36 libraries.
 KUEUE_VERSION=${RLARK_TESTBED_KUEUE_VERSION:-v0.17.0}
-KUEUE_DIR=$CACHE_ROOT/kueue-$KUEUE_VERSION
+# "-vis": built with the visibility server's certificate directory moved under /etc (below); a
+# directory of its own so that a cache built before that, which test beds may be running, stays
+KUEUE_DIR=$CACHE_ROOT/kueue-$KUEUE_VERSION-vis
+# Kueue v0.17's visibility server reads its serving certificate from the fixed directory
+# /visibility (pkg/visibility/server.go: certDir, without internalCertManagement). The test bed
+# gives Kueue a private /etc (an overlay in a mount namespace of its own, see kueue_up) but
+# cannot give it a /visibility without creating that directory on the host, so the build moves
+# it under /etc (certDir is a string variable: the linker's -X sets it)
+KUEUE_VISIBILITY_CERT_DIR=/etc/kueue/visibility
 
 # The namespace label that puts a namespace under Kueue's Pod integration (its webhook and its
 # managedJobsNamespaceSelector both select on it): only RLark's project namespaces carry it.
@@ -59,6 +67,7 @@ build_kueue() {  # build_kueue FORCE
     say "kueue $KUEUE_VERSION: compiling (go $goversion)"
     local ld="-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
     ld+=" -X sigs.k8s.io/kueue/pkg/version.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    ld+=" -X sigs.k8s.io/kueue/pkg/visibility.certDir=$KUEUE_VISIBILITY_CERT_DIR"
     (cd "$dir" && go build -p "${RLARK_TESTBED_BUILD_JOBS:-2}" -trimpath -ldflags "-s -w $ld" \
         -o "$out/bin/kueue" sigs.k8s.io/kueue/cmd/kueue) || die "go build sigs.k8s.io/kueue/cmd/kueue failed"
     src=$(cd "$dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue) || die "cannot locate Kueue's source"
@@ -93,10 +102,27 @@ build_kueue() {  # build_kueue FORCE
 # the API server runs on the same host, so the webhook configurations name a `url:` rather than
 # a Service. Kueue's own certificate rotation (internalCertManagement) is off.
 
-kueue_ports() {  # kueue_ports PORT_BASE: the webhook, health and metrics ports
+kueue_ports() {  # kueue_ports PORT_BASE: the webhook, health, metrics and visibility ports
     KUEUE_WEBHOOK_PORT=$(($1 + 10))
     KUEUE_HEALTH_PORT=$(($1 + 11))
     KUEUE_METRICS_PORT=$(($1 + 12))
+    KUEUE_VISIBILITY_PORT=$(($1 + 13))
+}
+
+# The visibility API (visibility.kueue.x-k8s.io: pending Workloads and their places in line) is
+# an aggregated API: kube-apiserver proxies it to the Kueue manager's own API server, found
+# through an APIService that names a Service. The test bed runs no kube-proxy, so the API server
+# dials the Service's endpoint itself (--enable-aggregator-routing=true), and an endpoint may not
+# be a loopback address (EndpointSlice validation): the manager's visibility server listens on
+# this machine's first global IPv4 address instead.
+KUEUE_VISIBILITY_SERVICE=kueue-visibility-server
+KUEUE_VISIBILITY_VERSIONS="v1beta2 v1beta1"
+
+kueue_host_ip() {  # this machine's first global IPv4 address (not loopback)
+    local ip
+    ip=$(ip -o -4 addr show scope global 2>/dev/null | awk '{ split($4, a, "/"); print a[1]; exit }')
+    [ -n "$ip" ] || die "--kueue needs a non-loopback IPv4 address on this machine for Kueue's visibility server (an aggregated API's endpoint may not be loopback); 'ip -4 addr show scope global' lists none"
+    printf '%s\n' "$ip"
 }
 
 # the webhooks `up` registers: Kueue's own objects, and the Pod integration's (the one framework
@@ -143,10 +169,14 @@ integrations:
 # validateFairSharing); these two, in this order, are v1beta1's defaults
 fairSharing:
   preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]
-# the visibility API (pending Workloads' positions) is an aggregated API server of its own, which
-# would need an APIService and a port: not run
+# the visibility API (pending Workloads' positions; feature gate VisibilityOnDemand, beta and on
+# by default since Kueue v0.9: pkg/features/kube_features.go), served on this machine's address
+# (kueue_host_ip) with the certificate under $KUEUE_VISIBILITY_CERT_DIR (build_kueue)
 featureGates:
-  VisibilityOnDemand: false
+  VisibilityOnDemand: true
+visibilityServer:
+  bindAddress: $KUEUE_HOST_IP
+  bindPort: $KUEUE_VISIBILITY_PORT
 clientConnection:
   qps: 50
   burst: 100
@@ -197,6 +227,74 @@ kueue_conversion_patch() {  # the conversion webhook of a CRD that serves two AP
         "$KUEUE_WEBHOOK_PORT" "$(base64 -w0 <"$DIR/pki/ca.crt")"
 }
 
+kueue_write_visibility() {  # the APIServices of the visibility API, its Service and endpoint
+    local v ca
+    ca=$(base64 -w0 <"$DIR/pki/ca.crt")
+    {
+        # no selector: its one endpoint is the local manager, in the EndpointSlice below
+        cat <<YAML
+apiVersion: v1
+kind: Service
+metadata:
+  name: $KUEUE_VISIBILITY_SERVICE
+  namespace: $KUEUE_NAMESPACE
+spec:
+  ports:
+  - name: https
+    port: 443
+    targetPort: $KUEUE_VISIBILITY_PORT
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: $KUEUE_VISIBILITY_SERVICE
+  namespace: $KUEUE_NAMESPACE
+  labels:
+    kubernetes.io/service-name: $KUEUE_VISIBILITY_SERVICE
+    endpointslice.kubernetes.io/managed-by: rlark-k8s-testbed
+addressType: IPv4
+ports:
+- name: https
+  port: $KUEUE_VISIBILITY_PORT
+  protocol: TCP
+endpoints:
+- addresses: [$KUEUE_HOST_IP]
+  conditions:
+    ready: true
+YAML
+        # Kueue's own APIServices (config/components/visibility) skip TLS verification; these
+        # verify the manager's certificate against the test bed's CA (its name is the Service's
+        # DNS name, as the aggregator checks it)
+        for v in $KUEUE_VISIBILITY_VERSIONS; do
+            cat <<YAML
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: $v.visibility.kueue.x-k8s.io
+spec:
+  group: visibility.kueue.x-k8s.io
+  version: $v
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  caBundle: $ca
+  service:
+    name: $KUEUE_VISIBILITY_SERVICE
+    namespace: $KUEUE_NAMESPACE
+    port: 443
+YAML
+        done
+    } >"$DIR/kueue/visibility.yaml"
+}
+
+kueue_visibility_served() {  # the API server proxies the visibility API to the manager
+    # Kueue's own answer for a ClusterQueue it does not know (a 404 of the API server itself
+    # would say "the server could not find the requested resource")
+    local said
+    said=$(kube get --raw "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/rlark-testbed-check/pendingworkloads" 2>&1) || true
+    [[ $said == *'"rlark-testbed-check" not found'* ]]
+}
+
 kueue_webhook_served() {  # a server-side dry run that passes Kueue's ResourceFlavor webhooks
     kube create --dry-run=server -f - <<YAML
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -221,10 +319,14 @@ kueue_up() {  # kueue_up TIMEOUT: CRDs, namespace, manager, webhooks (the contro
         || { tail -n 20 "$DIR/logs/apply.log" >&2; die "timed out after ${timeout}s waiting for Kueue's CRDs to be Established"; }
     kube create namespace "$KUEUE_NAMESPACE" >>"$DIR/logs/apply.log" 2>&1 \
         || die "could not create namespace $KUEUE_NAMESPACE"
-    # one serving certificate for its webhook and its metrics endpoint
+    # one serving certificate for its webhook and its metrics endpoint, one for its visibility
+    # server (named as its Service, the name the API server's aggregator verifies)
     gen_cert kueue "/CN=kueue" "keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,DNS:localhost"
+    gen_cert kueue-visibility "/CN=$KUEUE_VISIBILITY_SERVICE.$KUEUE_NAMESPACE.svc" "keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=DNS:$KUEUE_VISIBILITY_SERVICE.$KUEUE_NAMESPACE.svc,IP:$KUEUE_HOST_IP"
     kueue_write_config
     # Without internalCertManagement, Kueue v0.17 reads its metrics certificate from the fixed
     # path /etc/kueue/metrics/certs (cmd/kueue/main.go): it runs in a mount namespace of its own
@@ -237,7 +339,17 @@ subjectAltName=IP:127.0.0.1,DNS:localhost"
         cp "$DIR/pki/kueue.key" "$certs/tls.key"
         chmod 600 "$certs/tls.key"
     done
+    # the visibility server's, at the path the build gave it, in the same overlay
+    certs=$DIR/kueue/etc-upper${KUEUE_VISIBILITY_CERT_DIR#/etc}
+    mkdir -p "$certs"
+    cp "$DIR/pki/kueue-visibility.crt" "$certs/tls.crt"
+    cp "$DIR/pki/kueue-visibility.key" "$certs/tls.key"
+    chmod 600 "$certs/tls.key"
     kueue_write_webhooks
+    kueue_write_visibility
+    # the flag, not only $KUBECONFIG: the visibility server's delegated authentication and
+    # authorization (TokenReview, SubjectAccessReview) read the kubeconfig the flag names
+    # (pkg/visibility/server.go) and would otherwise look for in-cluster credentials
     printf 'KUBECONFIG=%s\n' "$DIR/admin.kubeconfig" >"$DIR/cmd/kueue.env"
     local launcher=(unshare --mount --propagation private)
     # a user without CAP_SYS_ADMIN mounts in a user namespace of its own (as its root)
@@ -246,14 +358,18 @@ subjectAltName=IP:127.0.0.1,DNS:localhost"
     write_args kueue "${launcher[@]}" -- /bin/sh -c \
         'mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1,workdir=$2" /etc || exit 111; shift 2; exec "$@"' \
         kueue "$DIR/kueue/etc-upper" "$DIR/kueue/etc-work" \
-        "$KUEUE_DIR/bin/kueue" --config="$DIR/kueue/config.yaml" --zap-log-level=info
+        "$KUEUE_DIR/bin/kueue" --config="$DIR/kueue/config.yaml" \
+        --kubeconfig="$DIR/admin.kubeconfig" --zap-log-level=info
     printf '%s\n' "$KUEUE_DIR/bin/kueue" >"$DIR/cmd/kueue.exe"
-    say "starting Kueue $KUEUE_VERSION (webhook https://127.0.0.1:$KUEUE_WEBHOOK_PORT, health $KUEUE_HEALTH_PORT, metrics $KUEUE_METRICS_PORT)"
+    say "starting Kueue $KUEUE_VERSION (webhook https://127.0.0.1:$KUEUE_WEBHOOK_PORT, health $KUEUE_HEALTH_PORT, metrics $KUEUE_METRICS_PORT, visibility https://$KUEUE_HOST_IP:$KUEUE_VISIBILITY_PORT)"
     start_component kueue
     wait_for "Kueue /readyz (its webhook server started)" "$timeout" kueue \
         curl -fsS --max-time 2 "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz"
     kube apply -f "$DIR/kueue/webhooks.yaml" >>"$DIR/logs/apply.log" 2>&1 \
         || { tail -n 20 "$DIR/logs/apply.log" >&2; die "could not register Kueue's webhooks"; }
     wait_for "the API server to call Kueue's webhook (a dry-run ResourceFlavor)" "$timeout" kueue kueue_webhook_served
-    say "Kueue $KUEUE_VERSION ready in $(elapsed "$start") s (CRDs, manager, webhooks)"
+    kube apply -f "$DIR/kueue/visibility.yaml" >>"$DIR/logs/apply.log" 2>&1 \
+        || { tail -n 20 "$DIR/logs/apply.log" >&2; die "could not register Kueue's visibility API (APIService, Service, EndpointSlice)"; }
+    wait_for "the API server to proxy Kueue's visibility API (a ClusterQueue's pending workloads)" "$timeout" kueue kueue_visibility_served
+    say "Kueue $KUEUE_VERSION ready in $(elapsed "$start") s (CRDs, manager, webhooks, visibility API)"
 }

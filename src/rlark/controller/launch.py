@@ -186,12 +186,16 @@ class Launching(ControllerState):
             return
         self._note_queued(s, run, decision.message)
 
-    def _note_queued(self, s: Session, run: RunRow, message: str) -> None:
-        """Keep the Run Pending with reason ``Queued`` and ``message`` (what its queue says);
-        an Event the first time it is queued."""
+    def _note_queued(self, s: Session, run: RunRow, message: str,
+                     position: int | None = None) -> None:
+        """Keep the Run Pending with reason ``Queued`` and ``message`` (what its queue says)
+        and ``position`` (its place in line when the queue told it: ``rlark queue``); an Event
+        the first time it is queued."""
         if run.reason != Reason.Queued:
             add_event(s, run.job_id, Reason.Queued, message, run_number=run.number)
         run.reason, run.message = Reason.Queued, message
+        if run.queue_position != position:
+            run.queue_position = position
         job = run.job
         if job.current_run_id == run.id:
             job.phase, job.reason, job.message = run.phase, run.reason, run.message
@@ -232,8 +236,9 @@ class Launching(ControllerState):
         state = self.runtime.queue_state(run.job.name, run.uid, run.queue, run.namespace)
         waited = self._waited(run)
         if not state.admitted:
-            self._note_queued(s, run, state.message)
+            self._note_queued(s, run, state.message, state.position)
             return QueueWait(False, state.message, waited, self._queue_timeout(run), state.failure)
+        run.queue_position = None
         workers = plural(len(run.workers), "Worker")
         return QueueWait(True, f"{state.message} after {waited:.0f} s in the queue; starting "
                          f"{workers}", waited, self._queue_timeout(run))

@@ -504,7 +504,8 @@ class QueueState:
     waits for), once admitted what admitted it; ``cluster_queue``: the queue's pool, when it
     has one (Kueue's ClusterQueue); ``admitted_at``: when (Unix seconds); ``inadmissible``:
     the queue can never admit it as it is set up; ``failure``: RLark cannot follow the queue
-    (e.g. RBAC refuses reading it): the Run fails with that ``(reason, message)``."""
+    (e.g. RBAC refuses reading it): the Run fails with that ``(reason, message)``;
+    ``position``: while not admitted, its place in line (1 = next) when the queue tells it."""
 
     admitted: bool
     message: str
@@ -512,6 +513,7 @@ class QueueState:
     admitted_at: float | None = None
     inadmissible: bool = False
     failure: tuple[Reason, str] | None = None
+    position: int | None = None
 
 
 @runtime_checkable

@@ -3,9 +3,9 @@ not admitted yet, by queue, with its place, what it asks for and how long it has
 
 The same on every runtime: on the local runtime the queue is this machine's own admission queue
 (:mod:`rlark.controller.admission`: ``spec.priority`` first, then age), and a place is worked
-out here the same way; on Kubernetes with Kueue it is the Kueue LocalQueue a Run's Pods wait in
-(its place in line is Kueue's to tell, and Kueue v0.17 tells it only through its visibility API,
-which RLark does not read: none is shown).
+out here the same way; on Kubernetes with Kueue it is the Kueue LocalQueue a Run's Pods wait in,
+and its place in line is Kueue's to tell: the controller keeps the place Kueue's visibility API
+last gave (``runs.queue_position``; none where that API is not served).
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def pending(store: Store, profile: RuntimeProfile, projects: list[str] | None = 
     ``queue``: the queue the Run waits in (the one its Workers were launched into; else the
     one its project's setting names; on a runtime whose queue is its own, this machine's);
     None: none (a Run about to start). ``position``: 1 = next, where RLark knows it (this
-    machine's queue); None where the queue does not report one. ``requests``: what all its
+    machine's queue; a cluster's queue that reports it: Kueue's visibility API, the place in
+    the LocalQueue's ClusterQueue); None where the queue does not report one. ``requests``: what all its
     Workers ask for (``cpu`` cores, ``memory`` bytes, ``gpu``), from its spec."""
     now = time.time() if now is None else now
     with store.session() as s:
@@ -86,7 +87,8 @@ def pending(store: Store, profile: RuntimeProfile, projects: list[str] | None = 
             created: datetime = run.created_at
             items.append({
                 "queue": queue, "project": project.name, "job": run.job.name, "run": run.number,
-                "priority": _priority(run.spec), "position": None,
+                "priority": _priority(run.spec),
+                "position": run.queue_position if run.queue is not None else None,
                 "requests": requested(run.spec), "workers": _workers(run.spec),
                 "waitingSeconds": round(max(0.0, now - created.timestamp()), 1),
                 "createdAt": iso(created), "reason": text_of(run.reason), "message": run.message,

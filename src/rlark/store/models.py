@@ -163,6 +163,9 @@ class RunRow(Base):
     #: the queue of the cluster its Workers waited in for admission as one group (set at its
     #: launch: a Kueue LocalQueue); None: none (the local runtime's admission is RLark's own)
     queue: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    #: while it waits in that queue, its place in line (1 = next) as the queue last told it
+    #: (Kueue's visibility API); None: not told (the view shows none)
+    queue_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
     spec: Mapped[dict[str, Any]]
     phase: Mapped[Phase] = mapped_column(enum_type(Phase, "ck_runs_phase"), default=Phase.Pending,
                                          index=True)

@@ -319,6 +319,19 @@ class KubeClient:
                 return None
             raise
 
+    def get_path(self, what: str, path: str, timeout: float = REQUEST_TIMEOUT,
+                 query: builtins.list[tuple[str, str]] | None = None) -> dict:
+        """GET ``path`` (an API path such as an aggregated API's subresource, which the
+        generated methods would escape) with this client's credentials, as JSON, within
+        ``timeout`` seconds (connect and read each).
+
+        Raises:
+            KubeError: the call failed (``what`` begins its message; its HTTP status).
+        """
+        return self._call(what, self.api.api_client.call_api, path, "GET", query_params=query or [],
+                          header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                          _return_http_data_only=True, timeout=(min(CONNECT_TIMEOUT, timeout), timeout))
+
     def delete(self, kind: str, name: str, grace_seconds: int | None = None,
                propagation: str = "Background", uid: str | None = None) -> bool:
         """Delete one object (``grace_seconds``: None for the object's own grace period, 0 to

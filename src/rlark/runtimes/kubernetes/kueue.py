@@ -34,8 +34,20 @@ Workload conditions read here (``workload_types.go``): ``Admitted``, ``QuotaRese
 reason ``Pending`` from the scheduler, ``Inadmissible`` from the workload controller, and Kueue's
 message: "couldn't assign flavors to pod set ...: insufficient unused quota for nvidia.com/gpu in
 flavor F, 2 more needed", or "... > maximum capacity (4)" for a group no quota can ever hold:
-``pkg/scheduler/flavorassigner/flavorassigner.go``), ``Evicted``, ``Finished``. Kueue v0.17 reports
-no place in line on the Workload (only its visibility API does), so RLark shows none.
+``pkg/scheduler/flavorassigner/flavorassigner.go``), ``Evicted``, ``Finished``.
+
+Place in line: Kueue v0.17 reports none on the Workload; its *visibility API* does, an aggregated
+API its manager serves (feature gate ``VisibilityOnDemand``, beta and on by default since v0.9:
+``pkg/features/kube_features.go``; ``pkg/visibility/server.go``): group
+``visibility.kueue.x-k8s.io``, versions ``v1beta2`` and ``v1beta1``, ``GET
+/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/<ns>/localqueues/<name>/pendingworkloads``
+(and ``clusterqueues/<name>/pendingworkloads``) answers a ``PendingWorkloadsSummary`` whose
+``items`` are the pending Workloads (``metadata.name``, ``priority``, ``localQueueName``,
+``positionInClusterQueue``, ``positionInLocalQueue``; both positions count from 0, at most
+``limit`` of them, 1000 by default: ``apis/visibility/v1beta2/types.go``, ``defaults.go``;
+``pkg/visibility/storage/pending_workloads_lq.go``). RLark reads a LocalQueue's
+(:func:`pending_positions`) and shows the place in the ClusterQueue, the order in which the
+ClusterQueue considers its Workloads for admission.
 """
 
 from __future__ import annotations
@@ -49,6 +61,10 @@ from rlark.runtimes.kubernetes.status import parse_time
 from rlark.status import Reason, queued_message
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+#: the visibility API's group and the version RLark reads (Kueue >= 0.14 serves v1beta2)
+VISIBILITY_GROUP, VISIBILITY_VERSION = "visibility.kueue.x-k8s.io", "v1beta2"
+#: the most pending Workloads of a LocalQueue RLark asks for at once (Kueue's default limit)
+PENDING_LIMIT = 1000
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
@@ -164,6 +180,31 @@ def preemption_of(pod: dict | None, preemptor: str | None = None) -> tuple[Reaso
                             f"deleted its Pods (Pod {name}): {said}")
 
 
+def pending_workloads_path(namespace: str, queue: str) -> str:
+    """The visibility API's path of LocalQueue ``queue``'s pending Workloads in ``namespace``
+    (both DNS-1123 labels: nothing to escape)."""
+    return (f"/apis/{VISIBILITY_GROUP}/{VISIBILITY_VERSION}/namespaces/{namespace}"
+            f"/localqueues/{queue}/pendingworkloads")
+
+
+def pending_positions(summary: dict | None) -> dict[str, int]:
+    """Workload name -> its place in its ClusterQueue's line, 1 = the next it considers, from a
+    ``PendingWorkloadsSummary`` of the visibility API (``positionInClusterQueue``, which counts
+    from 0). An item without a name or a non-negative integer position is left out (an answer
+    of another Kueue version must not break the Run's status)."""
+    found: dict[str, int] = {}
+    items = (summary or {}).get("items") if isinstance(summary, dict) else None
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            continue
+        name = (item.get("metadata") or {}).get("name") if isinstance(item.get("metadata"), dict) else None
+        place = item.get("positionInClusterQueue")
+        if (isinstance(name, str) and name and isinstance(place, int) and not isinstance(place, bool)
+                and place >= 0):
+            found[name] = place + 1
+    return found
+
+
 @dataclass(frozen=True)
 class Admission:
     """What Kueue says of a Run's pod group (:func:`admission_of`).
@@ -181,6 +222,9 @@ class Admission:
     waiting_for: str = ""
     inadmissible: bool = False
     workload: str | None = None
+    #: its place in the ClusterQueue's line (1 = next) while not admitted, when Kueue's
+    #: visibility API told it (:func:`pending_positions`)
+    position: int | None = None
 
     @property
     def where(self) -> str:
@@ -197,12 +241,14 @@ class Admission:
         why = self.waiting_for
         if self.inadmissible:
             why = f"inadmissible: {why}" if why else "inadmissible"
-        return queued_message(self.where, None, why)
+        return queued_message(self.where, None if self.inadmissible else self.position, why)
 
 
-def admission_of(workload: dict | None, queue: str, cluster_queue: str | None = None) -> Admission:
+def admission_of(workload: dict | None, queue: str, cluster_queue: str | None = None,
+                 position: int | None = None) -> Admission:
     """What Kueue says of a pod group from its Workload (None: Kueue has not made it yet) in
-    LocalQueue ``queue`` (``cluster_queue``: that LocalQueue's ClusterQueue, when known)."""
+    LocalQueue ``queue`` (``cluster_queue``: that LocalQueue's ClusterQueue, when known;
+    ``position``: its place in line, when the visibility API told it)."""
     if not workload:
         return Admission(queue, False, cluster_queue,
                          waiting_for="waiting for Kueue to make the Workload of the Run's Pods")
@@ -224,9 +270,9 @@ def admission_of(workload: dict | None, queue: str, cluster_queue: str | None = 
     if reserved.get("status") == "False" and said:
         return Admission(queue, False, cq, waiting_for=said,
                          inadmissible=reserved.get("reason") == "Inadmissible" or _NO_FIT in said,
-                         workload=name)
+                         workload=name, position=position)
     return Admission(queue, False, cq, waiting_for="waiting for Kueue to consider it",
-                     workload=name)
+                     workload=name, position=position)
 
 
 def workload_summary(workload: dict) -> dict[str, Any]:

@@ -33,7 +33,9 @@
   first, the LocalQueue must exist and the namespace's Workloads must be watchable (a third
   watch, started on first use), and a Pod Kueue's webhook did not gate is deleted at once and
   fails the launch. ``queue_state`` answers from the Workload cache whether the group is
-  admitted and why not; ``observe`` reads a Pod Kueue preempted as ``Preempted``.
+  admitted and why not, and its place in line from the last read of Kueue's visibility API (a
+  thread reads each LocalQueue queued Runs wait in every few seconds; none where it is not
+  served); ``observe`` reads a Pod Kueue preempted as ``Preempted``.
 
 A Pod that holds a Worker's name but not its Run's label is not the Worker's: ``observe`` reads
 it as absent, its log is never followed, and no delete touches it.
@@ -107,6 +109,14 @@ DELETE_RETRY_SECONDS = 5.0
 NAMES_RETRY_SECONDS = 1.0
 #: HTTP statuses that mean "RLark may not": RBAC (403), credentials (401)
 DENIED = (401, 403)
+#: Kueue's visibility API (places in line): each LocalQueue a queued Run waits in is read at most
+#: once per POSITIONS_INTERVAL seconds, each read bounded by POSITIONS_TIMEOUT seconds; a place
+#: older than POSITIONS_STALE seconds is not shown; a LocalQueue no Run asked about for
+#: POSITIONS_IDLE seconds is not read any more
+POSITIONS_INTERVAL = 5.0
+POSITIONS_TIMEOUT = 5.0
+POSITIONS_STALE = 30.0
+POSITIONS_IDLE = 60.0
 
 
 def _utc(t: float) -> str:
@@ -225,6 +235,14 @@ class KubernetesRuntime:
         self._workload_watch = False
         #: LocalQueue name -> its ClusterQueue (None: not known), read once per queue
         self._local_queues: dict[str, str | None] = {}
+        #: LocalQueue -> (time.monotonic() of the read, Workload name -> place in line), from
+        #: Kueue's visibility API (:meth:`_positions_loop`)
+        self._positions: dict[str, tuple[float, dict[str, int]]] = {}
+        #: LocalQueue -> time.monotonic() a queued Run last asked about it: the queues read
+        self._positions_wanted: dict[str, float] = {}
+        self._positions_reader = False
+        #: why the visibility API gave no places (HTTP status -> logged), each logged once
+        self._positions_noted: set[int] = set()
         self._stop = threading.Event()
         self._kinds = ("Pod", "Event", "Workload")
         #: per watched kind: set once it listed and opened its watch, or was refused
@@ -893,6 +911,7 @@ class KubernetesRuntime:
         Workload watch (started here when it is not yet: after a server restart). No API call
         once the watch runs."""
         self.watch_workloads(wait=False)
+        self._want_positions(queue)
         group = kueue.group_name(job, run_uid)
         with self._lock:
             known = queue in self._local_queues
@@ -915,10 +934,82 @@ class KubernetesRuntime:
                    if error is not None else "reading Kueue's Workloads")
             found = kueue.Admission(queue, False, cluster_queue, waiting_for=why)
         else:
-            found = kueue.admission_of(wl, queue, cluster_queue)
+            found = kueue.admission_of(wl, queue, cluster_queue, self._position_of(queue, group))
+        position = None if found.admitted or found.inadmissible else found.position
         return QueueState(admitted=found.admitted, message=found.message,
                           cluster_queue=found.cluster_queue, admitted_at=found.admitted_at,
-                          inadmissible=found.inadmissible, failure=failure)
+                          inadmissible=found.inadmissible, failure=failure, position=position)
+
+    # --- places in line (Kueue's visibility API) ------------------------------------------------
+
+    def _want_positions(self, queue: str) -> None:
+        """Note that a queued Run waits in LocalQueue ``queue``; start the reader (once)."""
+        with self._lock:
+            self._positions_wanted[queue] = time.monotonic()
+            started, self._positions_reader = self._positions_reader, True
+        if not started:
+            threading.Thread(target=self._positions_loop, daemon=True,
+                             name=f"rlark-kueue-positions-{self.namespace}").start()
+
+    def _position_of(self, queue: str, workload: str) -> int | None:
+        """The place in line of Workload ``workload`` of LocalQueue ``queue`` (1 = next) as the
+        last read of the visibility API said, if that is at most :data:`POSITIONS_STALE`
+        seconds old; None: not known (no read yet, the API not served, not pending)."""
+        with self._lock:
+            read = self._positions.get(queue)
+        if read is None or time.monotonic() - read[0] > POSITIONS_STALE:
+            return None
+        return read[1].get(workload)
+
+    def _positions_loop(self) -> None:
+        """Read the pending Workloads of every LocalQueue queued Runs wait in, one read per
+        queue every :data:`POSITIONS_INTERVAL` seconds (not one per Run), until
+        :meth:`shutdown`. Calls the API outside the lock; never raises."""
+        while not self._stop.is_set():
+            now = time.monotonic()
+            with self._lock:
+                for idle in [q for q, t in self._positions_wanted.items() if now - t > POSITIONS_IDLE]:
+                    del self._positions_wanted[idle]
+                    self._positions.pop(idle, None)
+                queues = sorted(self._positions_wanted)
+            for queue in queues:
+                if self._stop.is_set():
+                    return
+                self._read_positions(queue)
+            if self._stop.wait(POSITIONS_INTERVAL):
+                return
+
+    def _read_positions(self, queue: str) -> None:
+        """One read of LocalQueue ``queue``'s pending Workloads (:func:`.kueue.pending_positions`).
+        A failed read drops the queue's places (no place is shown rather than an old one) and
+        is logged once per HTTP status: 404 (the API is not served: Kueue's feature gate
+        VisibilityOnDemand off or no APIService; or Kueue does not know the LocalQueue), 503 (its
+        APIService is registered but unavailable), 403 (RBAC)."""
+        try:
+            summary = self.kube.get_path(
+                f"read the pending Workloads of Kueue LocalQueue {queue} (visibility API)",
+                kueue.pending_workloads_path(self.namespace, queue), timeout=POSITIONS_TIMEOUT,
+                query=[("limit", str(kueue.PENDING_LIMIT))])
+        except (KubeError, ValueError) as exc:  # ValueError: an answer that is not JSON
+            status = exc.status if isinstance(exc, KubeError) else -1
+            with self._lock:
+                self._positions.pop(queue, None)
+                first = status not in self._positions_noted
+                self._positions_noted.add(status)
+            if first:
+                why = {404: "the API server does not serve it (Kueue's feature gate "
+                            "VisibilityOnDemand is off or its APIService is missing) or Kueue "
+                            "does not know the LocalQueue",
+                       503: "its APIService is registered but not available",
+                       403: f"RBAC forbids it: grant get on {kueue.VISIBILITY_GROUP} "
+                            "localqueues/pendingworkloads",
+                       -1: "its answer is not JSON"}.get(status, "it failed")
+                log.warning("Kueue's visibility API gives no places in line in namespace %s: %s "
+                            "(%s); queued Runs show none (logged once)", self.namespace, why, exc)
+            return
+        places = kueue.pending_positions(summary)
+        with self._lock:
+            self._positions[queue] = (time.monotonic(), places)
 
     def _workloads_refused(self, error: KubeError) -> str:
         return (f"RLark may not watch Kueue's Workloads in namespace {self.namespace}, so it "
