@@ -304,6 +304,7 @@ def rlark_round(workdir: Path, svc: JobService, store: Store, box: SecretBox, na
     try:
         t_run = wait_for_file(marker)
     except TimeoutError:
+        observer.proc.kill()
         job = svc.get(name)
         raise RuntimeError(f"RLark's Run never started its run script: {job['phase']} "
                            f"{job['reason']}: {job['message']}") from None
@@ -320,6 +321,10 @@ def rlark_round(workdir: Path, svc: JobService, store: Store, box: SecretBox, na
                     noticed.setdefault(n["node_rank"], ev["ts"])
     lag = {r: round(noticed[r] - seen[r], 3) for r in noticed if r in seen}
     spans = rlark_spans(svc.timeline(name), t0, t_run)
+    alive = sorted(seen.values())
+    if alive:  # as the baseline's: when the GCS had each node alive (the observer)
+        spans.update({"first node alive": alive[0] - t0, "last node alive": alive[-1] - t0,
+                      "last alive -> run script": t_run - alive[-1]})
     svc.stop(name)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
