@@ -153,7 +153,11 @@ class GcsObserver:
 
     def finish(self) -> dict[int, float]:
         self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=30)
+        try:
+            out, _ = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # inside Ray's client, deaf to the signal
+            self.proc.kill()
+            out, _ = self.proc.communicate()
         try:
             return {int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
         except (IndexError, ValueError):
