@@ -48,16 +48,23 @@ def server(tmp_path_factory):
     yield from serve(tmp_path_factory.mktemp("curves-home"))
 
 
-@pytest.fixture(scope="module")
-def finished(server, tmp_path_factory) -> dict:
-    """The Job once its one Run succeeded and its Worker ended."""
-    work = tmp_path_factory.mktemp("curves-work")
+def working_dir(tmp_path_factory, name: str, script: str, program: str):
+    """A Job's working directory: a minimal RLinf-style config (``config/train.yaml``, the
+    logger under ``results``) and the run script's ``program``, readable by the Worker's uid."""
+    work = tmp_path_factory.mktemp(name)
     work.chmod(0o755)
     (work / "config").mkdir()
     (work / "config" / "train.yaml").write_text(
         "cluster:\n  num_nodes: 1\n  component_placement:\n    actor: all\n"
-        "runner:\n  logger:\n    log_path: results\n    experiment_name: tiny\n")
-    (work / "train.py").write_text(TRAIN)
+        f"runner:\n  logger:\n    log_path: results\n    experiment_name: {name}\n")
+    (work / script).write_text(program)
+    return work
+
+
+@pytest.fixture(scope="module")
+def finished(server, tmp_path_factory) -> dict:
+    """The Job once its one Run succeeded and its Worker ended."""
+    work = working_dir(tmp_path_factory, "curves-work", "train.py", TRAIN)
     server.submit(f"""
 apiVersion: rlark.io/v1
 kind: Job
@@ -141,15 +148,9 @@ w.close()
 def test_the_curves_tab_of_a_live_run_grows_without_a_reload(server, ui, tmp_path_factory):
     """The Curves tab of a Running Run polls (htmx, every 5 s): the points the run script logs
     after the page was opened appear on it, the page never reloaded."""
-    work = tmp_path_factory.mktemp("curves-live")
-    work.chmod(0o755)
+    work = working_dir(tmp_path_factory, "curves-live", "live.py", LIVE)
     share = tmp_path_factory.mktemp("curves-share")
     share.chmod(0o1777)  # the Worker runs under a uid of its own
-    (work / "config").mkdir()
-    (work / "config" / "train.yaml").write_text(
-        "cluster:\n  num_nodes: 1\n  component_placement:\n    actor: all\n"
-        "runner:\n  logger:\n    log_path: results\n    experiment_name: live\n")
-    (work / "live.py").write_text(LIVE)
     server.submit(f"""
 apiVersion: rlark.io/v1
 kind: Job

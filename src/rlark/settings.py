@@ -330,17 +330,7 @@ def object_storage_allow_networks() -> list[str]:
     Raises:
         ValueError: an item is not a network.
     """
-    import ipaddress
-
-    out = []
-    for raw in csv_env("RLARK_OBJECT_STORAGE_ALLOW_NETWORKS"):
-        try:
-            out.append(str(ipaddress.ip_network(raw, strict=False)))
-        except ValueError:
-            raise ValueError(f"RLARK_OBJECT_STORAGE_ALLOW_NETWORKS: {raw!r} is not a network; "
-                             "write CIDRs such as 10.20.0.0/16 or 127.0.0.1/32, "
-                             "comma-separated") from None
-    return out
+    return _networks("RLARK_OBJECT_STORAGE_ALLOW_NETWORKS")
 
 
 def webhook_allow_networks() -> list[str]:
@@ -354,13 +344,22 @@ def webhook_allow_networks() -> list[str]:
     Raises:
         ValueError: an item is not a network.
     """
+    return _networks("RLARK_WEBHOOK_ALLOW_NETWORKS")
+
+
+def _networks(var: str) -> list[str]:
+    """``$var`` as comma-separated CIDRs, each normalised (``10.20.0.5/16`` -> ``10.20.0.0/16``).
+
+    Raises:
+        ValueError: an item is not a network (the variable, the item, the form to write).
+    """
     import ipaddress
 
     out = []
-    for raw in csv_env("RLARK_WEBHOOK_ALLOW_NETWORKS"):
+    for raw in csv_env(var):
         try:
             out.append(str(ipaddress.ip_network(raw, strict=False)))
         except ValueError:
-            raise ValueError(f"RLARK_WEBHOOK_ALLOW_NETWORKS: {raw!r} is not a network; write CIDRs "
-                             "such as 10.20.0.0/16 or 127.0.0.1/32, comma-separated") from None
+            raise ValueError(f"{var}: {raw!r} is not a network; write CIDRs such as "
+                             "10.20.0.0/16 or 127.0.0.1/32, comma-separated") from None
     return out
