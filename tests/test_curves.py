@@ -152,3 +152,15 @@ def test_an_event_file_that_did_not_change_is_not_decoded_again(tmp_path):
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     again = read_dir(str(tmp_path))
     assert again["scalars"] == {} and again["notes"], again
+
+
+def test_a_writers_tenth_file_comes_after_its_ninth():
+    """EventFileWriter numbers a process's writers (``...<pid>.<n><suffix>``): by name alone
+    "10" sorts before "9" and a resumed step would keep the older value."""
+    from rlark.services.curves import event_file_order
+
+    names = ["events.out.tfevents.1700000000.h.77.10.2", "events.out.tfevents.1700000000.h.77.9.1",
+             "events.out.tfevents.999999999.h.1000.0", "events.out.tfevents.1700000001.h.5.0"]
+    assert sorted(names, key=event_file_order) == [
+        "events.out.tfevents.999999999.h.1000.0", "events.out.tfevents.1700000000.h.77.9.1",
+        "events.out.tfevents.1700000000.h.77.10.2", "events.out.tfevents.1700000001.h.5.0"]

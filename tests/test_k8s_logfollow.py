@@ -11,6 +11,7 @@ Pod (issue 23). The API server's own request counter (``apiserver_request_total`
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 
@@ -159,7 +160,11 @@ def test_every_request_and_log_stream_of_the_runtime_passes_the_shared_rate_limi
             return b""
 
         taken = limit.taken
-        assert asyncio.run(one_stream()).endswith(b" hello\n")
+        # in a thread of its own, as the runtime's follower loop runs: this test's thread may
+        # hold a running loop already (Playwright's sync API, in the same pytest worker)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            said = pool.submit(asyncio.run, one_stream()).result(timeout=60)
+        assert said.endswith(b" hello\n")
         assert limit.taken == taken + 1  # the log stream
         other = kube.in_namespace(k8s_namespace)
         taken = limit.taken

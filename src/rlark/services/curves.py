@@ -186,6 +186,15 @@ def _file_time(name: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def event_file_order(name: str) -> tuple:
+    """The sort key that puts event files in the order they were made: their names
+    (``events.out.tfevents.<seconds>.<host>.<pid>.<writer number><suffix>``, TensorBoard's
+    EventFileWriter) with every run of digits compared as a number, so a process's 10th writer
+    comes after its 9th and a later second after an earlier one of fewer digits. Pure."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                 for part in re.split(r"(\d+)", name) if part)
+
+
 def _open_dir(real: str) -> int:
     """A descriptor of directory ``real`` (absolute, links already resolved), every component
     opened with ``O_NOFOLLOW``: a link swapped in since ``real`` was resolved is refused."""
@@ -215,7 +224,8 @@ def read_dir(real: str, since: float | None = None, until: float | None = None) 
     """
     fd = _open_dir(real)
     try:
-        names = sorted(n for n in os.listdir(fd) if n.startswith(EVENT_PREFIX))
+        names = sorted((n for n in os.listdir(fd) if n.startswith(EVENT_PREFIX)),
+                       key=event_file_order)
         key = ("dir", real, tuple(_identity(n, fd) for n in names))
 
         def fetch(name: str) -> tuple[bytes, int]:
@@ -236,8 +246,8 @@ def read_dir(real: str, since: float | None = None, until: float | None = None) 
 
 def read_files(key: tuple, names: list[str], fetch: Callable[[str], tuple[bytes, int]],
                since: float | None = None, until: float | None = None) -> dict[str, Any]:
-    """The scalars of the event files ``names`` (each named ``events.out.tfevents.*``, in name
-    order: their creation times), each read by ``fetch(name)`` -> ``(its first``
+    """The scalars of the event files ``names`` (each named ``events.out.tfevents.*``, in the
+    order they were made: :func:`event_file_order`), each read by ``fetch(name)`` -> ``(its first``
     :data:`MAX_FILE_BYTES` ``bytes, its whole size)`` or :class:`NotRead`; files named outside
     ``[since - SLACK, until + SLACK]`` (Unix seconds; None: open) left out as another Run's:
     ``{"scalars": {tag: [[step, value], ...]}, "files": [names read], "notes": [...],

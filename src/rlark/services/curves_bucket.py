@@ -135,7 +135,7 @@ def read_bucket(client: Any, where: BucketDir, since: float | None = None,
             raise NotRead(f"{name}: not read ({s3_error(exc)})") from None
 
     found = read_files(("s3", endpoint, where.bucket, where.prefix, tuple(identity)),
-                       sorted(names), fetch, since, until)
+                       sorted(names, key=curves.event_file_order), fetch, since, until)
     if cut:
         found["notes"].append(f"more than {MAX_LISTED} objects in {where.at}: the first "
                               f"{MAX_LISTED} looked at")
