@@ -16,7 +16,7 @@ import pytest
 
 from tests.s3_server import s3_server  # noqa: F401  (the fixture)
 from tests.server import RlarkServer, ray_tmp_dir
-from tests.test_curves_e2e import LOGGED, points
+from tests.test_curves_e2e import points, train
 from tests.test_local_mounts import mount_root  # noqa: F401  (the fixture)
 from tests.test_local_objects import s3_mount, secret
 
@@ -24,21 +24,6 @@ pytestmark = pytest.mark.ray
 
 NAME = "curves-s3"
 BUCKET = "rlark-curves-e2e"
-
-
-def train(log: str) -> str:
-    return f"""
-import time
-from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-w = EventFileWriter({log + "/tensorboard"!r})
-for step, values in {LOGGED!r}.items():
-    s = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=t, simple_value=v)
-                                   for t, v in values.items()])
-    w.add_event(event_pb2.Event(step=step, wall_time=time.time(), summary=s))
-w.close()
-"""
 
 
 @pytest.fixture(scope="module")

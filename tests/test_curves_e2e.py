@@ -29,12 +29,17 @@ NAME = "curves"
 LOGGED = {0: {"rollout/rewards": 0.25, "env/success_once": 0.0},
           1: {"rollout/rewards": 0.5, "env/success_once": 0.5},
           2: {"rollout/rewards": 1.0, "env/success_once": 1.0}}
-TRAIN = f"""
+
+
+def train(log: str) -> str:
+    """A run script's program that logs :data:`LOGGED` with tensorboard's own writer into
+    ``<log>/tensorboard``, where RLinf's MetricLogger writes for ``log_path: <log>``."""
+    return f"""
 import time
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-w = EventFileWriter("results/tensorboard")
+w = EventFileWriter({log + "/tensorboard"!r})
 for step, values in {LOGGED!r}.items():
     s = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=t, simple_value=v)
                                    for t, v in values.items()])
@@ -64,7 +69,7 @@ def working_dir(tmp_path_factory, name: str, script: str, program: str):
 @pytest.fixture(scope="module")
 def finished(server, tmp_path_factory) -> dict:
     """The Job once its one Run succeeded and its Worker ended."""
-    work = working_dir(tmp_path_factory, "curves-work", "train.py", TRAIN)
+    work = working_dir(tmp_path_factory, "curves-work", "train.py", train("results"))
     server.submit(f"""
 apiVersion: rlark.io/v1
 kind: Job
