@@ -116,12 +116,17 @@ def workloads(tb, ns: str) -> list[dict]:
     return tb.custom().list_namespaced_custom_object(GROUP, VERSION, ns, "workloads")["items"]
 
 
-def succeed(srv: RlarkOnK8s, workers: KwokWorkers, name: str) -> dict:
-    """Drive a Run whose Pods run through to Succeeded (as its keepers would say it)."""
+def run_to_running(srv: RlarkOnK8s, workers: KwokWorkers, name: str) -> None:
+    """Drive a Run whose Pods run until it is Running (as its keepers would say it)."""
     workers.wait_running()
     workers.join()
     workers.start_run_script()
     srv.wait_phase(name, "Running")
+
+
+def succeed(srv: RlarkOnK8s, workers: KwokWorkers, name: str) -> dict:
+    """Drive a Run whose Pods run through to Succeeded (as its keepers would say it)."""
+    run_to_running(srv, workers, name)
     workers.finish_run_script(0)
     return srv.wait_ended(name)
 
@@ -276,10 +281,7 @@ def test_a_high_priority_job_preempts_a_low_priority_run_which_is_requeued_and_s
     low = workers_of(tb, ns, low_yaml, tmp_path, "low")
     high = workers_of(tb, ns, high_yaml, tmp_path, "high")
     srv.submit(low_yaml)
-    low.wait_running()
-    low.join()
-    low.start_run_script()
-    srv.wait_phase("low", "Running")
+    run_to_running(srv, low, "low")
     first = srv.run_row("low")
     srv.submit(high_yaml)
 
@@ -404,10 +406,7 @@ def test_two_projects_queues_in_one_cohort_share_borrowed_quota_as_fair_sharing_
     wide = workers_of(tb, ns_a, wide_yaml, tmp_path, "wide")
     fair = workers_of(tb, ns_b, fair_yaml, tmp_path, "fair")
     srv.submit(wide_yaml)
-    wide.wait_running()
-    wide.join()
-    wide.start_run_script()
-    srv.wait_phase("wide", "Running")
+    run_to_running(srv, wide, "wide")
     first = srv.run_row("wide")
     assert first.queue == "a"
     # borrowing 2 of the 6 lendable GPUs: Kueue reports A's share (only under Fair Sharing:
