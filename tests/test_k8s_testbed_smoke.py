@@ -172,10 +172,13 @@ def test_more_gpus_than_any_node_fails_scheduling(api):
         messages = wait_until(f"a FailedScheduling event for {pod_name} from kube-scheduler",
                               lambda: scheduling_failures(api, pod_name))
         assert any("Insufficient nvidia.com/gpu" in m for m in messages), messages
-        pod = api.read_namespaced_pod(pod_name, NS)
-        assert pod.status.phase == "Pending"
-        cond = [c for c in pod.status.conditions or [] if c.type == "PodScheduled"]
-        assert cond and cond[0].status == "False" and cond[0].reason == "Unschedulable"
+        # The scheduler sends the event and patches the Pod's status separately, in no set
+        # order: wait for the condition too rather than read it once.
+        cond = wait_until(f"Pod {pod_name}'s PodScheduled condition from kube-scheduler",
+                          lambda: [c for c in api.read_namespaced_pod(pod_name, NS).status.conditions or []
+                                   if c.type == "PodScheduled"])
+        assert cond[0].status == "False" and cond[0].reason == "Unschedulable", cond
+        assert api.read_namespaced_pod(pod_name, NS).status.phase == "Pending"
     finally:
         delete_pod(api, pod_name)
 
