@@ -42,7 +42,8 @@ class RealRlark:
     Pod Security ``privileged`` for the quickstart's hostPath), and ``shared``, the one directory
     its Pod policy lets Jobs mount (and where it reads RLinf configs)."""
 
-    def __init__(self, tb, work: Path):
+    def __init__(self, tb, work: Path, env: dict[str, str] | None = None):
+        """``env``: more of the server's settings."""
         self.tb = tb
         self.ns = tb.project_namespace()
         tb.grant_leader_election(self.ns)
@@ -57,7 +58,7 @@ class RealRlark:
                     "KUBECONFIG": str(tb.rlark_kubeconfig),
                     "RLARK_K8S_HOST_PATH_PREFIXES": str(self.shared),
                     "RLARK_CONFIG_ROOTS": str(self.shared),
-                    "RLARK_K8S_IMAGE_PULL_GRACE": "5"}
+                    "RLARK_K8S_IMAGE_PULL_GRACE": "5", **(env or {})}
         self.server = RlarkServer(self.home, self.env).start()
 
     def restart_after_crash(self) -> None:
@@ -86,6 +87,12 @@ class RealRlark:
             "NetworkPolicy": net.list_namespaced_network_policy(self.pns, label_selector=sel).items,
         }
         return {k: [o.metadata.name for o in v] for k, v in found.items() if v}
+
+    def node_ip(self) -> str:
+        """The real node's InternalIP: its bridge's address, which its Pods reach this
+        machine at (scripts/k8s-testbed.d/node-run.sh)."""
+        node = self.tb.admin().read_node(self.tb.real_node)
+        return next(a.address for a in node.status.addresses if a.type == "InternalIP")
 
     def pod(self, name: str):
         return self.tb.admin().read_namespaced_pod(name, self.pns)

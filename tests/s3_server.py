@@ -61,22 +61,22 @@ def _tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def _free(port: int) -> bool:
+def _free(port: int, ip: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((ip, port))
         except OSError:
             return False
     return True
 
 
-def _pick_ports() -> dict[str, int]:
-    """A block of :data:`PORT_NAMES` consecutive free ports in ``[PORT_LOW, PORT_HIGH)``."""
+def _pick_ports(ip: str = "127.0.0.1") -> dict[str, int]:
+    """A block of :data:`PORT_NAMES` consecutive free ports of ``ip`` in ``[PORT_LOW, PORT_HIGH)``."""
     size = len(PORT_NAMES)
     starts = list(range(PORT_LOW, PORT_HIGH - size, size))
     random.shuffle(starts)
     for base in starts:
-        if all(_free(base + k) for k in range(size)):
+        if all(_free(base + k, ip) for k in range(size)):
             return {name: base + k for k, name in enumerate(PORT_NAMES)}
     raise S3ServerUnavailable(f"no {size} free consecutive ports in {PORT_LOW}-{PORT_HIGH}")
 
@@ -151,8 +151,9 @@ class S3Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def start_s3_server() -> S3Server:
-    """Start ``weed server`` (master, volume, filer, S3) on free ports with fresh keys, and
+def start_s3_server(ip: str = "127.0.0.1") -> S3Server:
+    """Start ``weed server`` (master, volume, filer, S3) on free ports of ``ip`` (an address of
+    this machine, e.g. the test bed's real node's, which its Pods reach) with fresh keys, and
     wait (bounded: ``RLARK_S3_SERVER_UP_TIMEOUT``, default 90 s) until its S3 gateway lists
     buckets with those keys.
 
@@ -161,7 +162,7 @@ def start_s3_server() -> S3Server:
             last lines are in the message).
     """
     weed = weed_binary()
-    ports = _pick_ports()
+    ports = _pick_ports(ip)
     root = Path(tempfile.mkdtemp(prefix="rlark-s3-server-"))
     (root / "data").mkdir()
     access_key = "RLARK" + secrets.token_hex(8).upper()
@@ -171,9 +172,12 @@ def start_s3_server() -> S3Server:
         "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
         "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}))
     (root / "s3.json").chmod(0o600)
-    args = [weed, "server", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+    # -volume.max: the master grows 7 volumes for a bucket's first write (its collection's own;
+    # sparse files, a few KB while empty), and a bucket without one answers InternalError
+    # ("No writable volumes and no free volumes left"): 128 holds the 18 buckets of a session
+    args = [weed, "server", f"-dir={root / 'data'}", f"-ip={ip}", f"-ip.bind={ip}",
             "-filer", "-s3", f"-s3.config={root / 's3.json'}", "-master.telemetry=false",
-            "-volume.max=4", "-volume.preStopSeconds=0", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            "-volume.max=128", "-volume.preStopSeconds=0", "-s3.port.iceberg=0", "-s3.port.lance=0",
             f"-filer.localSocket={root / 'filer.sock'}", f"-s3.localSocket={root / 's3.sock'}",
             *(f"-{name}={port}" for name, port in ports.items())]
     log = open(root / "weed.log", "wb")
@@ -182,7 +186,7 @@ def start_s3_server() -> S3Server:
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     finally:
         log.close()
-    server = S3Server(endpoint=f"http://127.0.0.1:{ports['s3.port']}", access_key=access_key,
+    server = S3Server(endpoint=f"http://{ip}:{ports['s3.port']}", access_key=access_key,
                       secret_key=secret_key, dir=root, proc=proc)
     timeout = float(os.environ.get("RLARK_S3_SERVER_UP_TIMEOUT", "90"))
     deadline = time.monotonic() + timeout

@@ -402,7 +402,12 @@ def test_findings_of_the_kubernetes_policy_and_capacity_in_chinese():
                   "mounts": [{"name": "p", "type": "pvc", "source": "c", "mountPath": "/p",
                               "kubernetes": {"size": "lots"}},
                              {"name": "o", "type": "objectStorage", "source": "s3://b/p",
-                              "mountPath": "/o"}]}):
+                              "mountPath": "/o", "objectStorage": {"mode": "fuse"}},
+                             {"name": "c", "type": "objectStorage", "source": "s3://b/p",
+                              "mountPath": "/c", "objectStorage": {"mode": "copy"},
+                              "kubernetes": {"storageClass": "fast"}},
+                             {"name": "g", "type": "objectStorage", "source": "s3://B/p",
+                              "mountPath": "/g"}]}):
         job, _ = _job(**role)
         seen |= _all_chinese(check_for_kubernetes(job, nodes, free_basis="cluster"),
                              {"zh", "head"} | {n.name for n in nodes})
@@ -410,7 +415,8 @@ def test_findings_of_the_kubernetes_policy_and_capacity_in_chinese():
     assert {"RootNotAllowed", "ServiceAccountNotAllowed", "TolerationNotAllowed",
             "HostPathNotAllowed", "CsiDriverNotAllowed", "InvalidRunAsUser",
             "ExceedsNodeCapacity", "NoEligibleNode", "LocalSettingIgnored",
-            "CapacityUnknown"} <= seen, seen
+            "CapacityUnknown", "ObjectStorageNeedsDriver", "ObjectStorageModeConflict",
+            "InvalidMountSource"} <= seen, seen
 
 
 def test_findings_of_rlinf_cluster_sections_in_chinese():

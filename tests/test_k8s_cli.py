@@ -63,7 +63,8 @@ def test_render_makes_a_run_id_and_refuses_other_runtimes_and_bad_jobs(tmp_path)
     assert proc.returncode == 1 and "run id 'Bad_Id'" in error_line(proc)
     data = yaml.safe_load(QUICKSTART.read_text())
     data["spec"]["roles"][0]["mounts"] = [{"name": "m", "type": "objectStorage",
-                                           "source": "s3://b/p", "mountPath": "/m"}]
+                                           "source": "s3://bkt/p", "mountPath": "/m",
+                                           "objectStorage": {"mode": "fuse"}}]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(data))
     proc = rlark("render", str(bad))

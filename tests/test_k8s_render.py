@@ -138,10 +138,12 @@ def test_every_mount_kind():
                              "resources": {"requests": {"storage": "100Gi"}}}
 
 
-def test_object_storage_without_a_driver_is_refused_by_preflight_and_render():
+def test_object_storage_in_fuse_mode_without_a_driver_is_refused_by_preflight_and_render():
+    # (auto without a driver is copied in and out: tests/test_k8s_copymounts.py)
     data = job(1).model_dump(by_alias=True, mode="json")
     data["spec"]["roles"][0]["mounts"] = [{"name": "m", "type": "objectStorage",
-                                           "source": "s3://b/p", "mountPath": "/m"}]
+                                           "source": "s3://bkt/p", "mountPath": "/m",
+                                           "objectStorage": {"mode": "fuse"}}]
     j = Job.model_validate(data)
     (f,) = [f for f in check_spec_for_kubernetes(j, PodPolicy()) if f.code == "ObjectStorageNeedsDriver"]
     assert f.path == "spec.roles[0].mounts[0].kubernetes" and "neither is" in f.message

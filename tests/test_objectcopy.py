@@ -52,3 +52,58 @@ def test_failures_name_the_s3_error_code(s3_server, tmp_path):
     nobody = objectcopy.run({**request(s3_server, "in", tmp_path, bucket="copier-codes"),
                              "endpoint": "http://127.0.0.1:9"})
     assert (nobody["ok"], nobody["code"]) == (False, "EndpointConnectionError"), nobody
+
+
+def test_a_pods_init_container_copies_every_mount_in_and_stops_at_the_first_failure(s3_server, tmp_path):
+    """``objcopy-in`` as a Pod's init container runs it (rlark.runtimes.kubernetes.copymounts):
+    the bootstrap archive under ``python -I``, its mounts and keys in its environment; each
+    result left in the state directory for the keeper, the first failure as its last line."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from rlark.bootstrap.archive import bootstrap_archive
+    from rlark.bootstrap.objects import state_file
+
+    s3 = s3_server.client()
+    s3.create_bucket(Bucket="init-copy")
+    s3.put_object(Bucket="init-copy", Key="data/train.txt", Body=b"rows\n")
+    archive = tmp_path / "rlark-bootstrap.pyz"
+    archive.write_bytes(bootstrap_archive().data)
+    state, data, ckpt = (tmp_path / d for d in ("state", "data", "ckpt"))
+    for d in (state, data, ckpt):
+        d.mkdir()
+    plan = [{"name": "data", "source": "s3://init-copy/data", "bucket": "init-copy",
+             "prefix": "data", "path": str(data), "endpoint": s3_server.endpoint, "index": 0},
+            {"name": "ckpt", "source": "s3://init-copy/ckpt", "bucket": "init-copy",
+             "prefix": "ckpt", "path": str(ckpt), "endpoint": s3_server.endpoint, "index": 3}]
+    base = {"PATH": os.environ["PATH"], objectcopy.INIT_STATE_VAR: str(state),
+            objectcopy.INIT_MOUNTS_VAR: json.dumps(plan)}
+    keys = {"RLARK_S3_0_ACCESS_KEY_ID": s3_server.access_key,
+            "RLARK_S3_0_SECRET_ACCESS_KEY": s3_server.secret_key}
+
+    def init(env: dict) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-I", str(archive), "objcopy-in"], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    # the second mount's keys are wrong (another index's are not its own)
+    done = init({**base, **keys, "RLARK_S3_3_ACCESS_KEY_ID": "RLARKNOSUCHKEY0000",
+                 "RLARK_S3_3_SECRET_ACCESS_KEY": "wrong"})
+    assert done.returncode == 1, done.stderr
+    first, last = [json.loads(line) for line in done.stdout.splitlines()]
+    assert first == {"mount": "data", "ok": True, "files": 1, "bytes": 5, "skipped": 0,
+                     "seconds": first["seconds"]}
+    assert (last["mount"], last["source"], last["ok"], last["code"]) == (
+        "ckpt", "s3://init-copy/ckpt", False, "InvalidAccessKeyId")
+    assert s3_server.secret_key not in done.stdout + done.stderr
+    left = json.loads((state / state_file(0)).read_text())
+    assert (left["files"], left["bytes"], sorted(left["manifest"])) == (1, 5, ["train.txt"])
+    assert not (state / state_file(3)).exists()
+    assert (data / "train.txt").read_bytes() == b"rows\n"
+    # both mounts with the right keys: both results
+    keys.update({"RLARK_S3_3_ACCESS_KEY_ID": s3_server.access_key,
+                 "RLARK_S3_3_SECRET_ACCESS_KEY": s3_server.secret_key})
+    done = init({**base, **keys})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((state / state_file(3)).read_text())["files"] == 0

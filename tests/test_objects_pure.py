@@ -96,14 +96,6 @@ def test_the_local_runtime_refuses_fuse_and_non_s3_and_a_worker_without_a_namesp
     assert unprovided_mounts(fuse, 0, own_namespace=True, fuse=None) == []
 
 
-def test_the_kubernetes_runtime_refuses_copy_mode_for_now():
-    from rlark.runtimes.kubernetes.preflight import check_spec_for_kubernetes
-
-    j = job([s3_mount(objectStorage={"mode": "copy"})])[0]
-    found = [(f.code, f.path) for f in check_spec_for_kubernetes(j)]
-    assert ("MountUnavailable", "spec.roles[0].mounts[0].objectStorage.mode") in found
-
-
 def test_the_copy_plan_carries_the_secret_values_to_the_keeper_only():
     role = job([s3_mount(readOnly=True),
                 {"name": "pub", "type": "objectStorage", "source": "s3://public-data",
@@ -133,9 +125,12 @@ def test_the_keeper_takes_the_credentials_out_of_the_workloads_environment():
     cfg = Config(own, workload)
     assert cfg.objects == mounts and cfg.copy_python == "/srv/python"
     assert "SECRET" not in json.dumps(cfg.env) and keeper_objects.OBJECTS_VAR not in cfg.env
-    # without the pipe (one environment, a Pod) nothing is taken from the keeper's own
+    # without the pipe (one environment, a Pod) the plan leaves the environment, and keys come
+    # only from the Run's Secret's variables (tests/test_k8s_copymounts.py), never the plan
     alone = Config({"RLARK_KEEPER_BOOTSTRAP": "/b.pyz", keeper_objects.OBJECTS_VAR: json.dumps(mounts)})
-    assert alone.objects == [] and keeper_objects.OBJECTS_VAR not in alone.env
+    assert alone.objects == [{k: v for k, v in mounts[0].items()
+                              if k not in ("access_key_id", "secret_access_key")}]
+    assert keeper_objects.OBJECTS_VAR not in alone.env
     with pytest.raises(ValueError, match="absolute path"):
         keeper_objects.parse_mounts(json.dumps([{**mounts[0], "path": "ckpt"}]))
 

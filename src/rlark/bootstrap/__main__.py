@@ -4,6 +4,7 @@
     python rlark-bootstrap.pyz worker         the Worker's bootstrap, started by its keeper
     python -I -S rlark-bootstrap.pyz exec     a server helper in a jail (sandbox.exec_jailed)
     python -I rlark-bootstrap.pyz objcopy     one object-storage copy (objectcopy.py)
+    python -I rlark-bootstrap.pyz objcopy-in  a Pod's init container: its mounts copied in
 
 Only the part asked for is imported, before anything runs: the keeper loads none of the
 workload's modules, the workload none of the keeper's.
@@ -14,13 +15,14 @@ from __future__ import annotations
 import os
 import sys
 
-USAGE = """usage: python [-I -S] rlark-bootstrap.pyz {keeper|worker|exec|objcopy|--help}
+USAGE = """usage: python [-I -S] rlark-bootstrap.pyz {keeper|worker|exec|objcopy|objcopy-in|--help}
 
 RLark's Worker bootstrap (stdlib + ray only; inputs from RLARK_* environment variables):
   keeper   a Worker's first process: writes its lifecycle lines, starts the workload
   worker   the Worker's bootstrap (Ray node, join barrier, facts), started by the keeper
   exec     run RLARK_KEEPER_EXEC as RLARK_KEEPER_UID in the view RLARK_KEEPER_SANDBOX describes
   objcopy  copy one object-storage mount in or out (a JSON request on stdin; needs boto3)
+  objcopy-in  a Pod's init container: copy its copy-mode mounts in (RLARK_OBJECT_STORAGE)
 """
 
 
@@ -51,6 +53,10 @@ def main(argv: list[str]) -> int:
         from rlark.bootstrap import objectcopy
 
         return objectcopy.main()
+    if command == "objcopy-in":
+        from rlark.bootstrap import objectcopy
+
+        return objectcopy.main_init()
     if command in ("-h", "--help", "help"):
         sys.stdout.write(USAGE)
         return 0

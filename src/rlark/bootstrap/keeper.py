@@ -49,7 +49,9 @@ Inputs (environment; the ``RLARK_KEEPER_*`` ones are removed before the workload
 ``RLARK_KEEPER_BOOTSTRAP`` (the bootstrap archive the workload runs, ``python <it> worker``;
 default the archive this keeper runs from), ``RLARK_KEEPER_PYTHON`` (the interpreter for it;
 default this one), ``RLARK_KEEPER_UID``/``RLARK_KEEPER_GID``, ``RLARK_KEEPER_SANDBOX`` (JSON),
-``RLARK_KEEPER_HOST_MNTNS`` (the server's mount namespace: the keeper never mounts in it); and
+``RLARK_KEEPER_HOST_MNTNS`` (the server's mount namespace: the keeper never mounts in it);
+``RLARK_KEEPER_OBJECT_STORAGE``, ``RLARK_KEEPER_OBJECTS_STATE`` and ``RLARK_KEEPER_S3_*`` (a
+Pod's copy-mode mounts: ``rlark.runtimes.kubernetes.copymounts``); and
 the bootstrap's own ``RLARK_RUN_SCRIPT``, ``RLARK_HEAD_ADDRESS``, ``RLARK_WORKING_DIR``,
 ``RLARK_STOP_GRACE_SECONDS``, ``RLARK_FACTS_BUDGET_SECONDS``, ``RLARK_USAGE_SECONDS`` (seconds
 between ``usage`` lines, usage.py), ``RLINF_NODE_RANK``.
@@ -126,11 +128,23 @@ class Config:
         self.sandbox = json.loads(raw) if raw else None
         self.host_mntns = take("RLARK_KEEPER_HOST_MNTNS") or None
         self.copy_python = take(object_mounts.COPY_PYTHON_VAR) or self.python
-        # credentials: only ever through the pipe, and never into the workload's environment
-        raw = (workload or {}).get(object_mounts.OBJECTS_VAR, "")
+        # credentials: only ever through the pipe (local runtime) or the keeper's own
+        # environment (a Pod: secretKeyRef), and never into the workload's environment
+        raw = (workload if workload is not None else own).get(object_mounts.OBJECTS_VAR, "")
         own.pop(object_mounts.OBJECTS_VAR, None)
         env.pop(object_mounts.OBJECTS_VAR, None)
         self.objects = object_mounts.parse_mounts(raw)
+        if workload is None:
+            # a Pod: the keys come from the Run's Secret (secretKeyRef), never from the plan
+            for m in self.objects:
+                m.pop("access_key_id", None)
+                m.pop("secret_access_key", None)
+            object_mounts.take_credentials(own, object_mounts.KEYS_PREFIX, self.objects)
+        else:
+            object_mounts.take_credentials(env, object_mounts.KEYS_PREFIX, [])
+        #: a Pod's copy-mode mounts were copied in by its init container, which left its
+        #: results here (None: the keeper copies in itself)
+        self.objects_state = take(object_mounts.STATE_VAR) or None
         #: s3fs, for the mounts in FUSE mode (fuse.py)
         self.s3fs = take(fuse_mounts.S3FS_VAR) or "s3fs"
         self.sync_seconds = float(env.get("RLARK_OBJECT_SYNC_SECONDS") or 600.0)

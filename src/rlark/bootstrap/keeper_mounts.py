@@ -32,7 +32,8 @@ def make_mounts(keeper: "Keeper") -> tuple[object_mounts.ObjectMounts | None, in
         keeper._heartbeat(time.monotonic())
 
     mounts = object_mounts.ObjectMounts(copied, cfg.copy_python, cfg.bootstrap,
-                                        keeper._identity(), chan, tick) if copied else None
+                                        keeper._identity(), chan, tick,
+                                        state_dir=cfg.objects_state) if copied else None
     if fused:
         why = ("FUSE mounts are made only in a Worker's own mount namespace, by a keeper that "
                "runs as root" if cfg.sandbox is None or cfg.uid is None else None)

@@ -16,6 +16,9 @@ the object's metadata ``mtime``; copy in adds ``manifest``: relative path ->
 ``{"ok": false, "code", "message"}`` with the S3 error code (``InvalidAccessKeyId``,
 ``NoSuchBucket``, ``AccessDenied``...) or the client's error class.
 
+A Pod's init container runs :func:`main_init` instead (``objcopy-in``): every copy-mode mount
+of its role copied in, the requests from its environment (``rlark.runtimes.kubernetes.copymounts``).
+
 The S3 client is boto3 (the AWS SDK; imported here only, from the interpreter that runs the
 copier: the server's, which has it), path-style addressing where an endpoint is given. Nothing
 of the Worker's home steers it: ``AWS_CONFIG_FILE`` and ``AWS_SHARED_CREDENTIALS_FILE`` are
@@ -162,6 +165,66 @@ def run(req: dict) -> dict:
     except OSError as exc:
         return {"ok": False, "code": "LocalIOError",
                 "message": f"{exc.strerror or exc}: {exc.filename or ''}"[:2000]}
+
+
+#: the init container's settings (``rlark.runtimes.kubernetes.copymounts``): the mounts (a JSON
+#: list as the keeper takes them, no credentials), the state directory, and the prefix of each
+#: mount's credentials' variables (``<prefix><index>_ACCESS_KEY_ID``/``_SECRET_ACCESS_KEY``)
+INIT_MOUNTS_VAR, INIT_STATE_VAR, INIT_KEYS_PREFIX = ("RLARK_OBJECT_STORAGE", "RLARK_OBJECTS_STATE",
+                                                     "RLARK_S3_")
+#: seconds the whole copy in of a Pod may take (as the local runtime's keeper per mount)
+INIT_SECONDS = 3600
+
+
+def main_init() -> int:
+    """``objcopy-in``: a Pod's init container. Copy each mount of ``RLARK_OBJECT_STORAGE`` in,
+    in order, and leave each result (``files``, ``bytes``, ``skipped``, ``seconds``,
+    ``manifest``) as ``<RLARK_OBJECTS_STATE>/mount-<index>.json`` for the Worker's keeper.
+    Writes one JSON line per mount (``{"mount", "ok", "files", "bytes", "seconds"}``; a
+    failure: ``{"mount", "source", "ok": false, "code", "message"}``, the last line, which the
+    Pod's status carries). 0 when every mount was copied in, 1 at the first failure, which
+    ends the copy. Bounded: the kernel ends it (SIGALRM) after :data:`INIT_SECONDS`."""
+    import signal
+    import time
+
+    from rlark.bootstrap.objects import parse_mounts, state_file, take_credentials
+
+    signal.alarm(INIT_SECONDS)
+    env = dict(os.environ)
+    why = make_undumpable()
+
+    def said(line: dict) -> None:
+        sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
+
+    try:
+        mounts = parse_mounts(env.get(INIT_MOUNTS_VAR, ""))
+        state = env.get(INIT_STATE_VAR, "")
+        if not os.path.isabs(state):
+            raise ValueError(f"{INIT_STATE_VAR} is not an absolute path")
+    except ValueError as exc:
+        said({"ok": False, "code": "BadRequest", "message": str(exc)[:1500]})
+        return 1
+    if why:
+        said({"ok": False, "code": "Unprotected",
+              "message": f"the copier could not make itself non-dumpable: {why}"})
+        return 1
+    take_credentials(env, INIT_KEYS_PREFIX, mounts)
+    for place, m in enumerate(mounts):
+        started = time.monotonic()
+        result = run({**m, "direction": "in"})
+        if not result.get("ok"):
+            # the last line: FallbackToLogsOnError makes it the container's termination message
+            said({"mount": m["name"], "source": m["source"], "ok": False,
+                  "code": str(result.get("code"))[:64],
+                  "message": str(result.get("message"))[:1500]})
+            return 1
+        result["seconds"] = round(time.monotonic() - started, 3)
+        with open(os.path.join(state, state_file(m.get("index", place))), "w") as f:
+            json.dump(result, f)
+        said({"mount": m["name"], "ok": True, **{k: result.get(k) for k in
+                                                 ("files", "bytes", "skipped", "seconds")}})
+    return 0
 
 
 def main() -> int:

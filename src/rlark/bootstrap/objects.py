@@ -45,6 +45,12 @@ COPIER_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C.UTF-8",
 
 #: the copy settings' names in the workload environment the keeper is given
 OBJECTS_VAR, COPY_PYTHON_VAR = "RLARK_KEEPER_OBJECT_STORAGE", "RLARK_KEEPER_COPY_PYTHON"
+#: Kubernetes: the directory where the init container left what it copied in
+#: (``objectcopy.main_init``), and the prefix of the writable mounts' credentials' variables
+#: in the keeper's own environment (``<prefix><index>_ACCESS_KEY_ID``/``_SECRET_ACCESS_KEY``;
+#: removed before the workload starts)
+STATE_VAR, KEYS_PREFIX = "RLARK_KEEPER_OBJECTS_STATE", "RLARK_KEEPER_S3_"
+KEY_SUFFIXES = ("ACCESS_KEY_ID", "SECRET_ACCESS_KEY")
 #: seconds copy in may take, per mount (a dataset of some GB on a slow link)
 COPY_IN_SECONDS = 3600.0
 #: what the copier's result line may hold (a manifest of many files)
@@ -67,6 +73,24 @@ def parse_mounts(raw: str) -> list[dict]:
             raise ValueError(f"{OBJECTS_VAR}: a mount without name, source, bucket, prefix "
                              "and an absolute path")
     return mounts
+
+
+def key_variables(prefix: str, index: int) -> tuple[str, str]:
+    """The names of mount ``index``'s access key id and secret key variables (pure)."""
+    return f"{prefix}{index}_{KEY_SUFFIXES[0]}", f"{prefix}{index}_{KEY_SUFFIXES[1]}"
+
+
+def take_credentials(env: dict[str, str], prefix: str, mounts: list[dict]) -> None:
+    """Move each mount's credentials from ``env`` (removed there) into the mount as
+    ``access_key_id``/``secret_access_key`` (by its ``index``, else its place in ``mounts``);
+    a mount without them makes anonymous requests. Every variable with ``prefix`` leaves
+    ``env``, whether a mount names it or not."""
+    for place, m in enumerate(mounts):
+        key_id, secret = key_variables(prefix, int(m.get("index", place)))
+        if env.get(key_id):
+            m["access_key_id"], m["secret_access_key"] = env[key_id], env.get(secret, "")
+    for name in [k for k in env if k.startswith(prefix)]:
+        del env[name]
 
 
 def run_copier(argv: list[str], request: dict, identity: dict, timeout: float,
@@ -122,9 +146,13 @@ class ObjectMounts:
     """One Worker's copy-mode mounts, as its keeper runs them (see the module's docstring)."""
 
     def __init__(self, mounts: list[dict], python: str, archive: str, identity: dict,
-                 chan: Channel, tick: Callable[[], None] = lambda: None):
-        """``tick``: called every half second while a copy runs (:func:`run_copier`)."""
+                 chan: Channel, tick: Callable[[], None] = lambda: None,
+                 state_dir: str | None = None):
+        """``tick``: called every half second while a copy runs (:func:`run_copier`);
+        ``state_dir``: where a Pod's init container left what it copied in
+        (``objectcopy.main_init``; None: :meth:`copy_in` copies)."""
         self.mounts, self.chan, self.identity, self.tick = mounts, chan, identity, tick
+        self.state_dir = state_dir
         self.argv = [python, "-I", archive, "objcopy"]
         #: per mount name: what copy in wrote (relative path -> [size, mtime_ns])
         self.manifests: dict[str, dict] = {}
@@ -139,9 +167,12 @@ class ObjectMounts:
         return req
 
     def _said(self, m: dict, direction: str, result: dict, started: float) -> None:
+        seconds = result.get("seconds")
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+            seconds = time.monotonic() - started
         self.chan.emit("mount", name=m["name"], mode="copy", direction=direction,
                        files=int(result.get("files") or 0), bytes=int(result.get("bytes") or 0),
-                       seconds=round(time.monotonic() - started, 3),
+                       seconds=round(float(seconds), 3),
                        **({"skipped": int(result["skipped"])} if result.get("skipped") else {}),
                        # how the mode was chosen (auto: why not FUSE), said once
                        **({k: str(m[k])[:2000] for k in ("requested", "why") if m.get(k)}
@@ -149,7 +180,10 @@ class ObjectMounts:
 
     def copy_in(self, stopping: Callable[[], bool]) -> str | None:
         """Copy every mount in; None when all are there, else the failure's message (the
-        first failing mount, its source and the copier's code)."""
+        first failing mount, its source and the copier's code). With a state directory (a
+        Pod) the init container copied them: its results are read and said instead."""
+        if self.state_dir is not None:
+            return self._copied_in()
         for m in self.mounts:
             started = time.monotonic()
             result = run_copier(self.argv, self._request(m, "in"), self.identity,
@@ -165,6 +199,22 @@ class ObjectMounts:
                     remount_read_only(m["path"])
                 except SandboxError as exc:
                     return f"mount {m['name']!r}: cannot make {m['path']} read-only: {exc}"
+        return None
+
+    def _copied_in(self) -> str | None:
+        for m in self.mounts:
+            where = os.path.join(self.state_dir or "", state_file(m.get("index", -1)))
+            try:
+                with open(where, "rb") as f:
+                    result = json.loads(f.read(MAX_RESULT_BYTES))
+            except (OSError, ValueError) as exc:
+                return (f"mount {m['name']!r} ({m['source']}): the init container left no "
+                        f"result of its copy in ({where}: {getattr(exc, 'strerror', None) or exc})")
+            manifest = result.get("manifest") if isinstance(result, dict) else None
+            if not isinstance(manifest, dict):
+                return f"mount {m['name']!r} ({m['source']}): {where} holds no manifest"
+            self.manifests[m["name"]] = manifest
+            self._said(m, "in", result, time.monotonic())
         return None
 
     def writable(self) -> bool:
@@ -190,6 +240,12 @@ class ObjectMounts:
                 failures.append(f"mount {m['name']!r} ({m['source']}): copy out failed: "
                                 f"{result.get('code')}: {result.get('message')}")
         return failures
+
+
+def state_file(index: int) -> str:
+    """The file name, in the state directory, of the copy-in result of the role's mount
+    ``index`` (pure)."""
+    return f"mount-{int(index)}.json"
 
 
 def kill_the_rest() -> None:

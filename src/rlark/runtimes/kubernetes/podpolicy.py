@@ -50,6 +50,7 @@ from rlark.findings import Finding
 from rlark.names import DNS1123_SUBDOMAIN
 from rlark.paths import normalise_host_path, system_path
 from rlark.paths import within as _within
+from rlark.runtimes.kubernetes.copymounts import copy_reason
 from rlark.spec import Job, Role, Toleration
 
 #: a Kubernetes object name (a ServiceAccount's, a StorageClass's) is a DNS-1123 subdomain
@@ -380,14 +381,15 @@ def secret_allowed(found: SecretInfo | None, projects: Iterable[str]) -> bool:
 
 
 def secret_not_allowed(path: str, env_name: str, name: str, project: str,
-                       namespace: str | None) -> Finding:
-    """The ``SecretNotAllowed`` error for a ``secretKeyRef`` (at ``path``) naming ``name``, which
-    is neither an RLark secret of ``project`` nor a Kubernetes Secret allowed for it. Its text
-    is the same whether a Secret of that name exists or not, and never names a key."""
+                       namespace: str | None, field: str = "name") -> Finding:
+    """The ``SecretNotAllowed`` error for a ``secretKeyRef`` (at ``path``; the name in its
+    ``field``) naming ``name``, which is neither an RLark secret of ``project`` nor a
+    Kubernetes Secret allowed for it. Its text is the same whether a Secret of that name
+    exists or not, and never names a key."""
     where = f"namespace {namespace}" if namespace else "the Run's namespace"
     return Finding(
-        code="SecretNotAllowed", path=f"{path}.name",
-        message=f"{path}.name = {name[:253]!r}: {env_name} may take its value only from a secret "
+        code="SecretNotAllowed", path=f"{path}.{field}",
+        message=f"{path}.{field} = {name[:253]!r}: {env_name} may take its value only from a secret "
                 f"project {project!r} may use: one of its RLark secrets, or a Kubernetes Secret "
                 f"of {where} that an administrator labelled {SECRET_PROJECT_LABEL}={project}; "
                 "this name is neither",
@@ -436,4 +438,25 @@ def check_secret_refs(job: Job, managed: Iterable[tuple[str, str]], project: str
                             f"{ref.name!r} has no such key ({env.name} would have no value)",
                     hint="use a key the Secret has (its administrator knows them), or set the "
                          f"value in RLark: `rlark secret set {ref.name} {ref.key} -p {project}`"))
+        for j, mount in enumerate(role.mounts):
+            # a copy-mode objectStorage mount's keys reach its Pods' copy (copymounts.py)
+            refs = [r for r in mount.secret_refs() if r not in held]
+            if not refs or not copy_reason(mount)[0]:
+                continue
+            path = f"spec.roles[{i}].mounts[{j}].objectStorage"
+            secret = refs[0][0]
+            if secret not in seen:
+                seen[secret] = lookup(secret)
+            found = seen[secret]
+            if not secret_allowed(found, allowed_for):
+                out.append(secret_not_allowed(path, f"mount {mount.name!r}", secret, project,
+                                              namespace, field="secret"))
+            elif found is not None and any(key not in found.keys for _, key in refs):
+                out.append(Finding(
+                    code="SecretNotFound", path=f"{path}.secret",
+                    message=f"{path}.secret = {secret!r}: the Kubernetes Secret lacks a key an S3 mount "
+                            f"needs ({', '.join(k for _, k in refs)}; mount {mount.name!r} "
+                            "would have no credentials)",
+                    hint="use a Secret with both keys, or set them in RLark: "
+                         f"`rlark secret set {secret} accessKeyId ... -p {project}`"))
     return out

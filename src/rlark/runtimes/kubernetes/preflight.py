@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 from rlark.findings import Finding, Severity
+from rlark.runtimes.kubernetes import copymounts
 from rlark.runtimes.kubernetes.capacity import NodeInfo, check_capacity
 from rlark.names import DNS1123_SUBDOMAIN
 from rlark.runtimes.kubernetes.podpolicy import CSI_DRIVER, PodPolicy, check_pod_policy
-from rlark.spec import Job, Mount, head_service_name, worker_name
+from rlark.spec import Job, Mount, head_service_name, s3_location, worker_name
 
 
 def _check_mount_driver(mount: Mount, path: str) -> Iterator[Finding]:
@@ -54,8 +55,9 @@ def check_spec_for_kubernetes(job: Job, policy: PodPolicy | None = None) -> list
     First what the server's Pod policy refuses (:func:`.podpolicy.check_pod_policy`: root,
     hostPath, ServiceAccount).
 
-    Errors: an ``objectStorage`` mount without ``kubernetes.storageClass`` or
-    ``kubernetes.csiDriver``, or with both; a storageClass or csiDriver that is not such a name;
+    Errors: an ``objectStorage`` mount with both ``kubernetes.storageClass`` and
+    ``kubernetes.csiDriver``, in mode ``fuse`` with neither, or in mode ``copy`` with either
+    (mode ``auto`` without them is copied: :mod:`.copymounts`); a storageClass or csiDriver that is not such a name;
     a PVC size that is not a positive quantity. Warnings: ``kubernetes`` settings on a hostPath/pvc
     mount, and ``local.python`` (both ignored on Kubernetes: the image's ``python`` runs the
     bootstrap). Info: a ``workingDir`` under no mount must exist in the image.
@@ -81,23 +83,38 @@ def check_spec_for_kubernetes(job: Job, policy: PodPolicy | None = None) -> list
             k8s = mount.kubernetes
             if mount.type == "objectStorage":
                 chosen = [x for x in (k8s and k8s.storage_class, k8s and k8s.csi_driver) if x]
-                if mount.object_storage is not None and mount.object_storage.mode == "copy":
+                mode = mount.object_storage.mode if mount.object_storage is not None else None
+                if mode == "copy" and k8s is not None:
                     out.append(Finding(
-                        code="MountUnavailable", path=f"{path}.objectStorage.mode",
-                        message=f"{path}.objectStorage.mode = 'copy': the Kubernetes runtime "
-                                "does not copy object storage in and out yet",
-                        hint="mount it through an S3 CSI driver (kubernetes.storageClass or "
-                             "kubernetes.csiDriver), or run on the local runtime",
+                        code="ObjectStorageModeConflict", path=f"{path}.kubernetes",
+                        message=f"{path}: objectStorage.mode = 'copy' copies {mount.source!r} in "
+                                "and out without a CSI volume, but kubernetes names one",
+                        hint="remove kubernetes (copy mode), or set objectStorage.mode to auto "
+                             "to mount the CSI volume",
                     ))
-                elif len(chosen) != 1:
+                elif len(chosen) > 1 or (mode == "fuse" and not chosen):
                     out.append(Finding(
                         code="ObjectStorageNeedsDriver", path=f"{path}.kubernetes",
-                        message=f"{path}: objectStorage {mount.source!r} needs exactly one of "
-                                f"kubernetes.storageClass or kubernetes.csiDriver on Kubernetes "
+                        message=f"{path}: objectStorage {mount.source!r} in mode "
+                                f"{mode or 'auto'} needs exactly one of kubernetes.storageClass "
+                                f"or kubernetes.csiDriver on Kubernetes "
                                 f"({'both are' if chosen else 'neither is'} set)",
                         hint="name the StorageClass of your object-storage CSI driver (a PVC is "
-                             "created per Run), or the CSI driver for an inline volume",
+                             "created per Run), or the CSI driver for an inline volume; or set "
+                             "objectStorage.mode to copy (copied in by an init container and "
+                             "out when the Worker ends, no driver needed)",
                     ))
+                if copymounts.copy_reason(mount)[0] and "://" in mount.source:
+                    try:
+                        s3_location(mount.source)
+                    except ValueError as exc:
+                        out.append(Finding(
+                            code="InvalidMountSource", path=f"{path}.source",
+                            message=f"{path}.source = {mount.source[:200]!r} {exc}: copy mode "
+                                    "(no CSI volume named) speaks the S3 API",
+                            hint="write s3://BUCKET/PREFIX, or name the CSI volume that mounts "
+                                 "this source (kubernetes.csiDriver or kubernetes.storageClass)",
+                        ))
                 out.extend(_check_mount_driver(mount, path))
             elif k8s is not None:
                 out.append(Finding(

@@ -10,7 +10,8 @@ points at it with an ownerReference when its uid is known, so deleting it remove
 Secret with the Run's Ray token when it has one, a headless Service ``<job>-head`` selecting the
 Run's rank-0 Pod, a NetworkPolicy letting only the Run's own Pods reach them, a
 PersistentVolumeClaim per ``objectStorage`` mount that names a StorageClass, and one Pod per
-Worker named ``<job>-<role>-<index>``.
+Worker named ``<job>-<role>-<index>`` (with an init container that copies the role's
+copy-mode ``objectStorage`` mounts in: :mod:`.copymounts`).
 
 Nothing forbidden is ever rendered: every Pod and claim is checked against the server's Pod
 policy (:mod:`.podpolicy`) here, whoever asks for it, and a Job beyond it raises
@@ -62,7 +63,7 @@ from rlark.bootstrap.archive import bootstrap_archive
 from rlark.preflight.quantities import parse_cpu
 from rlark.ranks import PlannedWorker, plan_workers
 from rlark.runtimes.base import bootstrap_env
-from rlark.runtimes.kubernetes import kueue
+from rlark.runtimes.kubernetes import copymounts, kueue
 from rlark.runtimes.kubernetes.podpolicy import (DEFAULT_RUN_AS_USER, PodPolicy, PolicyDenied,
                                                  check_role_policy, enforce, normalise_host_path)
 from rlark.spec import Job, Mount, Role, head_service_name
@@ -432,6 +433,8 @@ def _mount_volume(job: Job, role: Role, index: int, mount: Mount, run_id: str) -
     if mount.type == "pvc":
         return {"name": name, "persistentVolumeClaim": {"claimName": mount.source,
                                                         "readOnly": mount.read_only}}
+    if copymounts.copy_reason(mount)[0]:
+        return copymounts.volume(mount, name)
     k8s = mount.kubernetes
     if k8s is not None and k8s.storage_class:
         return {"name": name, "persistentVolumeClaim": {
@@ -497,6 +500,11 @@ def _role_parts(job: Job, role: Role, run_id: str, cm_name: str,
         volumes.append(_mount_volume(job, role, i, mount, run_id))
         mounts.append({"name": _volume_name(i, mount), "mountPath": mount.mount_path,
                        "readOnly": mount.read_only})
+    if copymounts.copy_entries(role):
+        # what the copy in wrote, for the keeper's copy out: read-only to the Worker
+        volumes.append(copymounts.state_volume())
+        mounts.append({"name": copymounts.STATE_VOLUME, "mountPath": copymounts.STATE_DIR,
+                       "readOnly": True})
     extra: dict[str, Any] = {}
     if role.node_selector:
         extra["nodeSelector"] = dict(role.node_selector)
@@ -542,6 +550,7 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
         "command": ["python", "-I", "-S", f"{BOOTSTRAP_DIR}/{BOOTSTRAP_KEY}", "keeper"],
         "env": [{"name": k, "value": v} for k, v in env.items()]
         + env_from_secrets(job, role, run_id, managed)
+        + copymounts.keeper_env(job, role, run_id, managed)
         + [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "volumeMounts": [dict(m) for m in parts.volume_mounts],
         "securityContext": {"privileged": False, "allowPrivilegeEscalation": False,
@@ -563,6 +572,11 @@ def render_pod(job: Job, worker: PlannedWorker, env: dict[str, str], run_id: str
         "containers": [container],
         "volumes": [_copy_volume(v) for v in parts.volumes],
     }
+    init = copymounts.init_container(job, role, run_id, container,
+                                     {i: _volume_name(i, m) for i, m in enumerate(role.mounts)},
+                                     managed)
+    if init is not None:
+        spec["initContainers"] = [init]
     for key, value in parts.pod_extra.items():
         spec[key] = [dict(v) for v in value] if isinstance(value, list) else (
             dict(value) if isinstance(value, dict) else value)

@@ -17,7 +17,8 @@ Failure reasons (the Run's reason when it is the first failure):
 ``Unschedulable``      not bound to a node after the pending timeout; the scheduler's message from
                        the ``PodScheduled`` condition or the latest ``FailedScheduling`` Event.
 ``MountFailed``        ``FailedMount``/``FailedAttachVolume`` Events for longer than the mount grace
-                       while the container has not started.
+                       while the container has not started; or the init container that copies
+                       copy-mode ``objectStorage`` mounts in failed (the copier's S3 code).
 ``ContainerCreateFailed``  ``CreateContainerConfigError``/``CreateContainerError``/
                        ``RunContainerError`` for longer than the pull grace.
 ``ContainerStartFailed``   terminated with ``StartError``/``ContainerCannotRun`` (e.g. no
@@ -55,6 +56,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Sequence
 
+from rlark.runtimes.kubernetes.copymounts import INIT_CONTAINER as COPY_IN_CONTAINER
 from rlark.status import Reason
 
 IMAGE_PULL_WAITING = ("ErrImagePull", "ImagePullBackOff")
@@ -151,6 +153,38 @@ def _container_status(pod: dict, container: str) -> dict:
         if cs.get("name") == container:
             return cs
     return statuses[0] if statuses else {}
+
+
+def _init_status(pod: dict, name: str) -> dict:
+    for cs in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if cs.get("name") == name:
+            return cs
+    return {}
+
+
+def copy_in_failure(pod_name: str, terminated: dict) -> str:
+    """The ``MountFailed`` message of a Pod whose copy-in init container failed (pure): the
+    mount, its source and the S3 error code from the copier's last line (its termination
+    message, ``objectcopy.main_init``), else the container's reason, exit code and last log
+    text."""
+    import json
+
+    text = str(terminated.get("message") or "")
+    said: Any = None
+    for line in reversed(text.strip().splitlines()):
+        try:
+            said = json.loads(line)
+        except ValueError:
+            continue
+        break
+    if isinstance(said, dict) and said.get("ok") is False:
+        where = (f"mount {str(said.get('mount'))[:253]!r} ({str(said.get('source'))[:500]}): "
+                 if said.get("mount") else "")
+        return _clip(f"Pod {pod_name}: {where}copy in failed: {str(said.get('code'))[:64]}: "
+                     f"{str(said.get('message') or '')}")
+    return _clip(f"Pod {pod_name}: the copy in of its objectStorage mounts (init container "
+                 f"{COPY_IN_CONTAINER}) ended with exit code {terminated.get('exitCode')} "
+                 f"{terminated.get('reason') or ''}: {text.strip()[-400:]}")
 
 
 def _container_spec(pod: dict, name: str) -> dict:
@@ -391,6 +425,17 @@ def interpret(
         return PodStatus(PodState.Failed, False, exit_code, (lost, _clip(
             f"Pod {name} on node {spec.get('nodeName', '?')} was terminated by Kubernetes: {why}")),
             facts)
+
+    # the init container that copies the copy-mode mounts in (copymounts.py)
+    copy_in = _init_status(pod, COPY_IN_CONTAINER)
+    copy_ended = (copy_in.get("state") or {}).get("terminated")
+    if copy_ended and copy_ended.get("exitCode") not in (0, None) and terminated is None:
+        return PodStatus(PodState.Failed if phase == PodPhase.Failed else _state(phase),
+                         phase != PodPhase.Failed, None,
+                         (Reason.MountFailed, copy_in_failure(name, copy_ended)), facts)
+    if not waiting or waiting.get("reason") == "PodInitializing":
+        # the image is pulled for the init container first: its waiting reasons are the Pod's
+        waiting = (copy_in.get("state") or {}).get("waiting") or waiting
 
     # the container
     for st in (terminated, (cs.get("lastState") or {}).get("terminated")):
