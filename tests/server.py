@@ -27,7 +27,13 @@ def ray_tmp_dir() -> str:
     one handed out is removed when the test session ends (:func:`remove_ray_tmp_dirs`)."""
     import uuid
 
-    path = Path("/tmp/rlt") / uuid.uuid4().hex[:8]
+    top = Path("/tmp/rlt")
+    # a server of another user (tests/test_leftovers.py: nobody) must reach its own dir below:
+    # whichever server made /tmp/rlt first (a root server's umask is 077), it is traversable
+    top.mkdir(exist_ok=True)
+    if top.stat().st_uid == os.geteuid():
+        top.chmod(0o711)
+    path = top / uuid.uuid4().hex[:8]
     _RAY_TMP_DIRS.append(path)
     return str(path)
 
