@@ -8,7 +8,9 @@ and SeaweedFS (tests/s3_server.py) listening on the real node's address, which i
   and the Worker's environment never held the keys;
 * wrong keys fail the Run (``MountFailed``, the mount and the S3 code) before its run script;
 * a Run stopped while it writes its second checkpoint leaves the first intact in the bucket,
-  and ``rlark restart --resume`` starts from it.
+  and ``rlark restart --resume`` starts from it;
+* a run script that plants code in the image's Python (a ``.pth`` file that would answer for the
+  copier) cannot forge the copy out: the copy out's code was loaded before the run script ran.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ BUCKET = "rlark-real-node"
 def real(k8s_real_node, tmp_path_factory):
     # the server reads outputs back from the bucket only on networks an administrator allowed:
     # the real node's bridge (10.250.<idx>.0/24, scripts/k8s-testbed.d/node-run.sh)
+    # (and lets a role run as root: the last test's run script writes into the image's Python)
     rlark = RealRlark(k8s_real_node, tmp_path_factory.mktemp("real-objects"),
-                      env={"RLARK_OBJECT_STORAGE_ALLOW_NETWORKS": "10.250.0.0/16"})
+                      env={"RLARK_OBJECT_STORAGE_ALLOW_NETWORKS": "10.250.0.0/16",
+                           "RLARK_K8S_ALLOW_ROOT": "1"})
     try:
         yield rlark
     finally:
@@ -182,3 +186,33 @@ def test_a_run_stopped_mid_checkpoint_leaves_the_first_in_the_bucket_and_resume_
     assert (again["ETag"], again["LastModified"]) == (first["ETag"], first["LastModified"])
     listed = json.loads(real.server.cli("outputs", "resume:2", "-o", "json").stdout)
     assert listed["resume"]["step"] == 1, listed
+
+
+#: a .pth file runs in every Python that starts after it is there: this one would answer for a
+#: copier started after the run script (a forged success, nothing sent)
+FORGED = ('import os, sys; sys.stdout.write(\'{"ok": true, "files": 99, "bytes": 99}\\n\'); '
+          'sys.stdout.flush(); os._exit(0)')
+
+
+def test_a_run_script_that_plants_code_in_the_images_python_cannot_forge_the_copy_out(real, s3):
+    client = s3.client()
+    secret(real, "s3f", "accessKeyId", s3.access_key)
+    secret(real, "s3f", "secretAccessKey", s3.secret_key)
+    run = ("set -e; site=$(python -c 'import site; print(site.getsitepackages()[0])'); "
+           f"printf '%s\\n' {json.dumps(FORGED)} > $site/zz_forge.pth; "
+           "python -c 'print(1)' | grep -q '\"files\": 99' && echo PLANTED; "
+           "mkdir -p /out/step_1 && echo weights > /out/step_1/model.pt")
+    doc = one_worker("forge", real.tb.image, run, kubernetes={"runAsRoot": True},
+                     mounts=[s3_mount("out", f"s3://{BUCKET}/forge", "/out", s3.endpoint, "s3f",
+                                      mode="copy")])
+    real.submit(doc)
+    job = real.wait_phase("forge", "Succeeded", "Failed", timeout=WAIT)
+    logs = real.logs("forge")["forge-head-0"]
+    assert any("PLANTED" in line for line in logs), logs[-20:]  # the trap was there
+    assert job["phase"] == "Succeeded", (job["reason"], job["message"], logs[-20:])
+    job = real.wait_ended("forge")
+    # the copy out really sent the file, and says so truly
+    assert client.get_object(Bucket=BUCKET, Key="forge/step_1/model.pt")["Body"].read() == b"weights\n"
+    [worker] = job["currentRun"]["workers"]
+    [out] = [m for m in worker["mounts"] if m["name"] == "out"]
+    assert (out["outFiles"], out["outBytes"]) == (1, 8), out

@@ -78,8 +78,10 @@ def test_a_pods_init_container_copies_every_mount_in_and_stops_at_the_first_fail
              "prefix": "data", "path": str(data), "endpoint": s3_server.endpoint, "index": 0},
             {"name": "ckpt", "source": "s3://init-copy/ckpt", "bucket": "init-copy",
              "prefix": "ckpt", "path": str(ckpt), "endpoint": s3_server.endpoint, "index": 3}]
+    # the image's own ENV lines must not steer the copy (a proxy that goes nowhere)
     base = {"PATH": os.environ["PATH"], objectcopy.INIT_STATE_VAR: str(state),
-            objectcopy.INIT_MOUNTS_VAR: json.dumps(plan)}
+            objectcopy.INIT_MOUNTS_VAR: json.dumps(plan), "HTTP_PROXY": "http://127.0.0.1:9",
+            "http_proxy": "http://127.0.0.1:9", "AWS_CONFIG_FILE": str(tmp_path / "nope")}
     keys = {"RLARK_S3_0_ACCESS_KEY_ID": s3_server.access_key,
             "RLARK_S3_0_SECRET_ACCESS_KEY": s3_server.secret_key}
 
@@ -107,3 +109,56 @@ def test_a_pods_init_container_copies_every_mount_in_and_stops_at_the_first_fail
     done = init({**base, **keys})
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads((state / state_file(3)).read_text())["files"] == 0
+
+
+def test_a_copy_started_before_the_workload_cannot_be_forged_by_code_planted_after(s3_server, tmp_path):
+    """A Pod's copy out runs the image's Python, whose site-packages the Worker's code may
+    write. ``objcopy-ready`` (started by the keeper before the workload) has its code loaded
+    already: a ``.pth`` file planted afterwards answers for a copier started later (the attack
+    is real), never for it."""
+    import json
+    import subprocess
+    import sys
+    import sysconfig
+
+    from rlark.bootstrap.archive import bootstrap_archive
+    from rlark.bootstrap.objects import COPIER_ENV, run_copier, start_copier
+
+    s3 = s3_server.client()
+    s3.create_bucket(Bucket="ready-copy")
+    archive = tmp_path / "rlark-bootstrap.pyz"
+    archive.write_bytes(bootstrap_archive().data)
+    # an image's Python whose site-packages its user may write: a venv seeing this one's boto3
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (tmp_path / "site.pth").rename(f"{site}/deps.pth")
+    out = tmp_path / "out"
+    (out / "step_1").mkdir(parents=True)
+    (out / "step_1" / "model.pt").write_bytes(b"weights")
+    request = {"direction": "out", "bucket": "ready-copy", "prefix": "run", "path": str(out),
+               "endpoint": s3_server.endpoint, "access_key_id": s3_server.access_key,
+               "secret_access_key": s3_server.secret_key, "manifest": {}}
+    ready = start_copier([python, "-I", str(archive), "objcopy-ready"], {})
+    assert not isinstance(ready, dict), ready
+    # planted only once the ready copier has loaded its code (bounded wait for its line)
+    import select
+
+    assert select.select([ready.stderr], [], [], 120)[0], "objcopy-ready did not warm up in 120 s"
+    assert ready.stderr.readline().decode() == objectcopy.READY_LINE
+    forged = '{"ok": true, "files": 99, "bytes": 99}'
+    (tmp_path / "zz.pth").write_text(
+        f"import os, sys; sys.stdout.write({forged!r} + '\\n'); sys.stdout.flush(); os._exit(0)\n")
+    (tmp_path / "zz.pth").rename(f"{site}/zz_forge.pth")
+    # a copier started now runs the planted code: the forgery it would be
+    late = run_copier([python, "-I", str(archive), "objcopy"], request, {}, 60)
+    assert late == json.loads(forged)
+    # the one started before: the real copy
+    got = run_copier([], request, {}, 60, started=ready)
+    assert got == {"ok": True, "files": 1, "bytes": 7, "skipped": 0}, got
+    assert s3.get_object(Bucket="ready-copy", Key="run/step_1/model.pt")["Body"].read() == b"weights"
+    assert "AWS_CONFIG_FILE" in COPIER_ENV
+

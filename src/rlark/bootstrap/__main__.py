@@ -5,6 +5,7 @@
     python -I -S rlark-bootstrap.pyz exec     a server helper in a jail (sandbox.exec_jailed)
     python -I rlark-bootstrap.pyz objcopy     one object-storage copy (objectcopy.py)
     python -I rlark-bootstrap.pyz objcopy-in  a Pod's init container: its mounts copied in
+    python -I rlark-bootstrap.pyz objcopy-ready  a Pod's copy out, started before the workload
 
 Only the part asked for is imported, before anything runs: the keeper loads none of the
 workload's modules, the workload none of the keeper's.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-USAGE = """usage: python [-I -S] rlark-bootstrap.pyz {keeper|worker|exec|objcopy|objcopy-in|--help}
+USAGE = """usage: python [-I -S] rlark-bootstrap.pyz {keeper|worker|exec|objcopy|objcopy-in|objcopy-ready|--help}
 
 RLark's Worker bootstrap (stdlib + ray only; inputs from RLARK_* environment variables):
   keeper   a Worker's first process: writes its lifecycle lines, starts the workload
@@ -23,6 +24,7 @@ RLark's Worker bootstrap (stdlib + ray only; inputs from RLARK_* environment var
   exec     run RLARK_KEEPER_EXEC as RLARK_KEEPER_UID in the view RLARK_KEEPER_SANDBOX describes
   objcopy  copy one object-storage mount in or out (a JSON request on stdin; needs boto3)
   objcopy-in  a Pod's init container: copy its copy-mode mounts in (RLARK_OBJECT_STORAGE)
+  objcopy-ready  objcopy, its code loaded before the Worker's code runs (a Pod's copy out)
 """
 
 
@@ -53,6 +55,10 @@ def main(argv: list[str]) -> int:
         from rlark.bootstrap import objectcopy
 
         return objectcopy.main()
+    if command == "objcopy-ready":
+        from rlark.bootstrap import objectcopy
+
+        return objectcopy.main_ready()
     if command == "objcopy-in":
         from rlark.bootstrap import objectcopy
 

@@ -533,6 +533,14 @@ def main(archive: str | None = None) -> int:
         chan.emit("exit", code=EXIT_BAD_CONFIG)
         return EXIT_BAD_CONFIG
     unprotected = make_undumpable()
+    if unprotected and (cfg.uid is None or cfg.uid == os.getuid()) and any(
+            m.get("access_key_id") for m in cfg.objects):
+        # the workload, of this uid, could read the bucket's keys from this process: fail closed
+        chan.emit("failed", reason="MountFailed", status=EXIT_MOUNT_FAILED,
+                  message=f"the keeper holds object-storage keys and could not make itself "
+                          f"non-dumpable ({unprotected}): the Worker's code could read them")
+        chan.emit("exit", code=EXIT_MOUNT_FAILED)
+        return EXIT_MOUNT_FAILED
     # before the sandbox, whose mount namespace may not show /sys
     memcg = find_memory_cgroup()
     if cfg.sandbox is not None:

@@ -45,6 +45,7 @@ def make_mounts(keeper: "Keeper") -> tuple[object_mounts.ObjectMounts | None, in
         why = mounts.copy_in(lambda: keeper.stop_at is not None)
         if why and keeper.stop_at is None:
             return mounts, mount_failed(keeper, why)
+        mounts.prestart()
     if keeper.stop_at is not None:
         unmount(keeper)
         chan.emit("stopped")
@@ -86,7 +87,11 @@ def copy_out(keeper: "Keeper", mounts: object_mounts.ObjectMounts | None, code: 
         fuse_mounts.kill_all_but({u.proc.pid for u in fuse.up},
                                  lambda pid, status: fuse.note_exit(pid, status))
         failures += fuse.unmount_all(deadline)
-    object_mounts.kill_the_rest()
+    ready = mounts.ready_pids() if mounts is not None else set()
+    if ready:  # a Pod's copies, started before the workload: all else goes
+        fuse_mounts.kill_all_but(ready, lambda pid, status: None)
+    else:
+        object_mounts.kill_the_rest()
     if mounts is not None and mounts.writable():
         failures += mounts.copy_out(deadline)
     held = keeper.held_finish

@@ -81,6 +81,50 @@ def changed_files(root: str, manifest: dict[str, list[int]]) -> tuple[list[tuple
     return sorted(out), skipped
 
 
+#: what ``objcopy-ready`` writes on its standard error once :func:`warm` is done
+READY_LINE = "ready\n"
+#: the session :func:`warm` made (its loader holds the S3 models already read), else None
+_SESSION: Any = None
+
+#: what a copy imports on its way (boto3 imports some of it only when a call needs it):
+#: :func:`warm` imports all of it before the Worker's code runs
+_COPY_MODULES = (
+    "boto3.s3.transfer", "boto3.s3.inject", "botocore.auth", "botocore.awsrequest",
+    "botocore.httpsession", "botocore.parsers", "botocore.endpoint", "botocore.regions",
+    "botocore.retries.standard", "botocore.retries.special", "botocore.retries.adaptive",
+    "botocore.httpchecksum", "botocore.compress", "botocore.paginate", "botocore.signers",
+    "botocore.handlers", "botocore.utils", "s3transfer.manager", "s3transfer.upload",
+    "s3transfer.download", "s3transfer.tasks", "s3transfer.futures", "s3transfer.utils",
+    "s3transfer.subscribers", "s3transfer.bandwidth", "s3transfer.copies", "s3transfer.delete",
+    "urllib3", "xml.etree.ElementTree", "concurrent.futures.thread", "email.utils", "hmac",
+    "http.client", "ssl",
+)
+
+
+def warm() -> None:
+    """Import everything a copy uses and read the S3 models into a session of this process,
+    before the Worker's code runs: the copy out that follows (:func:`main_ready`) then runs
+    code already in memory, whatever the Worker wrote into the image's site-packages meanwhile
+    (a ``.pth`` file, a patched module) for the next Python to load."""
+    import importlib
+
+    import boto3
+    from botocore.config import Config
+
+    global _SESSION
+    for name in _COPY_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional part this botocore does not have
+            pass
+    session = boto3.session.Session()
+    client = session.client("s3", endpoint_url="http://127.0.0.1:9", region_name="us-east-1",
+                            aws_access_key_id="warm", aws_secret_access_key="warm",
+                            config=Config(s3={"addressing_style": "path"}))
+    client.get_paginator("list_objects_v2")
+    _SESSION = session
+
+
 def _client(req: dict) -> Any:
     import boto3
     from botocore import UNSIGNED
@@ -98,7 +142,7 @@ def _client(req: dict) -> Any:
                 "aws_secret_access_key": req.get("secret_access_key") or ""}
     else:
         options["signature_version"] = UNSIGNED
-    return boto3.session.Session().client(
+    return (_SESSION or boto3.session.Session()).client(
         "s3", endpoint_url=req.get("endpoint") or None,
         region_name=req.get("region") or "us-east-1", config=Config(**options), **keys)
 
@@ -187,10 +231,17 @@ def main_init() -> int:
     import signal
     import time
 
-    from rlark.bootstrap.objects import parse_mounts, state_file, take_credentials
+    from rlark.bootstrap.objects import COPIER_ENV, parse_mounts, state_file, take_credentials
 
     signal.alarm(INIT_SECONDS)
     env = dict(os.environ)
+    # what the image's own environment (its ENV lines) could steer the S3 client with goes:
+    # the copy's environment is COPIER_ENV's, as the keeper gives its copies
+    for name in list(os.environ):
+        if name.startswith("AWS_") or name.lower() in ("http_proxy", "https_proxy", "all_proxy",
+                                                       "no_proxy"):
+            del os.environ[name]
+    os.environ.update({k: v for k, v in COPIER_ENV.items() if k.startswith("AWS_")})
     why = make_undumpable()
 
     def said(line: dict) -> None:
@@ -227,6 +278,31 @@ def main_init() -> int:
     return 0
 
 
+def main_ready() -> int:
+    """``objcopy-ready``: a copy started before the Worker's code runs (a Pod's keeper starts
+    one per writable mount, ``objects.ObjectMounts.prestart``): non-dumpable, then
+    :func:`warm`, then as :func:`main` once the request comes on standard input (after the
+    Worker's code is gone). A warm-up that failed is said as the copy's result."""
+    why = make_undumpable()
+    if why:
+        return main()  # says Unprotected
+    try:
+        warm()
+    except Exception as exc:  # noqa: BLE001 - said as the result, once the request comes
+        sys.stdin.buffer.read()
+        return _said({"ok": False, "code": "NoS3Client" if isinstance(exc, ImportError)
+                      else "WarmUpFailed", "message": f"{type(exc).__name__}: {exc}"[:2000]})
+    sys.stderr.write(READY_LINE)  # for whoever waits for the warm-up (the tests)
+    sys.stderr.flush()
+    return main()
+
+
+def _said(result: dict) -> int:
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0 if result.get("ok") else 1
+
+
 def main() -> int:
     """``objcopy``: read the request, copy, write the result; 0 when the copy succeeded."""
     why = make_undumpable()
@@ -240,6 +316,4 @@ def main() -> int:
             req, result = None, {"ok": False, "code": "BadRequest", "message": str(exc)}
         if req is not None:
             result = run(req)
-    sys.stdout.write(json.dumps(result) + "\n")
-    sys.stdout.flush()
-    return 0 if result.get("ok") else 1
+    return _said(result)

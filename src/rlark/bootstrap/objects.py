@@ -93,21 +93,30 @@ def take_credentials(env: dict[str, str], prefix: str, mounts: list[dict]) -> No
         del env[name]
 
 
-def run_copier(argv: list[str], request: dict, identity: dict, timeout: float,
-               stopping: Callable[[], bool] = lambda: False,
-               tick: Callable[[], None] = lambda: None) -> dict:
-    """Run the copier ``argv`` with ``request`` on its standard input and return its result
-    (``{"ok": False, "code", "message"}`` when it could not start, was stopped, ran past
-    ``timeout`` seconds or said nothing readable). ``stopping``: polled; True kills it.
-    ``tick``: called every half second meanwhile (the keeper's heartbeat: a long copy is not a
-    silent Worker)."""
+def start_copier(argv: list[str], identity: dict) -> "subprocess.Popen[bytes] | dict":
+    """Start the copier ``argv`` (its standard input, output and error pipes) in the copier's
+    environment; the failure's result when it could not start."""
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=dict(COPIER_ENV), cwd="/",
                                 start_new_session=True, **identity)
     except OSError as exc:
         return {"ok": False, "code": "CopierNotStarted",
                 "message": f"{argv[0]}: {exc.strerror or exc}"}
+
+
+def run_copier(argv: list[str], request: dict, identity: dict, timeout: float,
+               stopping: Callable[[], bool] = lambda: False,
+               tick: Callable[[], None] = lambda: None,
+               started: "subprocess.Popen[bytes] | None" = None) -> dict:
+    """Run the copier ``argv`` (or give the one already ``started``, :func:`start_copier`)
+    ``request`` on its standard input and return its result (``{"ok": False, "code",
+    "message"}`` when it could not start, was gone, was stopped, ran past ``timeout`` seconds
+    or said nothing readable). ``stopping``: polled; True kills it. ``tick``: called every
+    half second meanwhile (the keeper's heartbeat: a long copy is not a silent Worker)."""
+    proc = started if started is not None else start_copier(argv, identity)
+    if isinstance(proc, dict):
+        return proc
     deadline = time.monotonic() + timeout
     data: bytes | None = json.dumps(request).encode()
     why = ""
@@ -115,6 +124,13 @@ def run_copier(argv: list[str], request: dict, identity: dict, timeout: float,
         try:
             out, err = proc.communicate(data, timeout=0.5)
             break
+        except (BrokenPipeError, ValueError):
+            # the copier started before the workload is gone (a pipe with no reader)
+            proc.kill()
+            proc.wait()
+            return {"ok": False, "code": "CopierGone",
+                    "message": f"the copy started before the Worker's code ran was gone "
+                               f"(exit status {proc.returncode}) when the copy out began"}
         except subprocess.TimeoutExpired:
             data = None
             tick()
@@ -154,8 +170,11 @@ class ObjectMounts:
         self.mounts, self.chan, self.identity, self.tick = mounts, chan, identity, tick
         self.state_dir = state_dir
         self.argv = [python, "-I", archive, "objcopy"]
+        self.ready_argv = [python, "-I", archive, "objcopy-ready"]
         #: per mount name: what copy in wrote (relative path -> [size, mtime_ns])
         self.manifests: dict[str, dict] = {}
+        #: per writable mount name: its copy out, started before the workload (a Pod)
+        self.ready: dict[str, "subprocess.Popen[bytes] | dict"] = {}
 
     def _request(self, m: dict, direction: str) -> dict:
         keys = ("bucket", "prefix", "path", "endpoint", "region", "access_key_id",
@@ -217,6 +236,23 @@ class ObjectMounts:
             self._said(m, "in", result, time.monotonic())
         return None
 
+    def prestart(self) -> None:
+        """In a Pod, where the copier is the image's Python, which the Worker's code may change
+        (its site-packages, when its uid may write there): start each writable mount's copy
+        out now, before the workload, its code loaded (``objectcopy.main_ready``), waiting for
+        its request. On the local runtime the copier is the server's Python, out of the
+        Worker's reach: nothing to do."""
+        if self.state_dir is None:
+            return
+        for m in self.mounts:
+            if not m.get("read_only") and m["name"] in self.manifests:
+                self.ready[m["name"]] = start_copier(self.ready_argv, self.identity)
+
+    def ready_pids(self) -> set[int]:
+        """The processes of the copies started before the workload (to spare when the rest of
+        the Worker is killed)."""
+        return {p.pid for p in self.ready.values() if isinstance(p, subprocess.Popen)}
+
     def writable(self) -> bool:
         """Some mount copies out (not ``readOnly``) and was copied in."""
         return any(not m.get("read_only") and m["name"] in self.manifests for m in self.mounts)
@@ -230,10 +266,17 @@ class ObjectMounts:
                 continue
             started = time.monotonic()
             left = deadline - started
-            result = run_copier(self.argv, self._request(m, "out"), self.identity, left,
-                                tick=self.tick) \
-                if left > 0 else {"ok": False, "code": "Timeout",
-                                  "message": "no time was left for it"}
+            ready = self.ready.pop(m["name"], None)
+            if isinstance(ready, dict):  # it could not start
+                result = ready
+            elif left > 0:
+                result = run_copier(self.argv, self._request(m, "out"), self.identity, left,
+                                    tick=self.tick, started=ready)
+            else:
+                if ready is not None:
+                    ready.kill()
+                    ready.wait()
+                result = {"ok": False, "code": "Timeout", "message": "no time was left for it"}
             if result.get("ok"):
                 self._said(m, "out", result, started)
             else:

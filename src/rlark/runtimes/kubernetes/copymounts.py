@@ -20,8 +20,10 @@ The credentials come from the mount's ``objectStorage.secret``: an RLark secret'
 the Run's Secret, else a Kubernetes Secret of the namespace (the server's secret policy allows
 it or the Run is refused), always as ``valueFrom.secretKeyRef``, never as a value in a Pod.
 The init container gets every copied mount's keys; the Worker's container only those of the
-writable ones, in variables its keeper removes before the workload starts, and the keeper and
-its copier are non-dumpable (no process of the Worker's uid may read their environment).
+writable ones, in variables its keeper removes before the workload starts; the keeper and its
+copies are non-dumpable, and the copy out is started before the workload, its code loaded
+(``objcopy-ready``), so what the workload writes into the image's Python cannot run in it.
+The copies are the image's Python and boto3: the image is trusted with the keys (docs/data.md).
 A ``readOnly`` mount is mounted read-only in the Worker's container and is never copied out.
 
 Kubernetes facts: init containers run to completion, in order, before the Pod's containers

@@ -429,7 +429,9 @@ def interpret(
     # the init container that copies the copy-mode mounts in (copymounts.py)
     copy_in = _init_status(pod, COPY_IN_CONTAINER)
     copy_ended = (copy_in.get("state") or {}).get("terminated")
-    if copy_ended and copy_ended.get("exitCode") not in (0, None) and terminated is None:
+    # (a Pod being deleted kills its copy in too: that is the deletion's story, told below)
+    if copy_ended and copy_ended.get("exitCode") not in (0, None) and terminated is None \
+            and not meta.get("deletionTimestamp"):
         return PodStatus(PodState.Failed if phase == PodPhase.Failed else _state(phase),
                          phase != PodPhase.Failed, None,
                          (Reason.MountFailed, copy_in_failure(name, copy_ended)), facts)
