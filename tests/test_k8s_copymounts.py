@@ -245,3 +245,14 @@ def test_the_image_pull_of_the_init_container_is_the_pods():
         "containerStatuses": [{"name": "worker", "state": {"waiting": {"reason": "PodInitializing"}}}]}
     st = interpret(pod, now=1e10)
     assert st.alive and st.failure is not None and st.failure[0] == Reason.ImagePull
+
+
+def test_a_pod_deleted_during_its_copy_in_is_lost_not_mount_failed():
+    pod = failed_pod("", 143)
+    pod["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:05Z"
+    pod["metadata"]["deletionGracePeriodSeconds"] = 30
+    pod["status"]["phase"] = "Pending"
+    st = interpret(pod, now=1e10)
+    assert st.failure is not None and st.failure[0] == Reason.WorkerLost, st.failure
+    assert "being deleted (not by RLark)" in st.failure[1]
+    assert interpret(pod, now=1e10, deleted_by_rlark=True).failure is None
