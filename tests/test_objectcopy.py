@@ -117,9 +117,9 @@ def test_a_copy_started_before_the_workload_cannot_be_forged_by_code_planted_aft
     already: a ``.pth`` file planted afterwards answers for a copier started later (the attack
     is real), never for it."""
     import json
+    import os
     import subprocess
     import sys
-    import sysconfig
 
     from rlark.bootstrap.archive import bootstrap_archive
     from rlark.bootstrap.objects import COPIER_ENV, run_copier, start_copier
@@ -134,7 +134,10 @@ def test_a_copy_started_before_the_workload_cannot_be_forged_by_code_planted_aft
     python = str(venv / "bin" / "python")
     site = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    (tmp_path / "site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    import boto3
+
+    # where this interpreter finds boto3 (its site-packages, or a directory a .pth adds)
+    (tmp_path / "site.pth").write_text(os.path.dirname(os.path.dirname(boto3.__file__)) + "\n")
     (tmp_path / "site.pth").rename(f"{site}/deps.pth")
     out = tmp_path / "out"
     (out / "step_1").mkdir(parents=True)
