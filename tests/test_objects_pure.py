@@ -195,3 +195,15 @@ def test_the_keeper_bounds_a_copy_and_names_what_went_wrong(tmp_path):
     assert failed["code"] == "CopierFailed" and "status 3" in failed["message"] and "boom" in failed["message"]
     missing = keeper_objects.run_copier([str(tmp_path / "nothing")], {}, {}, 60)
     assert missing["code"] == "CopierNotStarted"
+
+
+def test_a_copy_started_before_the_workload_and_gone_since_fails_the_copy_out():
+    """The Worker's code (its uid) may kill the copy a Pod's keeper started before it: the copy
+    out then fails, named, rather than reading a result from nowhere."""
+    import sys
+
+    ready = keeper_objects.start_copier([sys.executable, "-c", "pass"], {})
+    assert not isinstance(ready, dict)
+    ready.wait(timeout=60)
+    got = keeper_objects.run_copier([], {"direction": "out"}, {}, 30, started=ready)
+    assert (got["ok"], got["code"]) == (False, "CopierGone") and "exit status 0" in got["message"]

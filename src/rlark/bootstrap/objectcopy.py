@@ -243,38 +243,30 @@ def main_init() -> int:
             del os.environ[name]
     os.environ.update({k: v for k, v in COPIER_ENV.items() if k.startswith("AWS_")})
     why = make_undumpable()
-
-    def said(line: dict) -> None:
-        sys.stdout.write(json.dumps(line) + "\n")
-        sys.stdout.flush()
-
     try:
         mounts = parse_mounts(env.get(INIT_MOUNTS_VAR, ""))
         state = env.get(INIT_STATE_VAR, "")
         if not os.path.isabs(state):
             raise ValueError(f"{INIT_STATE_VAR} is not an absolute path")
     except ValueError as exc:
-        said({"ok": False, "code": "BadRequest", "message": str(exc)[:1500]})
-        return 1
+        return _said({"ok": False, "code": "BadRequest", "message": str(exc)[:1500]})
     if why:
-        said({"ok": False, "code": "Unprotected",
-              "message": f"the copier could not make itself non-dumpable: {why}"})
-        return 1
+        return _said({"ok": False, "code": "Unprotected",
+                      "message": f"the copier could not make itself non-dumpable: {why}"})
     take_credentials(env, INIT_KEYS_PREFIX, mounts)
     for place, m in enumerate(mounts):
         started = time.monotonic()
         result = run({**m, "direction": "in"})
         if not result.get("ok"):
             # the last line: FallbackToLogsOnError makes it the container's termination message
-            said({"mount": m["name"], "source": m["source"], "ok": False,
-                  "code": str(result.get("code"))[:64],
-                  "message": str(result.get("message"))[:1500]})
-            return 1
+            return _said({"mount": m["name"], "source": m["source"], "ok": False,
+                          "code": str(result.get("code"))[:64],
+                          "message": str(result.get("message"))[:1500]})
         result["seconds"] = round(time.monotonic() - started, 3)
         with open(os.path.join(state, state_file(m.get("index", place))), "w") as f:
             json.dump(result, f)
-        said({"mount": m["name"], "ok": True, **{k: result.get(k) for k in
-                                                 ("files", "bytes", "skipped", "seconds")}})
+        _said({"mount": m["name"], "ok": True, **{k: result.get(k) for k in
+                                                  ("files", "bytes", "skipped", "seconds")}})
     return 0
 
 
@@ -298,6 +290,7 @@ def main_ready() -> int:
 
 
 def _said(result: dict) -> int:
+    """Write ``result`` as one JSON line on standard output; the exit status it means."""
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
     return 0 if result.get("ok") else 1

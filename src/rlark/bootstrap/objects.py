@@ -117,6 +117,12 @@ def run_copier(argv: list[str], request: dict, identity: dict, timeout: float,
     proc = started if started is not None else start_copier(argv, identity)
     if isinstance(proc, dict):
         return proc
+    if started is not None and started.poll() is not None:
+        # the copy started before the workload ended before its request (the Worker's code,
+        # of its uid, may have killed it): nothing of its result can be had
+        return {"ok": False, "code": "CopierGone",
+                "message": f"the copy started before the Worker's code ran was gone (exit "
+                           f"status {started.returncode}) when the copy out began"}
     deadline = time.monotonic() + timeout
     data: bytes | None = json.dumps(request).encode()
     why = ""
@@ -124,13 +130,6 @@ def run_copier(argv: list[str], request: dict, identity: dict, timeout: float,
         try:
             out, err = proc.communicate(data, timeout=0.5)
             break
-        except (BrokenPipeError, ValueError):
-            # the copier started before the workload is gone (a pipe with no reader)
-            proc.kill()
-            proc.wait()
-            return {"ok": False, "code": "CopierGone",
-                    "message": f"the copy started before the Worker's code ran was gone "
-                               f"(exit status {proc.returncode}) when the copy out began"}
         except subprocess.TimeoutExpired:
             data = None
             tick()

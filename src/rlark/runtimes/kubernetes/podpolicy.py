@@ -418,6 +418,12 @@ def check_secret_refs(job: Job, managed: Iterable[tuple[str, str]], project: str
     held = set(managed)
     allowed_for = set(projects) if projects is not None else {project}
     seen: dict[str, SecretInfo | None] = {}
+
+    def read(name: str) -> SecretInfo | None:
+        if name not in seen:  # each Secret read once
+            seen[name] = lookup(name)
+        return seen[name]
+
     out: list[Finding] = []
     for i, role in enumerate(job.spec.roles):
         for j, env in enumerate(role.env):
@@ -426,9 +432,7 @@ def check_secret_refs(job: Job, managed: Iterable[tuple[str, str]], project: str
                     or env.name.startswith(RESERVED_ENV_PREFIX)):
                 continue
             path = f"spec.roles[{i}].env[{j}].valueFrom.secretKeyRef"
-            if ref.name not in seen:
-                seen[ref.name] = lookup(ref.name)
-            found = seen[ref.name]
+            found = read(ref.name)
             if not secret_allowed(found, allowed_for):
                 out.append(secret_not_allowed(path, env.name, ref.name, project, namespace))
             elif found is not None and ref.key not in found.keys:
@@ -445,9 +449,7 @@ def check_secret_refs(job: Job, managed: Iterable[tuple[str, str]], project: str
                 continue
             path = f"spec.roles[{i}].mounts[{j}].objectStorage"
             secret = refs[0][0]
-            if secret not in seen:
-                seen[secret] = lookup(secret)
-            found = seen[secret]
+            found = read(secret)
             if not secret_allowed(found, allowed_for):
                 out.append(secret_not_allowed(path, f"mount {mount.name!r}", secret, project,
                                               namespace, field="secret"))
