@@ -63,8 +63,13 @@ def test_a_run_that_finishes_while_the_server_is_down_gets_its_true_result(serve
     run = f'for i in $(seq 1 {n}); do echo "line-$i"; sleep 0.05; done; while [ ! -e "$GATE" ]; do sleep 0.1; done; echo done-all'
     gates = exchange_dir(server.home.parent / "gates")  # never under $RLARK_HOME: Workers see none of it
     gate = gates / "gate-finish"
+    # The pool Worker ends when its Ray node gives up on the head's GCS, gone with the head: Ray's
+    # raylet tries to reconnect for gcs_rpc_server_reconnect_timeout_s (60 s by default; Ray's
+    # fault-tolerance docs name RAY_gcs_rpc_server_reconnect_timeout_s), which a user may set in a
+    # role's env as here. What is checked is that it ends by itself and is reported as going with
+    # its Run, not how long Ray waits first.
     server.submit(job_yaml("finish", run=run, pool_workers=1, head_env={"GATE": str(gate)},
-                           shared=gates))
+                           pool_env={"RAY_gcs_rpc_server_reconnect_timeout_s": "5"}, shared=gates))
     job = server.wait_phase("finish", {"Running"}, timeout=120)
     server.crash()
     log = Path(job["currentRun"]["workers"][0]["log"])
