@@ -253,3 +253,55 @@ def test_container_killed_from_outside_ends_with_a_non_zero_exit_code(k8s_real_n
     assert terminated["exitCode"] == 137, terminated
     status = interpret(pod, now=time.time())
     assert status.phase == PodState.Failed and not status.alive and status.exit_code == 137, status
+
+
+def test_a_root_pod_overwriting_the_images_files_leaves_the_shared_image_store_as_it_was(k8s_real_node):
+    """``up`` gave this node's containerd a copy of the unpacked image store whose files are hard
+    links into the build cache (scripts/k8s-testbed.d/image-store.sh). A root Pod that overwrites,
+    appends to and deletes files of the Worker image changes only its own container: the store's
+    files keep their bytes, and the next Pod of the image sees the image as built."""
+    import hashlib
+    import re
+    from pathlib import Path
+
+    tb = k8s_real_node
+    if tb.attached:
+        pytest.fail("an attached test bed (RLARK_TESTBED_ATTACH) has no `up` output to say where "
+                    "its images came from: run this test with a test bed of its own", pytrace=False)
+    found = re.search(r"images from the unpacked store (\S+) in", tb.up_output)
+    assert found, "`up` imported the images instead of copying the store:\n" + tb.up_output[-3000:]
+    store = Path(found.group(1))
+    targets = ("opt/venv/pyvenv.cfg", "etc/os-release")
+    stored = [p for rel in targets
+              for p in store.glob(f"root/io.containerd.snapshotter.v1.overlayfs/snapshots/*/fs/{rel}")]
+    assert {p.as_posix().split("/fs/", 1)[1] for p in stored} == set(targets), stored
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in stored}
+
+    ns = f"root-{uuid.uuid4().hex[:6]}"
+    admin = tb.admin()
+    admin.create_namespace({"metadata": {"name": ns}})
+    try:
+        spoil = ("echo spoiled > /opt/venv/pyvenv.cfg && echo spoiled >> /etc/os-release "
+                 "&& rm -f /opt/venv/bin/python3 && echo DONE")
+        admin.create_namespaced_pod(ns, {
+            "metadata": {"name": "spoiler"},
+            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                     "terminationGracePeriodSeconds": 1,
+                     "securityContext": {"runAsUser": 0, "runAsGroup": 0},
+                     "containers": [{"name": "worker", "image": tb.image, "imagePullPolicy": "IfNotPresent",
+                                     "command": ["sh", "-c", spoil]}]}})
+        def ended(name: str) -> str:  # as the admin: RLark's ServiceAccount reads no such namespace
+            return wait_until(f"Pod {name} to end", lambda: (
+                p := admin.read_namespaced_pod(name, ns).status.phase) in ("Succeeded", "Failed") and p)
+
+        assert ended("spoiler") == "Succeeded", admin.read_namespaced_pod("spoiler", ns).status
+        assert "DONE" in admin.read_namespaced_pod_log("spoiler", ns, container="worker")
+        after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in stored}
+        assert after == before, "a Pod's writes reached the shared image store"
+        admin.create_namespaced_pod(ns, worker_pod(tb, "reader", [
+            "sh", "-c", "grep -c spoiled /opt/venv/pyvenv.cfg /etc/os-release; test -x /opt/venv/bin/python3 && echo INTACT"]))
+        ended("reader")
+        log = admin.read_namespaced_pod_log("reader", ns, container="worker")
+        assert "/opt/venv/pyvenv.cfg:0" in log and "/etc/os-release:0" in log and "INTACT" in log, log
+    finally:
+        tb.delete_namespace(ns)

@@ -371,25 +371,24 @@ node_up() {  # start containerd, import the images, start CoreDNS and the kubele
         --root-dir="$n/kubelet" --hostname-override="$REAL_NODE_NAME" --node-ip="$NODE_IP" \
         --node-labels="$REAL_NODE_LABEL" --v=1
 
+    # the images, already unpacked (image-store.sh), when the build made the store
+    local from_store=0 t0
+    t0=$(now)
+    if copy_image_store "$n/containerd/root"; then
+        from_store=1
+    else
+        rm -rf "$n/containerd/root"
+    fi
     say "real node: starting containerd $CONTAINERD_VERSION (runc $RUNC_VERSION)"
     start_component containerd
     wait_for "containerd to answer on $n/containerd/containerd.sock" "$timeout" containerd \
         ctr_ version
-    local img t0 name digest
-    for img in "$IMAGE_CACHE/pause-$PAUSE_KEY" "$IMAGE_CACHE/worker-$WORKER_KEY"; do
-        t0=$(now)
-        name=$(cat "$img/name"); digest=$(cat "$img/digest")
-        ctr_ -n k8s.io images import "$img/image.tar" >>"$DIR/logs/import.log" 2>&1 \
-            || { tail -n 20 "$DIR/logs/import.log" >&2; die "could not import $name into containerd"; }
-        # a pull by tag also records repo@digest, which the kubelet reports as the container's
-        # imageID (an import records only the tag: the imageID would be the config's digest)
-        ctr_ -n k8s.io images tag "$name" "${name%:*}@$digest" >>"$DIR/logs/import.log" 2>&1 \
-            || { tail -n 20 "$DIR/logs/import.log" >&2; die "could not name $name by its digest $digest"; }
-        local names
-        names=$(ctr_ -n k8s.io images ls -q 2>>"$DIR/logs/import.log") || die "ctr images ls failed"
-        grep -qx "$name" <<<"$names" || die "containerd has no $name after importing $img/image.tar"
-        say "real node: imported $name ($digest) in $(elapsed "$t0") s"
-    done
+    if [ "$from_store" = 1 ] && images_in_store "$n/containerd/containerd.sock" "$DIR/logs/import.log"; then
+        say "real node: images from the unpacked store $STORE_DIR in $(elapsed "$t0") s"
+    else
+        [ "$from_store" = 1 ] && say "real node: the store's copy lacks an image: importing them"
+        import_images "$n/containerd/containerd.sock" "$DIR/logs/import.log"
+    fi
 
     say "real node: starting CoreDNS $COREDNS_VERSION on $NODE_IP:53"
     coredns_rbac | kube apply -f - >>"$DIR/logs/apply.log" 2>&1 \
