@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from rlark import settings
 from rlark.controller import admission
 from rlark.controller.phases import ACTIVE, TERMINAL, QueueWait, Transition, queue_timeout_of
-from rlark.controller.rows import PLANNED, ref, utcnow
+from rlark.controller.rows import PLANNED, load_column, ref, utcnow
 from rlark.controller.state import ControllerState
 from rlark.ranks import plan_workers
 from rlark.runtimes.capacity import Amounts
@@ -329,6 +329,8 @@ class Launching(ControllerState):
         if want.get("resolved"):
             return True, want.get("override")
         source = next((r for r in run.job.runs if r.number == want.get("fromRun")), None)
+        if source is not None:  # its record is not loaded with the Run's (RUN_GRAPH)
+            load_column(self._session, [source], "record")
         if source is not None and source.record is None:
             ended = source.finished_at.timestamp() if source.finished_at else None
             if source.phase not in TERMINAL or (

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from sqlalchemy import or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload, load_only
 from sqlalchemy.orm.exc import StaleDataError
 
 from rlark.controller import admission
@@ -62,6 +62,12 @@ LANES = 8
 #: seconds between two heartbeats of the controller in the store (ControllerStateRow): the
 #: precision of the window a restarted server gives for a Worker that ended while it was down
 HEARTBEAT_SECONDS = 2.0
+
+
+#: what :meth:`Controller._fingerprint` reads of each live Worker (its log and its handle, as
+#: :func:`~rlark.controller.rows.ref` makes it): never its facts or lifecycle
+WATCHED = (WorkerRow.name, WorkerRow.pid, WorkerRow.pid_started, WorkerRow.handle, WorkerRow.node_ip,
+           WorkerRow.port_base, WorkerRow.log_path)
 
 
 class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
@@ -106,6 +112,7 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         self.idle_resync = idle_resync_seconds
         #: (log path, WorkerRef) of every live Worker, for _fingerprint
         self._watched: list[tuple[str | None, WorkerRef]] | None = None
+        self._runtime_facts: dict[int, dict] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -176,7 +183,9 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         ``refresh``: read the Workers to watch from the store again (after a pass)."""
         if refresh or self._watched is None:
             with self._session() as s:
-                rows = s.scalars(select(WorkerRow).where(WorkerRow.released.is_(False), LAUNCHED)).all()
+                rows = s.scalars(select(WorkerRow).where(WorkerRow.released.is_(False), LAUNCHED)
+                                 .options(load_only(*WATCHED), joinedload(WorkerRow.run).load_only(
+                                     RunRow.uid, RunRow.worker_uid))).all()
                 self._watched = [(w.log_path, ref(w)) for w in rows]
         out = []
         for path, r in self._watched:

@@ -6,15 +6,15 @@ decides from it).
 
 from __future__ import annotations
 
-import json
 import time
+from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from rlark.controller.lifecycle import (check_event, merge_facts, node_table_facts, note_moment,
                                        read_new_events)
 from rlark.controller.phases import ConditionUpdate, RunView, WorkerView, worker_phase
-from rlark.controller.rows import iso_time, ref, set_conditions, utcnow, when
+from rlark.controller.rows import add_facts, iso_time, ref, set_conditions, utcnow, when
 from rlark.controller.state import ControllerState
 from rlark.runtimes.base import Observed
 from rlark.bootstrap.usage import add_sample
@@ -23,11 +23,19 @@ from rlark.store import RunRow, WorkerRow
 from rlark.store.runs import add_event
 
 
-def merge_runtime_facts(w: WorkerRow, seen: Observed) -> None:
-    """Facts the runtime saw (a Pod's image digest, node) join the Worker's own facts."""
+def merge_runtime_facts(w: WorkerRow, seen: Observed,
+                        known: dict[int, dict[str, Any]] | None = None) -> None:
+    """Facts the runtime saw (a Pod's image digest, node) join the Worker's own facts
+    (:func:`~rlark.controller.rows.add_facts`: merged when the pass commits). ``known``: Worker
+    id -> the runtime facts already merged and committed (the controller's memory of them): the
+    same facts again add nothing, so a pass that sees no change reads and writes no facts."""
     facts = seen.facts
-    if facts and any((w.facts or {}).get(k) != v for k, v in facts.items()):
-        w.facts = {**(w.facts or {}), **facts}
+    if not facts or (known is not None and known.get(w.id) == facts):
+        return
+    add_facts(w, dict(facts))
+    s = object_session(w)
+    if s is not None:
+        s.info.setdefault(ControllerState.RUNTIME_FACTS, {})[w.id] = dict(facts)
 
 
 def worker_view(w: WorkerRow) -> WorkerView:
@@ -91,7 +99,7 @@ class Observing(ControllerState):
                 life = dict(w.lifecycle)
             if w.launched and not life.get("gone"):
                 seen = self.runtime.observe(ref(w))
-                merge_runtime_facts(w, seen)
+                merge_runtime_facts(w, seen, self._runtime_facts)
                 window = self._adopted.pop(w.id, None)
                 if (seen.failure and seen.failure[0] == Reason.Preempted
                         and not life.get("preempted")):
@@ -148,16 +156,9 @@ class Observing(ControllerState):
             note_moment(life, ev)
             kind = ev["event"]
             if kind == "facts":
-                merged = merge_facts(w.facts, ev)
-                if len(json.dumps(merged, default=str)) > self.MAX_FACTS_BYTES:
-                    if not life.get("facts_dropped"):
-                        life["facts_dropped"] = True
-                        add_event(s, run.job_id, Reason.ReportsDropped,
-                                  f"{w.name}'s facts reached {self.MAX_FACTS_BYTES} bytes; the "
-                                  "rest are not kept", run_number=run.number, worker=w.name,
-                                  type=EventType.Warning)
-                    continue
-                w.facts = merged
+                # merged when the pass commits (the stored facts are not loaded by a pass); one
+                # that would pass the bound is dropped then, once said (lifecycle.facts_dropped)
+                add_facts(w, merge_facts({}, ev), bound=self.MAX_FACTS_BYTES)
                 w.host = ev.get("hostname") or w.host
                 w.ip = w.ip or ev.get("ip")
             elif kind == "alive":
@@ -173,14 +174,14 @@ class Observing(ControllerState):
                 life["keeper"] = {"protected": ev["protected"], "uid": ev["uid"]}
                 if isinstance(ev.get("heartbeat"), (int, float)) and ev["heartbeat"] > 0:
                     life["heartbeat"] = float(ev["heartbeat"])
-                w.facts = {**(w.facts or {}), "keeper": {
+                add_facts(w, {"keeper": {
                     k: ev.get(k) for k in ("protected", "uid", "sandbox", "unprotected")
-                    if ev.get(k) is not None}}
+                    if ev.get(k) is not None}})
             elif kind == "phase":
                 life["phase"] = ev.get("phase")
                 if ev.get("ray_node_id"):
                     w.ray_node_id = ev["ray_node_id"]
-                    w.facts = {**(w.facts or {}), "ray_node_id": ev["ray_node_id"]}
+                    add_facts(w, {"ray_node_id": ev["ray_node_id"]})
             elif kind == "nodes":
                 self._apply_joined(s, run, by_rank, ev)
             elif kind in ("failed", "run_finished"):
@@ -275,7 +276,7 @@ class Observing(ControllerState):
             w.ip = node.get("ip") or w.ip
             w.lifecycle = {**(w.lifecycle or {}), "joined": True}
             if node.get("labels") is not None and first_time:
-                w.facts = {**(w.facts or {}), "ray_node_table": node_table_facts(node)}
+                add_facts(w, {"ray_node_table": node_table_facts(node)})
             if first_time:
                 add_event(s, run.job_id, Reason.NodeJoined,
                           f"rank {w.node_rank} ({w.name}) joined as Ray node "

@@ -10,11 +10,13 @@ is a mixin of :class:`ControllerState`, which declares what they share so that e
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from sqlalchemy.orm import Session
 
 from rlark.controller.phases import Transition
+from rlark.controller.rows import watch_session
 from rlark.runtimes.base import Runtime
 from rlark.runtimes.capacity import Amounts
 from rlark.store import RunRow, Store
@@ -47,10 +49,23 @@ class ControllerState:
     #: Runs whose launch is under way (their Workers are not in the store yet)
     _launching: set[int]
 
-    def _session(self):
+    #: Worker id -> the runtime's facts (:attr:`rlark.runtimes.base.Observed.facts`) last
+    #: merged into its row and committed: the same facts seen again add nothing (a Pod's image
+    #: digest comes with every observation; comparing would need the Worker's deferred facts)
+    _runtime_facts: dict[int, dict[str, Any]]
+
+    #: ``Session.info`` key: Worker id -> runtime facts this session merged (known once it commits)
+    RUNTIME_FACTS = "rlark.runtime_facts"
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
         # autoflush off: nothing is written before the commit at the end of a block, so no write
-        # transaction is open while the controller calls a process or an API
-        return self.store.session(autoflush=False)
+        # transaction is open while the controller calls a process or an API; the facts a pass
+        # added are merged at that commit (rows.add_facts)
+        with self.store.session(autoflush=False) as s:
+            watch_session(s)
+            yield s
+        self._runtime_facts.update(s.info.get(self.RUNTIME_FACTS) or {})
 
     def _transition(self, s: Session, run: RunRow, t: Transition) -> None:
         """:meth:`rlark.controller.transitions.Transitions._transition`."""

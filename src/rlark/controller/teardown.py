@@ -11,13 +11,13 @@ import shutil
 import time
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, joinedload, object_session
+from sqlalchemy.orm import Session, defer, joinedload, object_session
 
 from rlark import settings
 from rlark.controller.lifecycle import note_moment, read_new_events
 from rlark.controller.observe import merge_runtime_facts
 from rlark.controller.phases import ACTIVE, ConditionUpdate, Transition
-from rlark.controller.rows import RUN_GRAPH, end_read, ref, set_conditions, utcnow
+from rlark.controller.rows import RUN_GRAPH, end_read, load_facts, ref, set_conditions, utcnow
 from rlark.controller.state import ControllerState
 from rlark.runtimes.base import Observed
 from rlark.store.files import job_log_dirs, remove_dirs
@@ -105,7 +105,7 @@ class TearingDown(ControllerState):
         alive = False
         with self._session() as s:
             workers = s.scalars(select(WorkerRow).where(WorkerRow.released.is_(False))
-                                .options(joinedload(WorkerRow.run))).all()
+                                .options(joinedload(WorkerRow.run), defer(WorkerRow.facts))).all()
             end_read(s)
             for w in workers:
                 if not w.launched:
@@ -136,7 +136,7 @@ class TearingDown(ControllerState):
         exited with is kept in its lifecycle (``exit``) only. Otherwise (its Run is stopping) it
         gets a provisional phase until its Run settles it."""
         seen = self.runtime.observe(ref(w))
-        merge_runtime_facts(w, seen)
+        merge_runtime_facts(w, seen, self._runtime_facts)
         if seen.alive:
             self._note_stop_failure(w, seen)
             return False
@@ -163,6 +163,7 @@ class TearingDown(ControllerState):
                            else WorkerPhase.Exited)
         w.lifecycle = life
         w.released = True
+        self._runtime_facts.pop(w.id, None)
         self.runtime.forget(ref(w))
         if w.ray_temp_dir and not settings.keep_ray_temp():
             shutil.rmtree(w.ray_temp_dir, ignore_errors=True)
@@ -195,6 +196,7 @@ class TearingDown(ControllerState):
                 log.warning("cleaning up run %s: %s", run.uid, exc)
                 add_event(s, run.job_id, Reason.CleanupFailed, str(exc), run_number=run.number,
                           type=EventType.Warning)
+            load_facts(self._session, run.workers)  # the record holds them (deferred by the load)
             run.record = finish_record(run, settings.logs_dir(), self._mount_keys(run))
             set_conditions(run, [ConditionUpdate(*record_condition(run.record))])
 
