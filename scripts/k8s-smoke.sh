@@ -12,6 +12,7 @@
 # RLARK_SMOKE_PORT (18470), RLARK_SMOKE_TIMEOUT (900 s for the quickstart Run), RLARK_SMOKE_CPU
 # (each quickstart Worker's CPU request; default the quickstart's own, 1: on a cluster with fewer
 # than 3 CPUs free, e.g. one 2-core node, 500m still gives each Ray node 1 CPU, rounded up),
+# RLARK_K8S_IMAGE_PULL_GRACE (20 s) and RLARK_K8S_MOUNT_GRACE (30 s) for checks 7 and 8,
 # RLARK_SMOKE_MEMORY (each quickstart Worker's memory; default the quickstart's own, head 3Gi and
 # pool 2Gi: where a container's memory cgroup is charged the page cache of the libraries its
 # processes map, cgroup v1, a torch with CUDA libraries needs more, e.g. 5Gi).
@@ -39,7 +40,11 @@ TIMEOUT=${RLARK_SMOKE_TIMEOUT:-900}
 PY=.venv/bin/python
 WORK=$(mktemp -d /tmp/rlark-smoke.XXXXXX)
 export RLARK_HOME="$WORK/home" RLARK_SERVER="http://127.0.0.1:$PORT"
-export RLARK_K8S_IMAGE_PULL_GRACE=20 RLARK_K8S_MOUNT_GRACE=30 RLARK_K8S_PENDING_TIMEOUT=300
+# the server's graces before an image pull or a mount is called failed (checks 7 and 8): shorter
+# than its defaults, so the check ends sooner; a cluster whose pulls or mounts fail for a while
+# before they succeed may need longer (set them in the environment)
+export RLARK_K8S_IMAGE_PULL_GRACE=${RLARK_K8S_IMAGE_PULL_GRACE:-20} RLARK_K8S_MOUNT_GRACE=${RLARK_K8S_MOUNT_GRACE:-30}
+export RLARK_K8S_PENDING_TIMEOUT=${RLARK_K8S_PENDING_TIMEOUT:-300}
 rlark() { "$PY" -m rlark.cli "$@"; }
 say() { printf '\033[1m[k8s-smoke]\033[0m %s\n' "$*"; }
 FAILED=0
