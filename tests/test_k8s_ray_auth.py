@@ -56,13 +56,16 @@ def wait_until(what: str, predicate, timeout: float = WAIT, interval: float = 0.
     return waits.wait_until(what, predicate, timeout, interval)
 
 
-def run_pod(tb, namespace: str, body: dict) -> str:
-    """Create the Pod (as the cluster's admin), wait for its end, return its log."""
-    name = body["metadata"]["name"]
-    tb.admin().create_namespaced_pod(namespace, body)
-    wait_until(f"Pod {name} to end", lambda: tb.admin().read_namespaced_pod(name, namespace)
-               .status.phase in ("Succeeded", "Failed"))
-    return tb.admin().read_namespaced_pod_log(name, namespace, container="worker")
+def run_pods(tb, namespace: str, *bodies: dict) -> list[str]:
+    """Create the Pods (as the cluster's admin) all at once, wait for each to end, return their
+    logs in the same order."""
+    names = [body["metadata"]["name"] for body in bodies]
+    for body in bodies:
+        tb.admin().create_namespaced_pod(namespace, body)
+    for name in names:
+        wait_until(f"Pod {name} to end", lambda: tb.admin().read_namespaced_pod(name, namespace)
+                   .status.phase in ("Succeeded", "Failed"))
+    return [tb.admin().read_namespaced_pod_log(name, namespace, container="worker") for name in names]
 
 
 def test_a_pod_of_another_namespace_cannot_join_a_runs_ray_cluster_without_its_token(
@@ -86,15 +89,15 @@ def test_a_pod_of_another_namespace_cannot_join_a_runs_ray_cluster_without_its_t
         head = f"victim-head.{victim_ns}.svc:6379"
         head_ip = tb.admin().read_namespaced_pod("victim-head-0", victim_ns).status.pod_ip
 
-        no_token = run_pod(tb, other_ns, pod(tb, "no-token", head, {}))
-        wrong = run_pod(tb, other_ns, pod(tb, "wrong-token", head,
-                                          {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 43}))
+        # the two refused ones at once (each a whole `ray start` that Ray turns away)
+        no_token, wrong = run_pods(tb, other_ns, pod(tb, "no-token", head, {}), pod(
+            tb, "wrong-token", head, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 43}))
         for log in (no_token, wrong):
             assert "START 0" not in log and "NODES" not in log, log
             # it reached the head and was refused by Ray's token authentication
             assert "START 1" in log and "InvalidAuthToken" in log, log
-        right = run_pod(tb, other_ns, pod(tb, "with-token", head,
-                                          {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}))
+        [right] = run_pods(tb, other_ns, pod(tb, "with-token", head,
+                                             {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}))
         assert "START 0" in right, right
         nodes = [json.loads(line[6:]) for line in right.splitlines() if line.startswith("NODES ")]
         intruder_ip = next(line.split()[1] for line in right.splitlines() if line.startswith("IP "))
