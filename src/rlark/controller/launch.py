@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from rlark import settings
 from rlark.controller import admission
+from rlark.controller.fencing import Deposed
 from rlark.controller.phases import ACTIVE, TERMINAL, QueueWait, Transition, queue_timeout_of
 from rlark.controller.rows import PLANNED, load_column, ref, utcnow
 from rlark.controller.state import ControllerState
@@ -259,6 +260,8 @@ class Launching(ControllerState):
         try:
             self._launch_workers(s, run)
             self._launch_after.pop(run.id, None)
+        except Deposed:  # its plan was not committed: another controller took over
+            raise
         except Exception as exc:  # allocation or settings: fail the Run, never stay Pending
             retry = getattr(exc, "retry_after", None)
             if isinstance(retry, (int, float)) and run.phase == Phase.Pending:

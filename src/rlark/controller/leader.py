@@ -408,7 +408,8 @@ class Leadership:
     every active Run); when it loses it, the term ends at once: the Controller's loop stops
     (it also checks :meth:`LeaderElector.is_leader` before each action), its runtime's watches
     and log followers stop, no Run is touched and nothing is written (the new leader adopts
-    them). A term that cannot start makes this server step aside for a while.
+    them); a pass still at work then commits nothing once the new leader has claimed its term
+    (:mod:`rlark.controller.fencing`). A term that cannot start makes this server step aside for a while.
 
     Stands in for the Controller in :func:`rlark.server.create_app`: :meth:`start`,
     :meth:`shutdown`, :meth:`wake`, :meth:`status`. On shutdown a leading server ends its term

@@ -33,6 +33,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from rlark.controller import admission
 from rlark.controller.adopt import Adopting
+from rlark.controller.fencing import Deposed, claim_term
 from rlark.controller.launch import Launching
 from rlark.controller.observe import Observing, set_observed_conditions
 from rlark.controller.phases import (ACTIVE, TERMINAL, ConditionUpdate, decide,
@@ -113,6 +114,10 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         #: (log path, WorkerRef) of every live Worker, for _fingerprint
         self._watched: list[tuple[str | None, WorkerRef]] | None = None
         self._runtime_facts: dict[int, dict] = {}
+        #: this controller's term in the store (claimed by its first pass, or take_over());
+        #: another controller that claims a later one fences it off (rlark.controller.fencing)
+        self._term: int | None = None
+        self._deposed = False
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -211,7 +216,25 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         self._logged[key] = now
 
     def _acting(self) -> bool:
-        return self.may_act is None or self.may_act()
+        return not self._deposed and (self.may_act is None or self.may_act())
+
+    def take_over(self) -> int:
+        """Claim a new term in the store (:func:`~rlark.controller.fencing.claim_term`): from now
+        on no transaction of an earlier controller on this store commits (each checks the term
+        before it does). The first pass that acts calls it; returns the term."""
+        self._term = claim_term(self.store)
+        return self._term
+
+    @property
+    def deposed(self) -> bool:
+        """True once a transaction of this controller found a later term in the store: another
+        controller took over, and this one acts no more."""
+        return self._deposed
+
+    def _fenced(self, exc: Deposed) -> None:
+        if not self._deposed:
+            log.warning("%s; this controller stops acting", exc)
+        self._deposed = True
 
     def _beat(self, force: bool = False) -> None:
         """Record in the store that this controller is alive now (at most every
@@ -254,9 +277,15 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         at all while :attr:`may_act` says no."""
         if not self._acting():
             return
-        if not self._adopted_checked:
-            self._adopt_after_restart()
-            self._adopted_checked = True
+        try:
+            if self._term is None:
+                self.take_over()
+            if not self._adopted_checked:
+                self._adopt_after_restart()
+                self._adopted_checked = True
+        except Deposed as exc:
+            self._fenced(exc)
+            return
         with self._session() as s:
             ids = s.scalars(
                 select(RunRow.id)
@@ -295,9 +324,11 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
             return
         try:
             self._finalize_deletes()
+            self._beat()
         except StaleDataError:
             log.info("a Job changed while its delete was being finished; the next pass retries")
-        self._beat()
+        except Deposed as exc:
+            self._fenced(exc)
 
     def _lane(self, run_id: int, decisions: dict[int, admission.Decision]) -> None:
         """Reconcile one Run in its own session, on a thread of the lane pool; wake the loop
@@ -326,6 +357,9 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
             # of the pass was written; the next pass decides again on fresh rows
             log.info("run %s changed during its pass; reconciling it again", run_id)
             moved = True
+        except Deposed as exc:
+            # another controller took over while this pass acted: nothing of it was written
+            self._fenced(exc)
         except Exception as exc:
             self._log_failure(f"reconciling run {run_id} failed", exc)
             self._note_reconcile_error(run_id, exc)

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, ContextManager, Sequence
 
 from sqlalchemy import inspect as sa_inspect
-from sqlalchemy import event, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, defer, joinedload, object_session, selectinload
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -116,7 +116,7 @@ def load_facts(read: Callable[[], ContextManager[Session]], workers: Sequence[Wo
 def apply_pending_facts(s: Session) -> None:
     """Merge the facts a pass added (:func:`add_facts`) into each Worker's stored facts, read
     now, in the transaction that writes them (one SELECT for every such Worker). Called when
-    the pass's session commits (``before_commit``; :func:`watch_session`)."""
+    the pass's session commits (``before_commit``: :meth:`rlark.controller.state.ControllerState._session`)."""
     pending = s.info.get(PENDING_FACTS)
     if not pending:
         return
@@ -128,13 +128,6 @@ def apply_pending_facts(s: Session) -> None:
             set_committed_value(w, "facts", values.get(w.id) or {})
     _apply_pending(s, list(pending))
     s.info.pop(PENDING_FACTS, None)
-
-
-def watch_session(s: Session) -> Session:
-    """Make ``s`` (a controller pass's session) merge the facts its pass added when it commits
-    (:func:`apply_pending_facts`); returns ``s``."""
-    event.listen(s, "before_commit", apply_pending_facts)
-    return s
 
 
 def end_read(s: Session) -> None:

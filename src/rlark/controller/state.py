@@ -13,16 +13,26 @@ import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from rlark.controller.phases import Transition
-from rlark.controller.rows import watch_session
+from rlark.controller.fencing import check_term
+from rlark.controller.rows import apply_pending_facts
 from rlark.runtimes.base import Runtime
 from rlark.runtimes.capacity import Amounts
 from rlark.store import RunRow, Store
 
 if TYPE_CHECKING:
     from rlark.secretbox import SecretBox
+
+
+#: ``Session.info`` key: the session's transaction wrote something (a flush) not committed yet
+_FLUSHED = "rlark.flushed"
+
+
+def _note_flush(s: Session, _context) -> None:
+    s.info[_FLUSHED] = True
 
 
 class ControllerState:
@@ -63,9 +73,29 @@ class ControllerState:
         # transaction is open while the controller calls a process or an API; the facts a pass
         # added are merged at that commit (rows.add_facts)
         with self.store.session(autoflush=False) as s:
-            watch_session(s)
+            event.listen(s, "before_commit", self._before_commit)
+            event.listen(s, "after_flush", _note_flush)
             yield s
         self._runtime_facts.update(s.info.get(self.RUNTIME_FACTS) or {})
+
+    #: this controller's term (:func:`rlark.controller.fencing.claim_term`; None: not claimed
+    #: yet, nothing is fenced)
+    _term: int | None
+
+    def _before_commit(self, s: Session) -> None:
+        """What a pass's session does before it commits: merge the facts the pass added
+        (:func:`~rlark.controller.rows.apply_pending_facts`), then, when the transaction writes
+        anything, write it and check in the same transaction that this controller's term is
+        still the store's (:func:`~rlark.controller.fencing.check_term`).
+
+        Raises:
+            Deposed: another controller took over; the commit fails and the block rolls back.
+        """
+        apply_pending_facts(s)
+        if self._term is not None and (s.new or s.dirty or s.deleted or s.info.get(_FLUSHED)):
+            s.flush()
+            check_term(s, self._term)
+        s.info.pop(_FLUSHED, None)
 
     def _transition(self, s: Session, run: RunRow, t: Transition) -> None:
         """:meth:`rlark.controller.transitions.Transitions._transition`."""

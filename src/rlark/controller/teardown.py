@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, defer, joinedload, object_session
 
 from rlark import settings
 from rlark.controller.lifecycle import note_moment, read_new_events
+from rlark.controller.fencing import Deposed
 from rlark.controller.observe import merge_runtime_facts
 from rlark.controller.phases import ACTIVE, ConditionUpdate, Transition
 from rlark.controller.rows import RUN_GRAPH, end_read, load_facts, ref, set_conditions, utcnow
@@ -45,9 +46,21 @@ class TearingDown(ControllerState):
         (:meth:`_adopt_after_restart`). With ``stop_runs_on_exit`` every Worker this server
         started is stopped and its Run ends ``Stopped`` with reason ``ServerShutdown``."""
         self.stop_loop()
-        if not self.stop_runs_on_exit:
-            self._detach()
-            return
+        try:
+            if not self.stop_runs_on_exit:
+                self._detach()
+                return
+            self._stop_runs(grace)
+        except Deposed as exc:  # another controller took over: the Runs are its own now
+            log.warning("%s; this server's shutdown leaves the Runs to it", exc)
+            if not self.stop_runs_on_exit:
+                return
+        if self._on_shutdown is not None:
+            self._on_shutdown()
+
+    def _stop_runs(self, grace: float) -> None:
+        """Stop every active Run (``ServerShutdown``) and wait for their Workers' end, at most
+        ``grace`` seconds before they are killed (the shutdown with ``stop_runs_on_exit``)."""
         with self._session() as s:
             runs = s.scalars(select(RunRow).where(RunRow.phase.in_(ACTIVE))
                              .options(*RUN_GRAPH)).unique().all()
@@ -79,8 +92,6 @@ class TearingDown(ControllerState):
                 self._transition(s, run, Transition(Phase.Stopped, Reason.ServerShutdown,
                                                     "stopped because the RLark server shut down"))
                 self._finish(s, run)
-        if self._on_shutdown is not None:
-            self._on_shutdown()
 
     def _detach(self) -> None:
         """Leave every active Run to the next server: a last heartbeat, a ``ServerStopped``

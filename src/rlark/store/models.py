@@ -316,10 +316,15 @@ class EventRow(Base):
 class ControllerStateRow(Base):
     """What the controller keeps about itself across server processes (one row, id 1): when its
     last reconcile pass ended (``heartbeat_at``, seconds since the epoch) and which process ran it.
-    The next server reads it to name the window in which a Worker nobody watched ended."""
+    The next server reads it to name the window in which a Worker nobody watched ended. ``term``
+    fences off the writes of a controller that another took over from."""
 
     __tablename__ = "controller_state"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     owner: Mapped[str] = mapped_column(Text, default="")
+    #: the term of the controller whose writes count (a fencing token): each controller claims
+    #: the next one when it starts acting, and a transaction of a controller holding an earlier
+    #: one rolls back (rlark.controller.fencing)
+    term: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
