@@ -28,7 +28,10 @@ from tests.test_console_browser import (  # noqa: F401 (the browser's fixtures)
 )
 from tests.test_console_zh_browser import english_left
 
-pytestmark = pytest.mark.ray
+# Every test takes the browser's session-scoped parameter (pytest-playwright's browser_name), not
+# only the browser tests: pytest moves the tests of such a parameter next to each other across
+# modules, which split this module in two and set its Job up twice (once per part).
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("browser_name")]
 
 NAME = "use"
 # the keeper samples every 5 s (its default): 12 s of work span two samples or more
