@@ -1,7 +1,7 @@
 """The reconcile loop: desired Job state vs what the Workers report and the runtime observes.
 
-Each pass takes every Run that is active (or still has Workers to tear down) and reconciles it in
-a lane of its own (a thread of a bounded pool, so one Job's slow runtime call never delays
+A full pass takes every Run that is active (or still has Workers to tear down) and reconciles it
+in a lane of its own (a thread of a bounded pool, so one Job's slow runtime call never delays
 another's). A lane works in three steps, as dstack's background tasks do: **load** the Run's rows
 (:data:`~rlark.controller.rows.RUN_GRAPH`) and end that read transaction
 (:func:`~rlark.controller.rows.end_read`); **act** with no transaction open: read the Workers' new
@@ -10,7 +10,9 @@ lifecycle lines, ask the runtime whether they are alive, let the pure state mach
 short transaction guarded by the Job's and Run's version columns (a request that changed them
 meanwhile makes the pass write nothing; the next one decides again). A launch applies its plan
 before it starts anything, and each Worker's handle as soon as it exists. Services wake the loop
-(:meth:`Controller.wake`) so a submit is acted on at once.
+(:meth:`Controller.wake`) so a submit is acted on at once. Between full passes (a wake, the idle
+resync), a Worker whose log grew or which ended brings a pass over its own Run only
+(:meth:`Controller.reconcile_runs`), so one busy Run does not make the loop pass over every other.
 
 This module is the loop and a Run's turn in it (:meth:`Controller._reconcile_run`); the passes it
 runs are modules of their own: :mod:`.launch` (admission and launch), :mod:`.observe`,
@@ -71,6 +73,12 @@ WATCHED = (WorkerRow.name, WorkerRow.pid, WorkerRow.pid_started, WorkerRow.handl
            WorkerRow.port_base, WorkerRow.log_path)
 
 
+def changed_runs(before: dict[int, tuple], now: dict[int, tuple]) -> set[int]:
+    """The Run ids whose Workers' fingerprints differ between ``before`` and ``now``
+    (:meth:`Controller._fingerprint`): a Run whose Worker's log grew or which ended. Pure."""
+    return {run_id for run_id in before.keys() | now.keys() if before.get(run_id) != now.get(run_id)}
+
+
 class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
     """Runs the reconcile loop in a background thread (``start``/``shutdown``) or step by step
     (``reconcile_once``, used by tests)."""
@@ -84,7 +92,8 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
                  on_timing: Callable[[str, float], None] | None = None):
         self.store = store
         #: told what the controller's own work took, ``(what, seconds)``: ``"pass"`` (a pass
-        #: over the active Runs, up to handing them to their lanes), ``"lane"`` (one Run's turn)
+        #: over the active Runs, or over those whose Workers did something, up to handing them
+        #: to their lanes), ``"lane"`` (one Run's turn)
         #: and ``"lag"`` (from a wake, e.g. a submit, to the pass it asked for): the server's
         #: metrics (``GET /metrics``). None: nobody listens.
         self.on_timing = on_timing
@@ -111,8 +120,8 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         #: at its idle resync (:meth:`wake` is in-process): keep it short, or give the replicas
         #: a way to wake each other first
         self.idle_resync = idle_resync_seconds
-        #: (log path, WorkerRef) of every live Worker, for _fingerprint
-        self._watched: list[tuple[str | None, WorkerRef]] | None = None
+        #: (run id, log path, WorkerRef) of every live Worker, for _fingerprint
+        self._watched: list[tuple[int, str | None, WorkerRef]] | None = None
         self._runtime_facts: dict[int, dict] = {}
         #: this controller's term in the store (claimed by its first pass, or take_over());
         #: another controller that claims a later one fences it off (rlark.controller.fencing)
@@ -134,6 +143,10 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         self._lanes_lock = threading.Lock()
         self._busy: set[int] = set()
         self._launching: set[int] = set()
+        #: Runs a pass asked for while their lane was at work, and those whose lane has ended
+        #: since (the loop passes them next)
+        self._asked_again: set[int] = set()
+        self._requeued: set[int] = set()
 
     # --- thread ---------------------------------------------------------------------------------
 
@@ -155,51 +168,68 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
                 self._log_failure("reporting the controller's timing failed", exc)
 
     def _loop(self) -> None:
+        """Passes until :meth:`stop_loop`: a full pass (:meth:`reconcile_once`: every Run,
+        admission, deletes, heartbeat) at once after a wake and at least every
+        :attr:`idle_resync` seconds (deadlines: join timeout, stop grace), and in between a pass
+        over only the Runs whose own Workers did something (:meth:`reconcile_runs`): one Run's
+        log lines never make the controller pass over every other Run."""
+        full, changed = True, set[int]()
+        next_full = 0.0
         while not self._stop.is_set():
             try:
                 began = time.monotonic()
-                asked, self._asked_at = self._asked_at, None
-                if asked is not None:
-                    self._timing("lag", began - asked)
-                self.reconcile_once(wait=False)
+                if full or began >= next_full:
+                    asked, self._asked_at = self._asked_at, None
+                    if asked is not None:
+                        self._timing("lag", began - asked)
+                    self.reconcile_once(wait=False)
+                    next_full = began + self.idle_resync
+                else:
+                    self.reconcile_runs(changed, wait=False)
                 self._timing("pass", time.monotonic() - began)
                 seen = self._fingerprint(refresh=True)
             except Exception as exc:  # keep the loop alive; the next pass retries
                 self._log_failure("reconcile pass failed", exc)
                 seen = None
             # the next pass comes when something happened: a wake (an API write, a lane that
-            # moved its Run), a Worker's log grew (lifecycle lines) or a Worker ended, or at the
-            # idle resync (deadlines: join timeout, stop grace)
-            resync = time.monotonic() + self.idle_resync
-            while not self._stop.is_set() and time.monotonic() < resync:
+            # moved its Run: a full pass), a Worker's log grew (lifecycle lines) or a Worker
+            # ended (a pass over its Run), or at the idle resync (a full pass)
+            full, changed = True, set()
+            while not self._stop.is_set() and time.monotonic() < next_full:
                 if self._wake.wait(self.tick):
                     break
+                with self._lanes_lock:  # Runs asked for while their lane was at work
+                    changed, self._requeued = self._requeued, set()
                 try:
-                    if seen is not None and self._fingerprint() != seen:
+                    if seen is not None:
+                        changed |= changed_runs(seen, self._fingerprint())
+                    if changed:
+                        full = False
                         break
                 except Exception as exc:  # e.g. the database is gone for a moment
                     self._log_failure("watching Workers failed", exc)
                     break
             self._wake.clear()
 
-    def _fingerprint(self, refresh: bool = False) -> tuple:
-        """What changes when a Worker does something: the size of each live Worker's log and
-        whether the runtime sees it alive (cheap: a stat and a process or cache lookup each).
-        ``refresh``: read the Workers to watch from the store again (after a pass)."""
+    def _fingerprint(self, refresh: bool = False) -> dict[int, tuple]:
+        """What changes when a Worker does something, per Run id: the size of each of its live
+        Workers' logs and whether the runtime sees it alive (cheap: a stat and a process or
+        cache lookup each). ``refresh``: read the Workers to watch from the store again (after
+        a pass; their handles only, never their facts or lifecycle)."""
         if refresh or self._watched is None:
             with self._session() as s:
                 rows = s.scalars(select(WorkerRow).where(WorkerRow.released.is_(False), LAUNCHED)
                                  .options(load_only(*WATCHED), joinedload(WorkerRow.run).load_only(
                                      RunRow.uid, RunRow.worker_uid))).all()
-                self._watched = [(w.log_path, ref(w)) for w in rows]
-        out = []
-        for path, r in self._watched:
+                self._watched = [(w.run_id, w.log_path, ref(w)) for w in rows]
+        out: dict[int, list] = {}
+        for run_id, path, r in self._watched:
             try:
                 size = os.stat(path).st_size if path else -1
             except OSError:
                 size = -1
-            out.append((size, self.runtime.observe(r).alive))
-        return tuple(out)
+            out.setdefault(run_id, []).append((size, self.runtime.observe(r).alive))
+        return {run_id: tuple(seen) for run_id, seen in out.items()}
 
     def _log_failure(self, what: str, exc: Exception) -> None:
         """A traceback the first time, then one line a minute for the same failure (a damaged
@@ -314,7 +344,10 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
                 break
             with self._lanes_lock:
                 if run_id in self._busy:
-                    continue  # its lane is still at work (a slow runtime call): not waited for
+                    # its lane is still at work (a slow runtime call): not waited for; the loop
+                    # passes it again when it is done
+                    self._asked_again.add(run_id)
+                    continue
                 self._busy.add(run_id)
             futures.append(self._pool.submit(self._lane, run_id, decisions))
         if wait:
@@ -329,6 +362,26 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
             log.info("a Job changed while its delete was being finished; the next pass retries")
         except Deposed as exc:
             self._fenced(exc)
+
+    def reconcile_runs(self, run_ids: set[int] | list[int], wait: bool = True) -> None:
+        """A pass over the Runs ``run_ids`` only, each in its lane as :meth:`reconcile_once`
+        does (a Run whose lane is still at work is passed again once it is done): what the loop
+        runs when only these Runs' Workers did something. Admits nothing (admission weighs
+        every Pending Run: a full pass) and writes no heartbeat. ``wait``: return when their
+        lanes are done. Nothing while :attr:`may_act` says no, or before the first full pass."""
+        if not self._acting() or self._term is None or not self._adopted_checked:
+            return
+        futures = []
+        for run_id in sorted(run_ids):
+            with self._lanes_lock:
+                if run_id in self._busy:
+                    self._asked_again.add(run_id)  # passed again once its lane is done
+                    continue
+                self._busy.add(run_id)
+            futures.append(self._pool.submit(self._lane, run_id, {}))
+        if wait:
+            for f in futures:
+                f.result()
 
     def _lane(self, run_id: int, decisions: dict[int, admission.Decision]) -> None:
         """Reconcile one Run in its own session, on a thread of the lane pool; wake the loop
@@ -367,6 +420,9 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
             with self._lanes_lock:
                 self._busy.discard(run_id)
                 self._launching.discard(run_id)
+                if run_id in self._asked_again:
+                    self._asked_again.discard(run_id)
+                    self._requeued.add(run_id)
             self._timing("lane", time.monotonic() - began)
             if moved:
                 self._wake.set()

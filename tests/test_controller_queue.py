@@ -1,0 +1,100 @@
+"""One Run's activity does not make the controller pass over every other Run (issue 23, item 3).
+
+The loop passes over every Run at a wake (an API write) and at its idle resync; in between, a
+Worker whose log grew or which ended brings a pass over its own Run only. Two Runs, each with one
+live Worker (a real process this test started, adopted as the Worker), Running; the loop runs
+with a long idle resync. Lines appended to one Run's log are acted on (its Worker's lifecycle
+takes them) by a lane over that Run alone: the other Run's lane does not run. A wake still
+passes over both."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+
+import psutil
+from sqlalchemy import select
+
+from rlark.controller.loop import Controller, changed_runs
+from rlark.runtimes.local.runtime import LocalRuntime
+from rlark.services.jobs import JobService
+from rlark.status import Phase
+from rlark.store import JobRow, RunRow, WorkerRow
+from tests.k8s_testbed import wait_for
+from tests.test_local_runtime import job_yaml
+
+
+class CountingController(Controller):
+    """The controller, counting each Run's turns (its lane's pass over it) by Run id."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.turns: dict[int, int] = {}
+        self._count_lock = threading.Lock()
+
+    def _reconcile_run(self, s, run, decisions=None):
+        with self._count_lock:
+            self.turns[run.id] = self.turns.get(run.id, 0) + 1
+        return super()._reconcile_run(s, run, decisions)
+
+
+def running_with_a_live_worker(store, name: str, log_path, proc: subprocess.Popen) -> int:
+    """Job ``name`` whose Run is Running, its one Worker the process ``proc`` logging to
+    ``log_path``; returns the Run's id."""
+    JobService(store).create(job_yaml(name, pool_workers=0))
+    with store.session() as s:
+        job = s.scalars(select(JobRow).where(JobRow.name == name)).one()
+        run = job.runs[0]
+        run.phase = job.phase = Phase.Running
+        w = run.workers[0]
+        w.pid, w.pid_started = proc.pid, psutil.Process(proc.pid).create_time()
+        w.log_path = str(log_path)
+        return run.id
+
+
+def line(kind: str, **data) -> str:
+    return "RLARK_EVENT " + json.dumps({"ts": 1.0, "event": kind, **data}) + "\n"
+
+
+def worker_phase_said(store, run_id: int) -> str | None:
+    with store.session() as s:
+        w = s.scalars(select(WorkerRow).where(WorkerRow.run_id == run_id)).one()
+        return (w.lifecycle or {}).get("phase")
+
+
+def test_a_runs_log_lines_bring_a_pass_over_that_run_alone(store, tmp_path):
+    procs = [subprocess.Popen(["sleep", "600"]) for _ in range(2)]
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    for p in logs:
+        p.write_text("")
+    ctl = CountingController(store, LocalRuntime(), idle_resync_seconds=600)
+    try:
+        a, b = (running_with_a_live_worker(store, name, log, proc)
+                for name, log, proc in zip(("busy", "idle"), logs, procs))
+        ctl.start()
+        wait_for("the first pass over both Runs", lambda: ctl.turns.get(a) and ctl.turns.get(b), 60)
+        wait_for("the first pass's lanes to end", lambda: not ctl._busy, 60)
+        before = dict(ctl.turns)
+        for phase in ("Prepared", "StartingRay", "Joined"):
+            with logs[0].open("a") as f:
+                f.write(line("phase", phase=phase))
+            wait_for(f"the busy Run's Worker to say {phase}",
+                     lambda: worker_phase_said(store, a) == phase, 30)
+        assert ctl.turns[a] >= before[a] + 3
+        assert ctl.turns[b] == before[b]  # the idle Run was not passed over
+        ctl.wake()  # an API write: a pass over every Run
+        wait_for("a pass over the idle Run after a wake", lambda: ctl.turns[b] > before[b], 30)
+    finally:
+        ctl.stop_loop()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_changed_runs_names_the_runs_whose_workers_changed():
+    before = {1: ((10, True),), 2: ((5, True), (7, True))}
+    assert changed_runs(before, before) == set()
+    assert changed_runs(before, {1: ((11, True),), 2: ((5, True), (7, True))}) == {1}
+    assert changed_runs(before, {1: ((10, True),), 2: ((5, True), (7, False))}) == {2}
+    assert changed_runs(before, {2: ((5, True), (7, True)), 3: ((0, True),)}) == {1, 3}
