@@ -5,9 +5,9 @@ The attacker's run script tries, from inside its Worker, what the issue found po
 server's credentials file, secret key and database, another Run's log, environment, secrets and
 Ray token, write a forged "finished, exit 0" line into the other Run's log; and, in its own Run,
 print a forged success (with the Run's event token where it can find one) and exit 1. Each
-attempt is denied, the victim ends as its own run script decides (Failed, exit 3, after its
-whole sleep), and the forger's Run ends Failed. Then a server whose Workers run as itself:
-allowed, loudly, while it serves one user on loopback; refused once it serves more.
+attempt is denied, the victim ends as its own run script decides (Failed, exit 3, once the
+attack is over: it waits for that), and the forger's Run ends Failed. Then a server whose Workers
+run as itself: allowed, loudly, while it serves one user on loopback; refused once it serves more.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -24,6 +25,7 @@ from rlark.secretbox import SecretBox
 from rlark.store import RunRow, Store
 from tests.access import make_user
 from tests.server import RlarkServer, ray_tmp_dir, serve
+from tests.test_local_runtime import exchange_dir
 
 pytestmark = pytest.mark.ray
 
@@ -32,7 +34,8 @@ FORGED = '{"event": "run_finished", "exit_code": 0, "ts": 1}'
 
 
 def job(name: str, run: str, env: dict[str, str] | None = None, secret: bool = False,
-        grace: int = 5) -> str:
+        grace: int = 5, shared: Path | None = None) -> str:
+    """``shared``: a directory of this machine the Worker gets at its own path (hostPath)."""
     items = [{"name": k, "value": v} for k, v in (env or {}).items()]
     if secret:
         items.append({"name": "VICTIM_SECRET", "valueFrom": {"secretKeyRef": {"name": "vault",
@@ -42,7 +45,9 @@ def job(name: str, run: str, env: dict[str, str] | None = None, secret: bool = F
         "spec": {"headRole": "head", "terminationGracePeriodSeconds": grace,
                  "failurePolicy": {"joinTimeoutSeconds": 180},
                  "roles": [{"name": "head", "workers": 1, "image": "x:1",
-                            "resources": {"cpu": 1, "memory": "1Gi"}, "env": items}],
+                            "resources": {"cpu": 1, "memory": "1Gi"}, "env": items,
+                            "mounts": [{"name": "shared", "type": "hostPath", "source": str(shared),
+                                        "mountPath": str(shared)}] if shared else []}],
                  "runScript": run}})
 
 
@@ -135,9 +140,14 @@ def test_a_members_run_script_cannot_reach_the_server_or_another_run(server):
         store.dispose()
     r = alice.put("/api/v1/secrets/vault?project=vision", json={"data": {"value": VICTIM_VALUE}})
     assert r.status_code == 200, r.text
-    mark = "victim-" + secrets.token_hex(6)  # the victim's sleep, as its processes show it
-    submit(alice, "vision", job("victim", f'echo "victim uid $(id -u)"; (exec -a {mark} sleep 45); '
-                                'exit 3', env={"PLAIN": VICTIM_VALUE}, secret=True))
+    mark = "victim-" + secrets.token_hex(6)  # the victim's wait, as its processes show it
+    # the victim runs until the attack is over (a gate only its Job mounts), then exits 3
+    gates = exchange_dir(server.home.parent / "gates")
+    gate = gates / "attack-over"
+    submit(alice, "vision", job("victim", f'echo "victim uid $(id -u)"; (exec -a {mark} sh -c '
+                                '\'while [ ! -e "$GATE" ]; do sleep 0.2; done\'); exit 3',
+                                env={"PLAIN": VICTIM_VALUE, "GATE": str(gate)}, secret=True,
+                                shared=gates))
     victim = wait(server, "vision", "victim", {"Running"})
     log_path = server.home / "logs" / "vision" / "victim" / "1" / "victim-head-0.log"
     assert log_path.is_file()
@@ -169,7 +179,10 @@ def test_a_members_run_script_cannot_reach_the_server_or_another_run(server):
         store.dispose()
     seen = re.search(r"ray tokens seen: (.*)", out).group(1).split()
     assert victim_token not in seen and len(seen) <= 1  # at most the attacker's own
-    # the victim ran its whole course and ended as its own script said
+    # the victim, alive through the whole attack, ran its whole course and ended as its own
+    # script said
+    assert wait(server, "vision", "victim", {"Running"})["phase"] == "Running"
+    gate.touch()
     end = wait(server, "vision", "victim", {"Succeeded", "Failed", "Stopped"}, timeout=120)
     assert (end["phase"], end["reason"], end["currentRun"]["exitCode"]) == ("Failed", "RunFailed", 3)
     assert VICTIM_VALUE not in out  # nor did the value reach the attacker's log
@@ -223,7 +236,6 @@ def test_nothing_a_job_sets_reaches_a_process_of_root(server, tmp_path):
     path (found by an attack pass: a PATH naming a directory with a fake `unshare` ran it as
     root in the host's mount namespace)."""
     import tempfile
-    from pathlib import Path
 
     trap = Path(tempfile.mkdtemp(prefix="rlark-trap-", dir="/tmp"))
     try:
