@@ -33,8 +33,9 @@ from tests.server import assert_nothing_left, run_processes, serve
 pytestmark = pytest.mark.ray
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    """One server for the module (its tests' Jobs have names of their own)."""
     yield from serve(tmp_path_factory.mktemp("rlark-home"))
 
 
