@@ -281,3 +281,100 @@ def test_raylet_env_value_reads_a_process_environment():
         proc.communicate(b"")
     with pytest.raises(OSError):
         raylet_env_value(proc.pid, "RLINF_NODE_RANK")
+
+
+# --- gathered beside `ray start`, not before it (issue 23, item 4) -------------------------------
+
+
+def _cfg(tmp_path, **more: str) -> BootstrapConfig:
+    return BootstrapConfig.from_env({"RLINF_NODE_RANK": "1", "RLARK_NUM_NODES": "2",
+                                     "RLARK_HEAD_ADDRESS": "127.0.0.1:1",
+                                     "RLARK_WORKING_DIR": str(tmp_path), **more})
+
+
+def test_the_records_facts_are_gathered_by_a_child_at_idle_priority(tmp_path, monkeypatch):
+    """A forked child gathers them (this process goes on at once) with the CPU only nothing else
+    wants, within a budget counted from its own start; its result reaches ``report`` whole."""
+    from rlark.bootstrap import facts as facts_mod
+
+    def gather(cfg, budget):
+        return {"pid": os.getpid(), "policy": os.sched_getscheduler(0),
+                "budget_left": budget.left(), "packages": {"count": 1}}
+
+    monkeypatch.setattr(facts_mod, "record_facts", gather)
+    got: list[dict] = []
+    started = time.monotonic()
+    bg = facts_mod.FactsInBackground(_cfg(tmp_path, RLARK_FACTS_BUDGET_SECONDS="7"), got.append)
+    assert time.monotonic() - started < 1.0
+    assert bg.wait(30) and len(got) == 1
+    assert got[0]["pid"] not in (os.getpid(), None) and got[0]["pid"] == bg.pid
+    assert got[0]["policy"] == os.SCHED_IDLE
+    assert 6.0 < got[0]["budget_left"] <= 7.0
+    with pytest.raises(ChildProcessError):  # reaped
+        os.waitpid(bg.pid, os.WNOHANG)
+
+
+def test_a_child_that_ends_without_its_facts_reports_each_part_absent(tmp_path, monkeypatch):
+    from rlark.bootstrap import facts as facts_mod
+
+    monkeypatch.setattr(facts_mod, "record_facts", lambda cfg, budget: os._exit(3))
+    got: list[dict] = []
+    assert facts_mod.FactsInBackground(_cfg(tmp_path), got.append).wait(30)
+    assert set(got[0]) == set(facts_mod.RECORD_PARTS)
+    assert all(part["absent"].startswith("the process gathering them ended before it sent them")
+               for part in got[0].values())
+
+
+def test_finish_waits_at_most_its_time_then_ends_the_child(tmp_path, monkeypatch):
+    """On a Worker's way out the facts are waited for, but not past the time given: the child
+    (which ignores the stop signal the whole Worker gets) is killed and they are absent."""
+    import signal
+
+    from rlark.bootstrap import facts as facts_mod
+
+    monkeypatch.setattr(facts_mod, "record_facts", lambda cfg, budget: time.sleep(60) or {})
+    got: list[dict] = []
+    bg = facts_mod.FactsInBackground(_cfg(tmp_path), got.append)
+    time.sleep(0.2)
+    os.kill(bg.pid, signal.SIGTERM)  # ignored: a Worker being stopped still reports them
+    time.sleep(0.2)
+    assert not bg.wait(0) and os.waitpid(bg.pid, os.WNOHANG) == (0, 0)
+    started = time.monotonic()
+    bg.finish(0.3)
+    assert time.monotonic() - started < 1.6
+    assert bg.wait(0) and got[0]["packages"]["absent"].startswith("the process gathering")
+
+
+def test_a_worker_reports_its_records_facts_after_it_started_ray(tmp_path):
+    """The record's facts no longer hold up ``ray start``: a Worker (not the head) says
+    ``StartingRay`` first and reports them beside it, once, whole, also when its ``ray start``
+    then fails (here a stand-in that exits 1 twice while the head's port answers)."""
+    import socket
+
+    from rlark.bootstrap import archive
+    from rlark.controller.lifecycle import parse_lifecycle
+
+    fake_ray = tmp_path / "ray"
+    fake_ray.write_text("#!/bin/sh\nsleep 0.3\nexit 1\n")
+    fake_ray.chmod(0o755)
+    with socket.socket() as head:
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+               "RLINF_NODE_RANK": "1", "RLARK_NUM_NODES": "2",
+               "RLARK_HEAD_ADDRESS": f"127.0.0.1:{head.getsockname()[1]}",
+               # no raylet of another test matches this address and port
+               "RLARK_NODE_IP": "127.0.0.1", "RLARK_RAY_PORTS": '{"node-manager-port": 29871}',
+               "RLARK_RAY": str(fake_ray), "RLARK_WORKING_DIR": str(tmp_path)}
+        done = subprocess.run([sys.executable, archive.install(str(tmp_path)), "worker"],
+                              env=env, cwd=tmp_path, capture_output=True, timeout=60)
+    events, _ = parse_lifecycle(done.stdout, 0)
+    kinds = [(e["event"], e.get("phase") or e.get("reason")) for e in events]
+    # the facts may come after the failure (gathered at idle priority, waited for on the way out)
+    assert ("failed", "RayStartFailed") in kinds, (kinds, done.stderr)
+    record = [i for i, e in enumerate(events) if e["event"] == "facts" and "packages" in e]
+    assert len(record) == 1, kinds
+    assert kinds.index(("phase", "StartingRay")) < record[0]
+    facts = events[record[0]]
+    assert facts["packages"]["count"] > 10 and isinstance(facts["factsSeconds"], float)
+    assert events[0]["event"] == "facts" and events[0]["python"]  # what it is: at its start

@@ -1,18 +1,23 @@
 """Facts about a Worker for the run record: what it is (host, IP, rank, Python, Ray, visible
 CPUs, GPUs, memory: :func:`collect_facts`, reported at its start) and, after the prepare script,
 what it runs (code, versions, devices, packages, the head's config snapshot:
-:func:`record_facts`). Cheap and bounded: versions come from package metadata, nothing heavy is
-imported, every probe has a time limit, and a fact that cannot be learnt never fails the Run.
+:func:`record_facts`, gathered beside ``ray start`` by :class:`FactsInBackground`). Cheap and
+bounded: versions come from package metadata, nothing heavy is imported, every probe has a time
+limit, and a fact that cannot be learnt never fails the Run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import sys
+import threading
 import time
+from typing import Callable, Iterable
 
 from rlark.bootstrap.config import BootstrapConfig
 from rlark.bootstrap.facts_code import Budget, git_facts, probe, rlinf_code_facts
@@ -275,3 +280,107 @@ def record_facts(cfg: BootstrapConfig, budget: Budget) -> dict:
         part("config", lambda: config_snapshot(config_dir, cfg.rlinf_config_name or ""))
     out["factsSeconds"] = round(time.monotonic() - started, 3)
     return out
+
+
+#: the parts of :func:`record_facts` every Worker reports (the head's ``config`` besides)
+RECORD_PARTS = ("code", "versions_extra", "devices", "packages")
+
+
+def idle_priority() -> str:
+    """Give this process (and what it starts later) the CPU only when nothing else wants it:
+    ``SCHED_IDLE`` (sched(7); any process may lower its own priority), else nice 19. Returns
+    which held (``"idle"``, ``"nice"``, ``"none"``)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return "idle"
+    except (AttributeError, OSError):
+        pass
+    try:
+        os.nice(19)
+        return "nice"
+    except OSError:
+        return "none"
+
+
+class FactsInBackground:
+    """:func:`record_facts` gathered beside this Worker's ``ray start`` instead of before it,
+    so that they cost a Worker's start nothing: in a child process forked from this one (no
+    interpreter start or import is paid again) at idle CPU priority (:func:`idle_priority`: on a
+    machine busy starting Ray nodes it waits for a free CPU, which comes at the latest once they
+    are up), which sends them back as JSON through a pipe; a thread of this process hands them to
+    ``report`` (the ``facts`` line) as soon as they are whole. Started after the prepare script,
+    so they still say what it left. The child ignores stop signals and ends by itself within
+    ``cfg.facts_budget`` seconds of its start (:class:`Budget`), so that a Worker being stopped
+    can still report them (:meth:`finish`). Where no child can be forked they are gathered at
+    once, in this process. ``close_fds``: descriptors the child closes first (the keeper's
+    pipes: it reports nothing itself); ``idle``: False keeps this process's priority."""
+
+    def __init__(self, cfg: BootstrapConfig, report: Callable[[dict], None],
+                 close_fds: Iterable[int] = (), idle: bool = True):
+        self.report = report
+        self.reported = threading.Event()
+        self.pid: int | None = None
+        try:
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+        except OSError:
+            report(record_facts(cfg, Budget(cfg.facts_budget)))
+            self.reported.set()
+            return
+        if pid == 0:  # the child: gather, send, end (never back into the caller's code)
+            code = 1
+            try:
+                os.close(read_end)
+                for fd in close_fds:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                if idle:
+                    idle_priority()
+                view = memoryview(json.dumps(record_facts(cfg, Budget(cfg.facts_budget))).encode())
+                while view:
+                    view = view[os.write(write_end, view):]
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        self.pid = pid
+        threading.Thread(target=self._collect, args=(read_end,), name="record-facts",
+                         daemon=True).start()
+
+    def _collect(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as pipe:
+            data = pipe.read()
+        try:
+            os.waitpid(self.pid or 0, 0)
+        except ChildProcessError:
+            pass
+        try:
+            facts = json.loads(data)
+            if not isinstance(facts, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            why = f"the process gathering them ended before it sent them ({exc})"
+            facts = {part: {"absent": why} for part in RECORD_PARTS}
+        try:
+            self.report(facts)
+        finally:
+            self.reported.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds until they were reported; whether they were."""
+        return self.reported.wait(timeout)
+
+    def finish(self, timeout: float) -> None:
+        """On the Worker's way out: wait at most ``timeout`` seconds for them, then end the
+        child (their parts are then reported absent)."""
+        if self.wait(timeout) or self.pid is None:
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.wait(1.0)

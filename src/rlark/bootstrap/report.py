@@ -107,6 +107,13 @@ def attach(environ: MutableMapping[str, str]) -> None:
     _control = KeeperLink(int(fd)) if fd.isdigit() else None
 
 
+def keeper_fds() -> list[int]:
+    """The keeper's descriptors this program holds (:func:`attach`): what a process forked from
+    it that reports nothing closes."""
+    return [fd for fd in (_report_fd, _control.fd if _control is not None else None)
+            if fd is not None]
+
+
 def keeper_link() -> KeeperLink | None:
     """The keeper's control pipe (:func:`attach`), None when this program runs without one."""
     return _control

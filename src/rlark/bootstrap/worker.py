@@ -8,10 +8,12 @@ Contract (ARCHITECTURE.md, "Worker bootstrap contract"):
 * ``RLINF_NODE_RANK`` is exported before ``ray start`` (RLinf reads it from the raylet's
   environment, so it must be there when the raylet starts); each Ray node is also labelled with
   ``rlark.io/node-rank``, ``rlark.io/role`` and ``rlark.io/run`` so the head can verify the mapping.
-* Order: facts -> prepare script (bounded) -> ``ray start`` -> head: join barrier on one Ray
-  connection (polling every 0.1 s, naming missing ranks), rank check (0..N-1 exactly once),
-  ``RAY_ADDRESS`` and the run script, whose exit code is the head's exit code; other Workers:
-  wait for the head, ``ray start --block``, exit non-zero when their node fails. Every Worker's
+* Order: facts -> prepare script (bounded) -> ``ray start`` (the record's facts gathered
+  beside it: ``facts.FactsInBackground``) -> head: join barrier on one Ray connection (polling
+  every 0.1 s, naming missing ranks), rank check (0..N-1 exactly once), the record's facts
+  reported, ``RAY_ADDRESS`` and the run script, whose exit code is the head's exit code; other
+  Workers: wait for the head, ``ray start --block`` (their record's facts reported when
+  gathered, at the latest on the way out), exit non-zero when their node fails. Every Worker's
   wait for the cluster ends ``RLARK_JOIN_TIMEOUT_SECONDS`` after its own start (prepare script
   included); RLark enforces the same deadline from the Run's launch for every rank.
 * Prepare and run scripts run with ``bash -e -o pipefail -c`` (``scripts.script_argv``): the
@@ -41,7 +43,7 @@ from rlark.bootstrap.config import (EXIT_BAD_CONFIG, EXIT_HEAD_UNREACHABLE, EXIT
                                     EXIT_STOPPED, HEAD_POLL_SECONDS, JOIN_SLACK_SECONDS,
                                     NODE_CHECK_SECONDS, RAY_START_ATTEMPTS, BootstrapConfig,
                                     BootstrapError)
-from rlark.bootstrap.facts import Budget, collect_facts, record_facts
+from rlark.bootstrap.facts import FactsInBackground, collect_facts
 from rlark.bootstrap.facts_config import find_hydra_outputs, hydra_output_facts
 from rlark.bootstrap.ray_node import RayNode, port_open
 from rlark.bootstrap.report import emit
@@ -53,7 +55,8 @@ class Bootstrap(RayNode):
 
     def __init__(self, cfg: BootstrapConfig, env: dict[str, str]):
         super().__init__(cfg, env)
-        self.budget = Budget(cfg.facts_budget)
+        #: the record's facts, gathered beside `ray start` (:meth:`run`)
+        self.record_facts: FactsInBackground | None = None
 
     def run_head(self) -> int:
         """Start the head's Ray, pass the join barrier, then have the keeper start the run script
@@ -76,6 +79,14 @@ class Bootstrap(RayNode):
         threading.Thread(target=lambda: __import__("ray._raylet"), daemon=True).start()
         barrier = JoinBarrier(self)
         barrier.wait()
+        # the head's record facts (its config snapshot, its working directory's state) say what
+        # was there before the run script; gathered while the nodes started, so seldom waited for
+        if self.record_facts is not None:
+            end = time.monotonic() + self.cfg.facts_budget
+            while (not self.record_facts.wait(0.1) and not self.stopping.is_set()
+                   and time.monotonic() < end):
+                pass
+            self.check_stopped()
         emit("start_run")
         # The barrier's connection stays open: the head keeps checking that every rank's node is
         # alive (a frozen or partitioned Worker is invisible to its process table; Ray's health
@@ -194,9 +205,10 @@ class Bootstrap(RayNode):
         return True
 
     def run(self) -> int:
-        """The Worker's whole life: facts, prepare script, Ray authentication check, record
-        facts, then :meth:`run_head` or :meth:`run_worker`; every failure is reported (a
-        ``failed`` line) and becomes the exit status; children are stopped on the way out."""
+        """The Worker's whole life: facts, prepare script, Ray authentication check, the
+        record's facts started in the background, then :meth:`run_head` or :meth:`run_worker`;
+        every failure is reported (a ``failed`` line) and becomes the exit status; children are
+        stopped on the way out, and the record's facts waited for (at most the stop grace)."""
         try:
             emit("facts", **collect_facts(self.cfg))
             if self.cfg.working_dir and not os.path.isdir(self.cfg.working_dir):
@@ -209,8 +221,11 @@ class Bootstrap(RayNode):
                 )
             run_prepare(self.cfg, self.spawn, self.check_stopped)
             self.check_ray_auth()  # after the prepare script, which may install Ray
-            # after the prepare script, so what it installed is what is recorded
-            emit("facts", **record_facts(self.cfg, self.budget))
+            # after the prepare script, so what it installed is what is recorded; beside `ray
+            # start`, at idle priority, not before it: on a machine busy with Ray's start-ups
+            # they wait for a free CPU instead of holding up this Worker's node
+            self.record_facts = FactsInBackground(self.cfg, lambda facts: emit("facts", **facts),
+                                                  close_fds=report.keeper_fds())
             code = self.run_head() if self.cfg.is_head else self.run_worker()
         except BootstrapError as exc:
             if exc.reason == "Stopped" or self.stopping.is_set():
@@ -228,6 +243,8 @@ class Bootstrap(RayNode):
                 code = exc.status
         finally:
             self.shutdown(self.cfg.stop_grace)
+            if self.record_facts is not None:  # reported before this Worker ends, if in time
+                self.record_facts.finish(self.cfg.stop_grace)
         return code
 
 

@@ -144,7 +144,8 @@ class Worker(_Closed):
     code: WorkerCode
     packagesSha256: Reported = None
     factsSeconds: Reported = Field(default=None, description="seconds its bootstrap took to "
-                                   "gather the record's facts")
+                                   "gather the record's facts (beside `ray start`, at idle CPU "
+                                   "priority: waits for a free CPU included)")
     facts: dict[str, Reported] = Field(description="everything it reported, but what the "
                                        "record keeps once elsewhere (diffs, package lists, the "
                                        "Hydra snapshot and output)")
