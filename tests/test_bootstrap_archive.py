@@ -133,6 +133,69 @@ def test_the_worker_runs_from_the_archive_and_fails_closed_without_its_settings(
     assert "RLINF_NODE_RANK" in events[0]["message"]
 
 
+# --- with its bytecode (the local runtime's copy) ------------------------------------------------
+
+
+#: imports every module of the archive (argv[1]) with compile() refused for its files, so only
+#: what comes from bytecode imports; prints the modules that had to be compiled
+IMPORT_UNCOMPILED = r"""
+import builtins, importlib, json, sys, zipfile
+pyz = sys.argv[1]
+sys.path.insert(0, pyz)
+compiled, real = [], builtins.compile
+def compile(source, path, *args, **kwargs):
+    if str(path).startswith(pyz):
+        compiled.append(str(path)[len(pyz) + 1:])
+    return real(source, path, *args, **kwargs)
+builtins.compile = compile
+names = [n[:-3].replace("/", ".") for n in zipfile.ZipFile(pyz).namelist()
+         if n.startswith("rlark/bootstrap/") and n.endswith(".py")]
+mods = {n: importlib.import_module(n.removesuffix(".__init__")) for n in names}
+print(json.dumps({"compiled": compiled,
+                  "stale": getattr(mods["rlark.bootstrap.report"], "STALE_CHECK", None)}))
+"""
+
+
+def _import_uncompiled(pyz: Path, python: str = sys.executable) -> dict:
+    done = subprocess.run([python, "-I", "-S", "-c", IMPORT_UNCOMPILED, str(pyz)],
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _rewritten(src: Path, dst: Path, change: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info, change.get(info.filename, zin.read(info.filename)))
+    return dst
+
+
+def test_the_local_archive_runs_its_bytecode_and_never_stale_or_foreign_bytecode(tmp_path):
+    """The local runtime's copy holds each module's bytecode, checked against its source's hash:
+    this interpreter compiles nothing of it (Python writes no bytecode for a zip's modules, so
+    without it every keeper and bootstrap compiles them again); bytecode of another source, or
+    of another Python version (its magic number), is passed over and the source compiled."""
+    built = archive.local_archive()
+    assert archive.local_archive() is built and built.data != archive.bootstrap_archive().data
+    with zipfile.ZipFile(io.BytesIO(built.data)) as zf:
+        names = zf.namelist()
+        pyc = zf.read("rlark/bootstrap/report.pyc")
+    py = [n for n in names if n.endswith(".py")]
+    assert sorted(n for n in names if n.endswith(".pyc")) == sorted(n + "c" for n in py)
+    assert archive.build(sources(), compiled=True) == built  # deterministic for one Python
+    pyz = Path(archive.install(str(tmp_path), built))
+    assert _import_uncompiled(pyz) == {"compiled": [], "stale": None}
+    assert _import_uncompiled(pyz, OTHER_PYTHON)["stale"] is None  # runs there too
+    stale = _rewritten(pyz, tmp_path / "stale.pyz", {"rlark/bootstrap/report.py": sources()[
+        "report.py"] + b"\nSTALE_CHECK = 1\n"})
+    got = _import_uncompiled(stale)
+    assert set(got["compiled"]) == {"rlark/bootstrap/report.py"} and got["stale"] == 1
+    foreign = _rewritten(pyz, tmp_path / "foreign.pyz",
+                         {"rlark/bootstrap/report.pyc": b"\0\0\r\n" + pyc[4:]})
+    assert set(_import_uncompiled(foreign)["compiled"]) == {"rlark/bootstrap/report.py"}
+
+
 # --- installing it ---------------------------------------------------------------------------------
 
 

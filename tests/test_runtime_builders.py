@@ -433,9 +433,10 @@ def test_keeper_argv_cgroup_joins_before_the_keeper_runs():
 
 def test_the_servers_archive_is_the_bootstrap_in_its_private_home(rlark_home):
     """Keepers (root, where the server is root) run the archive from the server's own home,
-    which no Worker sees; it is this checkout's bootstrap, read-only, under a name of its hash."""
+    which no Worker sees; it is this checkout's bootstrap (with this interpreter's bytecode),
+    read-only, under a name of its hash."""
     path = server_archive()
-    built = archive.bootstrap_archive()
+    built = archive.local_archive()
     assert path == str(rlark_home / "bootstrap" / built.name)
     with open(path, "rb") as f:
         assert f.read() == built.data

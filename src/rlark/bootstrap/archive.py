@@ -10,6 +10,12 @@ travels into any image as a single file, as ``worker.py`` alone once did.
 * :func:`package_sources` reads the package's modules (this builder is not among them);
   :func:`bootstrap_archive` builds the archive once per process; :func:`install` writes it
   where a runtime ships it from, under a name that carries its hash.
+* :func:`local_archive` is the same archive with each module's bytecode beside it, for Workers
+  on this machine (the local runtime), which mostly run this interpreter: Python never writes
+  bytecode for what it imports from a zip, so without it every keeper and bootstrap compiles
+  its modules again (about 45 ms of CPU each, 16 processes for 8 Workers, while their Ray nodes
+  start). The bytecode is checked against its source's hash at import (PEP 552); another Python
+  version refuses it by its magic number and compiles the source, as before.
 
 Layout inside: ``__main__.py`` (this package's ``__main__.py``), ``rlark/__init__.py`` (empty)
 and ``rlark/bootstrap/*.py``, so the modules keep their import names and nothing else of RLark
@@ -19,7 +25,9 @@ is importable from it.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
+import marshal
 import os
 import stat
 import tempfile
@@ -69,17 +77,38 @@ def archive_entries(sources: Mapping[str, bytes]) -> dict[str, bytes]:
     return dict(sorted(entries.items()))
 
 
-def build(sources: Mapping[str, bytes]) -> Archive:
+def checked_pyc(source: bytes, path: str) -> bytes:
+    """``source``'s bytecode as this interpreter compiles it, in a ``.pyc`` that its importer
+    checks against the source's hash (PEP 552: magic number, flags ``0b11``, the source's
+    hash, the marshalled code): a changed source is compiled again, never run stale. ``path``:
+    the name its code objects carry. Deterministic for one Python version.
+
+    Raises:
+        SyntaxError: ``source`` is not Python.
+    """
+    code = compile(source, path, "exec", dont_inherit=True)
+    return (importlib.util.MAGIC_NUMBER + (0b11).to_bytes(4, "little")
+            + importlib.util.source_hash(source) + marshal.dumps(code))
+
+
+def build(sources: Mapping[str, bytes], compiled: bool = False) -> Archive:
     """The archive of the package's modules ``sources`` (file name -> bytes; see
     :func:`archive_entries`). Pure and deterministic: equal ``sources`` give equal bytes,
-    whatever their order and whenever it runs.
+    whatever their order and whenever it runs. ``compiled``: with a ``.pyc`` beside each
+    module (:func:`checked_pyc`), then deterministic for one Python version.
 
     Raises:
         ValueError: as :func:`archive_entries`.
+        SyntaxError: ``compiled`` and a module is not Python.
     """
+    entries = archive_entries(sources)
+    if compiled:
+        entries = dict(sorted({**entries, **{path + "c": checked_pyc(data, path)
+                                             for path, data in entries.items()
+                                             if path.endswith(".py")}}.items()))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
-        for path, data in archive_entries(sources).items():
+        for path, data in entries.items():
             info = zipfile.ZipInfo(path, date_time=EPOCH)
             info.create_system = 3  # Unix, so external_attr holds the mode bits
             info.external_attr = 0o100644 << 16  # a regular file, rw-r--r--
@@ -101,6 +130,13 @@ def package_sources(package_dir: Path | None = None) -> dict[str, bytes]:
 def bootstrap_archive() -> Archive:
     """This installation's archive (built from :func:`package_sources` once per process)."""
     return build(package_sources())
+
+
+@lru_cache(maxsize=1)
+def local_archive() -> Archive:
+    """This installation's archive with its modules' bytecode for this interpreter (built once
+    per process): what the local runtime's keepers and Workers run."""
+    return build(package_sources(), compiled=True)
 
 
 def install(directory: str, archive: Archive | None = None) -> str:

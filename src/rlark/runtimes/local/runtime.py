@@ -138,7 +138,8 @@ def keeper_environment(run_uid: str, worker: str, python: str) -> dict[str, str]
 
 def server_archive() -> str:
     """The bootstrap archive the keepers and the composer jail run from (as root where this
-    server is root): ``$RLARK_HOME/bootstrap/<name>`` (:func:`rlark.bootstrap.archive.install`),
+    server is root): ``$RLARK_HOME/bootstrap/<name>`` (:func:`rlark.bootstrap.archive.install`
+    of :func:`~rlark.bootstrap.archive.local_archive`: with this interpreter's bytecode),
     inside the server's private home, so only this server's user may change it. Written when
     missing or different, checked on every call.
 
@@ -147,7 +148,7 @@ def server_archive() -> str:
     """
     where = settings.rlark_home() / "bootstrap"
     where.mkdir(mode=0o700, exist_ok=True)
-    return archive.install(str(where))
+    return archive.install(str(where), archive.local_archive())
 
 
 def make_dir(path: str, owner: int, mode: int) -> None:
@@ -612,7 +613,7 @@ class LocalRuntime:
         # the bootstrap the workload runs: the Run's own copy, in the Run's Ray directory (bound
         # into every Worker's view; root's, so the Worker reads the 0444 file and can neither
         # change nor replace it); the keeper itself runs the server's copy, which no Worker sees
-        workload_archive = archive.install(dirs.ray_run)
+        workload_archive = archive.install(dirs.ray_run, archive.local_archive())
         volumes = {m.source: self._volume(spec.project or "", m.source, uid)
                    for m in mounts if m.type == MountType.pvc}
         copied = {}  # mount index -> the Worker's own directory the keeper copies into
