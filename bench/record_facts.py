@@ -1,4 +1,4 @@
-"""Benchmark: the record facts a head Worker gathers (:func:`rlark.bootstrap.worker.record_facts`).
+"""Benchmark: the record facts a head Worker gathers (:func:`rlark.bootstrap.facts.record_facts`).
 
 Makes a dirty git checkout with a Hydra config directory (a commit, a changed file, an
 untracked one: what tests/test_record_facts.py uses) and times, in one process, the median of

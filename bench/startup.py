@@ -25,7 +25,9 @@ a child process holding the round's token, on both sides; target <= 0.5 s), and 
 time goes: the medians of its Run timeline's spans (:mod:`rlark.services.timeline`: Pending =
 the controller's launch until the Worker runs, Preparing = the bootstrap before ``ray start``,
 RayStarting = ``ray start`` until the node is up, Joined = waiting at the barrier) beside the
-baseline's time until each node was alive.
+baseline's time until each node was alive; and on both sides the CPU seconds spent from submit
+to the run script (the whole machine's, from /proc/stat, and this process's: RLark's server
+runs in it), since on a machine with few cores every process RLark adds slows Ray's start.
 
 Usage: .venv/bin/python bench/startup.py [--rounds 5] [--workers 3] [--json out.json]
 """
@@ -100,6 +102,21 @@ while check_ranks(table.nodes(), uid, n)[1]:
     time.sleep(BARRIER_POLL_SECONDS)
 subprocess.Popen(["bash", "-c", script])
 """
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds this machine has been busy, on all its cores: /proc/stat's first line less
+    idle and iowait, proc(5); CPU seconds of this process, all its threads): read before and
+    after a side's round, their growth says what that side cost, RLark's server included (it
+    runs in this process)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), time.process_time()
+
+
+def cpu_spans(before: tuple[float, float]) -> dict:
+    after = cpu_seconds()
+    return {"machine CPU busy s": after[0] - before[0], "bench process CPU s": after[1] - before[1]}
 
 
 def wait_for_file(path: Path, timeout: float = 180) -> float:
@@ -202,6 +219,7 @@ def baseline_round(workdir: Path, pool: int) -> dict:
     observer = GcsObserver(head_address, uid, token)
     ray = str(Path(sys.executable).with_name("ray"))
     procs = []
+    cpu0 = cpu_seconds()
     t0 = time.time()
     for w, ip, base, size in zip(planned, ips, bases, sizes):
         res = ray_resources(job.role(w.role))
@@ -226,6 +244,7 @@ def baseline_round(workdir: Path, pool: int) -> dict:
                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         t_run = wait_for_file(marker)
+        cpu = cpu_spans(cpu0)
         seen = observer.finish()
     finally:
         for p in [waiter, *procs]:
@@ -248,7 +267,8 @@ def baseline_round(workdir: Path, pool: int) -> dict:
     return {"seconds": t_run - t0,
             "spans": {"first node alive": alive[0] - t0 if alive else None,
                       "last node alive": alive[-1] - t0 if alive else None,
-                      "last alive -> run script": t_run - alive[-1] if alive else None}}
+                      "last alive -> run script": t_run - alive[-1] if alive else None,
+                      **cpu}}
 
 
 def _run_token(store: Store, box: SecretBox, uid: str, timeout: float = 30) -> str | None:
@@ -290,6 +310,7 @@ def rlark_spans(timeline: dict, t0: float, t_run: float) -> dict:
 def rlark_round(workdir: Path, svc: JobService, store: Store, box: SecretBox, name: str,
                 pool: int) -> dict:
     marker = workdir / f"rlark-{name}"
+    cpu0 = cpu_seconds()
     t0 = time.time()
     created = svc.create(JOB.format(name=name, marker=marker, pool=pool, marks=workdir))
     run = created["currentRun"]
@@ -307,6 +328,7 @@ def rlark_round(workdir: Path, svc: JobService, store: Store, box: SecretBox, na
     assert observer is not None, "the controller allocated no head address within 30 s"
     try:
         t_run = wait_for_file(marker)
+        cpu = cpu_spans(cpu0)
     except TimeoutError:
         observer.proc.kill()
         job = svc.get(name)
@@ -324,7 +346,7 @@ def rlark_round(workdir: Path, svc: JobService, store: Store, box: SecretBox, na
                 for n in ev["joined"]:
                     noticed.setdefault(n["node_rank"], ev["ts"])
     lag = {r: round(noticed[r] - seen[r], 3) for r in noticed if r in seen}
-    spans = rlark_spans(svc.timeline(name), t0, t_run)
+    spans = {**rlark_spans(svc.timeline(name), t0, t_run), **cpu}
     alive = sorted(seen.values())
     if alive:  # as the baseline's: when the GCS had each node alive (the observer)
         spans.update({"first node alive": alive[0] - t0, "last node alive": alive[-1] - t0,
