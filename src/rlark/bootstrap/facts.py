@@ -313,10 +313,10 @@ class FactsInBackground:
     ``cfg.facts_budget`` seconds of its start (:class:`Budget`), so that a Worker being stopped
     can still report them (:meth:`finish`). Where no child can be forked they are gathered at
     once, in this process. ``close_fds``: descriptors the child closes first (the keeper's
-    pipes: it reports nothing itself); ``idle``: False keeps this process's priority."""
+    pipes: it reports nothing itself)."""
 
     def __init__(self, cfg: BootstrapConfig, report: Callable[[dict], None],
-                 close_fds: Iterable[int] = (), idle: bool = True):
+                 close_fds: Iterable[int] = ()):
         self.report = report
         self.reported = threading.Event()
         self.pid: int | None = None
@@ -338,8 +338,7 @@ class FactsInBackground:
                         pass
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
-                if idle:
-                    idle_priority()
+                idle_priority()
                 view = memoryview(json.dumps(record_facts(cfg, Budget(cfg.facts_budget))).encode())
                 while view:
                     view = view[os.write(write_end, view):]
