@@ -78,22 +78,10 @@ build_image_store() {  # build_image_store FORCE: STORE_DIR/root, both images im
     mkdir -p "$STORE_DIR.partial/root"
     # containerd's sockets: a short path (107 bytes at most, unix(7))
     tmp=$(mktemp -d /tmp/rlark-store.XXXXXX)
-    cat >"$tmp/config.toml" <<CONF
-version = 4
-root = '$STORE_DIR.partial/root'
-state = '$tmp/state'
-disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapshotter.v1.zfs',
-  'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.blockfile',
-  'io.containerd.tracing.processor.v1.otlp', 'io.containerd.internal.v1.tracing',
-  'io.containerd.grpc.v1.cri', 'io.containerd.cri.v1.runtime', 'io.containerd.cri.v1.images',
-  'io.containerd.podsandbox.controller.v1.podsandbox']
-[plugins.'io.containerd.server.v1.grpc']
-  address = '$tmp/c.sock'
-[plugins.'io.containerd.server.v1.ttrpc']
-  address = '$tmp/c.sock.ttrpc'
-[plugins.'io.containerd.internal.v1.opt']
-  path = '$tmp/opt'
-CONF
+    # the images alone: no CRI (nothing runs here)
+    containerd_config_base "$STORE_DIR.partial/root" "$tmp/state" "$tmp/c.sock" "$tmp/opt" \
+        io.containerd.grpc.v1.cri io.containerd.cri.v1.runtime io.containerd.cri.v1.images \
+        io.containerd.podsandbox.controller.v1.podsandbox >"$tmp/config.toml"
     "$CONTAINERD_DIR/bin/containerd" --config "$tmp/config.toml" --log-level warn >"$tmp/containerd.log" 2>&1 &
     pid=$!
     for ((i = 0; i < 300; i++)); do
