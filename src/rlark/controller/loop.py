@@ -27,7 +27,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, joinedload, load_only
@@ -338,21 +338,7 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         except Exception as exc:  # e.g. a bad RLARK_MAX_STARTING_NODES: nothing is admitted
             decisions = {}
             self._log_failure("admitting Pending Runs failed", exc)
-        futures = []
-        for run_id in ids:
-            if not self._acting():
-                break
-            with self._lanes_lock:
-                if run_id in self._busy:
-                    # its lane is still at work (a slow runtime call): not waited for; the loop
-                    # passes it again when it is done
-                    self._asked_again.add(run_id)
-                    continue
-                self._busy.add(run_id)
-            futures.append(self._pool.submit(self._lane, run_id, decisions))
-        if wait:
-            for f in futures:
-                f.result()
+        self._hand_out(ids, decisions, wait)
         if not self._acting():
             return
         try:
@@ -371,14 +357,24 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         lanes are done. Nothing while :attr:`may_act` says no, or before the first full pass."""
         if not self._acting() or self._term is None or not self._adopted_checked:
             return
+        self._hand_out(sorted(run_ids), {}, wait)
+
+    def _hand_out(self, run_ids: Sequence[int], decisions: dict[int, admission.Decision],
+                  wait: bool) -> None:
+        """Each of ``run_ids`` to a lane of its own (:meth:`_lane`, with this pass's admission
+        ``decisions``), in order, until :attr:`may_act` says no. A Run whose lane is still at work
+        (a slow runtime call) is not waited for: the loop passes it again once that lane is done.
+        ``wait``: return when the lanes handed out are done."""
         futures = []
-        for run_id in sorted(run_ids):
+        for run_id in run_ids:
+            if not self._acting():
+                break
             with self._lanes_lock:
                 if run_id in self._busy:
-                    self._asked_again.add(run_id)  # passed again once its lane is done
+                    self._asked_again.add(run_id)
                     continue
                 self._busy.add(run_id)
-            futures.append(self._pool.submit(self._lane, run_id, {}))
+            futures.append(self._pool.submit(self._lane, run_id, decisions))
         if wait:
             for f in futures:
                 f.result()
