@@ -23,6 +23,11 @@ alternate, each starting fresh (its own namespace, server or operator process):
   server-side; a RayCluster of a head and one worker group of N-1 replicas, the same resources;
   stopped by deleting the RayCluster (the garbage collector removes its Pods and Service).
 
+Pod logs: kwok serves each Pod of the round's namespace a log that stays open while the Pod runs
+(a ``ClusterLogs`` object, :func:`serve_running_logs`), as a kubelet does for a running container;
+without it kwok ends every log stream at once and RLark's log follower opens it again after a
+backoff, requests a real cluster would not see. KubeRay reads no Pod logs.
+
 Measured from the submit (the POST, or the RayCluster's create): seconds until all N Pods are
 bound (``spec.nodeName``) and all Running (``status.phase``), from a watch of the namespace's
 Pods as the admin; the API requests the side made (its ServiceAccount's lines in the API server's
@@ -34,11 +39,22 @@ v1.36); the process's CPU seconds (user + system, psutil) over the same window a
 followed); seconds from the stop until no Pod, Service, ConfigMap (but
 kube-root-ca.crt), Secret or NetworkPolicy is left in the namespace.
 
+With ``--probe``, RLark's rounds at the largest size also submit a Job of one Worker before the
+large one (``alone``: seconds from its submit until its Pod runs) and another once a tenth of the
+large Job's Pods run (``during``: the same, while the launch is under way), issue 23 item 3; both
+stay until the stop, so that round's requests and "gone" include their few objects.
+
+kwok follows each served log with an inotify instance of its own (fsnotify), so more streams
+than ``fs.inotify.max_user_instances`` (128 on this machine) fail with "failed to create fsnotify
+watcher: too many open files" and end at once: :func:`inotify_room` raises it (as root) to what
+the largest round follows, as clusters with many Pods per node do, or stops naming the sysctl.
+
 RLark's Pods never run Ray on kwok, so its Runs never reach the phase Running: the bench measures
 the Pods, as the API server sees them, which is what both systems are asked to produce.
 
 Usage: .venv/bin/python bench/k8s_scale.py [--sizes 10,100,1000] [--rounds 3] [--json FILE]
        [--plot FILE.png] [--kuberay-qps 100] [--kuberay-burst 200] [--kuberay-concurrency 1]
+       [--sides rlark,kuberay]   (one side alone: no ratio, e.g. to profile RLark's server)
 (``scripts/k8s-testbed build --kuberay`` done; RLARK_TESTBED_ATTACH=DIR uses a test bed already
 up in DIR with the arguments above instead of starting one; the plot, Pods Running over time at the largest
 size for both systems, is drawn with Pillow, matplotlib not being installed here.)
@@ -67,8 +83,9 @@ sys.path.insert(0, str(REPO))
 import httpx  # noqa: E402
 import psutil  # noqa: E402
 import yaml  # noqa: E402
+from kubernetes.watch.watch import iter_resp_lines  # noqa: E402
 
-from tests.k8s_testbed import RLARK_SA, SCRIPT, K8sTestbed, wait_for  # noqa: E402
+from tests.k8s_testbed import RLARK_SA, SCRIPT, K8sTestbed, PodLog, wait_for  # noqa: E402
 from tests.server import RlarkServer, free_port  # noqa: E402
 
 NODES = 100
@@ -89,13 +106,13 @@ class PodWatch:
     seen bound and first seen Running. ``start`` returns once the watch is established."""
 
     def __init__(self, tb: K8sTestbed, namespace: str):
-        from kubernetes import client, watch
+        from kubernetes import client
 
         self.core = client.CoreV1Api(tb.api_client(admin=True))
         self.ns = namespace
+        self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
-        self._watch = watch.Watch()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"podwatch-{namespace}")
 
@@ -106,35 +123,60 @@ class PodWatch:
         return self
 
     def _run(self) -> None:
-        pods = self.core.list_namespaced_pod(self.ns)
-        rv = pods.metadata.resource_version
-        self._ready.set()
-        while True:
+        """List, then watch from the list's resourceVersion, as raw JSON (the client's model
+        objects cost ~1 ms an event, enough for the API server to drop a watcher that falls
+        behind 1,000 Pods); a watch that ends is opened again from the last resourceVersion,
+        one that is too old (410) lists again."""
+        rv = None
+        while not self._stop:
             try:
-                for ev in self._watch.stream(self.core.list_namespaced_pod, self.ns,
-                                             resource_version=rv, timeout_seconds=0,
-                                             allow_watch_bookmarks=True):
-                    pod = ev["object"]
-                    rv = pod.metadata.resource_version
-                    if ev["type"] == "BOOKMARK":
+                if rv is None:
+                    listed = json.loads(self.core.list_namespaced_pod(self.ns, _preload_content=False).data)
+                    rv = listed["metadata"]["resourceVersion"]
+                    for pod in listed.get("items") or []:
+                        self._see(pod)
+                    self._ready.set()
+                resp = self.core.list_namespaced_pod(
+                    self.ns, watch=True, resource_version=rv, allow_watch_bookmarks=True,
+                    timeout_seconds=300, _preload_content=False)
+                self._resp = resp
+                for line in iter_resp_lines(resp):
+                    if not line.strip():
                         continue
-                    now = time.monotonic()
-                    name = pod.metadata.name
-                    if pod.spec.node_name:
-                        self.bound.setdefault(name, now)
-                    if pod.status.phase == "Running":
-                        self.running.setdefault(name, now)
-                return
-            except Exception:  # noqa: BLE001 -- a watch the server ended: resume from rv
+                    if self._stop:
+                        return
+                    ev = json.loads(line)
+                    obj = ev.get("object") or {}
+                    if ev.get("type") == "ERROR":
+                        rv = None if obj.get("code") == 410 else rv
+                        break
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    if ev.get("type") != "BOOKMARK":
+                        self._see(obj)
+            except Exception:  # noqa: BLE001 -- a watch the server cut: open it again from rv
                 if self._stop:
                     return
                 time.sleep(0.1)
 
+    def _see(self, pod: dict) -> None:
+        now = time.monotonic()
+        name = pod["metadata"]["name"]
+        self.created.setdefault(name, now)
+        if (pod.get("spec") or {}).get("nodeName"):
+            self.bound.setdefault(name, now)
+        if (pod.get("status") or {}).get("phase") == "Running":
+            self.running.setdefault(name, now)
+
     _stop = False
+    _resp = None
 
     def stop(self) -> None:
         self._stop = True
-        self._watch.stop()
+        if self._resp is not None:
+            try:
+                self._resp.close()
+            except Exception:  # noqa: BLE001 -- closing a stream the server may have ended
+                pass
 
 
 def objects_left(tb: K8sTestbed, namespace: str) -> dict[str, int]:
@@ -211,12 +253,24 @@ class ProcessMeter:
         raise RuntimeError(f"no VmHWM in /proc/{self.proc.pid}/status")
 
 
-def wait_pods(pw: PodWatch, n: int, t0: float, what: str) -> tuple[float, float]:
-    """Seconds from ``t0`` until ``n`` Pods were bound and ``n`` Running (bounded by
-    LAUNCH_TIMEOUT, naming how far it got)."""
-    wait_for(f"{n} Pods of {what} Running (seen {len(pw.bound)} bound, {len(pw.running)} Running)",
-             lambda: len(pw.running) >= n, timeout=LAUNCH_TIMEOUT, interval=0.1)
-    return (sorted(pw.bound.values())[n - 1] - t0, sorted(pw.running.values())[n - 1] - t0)
+def wait_pods(pw: PodWatch, n: int, t0: float, what: str, prefix: str = "") -> tuple[float, float]:
+    """Seconds from ``t0`` until ``n`` Pods (of names starting with ``prefix``) were bound and
+    ``n`` Running (bounded by LAUNCH_TIMEOUT, naming how far it got)."""
+    def of(seen: dict[str, float]) -> list[float]:
+        return sorted(t for name, t in list(seen.items()) if name.startswith(prefix))
+
+    wait_for(f"{n} Pods of {what} Running (seen {len(of(pw.bound))} bound, "
+             f"{len(of(pw.running))} Running)",
+             lambda: len(of(pw.running)) >= n, timeout=LAUNCH_TIMEOUT, interval=0.1)
+    return of(pw.bound)[n - 1] - t0, of(pw.running)[n - 1] - t0
+
+
+def probe(srv: "RlarkServer", pw: PodWatch, name: str) -> float:
+    """Submit a Job of one Worker named ``name``: seconds until its Pod runs (issue 23 item 3:
+    the same Job alone and while a large launch is under way)."""
+    t = time.monotonic()
+    srv.submit(yaml.safe_dump(job_doc(name, 1), sort_keys=False))
+    return wait_pods(pw, 1, t, f"Job {name}", prefix=f"{name}-")[1]
 
 
 def wait_gone(tb: K8sTestbed, namespace: str, t_stop: float, what: str) -> float:
@@ -232,9 +286,10 @@ def wait_gone(tb: K8sTestbed, namespace: str, t_stop: float, what: str) -> float
     return time.monotonic() - t_stop
 
 
-def curve(pw: PodWatch, t0: float) -> list[float]:
-    """The seconds after ``t0`` at which each Pod was first seen Running, sorted."""
-    return sorted(round(t - t0, 3) for t in pw.running.values())
+def curve(pw: PodWatch, t0: float, prefix: str = "") -> list[float]:
+    """The seconds after ``t0`` at which each Pod (named ``prefix``...) was first seen Running,
+    sorted."""
+    return sorted(round(t - t0, 3) for name, t in pw.running.items() if name.startswith(prefix))
 
 
 def requests_summary(c: Counter, n: int) -> dict:
@@ -284,40 +339,154 @@ class ApiPoller:
                 "p95_ms": 1000 * lat[int(0.95 * (len(lat) - 1))], "max_ms": 1000 * lat[-1]}
 
 
-def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path) -> dict:
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def inotify_room(streams: int) -> None:
+    """Make room for kwok to follow ``streams`` logs at once (module docstring): raise
+    ``fs.inotify.max_user_instances`` to ``streams`` plus the machine's other users' 256 when it
+    is lower. Raises SystemExit naming the sysctl when it is lower and cannot be raised."""
+    have = int(INOTIFY_INSTANCES.read_text())
+    want = streams + 256
+    if have >= want:
+        return
+    try:
+        INOTIFY_INSTANCES.write_text(str(want))
+    except OSError as exc:
+        raise SystemExit(f"kwok needs an inotify instance per followed log: {want} for this run, "
+                         f"fs.inotify.max_user_instances is {have} and cannot be raised here ({exc}); "
+                         f"as root: sysctl -w fs.inotify.max_user_instances={want}") from None
+    print(f"fs.inotify.max_user_instances raised from {have} to {want} (kwok follows each log "
+          f"with one)", flush=True)
+
+
+def serve_running_logs(tb: K8sTestbed, namespace: str, work: Path) -> str:
+    """Make kwok serve every Pod of ``namespace`` a log that stays open, as a running container's
+    does (a kwok ``ClusterLogs`` object selecting the namespace, ``follow: true`` on a file of
+    one line in the CRI format a kubelet writes, which kwok parses: a plain-text file makes it
+    fail each stream after 20 s): by default kwok serves no log and ends each stream at once,
+    which no kubelet does for a container that runs, and which made RLark open each Pod's log
+    again and again. Returns the object's name (delete it with :func:`drop_running_logs`)."""
+    path = work / f"{namespace}.log"
+    PodLog(path).write("RLARK bench: a Worker's container that runs")
+    name = f"bench-{namespace}"
+    tb.custom().create_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": name},
+        "spec": {"selector": {"matchNamespaces": [namespace]},
+                 "logs": [{"logsFile": str(path), "follow": True}]}})
+    return name
+
+
+def drop_running_logs(tb: K8sTestbed, name: str) -> None:
+    tb.custom().delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", name)
+
+
+def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path, with_probe: bool = False) -> dict:
     ns = tb.project_namespace()
     tb.grant_leader_election(ns)
     pns = tb.project_namespace(f"{ns}-default")
+    logs = serve_running_logs(tb, pns, work)
     home = work / f"rlark-{ns}"
     home.mkdir()
     env = {"RLARK_RUNTIME": "kubernetes", "RLARK_NAMESPACE": ns, "KUBECONFIG": str(tb.rlark_kubeconfig),
-           "RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT": str(max(256, n)), "RLARK_K8S_PENDING_TIMEOUT": "600"}
+           "RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT": str(max(256, n + 2)), "RLARK_K8S_PENDING_TIMEOUT": "600"}
     srv = RlarkServer(home, env).start()
     pw = PodWatch(tb, pns).start()
     try:
         assert srv.proc is not None
+        probes: dict[str, float] = {}
+        if with_probe:
+            probes["alone_s"] = probe(srv, pw, "alone")
         meter = ProcessMeter(srv.proc.pid)
         poller = ApiPoller(srv)
         off = audit.offset()
         t0 = time.monotonic()
         srv.submit(yaml.safe_dump(job_doc("scale", n), sort_keys=False))
-        bound, running = wait_pods(pw, n, t0, f"RLark's Job ({n} Workers)")
+        if with_probe:
+            # submitted once a tenth of the big Job's Pods run: its launch is under way
+            wait_pods(pw, max(1, n // 10), t0, f"RLark's Job ({n} Workers)", prefix="scale-")
+            probes["during_s"] = probe(srv, pw, "during")
+            probes["during_submitted_at_s"] = round(time.monotonic() - t0 - probes["during_s"], 3)
+        bound, running = wait_pods(pw, n, t0, f"RLark's Job ({n} Workers)", prefix="scale-")
         threads = meter.threads()  # every Pod Running, every log followed
         api = poller.stop()
         t_stop = time.monotonic()
-        r = srv.http.post("/api/v1/jobs/scale/stop")
-        assert r.status_code == 200, r.text
+        for job in ("scale", *(["alone", "during"] if probes else [])):
+            r = srv.http.post(f"/api/v1/jobs/{job}/stop")
+            assert r.status_code == 200, r.text
         gone = wait_gone(tb, pns, t_stop, "RLark's Job")
         time.sleep(1)  # the audit log's last lines: the API server writes each after its response
         out = {"bound_s": bound, "running_s": running, "gone_s": gone,
                "cpu_s": meter.cpu_seconds(), "peak_rss_mib": meter.peak_rss_mib(), "threads": threads,
-               "api_jobs_latency": api, "curve": curve(pw, t0),
+               "api_jobs_latency": api, "curve": curve(pw, t0, prefix="scale-"),
+               **({"probe": probes} if probes else {}),
                **requests_summary(audit.requests(RLARK_SA, off), n)}
     finally:
         pw.stop()
         srv.stop()
         for name in (pns, ns):
             tb.delete_namespace(name)
+        drop_running_logs(tb, logs)
+    return out
+
+
+def many_round(tb: K8sTestbed, audit: AuditLog, jobs: int, workers: int, work: Path) -> dict:
+    """``jobs`` Jobs of ``workers`` Workers each, submitted at once (from ``jobs`` threads):
+    seconds until every Pod runs, and the controller's lag per Job (from its submit until its
+    first Pod exists: how long it waited behind the others), median and max."""
+    ns = tb.project_namespace()
+    tb.grant_leader_election(ns)
+    pns = tb.project_namespace(f"{ns}-default")
+    logs = serve_running_logs(tb, pns, work)
+    home = work / f"rlark-{ns}"
+    home.mkdir()
+    env = {"RLARK_RUNTIME": "kubernetes", "RLARK_NAMESPACE": ns, "KUBECONFIG": str(tb.rlark_kubeconfig),
+           "RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT": str(max(256, jobs * workers)),
+           "RLARK_K8S_PENDING_TIMEOUT": "600"}
+    srv = RlarkServer(home, env).start()
+    pw = PodWatch(tb, pns).start()
+    names = [f"j{i:03d}" for i in range(jobs)]
+    submitted: dict[str, float] = {}
+    try:
+        assert srv.proc is not None
+        meter = ProcessMeter(srv.proc.pid)
+        poller = ApiPoller(srv)
+        off = audit.offset()
+        gate = threading.Barrier(jobs)
+
+        def submit(name: str) -> None:
+            gate.wait(60)
+            submitted[name] = time.monotonic()
+            srv.submit(yaml.safe_dump(job_doc(name, workers), sort_keys=False))
+
+        threads = [threading.Thread(target=submit, args=(n,), daemon=True) for n in names]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert len(submitted) == jobs, f"only {len(submitted)} of {jobs} submits were answered"
+        t0 = min(submitted.values())
+        bound, running = wait_pods(pw, jobs * workers, t0, f"{jobs} Jobs of {workers} Workers")
+        lags = sorted(min(t for pod, t in pw.created.items() if pod.startswith(f"{n}-")) - submitted[n]
+                      for n in names)
+        api = poller.stop()
+        t_stop = time.monotonic()
+        for n in names:
+            r = srv.http.post(f"/api/v1/jobs/{n}/stop")
+            assert r.status_code == 200, r.text
+        gone = wait_gone(tb, pns, t_stop, f"{jobs} Jobs")
+        time.sleep(1)  # the audit log's last lines (as in rlark_round)
+        out = {"jobs": jobs, "workers": workers, "bound_s": bound, "running_s": running,
+               "gone_s": gone, "lag_median_s": statistics.median(lags), "lag_max_s": lags[-1],
+               "cpu_s": meter.cpu_seconds(), "peak_rss_mib": meter.peak_rss_mib(),
+               "api_jobs_latency": api, **requests_summary(audit.requests(RLARK_SA, off), jobs * workers)}
+    finally:
+        pw.stop()
+        srv.stop()
+        for name in (pns, ns):
+            tb.delete_namespace(name)
+        drop_running_logs(tb, logs)
     return out
 
 
@@ -462,8 +631,28 @@ def main() -> int:
     ap.add_argument("--kuberay-qps", type=float, default=100.0)
     ap.add_argument("--kuberay-burst", type=int, default=200)
     ap.add_argument("--kuberay-concurrency", type=int, default=1)
+    ap.add_argument("--probe", action="store_true",
+                    help="at the largest size, RLark's side also times a Job of one Worker alone "
+                         "and submitted while the large launch is under way")
+    ap.add_argument("--many", default="",
+                    help="JOBSxWORKERS, e.g. 100x10: also submit that many Jobs of that many "
+                         "Workers at once to RLark (all Running, time, the controller's lag)")
+    ap.add_argument("--sides", default="rlark,kuberay",
+                    help="which systems to run (rlark, kuberay or both, comma-separated); the "
+                         "ratio needs both")
     args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sides = [s for s in args.sides.split(",") if s]
+    if not sides or set(sides) - {"rlark", "kuberay"}:
+        ap.error(f"--sides takes rlark, kuberay or both, not {args.sides!r}")
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    many = None
+    if args.many:
+        try:
+            many = tuple(int(x) for x in args.many.lower().split("x"))
+            assert len(many) == 2 and min(many) > 0
+        except (ValueError, AssertionError):
+            ap.error(f"--many takes JOBSxWORKERS, e.g. 100x10, not {args.many!r}")
+    inotify_room(max(sizes + [many[0] * many[1] if many else 0]) + 2)
     kr = kuberay_dir()
     work = Path(tempfile.mkdtemp(prefix="rlark-bench-scale-"))
     started = time.monotonic()
@@ -473,30 +662,45 @@ def main() -> int:
           f"({' '.join(UP_ARGS)}) in {tb.dir}", flush=True)
     audit = AuditLog(tb)
     results = []
+    many_row: dict | None = None
     try:
-        kubeconfig = kuberay_setup(tb, kr, work)
+        kubeconfig = kuberay_setup(tb, kr, work) if "kuberay" in sides else None
         for n in sizes:
             per: dict[str, list[dict]] = {"rlark": [], "kuberay": []}
             for i in range(args.rounds):
-                for side in ("rlark", "kuberay"):
+                for side in sides:
                     if side == "rlark":
-                        row = rlark_round(tb, audit, n, work)
+                        row = rlark_round(tb, audit, n, work, with_probe=args.probe and n == max(sizes))
                     else:
+                        assert kubeconfig is not None
                         row = kuberay_round(tb, audit, n, work, kr, kubeconfig, args.kuberay_qps,
                                             args.kuberay_burst, args.kuberay_concurrency)
                     per[side].append(row)
                     extra = (f"  GET /api/v1/jobs p95 {row['api_jobs_latency'].get('p95_ms', 0):.0f} ms"
                              f", {row['threads']} threads once all Running" if side == "rlark" else "")
+                    if "probe" in row:
+                        extra += (f"; a 1-Worker Job's Pod Running {row['probe']['alone_s']:.2f}s alone, "
+                                  f"{row['probe']['during_s']:.2f}s during the launch")
                     print(f"n={n} round {i + 1} {side:7s}: bound {row['bound_s']:.2f}s running "
                           f"{row['running_s']:.2f}s gone {row['gone_s']:.2f}s requests {row['requests']} "
                           f"({row['requests_per_pod']:.2f}/Pod) cpu {row['cpu_s']:.1f}s "
                           f"rss {row['peak_rss_mib']:.0f}MiB{extra}", flush=True)
                     print(f"    requests by verb: {dict(list(row['by_verb'].items())[:8])}", flush=True)
-            med = {side: medians(rows) for side, rows in per.items()}
+            med = {side: medians(rows) for side, rows in per.items() if rows}
+            both = len(med) == 2
             results.append({"workers": n, **med,
-                            "ratio": med["rlark"]["running_s"] / med["kuberay"]["running_s"],
-                            "requests_ratio": med["rlark"]["requests_per_pod"] / med["kuberay"]["requests_per_pod"],
+                            "ratio": med["rlark"]["running_s"] / med["kuberay"]["running_s"] if both else None,
+                            "requests_ratio": (med["rlark"]["requests_per_pod"]
+                                               / med["kuberay"]["requests_per_pod"]) if both else None,
                             "rounds": per})
+        if many is not None:
+            many_row = many_round(tb, audit, many[0], many[1], work)
+            print(f"{many[0]} Jobs of {many[1]} Workers at once: bound {many_row['bound_s']:.2f}s "
+                  f"running {many_row['running_s']:.2f}s gone {many_row['gone_s']:.2f}s; controller "
+                  f"lag (submit -> first Pod) median {many_row['lag_median_s']:.2f}s max "
+                  f"{many_row['lag_max_s']:.2f}s; requests {many_row['requests_per_pod']:.2f}/Pod "
+                  f"cpu {many_row['cpu_s']:.1f}s rss {many_row['peak_rss_mib']:.0f}MiB GET /api/v1/jobs "
+                  f"p95 {many_row['api_jobs_latency'].get('p95_ms', 0):.0f} ms", flush=True)
     finally:
         tb.down()
         shutil.rmtree(work, ignore_errors=True)
@@ -505,22 +709,23 @@ def main() -> int:
     hdr = f"{'N':>5} {'side':8} {'bound s':>8} {'running s':>9} {'gone s':>7} {'req/Pod':>8} {'cpu s':>6} {'rss MiB':>8}"
     print(hdr)
     for r in results:
-        for side in ("rlark", "kuberay"):
+        for side in sides:
             m = r[side]
             print(f"{r['workers']:>5} {side:8} {m['bound_s']:8.2f} {m['running_s']:9.2f} {m['gone_s']:7.2f} "
                   f"{m['requests_per_pod']:8.2f} {m['cpu_s']:6.1f} {m['peak_rss_mib']:8.0f}")
-        print(f"{r['workers']:>5} {'ratio':8} running {r['ratio']:.2f}, requests/Pod {r['requests_ratio']:.2f} "
-              f"(RLark / KubeRay)")
+        if r["ratio"] is not None:
+            print(f"{r['workers']:>5} {'ratio':8} running {r['ratio']:.2f}, requests/Pod "
+                  f"{r['requests_ratio']:.2f} (RLark / KubeRay)")
     if args.plot and results:
         big = results[-1]
-        plot(args.plot, big["workers"], {s: big["rounds"][s][0]["curve"] for s in ("rlark", "kuberay")})
+        plot(args.plot, big["workers"], {s: big["rounds"][s][0]["curve"] for s in sides})
         print(f"plot: {args.plot}")
     if args.json:
         args.json.write_text(json.dumps({
             "testbed": {"up": list(UP_ARGS), "pod_resources": {"cpu": CPU, "memory": MEMORY}},
             "kuberay": {"version": kr.name, "qps": args.kuberay_qps, "burst": args.kuberay_burst,
                         "reconcile_concurrency": args.kuberay_concurrency},
-            "sizes": results}, indent=2))
+            "sizes": results, **({"many": many_row} if many_row else {})}, indent=2))
     return 0
 
 

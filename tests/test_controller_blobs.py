@@ -151,3 +151,20 @@ def test_a_facts_line_past_the_bound_is_dropped_at_the_commit_once_said(store, t
         assert head.lifecycle.get("facts_dropped") is True
     dropped = [e for e in JobService(store).events("blobs") if e["reason"] == "ReportsDropped"]
     assert len(dropped) == 1 and "facts reached" in dropped[0]["message"]
+
+
+def test_watching_the_live_workers_between_passes_is_one_read_however_many_there_are(store, tmp_path):
+    """``_fingerprint(refresh=True)`` after each pass reads the live Workers' handles in one
+    statement: a column it needs left out of the read (their Run's id, once) made it one more
+    read per Worker, 1,000 at 1,000 Workers after every pass (issue 23)."""
+    JobService(store).create(job_yaml("many", pool_workers=24))
+    with store.session() as s:
+        run = s.scalars(select(JobRow).where(JobRow.name == "many")).one().runs[0]
+        run.phase = Phase.Starting
+        for w in run.workers:  # launched (a handle), alive for the store
+            w.handle, w.log_path = f"rl/{w.name}", str(tmp_path / f"{w.name}.log")
+    ctl = Controller(store, LocalRuntime())
+    with Statements(store) as sql:
+        seen = ctl._fingerprint(refresh=True)
+    assert [len(v) for v in seen.values()] == [25]
+    assert len(sql) == 1, sql

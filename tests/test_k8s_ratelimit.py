@@ -38,6 +38,23 @@ def test_a_quiet_spell_refills_the_bucket_up_to_the_burst_only():
     assert [limit.reserve() for _ in range(3)] == pytest.approx([0.0, 0.0, 0.1])
 
 
+def test_a_spare_token_is_taken_only_when_free_and_never_ahead_of_requests_in_debt():
+    clock = Clock()
+    limit = RateLimit(qps=10, burst=2, now=clock)
+    assert limit.take_spare() == 0.0  # free: taken
+    limit.reserve(), limit.reserve()  # Pods being created: one in debt
+    taken = limit.taken
+    # two tokens short of a free one: nothing taken, the wait until one would be free
+    assert limit.take_spare() == pytest.approx(0.2)
+    assert limit.take_spare() == pytest.approx(0.2) and limit.taken == taken
+    clock.t += 0.1  # the debt is paid back, the bucket still empty
+    assert limit.take_spare() == pytest.approx(0.1)
+    clock.t += 0.1
+    assert limit.take_spare() == 0.0 and limit.taken == taken + 1
+    # what the spare took is gone for the next request
+    assert limit.reserve() == pytest.approx(0.1)
+
+
 @pytest.mark.parametrize("qps, burst", [(0, 1), (-1, 5), (10, 0)])
 def test_a_limit_out_of_range_is_refused(qps, burst):
     with pytest.raises(ValueError, match="qps > 0 and burst >= 1"):

@@ -371,6 +371,7 @@ def test_names_another_jobs_objects_hold_are_never_deleted_or_adopted(rlark, k8s
     assert not seen.alive and seen.exit_code is None, seen  # gone for Job a, not Running
     other.rt.signal_stop(ref)
     other.rt.kill(ref)
+    assert other.rt.wait_stops_sent(30)  # the deletes are sent by the runtime's own thread
     other.rt.end_run(ref.run_uid)
     admin.create_namespaced_pod(k8s_namespace, restricted({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ppo-head-0", "labels": {"app": "db"}},
@@ -385,6 +386,7 @@ def test_names_another_jobs_objects_hold_are_never_deleted_or_adopted(rlark, k8s
     assert "Pod ppo-head-0 already exists" in job["message"] and "not created by RLark" in job["message"]
     stranger = WorkerRef(name="ppo-head-0", handle=f"{k8s_namespace}/ppo-head-0", run_uid=r.run_row("ppo").uid)
     r.rt.kill(stranger)  # the Worker's name, a Pod not RLark's: not deleted
+    assert r.rt.wait_stops_sent(30)
     # both Runs ended (end_run by their run labels): the other objects are untouched
     kept = admin.read_namespaced_pod("a-b-c-0", k8s_namespace)
     assert kept.metadata.uid == theirs.metadata.uid and kept.metadata.deletion_timestamp is None

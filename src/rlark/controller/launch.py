@@ -1,7 +1,8 @@
 """The launch pass: which Pending Runs may start now (admission by free capacity, on a runtime
 that has one: :mod:`rlark.controller.admission`), and starting one: its secrets opened, its
-Workers placed (addresses, ports, uid), the plan committed before anything starts, then each
-Worker launched and its handle committed as soon as it exists.
+Workers placed (addresses, ports, uid), the plan committed before anything starts, then the
+Workers launched (the first alone, the rest as many at once as the runtime takes:
+:mod:`rlark.controller.fanout`) and their handles committed as they come, a batch at a time.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from rlark import settings
 from rlark.controller import admission
+from rlark.controller.fanout import launch_all
 from rlark.controller.fencing import Deposed
 from rlark.controller.phases import ACTIVE, TERMINAL, QueueWait, Transition, queue_timeout_of
 from rlark.controller.rows import PLANNED, load_column, ref, utcnow
@@ -35,6 +37,9 @@ from rlark.words import plural
 
 log = logging.getLogger("rlark.controller")
 
+
+#: while a Run's Workers are launched, their handles are committed at least this often (seconds)
+HANDLES_COMMIT_SECONDS = 0.5
 
 #: seconds a resuming Run waits for the record of the Run it resumes from, once that Run's
 #: Workers have all ended (its record is stored in the same pass that sees the last one go)
@@ -418,11 +423,12 @@ class Launching(ControllerState):
             w.log_path = log_paths[w.node_rank] = str(log_dir / f"{w.name}.log")
         for w in rows:
             set_aside_stale_log(log_paths[w.node_rank])
-        # the plan is durable before anything starts, and each handle as soon as its Worker
-        # exists: a server that dies in between leaves Workers the next one finds (find())
+        # the plan is durable before anything starts, and the handles as they come: a server
+        # that dies in between leaves Workers the next one finds (find())
         s.commit()
         with self._lanes_lock:
             self._launching.discard(run.id)  # admission counts the planned Workers from now on
+        specs = []
         for w in rows:
             place = placement.workers[w.node_rank]
             env = bootstrap_env(
@@ -435,29 +441,39 @@ class Launching(ControllerState):
                 ray_temp_dir=place.ray_temp_dir,
                 resume_override=override,
             )
-            try:
-                launched = self.runtime.launch(
-                    LaunchSpec(job=job, run_uid=run.uid, worker=planned[w.node_rank], env=env,
-                               log_path=log_paths[w.node_rank], place=place,
-                               namespace=run.namespace, project=run.job.project.name,
-                               secrets=secrets, ray_token=ray_token, queue=queue)
-                )
-            except Exception as exc:  # e.g. the role's interpreter does not exist
-                why = launch_failure(exc)
-                w.phase, w.reason, w.message = WorkerPhase.Failed, why, str(exc)
-                w.lifecycle = {**(w.lifecycle or {}), "failed": {
-                    "reason": why, "message": str(exc), "ts": time.time()}}
-                w.released = True
-                for other in rows:
-                    if not other.launched:
-                        other.released = True  # never started: holds nothing
-                        self.runtime.forget(ref(other))
-                self._transition(s, run, Transition(Phase.Failed, why, f"Worker {w.name}: {exc}"))
-                return
-            w.pid, w.pid_started, w.handle = launched.pid, launched.pid_started, launched.handle
+            specs.append(LaunchSpec(job=job, run_uid=run.uid, worker=planned[w.node_rank], env=env,
+                                    log_path=log_paths[w.node_rank], place=place,
+                                    namespace=run.namespace, project=run.job.project.name,
+                                    secrets=secrets, ray_token=ray_token, queue=queue))
+        failure: tuple[WorkerRow, Exception] | None = None
+        committed = time.monotonic()
+        for i, outcome in launch_all(self.runtime.launch, specs, self.runtime.launch_concurrency):
+            w = rows[i]
+            if isinstance(outcome, Exception):  # e.g. the role's interpreter does not exist
+                failure = failure or (w, outcome)
+                continue
+            w.pid, w.pid_started, w.handle = outcome.pid, outcome.pid_started, outcome.handle
             w.phase = WorkerPhase.Starting
             w.started_at = utcnow()
-            s.commit()
+            if time.monotonic() - committed >= HANDLES_COMMIT_SECONDS:
+                # handles durable as they come, a batch at a time: a server that dies before
+                # the next batch leaves Workers the next one finds (find())
+                s.commit()
+                committed = time.monotonic()
+        if failure is not None:
+            w, exc = failure
+            why = launch_failure(exc)
+            w.phase, w.reason, w.message = WorkerPhase.Failed, why, str(exc)
+            w.lifecycle = {**(w.lifecycle or {}), "failed": {
+                "reason": why, "message": str(exc), "ts": time.time()}}
+            w.released = True
+            for other in rows:
+                if not other.launched:
+                    other.released = True  # never started: holds nothing
+                    self.runtime.forget(ref(other))
+            self._transition(s, run, Transition(Phase.Failed, why, f"Worker {w.name}: {exc}"))
+            return
+        s.commit()
         if queue is not None:
             add_event(s, run.job_id, Reason.Launched,
                       f"{plural(len(rows), 'Worker')} made in queue {queue}, held back until it "

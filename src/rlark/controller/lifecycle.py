@@ -61,6 +61,8 @@ def read_new_events(path: str, offset: int, token: str | None = None,
     """
     events: list[dict] = []
     try:
+        if not to_end and os.stat(path).st_size <= offset:
+            return events, offset  # nothing new: one stat, not an open and a read (every pass)
         with open(path, "rb") as f:
             while True:
                 start = max(0, offset - 1)  # one byte before: does offset start a line?

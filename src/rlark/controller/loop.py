@@ -69,8 +69,8 @@ HEARTBEAT_SECONDS = 2.0
 
 #: what :meth:`Controller._fingerprint` reads of each live Worker (its log and its handle, as
 #: :func:`~rlark.controller.rows.ref` makes it): never its facts or lifecycle
-WATCHED = (WorkerRow.name, WorkerRow.pid, WorkerRow.pid_started, WorkerRow.handle, WorkerRow.node_ip,
-           WorkerRow.port_base, WorkerRow.log_path)
+WATCHED = (WorkerRow.run_id, WorkerRow.name, WorkerRow.pid, WorkerRow.pid_started, WorkerRow.handle,
+           WorkerRow.node_ip, WorkerRow.port_base, WorkerRow.log_path)
 
 
 def changed_runs(before: dict[int, tuple], now: dict[int, tuple]) -> set[int]:

@@ -443,6 +443,9 @@ class Runtime(Protocol):
     #: the runtime has secrets of its own (Kubernetes Secrets): a Job's reference to a secret
     #: RLark does not manage is the runtime's to resolve; where False it has no value
     own_secrets: bool
+    #: how many :meth:`launch` calls the controller may make at once for one Run's Workers
+    #: after its first (:mod:`rlark.controller.fanout`); 1: one after another
+    launch_concurrency: int
 
     def place(self, job: Job, run_uid: str, workers: list[PlannedWorker], taken: Taken,
               namespace: str | None = None) -> Placement:

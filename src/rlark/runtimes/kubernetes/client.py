@@ -46,6 +46,9 @@ WATCH_READ_SLACK = 30.0
 POOL_SIZE = 128
 #: idle connections the log reader keeps for the next streams
 KEEP_ALIVE = 256
+#: seconds a log stream waits for a spare token (:meth:`RateLimit.take_spare`) before it queues
+#: like any other request: long launches hold the bucket, but never keep a log unread for good
+SPARE_WAIT_MAX = 30.0
 
 #: kind -> the CoreV1Api method suffix
 _KINDS = {
@@ -80,8 +83,9 @@ DEFAULT_QPS, DEFAULT_BURST = 100.0, 200
 class RateLimit:
     """A token bucket shared by every API request of a server (the official Python client has
     none; client-go's ``QPS``/``Burst`` are the model): on average at most ``qps`` requests a
-    second, ``burst`` at once after a quiet spell. Thread-safe; ``now`` (a monotonic clock in
-    seconds) is injectable for tests.
+    second, ``burst`` at once after a quiet spell; a request that can wait takes only a spare
+    token (:meth:`take_spare`). Thread-safe; ``now`` (a monotonic clock in seconds) is
+    injectable for tests.
 
     Raises:
         ValueError: ``qps`` not above 0 or ``burst`` below 1.
@@ -110,6 +114,22 @@ class RateLimit:
                 self.waited += 1
                 self.waited_s += delay
             return delay
+
+    def take_spare(self) -> float:
+        """Take a token only if one is free now, never going into debt: 0.0 when taken, else the
+        seconds until one would be free if nobody else took it (nothing taken). For requests
+        that can wait behind the others: a log stream opened a few seconds later loses nothing
+        (it resumes from its cursor), a Pod created later delays the whole launch; at 1,000 Pods
+        the log streams of the first Pods took half of the bucket while the rest were created."""
+        with self._lock:
+            t = self.now()
+            self._tokens = min(float(self.burst), self._tokens + (t - self._at) * self.qps)
+            self._at = t
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                self.taken += 1
+                return 0.0
+            return (1.0 - self._tokens) / self.qps
 
     def wait(self) -> None:
         """Block until one more request may be sent (:meth:`reserve`)."""
@@ -453,6 +473,13 @@ class KubeClient:
         return items, "namespace"
 
 
+#: log streams one httpx client (one connection pool) of :class:`AsyncLogReader` carries at most:
+#: httpcore looks at every connection of a pool to place each request (a socket check each), so
+#: one pool carrying 1,000 followed logs spent a quarter of the server's CPU placing requests
+#: while 1,000 Pods started (issue 23)
+STREAMS_PER_CLIENT = 64
+
+
 class AsyncLogReader:
     """Follows Pod logs from one asyncio loop (httpx): many streams, one thread.
 
@@ -469,6 +496,7 @@ class AsyncLogReader:
         self.configuration = configuration
         self.limit = limit
         self.namespace = namespace
+        self._pacing = asyncio.Lock()
         if configuration.verify_ssl:
             ctx = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
         else:
@@ -477,15 +505,50 @@ class AsyncLogReader:
             ctx.verify_mode = ssl.CERT_NONE
         if configuration.cert_file:
             ctx.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+        self._ssl = ctx
+        #: ``[client, streams it carries now]``; a client is one connection pool
+        self._clients: list[list] = []
+
+    async def _pace(self) -> None:
+        """Wait for a spare token of the rate limit (:meth:`RateLimit.take_spare`: Pods being
+        created go first), at most :data:`SPARE_WAIT_MAX` seconds, then for a token in the queue
+        like any request. One stream polls the bucket at a time; the others wait their turn on
+        the lock, so 1,000 waiting streams do not wake 1,000 times per poll."""
+        if self.limit is None:
+            return
+        async with self._pacing:
+            deadline = time.monotonic() + SPARE_WAIT_MAX
+            while (delay := self.limit.take_spare()) > 0:
+                if time.monotonic() + delay > deadline:
+                    if (delay := self.limit.reserve()) > 0:
+                        await asyncio.sleep(delay)
+                    return
+                await asyncio.sleep(delay)
+
+    def _new_client(self) -> httpx.AsyncClient:
         # a quiet log may stay quiet for long: no read timeout; no pool limit (the followers
         # bound their streams themselves); idle connections kept for the next streams (a new
-        # one costs a TLS handshake: 6% of the log thread's time at 1,000 Pods with 32 kept)
+        # one costs a TLS handshake: 6% of the log thread's time at 1,000 Pods with 32 kept);
         # a kubeconfig's proxy-url, as the official client honours it
-        self.http = httpx.AsyncClient(
-            base_url=configuration.host, verify=ctx, trust_env=False,
-            proxy=getattr(configuration, "proxy", None) or None,
+        return httpx.AsyncClient(
+            base_url=self.configuration.host, verify=self._ssl, trust_env=False,
+            proxy=getattr(self.configuration, "proxy", None) or None,
             timeout=httpx.Timeout(connect=CONNECT_TIMEOUT, read=None, write=REQUEST_TIMEOUT, pool=None),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEP_ALIVE))
+
+    def _take_client(self) -> list:
+        """The least busy client with room for one more stream (a new one when all are full:
+        :data:`STREAMS_PER_CLIENT`); the caller gives it back with :meth:`_give_back`."""
+        slot = min(self._clients, key=lambda c: c[1], default=None)
+        if slot is None or slot[1] >= STREAMS_PER_CLIENT:
+            slot = [self._new_client(), 0]
+            self._clients.append(slot)
+        slot[1] += 1
+        return slot
+
+    @staticmethod
+    def _give_back(slot: list) -> None:
+        slot[1] -= 1
 
     @asynccontextmanager
     async def stream(self, pod: str, container: str,
@@ -498,8 +561,7 @@ class AsyncLogReader:
                 breaks while read ends the iteration (no error: the caller reopens it).
         """
         what = f"logs of Pod {pod}"
-        if self.limit is not None and (delay := self.limit.reserve()) > 0:
-            await asyncio.sleep(delay)
+        await self._pace()
         params: dict[str, Any] = {"container": container, "follow": "true", "timestamps": "true"}
         if since_seconds is not None:
             params["sinceSeconds"] = max(1, int(since_seconds))
@@ -508,8 +570,9 @@ class AsyncLogReader:
         if auth and auth.get("value"):
             headers["Authorization"] = auth["value"]
         server_name = getattr(self.configuration, "tls_server_name", None)
+        slot = self._take_client()
         try:
-            async with self.http.stream("GET", f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+            async with slot[0].stream("GET", f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
                                         params=params, headers=headers,
                                         extensions={"sni_hostname": server_name} if server_name else None
                                         ) as resp:
@@ -525,10 +588,14 @@ class AsyncLogReader:
                 yield _chunks(resp)
         except httpx.HTTPError as exc:
             raise KubeError(f"{what}: {type(exc).__name__}: {exc}") from None
+        finally:
+            self._give_back(slot)
 
     async def aclose(self) -> None:
         """Close every connection."""
-        await self.http.aclose()
+        for client, _ in self._clients:
+            await client.aclose()
+        self._clients.clear()
 
 
 async def _chunks(resp: httpx.Response) -> AsyncIterator[bytes]:

@@ -22,7 +22,7 @@ from typing import Callable
 from rlark.ranks import PlannedWorker
 from rlark.runtimes.base import (AdoptSpec, LaunchSpec, Launched, Observed, Placement, QueueState,
                                  Taken, WorkerRef)
-from rlark.runtimes.kubernetes.runtime import KubernetesRuntime
+from rlark.runtimes.kubernetes.runtime import LAUNCH_CONCURRENCY, KubernetesRuntime
 from rlark.spec import Job
 
 
@@ -53,6 +53,8 @@ class ProjectNamespaces:
     name = "kubernetes"
     #: a reference to a secret RLark does not manage names a Kubernetes Secret (the Pod's)
     own_secrets = True
+    #: as each namespace's :class:`KubernetesRuntime`
+    launch_concurrency = LAUNCH_CONCURRENCY
 
     def __init__(self, default: KubernetesRuntime, factory: Callable[[str], KubernetesRuntime]):
         self.default = default

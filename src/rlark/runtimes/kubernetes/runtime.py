@@ -24,8 +24,11 @@
   watches resume from the last resourceVersion (BOOKMARK events keep it current), list again on
   ``410 Gone``, and reconnect after the API server went away.
 * ``signal_stop`` / ``kill``: delete the Pod (grace period of the Pod / 0), only when it is
-  the Worker's own (labelled with its Run) and with the Pod's uid as a precondition, so a Pod
-  of another Job, or one made meanwhile under the same name, is never deleted.
+  the Worker's own (labelled with its Run). They return at once: a thread of the runtime sends
+  the deletes, so the controller never waits on the API inside a pass, and the Pods of one Run
+  asked to stop together go in one collection delete by the Run's label (:mod:`.stopplan`);
+  a Pod deleted on its own is deleted by name with its uid as a precondition, so a Pod of
+  another Job, or one made meanwhile under the same name, is never deleted.
 * ``end_run``: delete the Run's Pods, Service, NetworkPolicy, PVCs, Secret and ConfigMap by the
   ``rlark.io/run`` label.
 * queues (:class:`rlark.runtimes.base.HasQueues`, Kueue: :mod:`.kueue`): a Run whose project (or
@@ -81,6 +84,7 @@ from rlark.runtimes.kubernetes.logfollow import Follow, LogFollowers, cursor_pat
 from rlark.runtimes.kubernetes.logplan import FollowPolicy
 from rlark.runtimes.kubernetes.podpolicy import (PodPolicy, PolicyDenied, SecretInfo,
                                                  check_secret_refs, enforce)
+from rlark.runtimes.kubernetes.stopplan import PodDelete, plan_deletes
 from rlark.runtimes.kubernetes.status import (PodPhase, PodState, PodStatus, StatusPolicy, interpret,
                                              parse_time)
 from rlark.spec import Job, head_service_name
@@ -105,6 +109,11 @@ WATCH_TIMEOUT_SECONDS = 300
 WATCH_BACKOFF_MAX = 10.0
 #: a Pod delete is sent again (``kill`` is called every controller pass) at most this often
 DELETE_RETRY_SECONDS = 5.0
+#: Pods of one Run created at once (:attr:`KubernetesRuntime.launch_concurrency`): enough to
+#: keep the API server's admission and storage busy while each create waits on its answer,
+#: well under its ``--max-mutating-requests-inflight`` (200 by default) and the client's
+#: connection pool (:data:`.client.POOL_SIZE`)
+LAUNCH_CONCURRENCY = 16
 #: a Run whose names are still held is tried again after this many seconds
 NAMES_RETRY_SECONDS = 1.0
 #: HTTP statuses that mean "RLark may not": RBAC (403), credentials (401)
@@ -182,6 +191,9 @@ class KubernetesRuntime:
     name = "kubernetes"
     #: a reference to a secret RLark does not manage names a Kubernetes Secret (the Pod's)
     own_secrets = True
+    #: Pods created at once for one Run (each a create request; the client's rate limit,
+    #: ``--k8s-qps``/``--k8s-burst``, still paces them all)
+    launch_concurrency = LAUNCH_CONCURRENCY
 
     def __init__(self, namespace: str | None = None, kube: KubeClient | None = None,
                  policy: StatusPolicy = StatusPolicy(), ray_dashboard: bool = False,
@@ -209,6 +221,15 @@ class KubernetesRuntime:
         self._deleting: set[str] = set()
         self._delete_sent: dict[str, tuple[int | None, float]] = {}
         self._delete_errors: dict[str, str] = {}
+        #: Pod name -> (its Run's uid, grace): deletes asked and not sent yet (:meth:`_stop_loop`)
+        self._stops_asked: dict[str, tuple[str | None, int | None]] = {}
+        self._stops_wake = threading.Event()
+        #: set while every delete asked has been sent (:meth:`wait_stops_sent`)
+        self._stops_idle = threading.Event()
+        self._stops_idle.set()
+        self._stopper: threading.Thread | None = None
+        #: Pod name -> its node rank (as launched): a collection delete can leave it out
+        self._ranks: dict[str, str] = {}
         #: Workers whose name a Pod not theirs holds (a delete of it was refused: logged once)
         self._foreign: set[str] = set()
         self._log_errors: dict[str, str] = {}
@@ -309,6 +330,7 @@ class KubernetesRuntime:
         Pods as they are (a later server adopts them: :meth:`adopt`). Once this returns, no
         follower of this runtime writes to a log file or its cursor again."""
         self._stop.set()
+        self._stops_wake.set()
         with self._lock:
             streams = list(self._streams.values())
             followers = list(self._followers.values())
@@ -691,7 +713,7 @@ class KubernetesRuntime:
         name = pod["metadata"]["name"]
         self.track_pod(name, head=spec.worker.is_head,
                        join_timeout=spec.job.spec.failure_policy.join_timeout_seconds,
-                       run_uid=spec.run_uid)
+                       run_uid=spec.run_uid, rank=spec.worker.node_rank)
         created = self._create(pod, spec.job.name, spec.run_uid)
         if opts.queue and not kueue.gated(created) and not (created.get("spec") or {}).get("nodeName"):
             # Kueue's webhook did not hold it back: this namespace is not under Kueue's Pod
@@ -778,12 +800,15 @@ class KubernetesRuntime:
         return None
 
     def track_pod(self, name: str, head: bool, join_timeout: float, created: float | None = None,
-                  run_uid: str | None = None) -> None:
+                  run_uid: str | None = None, rank: int | None = None) -> None:
         """Start tracking a Pod this runtime creates: its Events are kept, a missing cache entry
         means "not seen yet" for 30 s, and its pending timeout is ``min(policy, 0.9 x
         join_timeout)`` so the scheduler's reason comes before the head's JoinTimeout.
-        ``run_uid``: the Worker's Run; a Pod of that name without its label is not the Worker's."""
+        ``run_uid``: the Worker's Run; a Pod of that name without its label is not the Worker's.
+        ``rank``: its node rank, when known before the watch shows the Pod."""
         with self._lock:
+            if rank is not None:
+                self._ranks[name] = str(rank)
             if run_uid is not None:
                 self._owners[name] = run_uid
             else:
@@ -1045,44 +1070,117 @@ class KubernetesRuntime:
                         failure=failure, facts=st.facts or None)
 
     def _delete(self, ref: WorkerRef, grace: int | None) -> None:
-        """Delete the Worker's Pod: the one the watch cache holds, else the one the API has
-        under its name, and only when it is the Worker's (:meth:`_mine`), with its uid as the
-        delete's precondition. A Pod of another Job or Run, or not made by RLark, is left alone
-        (logged once)."""
+        """Ask for the Worker's Pod to be deleted with ``grace`` (:meth:`_stop_loop` sends it);
+        returns at once. Asked again within :data:`DELETE_RETRY_SECONDS` with the same grace,
+        nothing is sent again (the controller asks every pass)."""
         name = self._pod_name(ref)
         now = time.monotonic()
         with self._lock:
             self._deleting.add(name)
             sent = self._delete_sent.get(name)
             if sent is not None and sent[0] == grace and now - sent[1] < DELETE_RETRY_SECONDS:
-                return  # the controller asks every pass; the API server heard it already
+                return
             self._delete_sent[name] = (grace, now)
+            self._stops_asked[name] = (ref.run_uid or self._owners.get(name), grace)
+            self._stops_idle.clear()
+            if self._stopper is None:
+                self._stopper = threading.Thread(target=self._stop_loop, daemon=True,
+                                                 name=f"rlark-stop-{self.namespace}")
+                self._stopper.start()
+        self._stops_wake.set()
+
+    def _stop_loop(self) -> None:
+        """Send the deletes asked (:meth:`_delete`), as :func:`.stopplan.plan_deletes` groups
+        them, until the runtime shuts down."""
+        while not self._stop.is_set():
+            self._stops_wake.wait()
+            self._stops_wake.clear()
+            with self._lock:
+                asked, self._stops_asked = self._stops_asked, {}
+                runs = {run for run, _ in asked.values() if run is not None}
+                tracked: dict[str, dict[str, str | None]] = {run: {} for run in runs}
+                for name, run in self._owners.items():
+                    if run in tracked:
+                        tracked[run][name] = self._rank_of(name)
+            for d in plan_deletes(asked, tracked, MANAGED, render.LABEL_RUN, render.LABEL_RANK):
+                if self._stop.is_set():
+                    return
+                try:
+                    if d.selector is None:
+                        self._delete_one(d.names[0], asked[d.names[0]][0], d.grace)
+                    else:
+                        self._delete_many(d)
+                except Exception as exc:  # noqa: BLE001 - the thread must live: say it, ask again later
+                    log.exception("deleting Pods %s", ", ".join(d.names[:5]))
+                    self._delete_failed(d.names, KubeError(f"{type(exc).__name__}: {exc}"))
+            with self._lock:
+                if not self._stops_asked:
+                    self._stops_idle.set()
+
+    def wait_stops_sent(self, timeout: float) -> bool:
+        """Block until every delete asked so far has been sent (answered or failed), at most
+        ``timeout`` seconds; whether it was."""
+        return self._stops_idle.wait(timeout)
+
+    def _rank_of(self, name: str) -> str | None:
+        """The node rank of tracked Pod ``name``: as launched, else its label in the watch
+        cache (also once gone); None when neither knows. Call with the lock held."""
+        rank = self._ranks.get(name)
+        if rank is None:
+            obj = self._pods.get(name) or self._gone.get(name)
+            rank = (((obj or {}).get("metadata") or {}).get("labels") or {}).get(render.LABEL_RANK)
+        return rank
+
+    def _delete_failed(self, names: Iterable[str], exc: KubeError | None) -> None:
+        """Remember (``exc``) or clear (None) why deleting ``names`` failed: ``observe`` says
+        ``StopFailed`` with it; each new message is logged once."""
+        with self._lock:
+            for name in names:
+                if exc is None:
+                    self._delete_errors.pop(name, None)
+                    continue
+                first = self._delete_errors.get(name) != str(exc)
+                self._delete_errors[name] = str(exc)
+                if first:
+                    log.warning("deleting Pod %s: %s", name, exc)
+
+    def _delete_many(self, d: PodDelete) -> None:
+        """One collection delete of the Pods ``d.selector`` selects (every RLark Pod of one Run,
+        maybe minus some ranks)."""
+        try:
+            self.kube.delete_collection("Pod", d.selector or "", grace_seconds=d.grace)
+        except KubeError as exc:
+            self._delete_failed(d.names, exc)
+        else:
+            self._delete_failed(d.names, None)
+
+    def _delete_one(self, name: str, run_uid: str | None, grace: int | None) -> None:
+        """Delete Pod ``name``: the one the watch cache holds, else the one the API has under
+        its name, and only when it is the Worker's (:meth:`_mine`), with its uid as the
+        delete's precondition. A Pod of another Job or Run, or not made by RLark, is left alone
+        (logged once)."""
+        with self._lock:
             cached = self._pods.get(name)
         try:
             pod = cached if cached is not None else self.kube.get("Pod", name)
             with self._lock:
-                mine = self._mine(name, pod, ref.run_uid)
+                mine = self._mine(name, pod, run_uid)
             if pod is not None and not mine:
                 labels = (pod.get("metadata") or {}).get("labels") or {}
                 with self._lock:
                     first = name not in self._foreign
                     self._foreign.add(name)
                 if first:
-                    log.warning("not deleting Pod %s: it is not Worker %s's (Job %r, run %r)",
-                                name, ref.name, labels.get(render.LABEL_JOB), labels.get(render.LABEL_RUN))
+                    log.warning("not deleting Pod %s: it is not the Worker's (Job %r, run %r)",
+                                name, labels.get(render.LABEL_JOB), labels.get(render.LABEL_RUN))
                 return
             if pod is not None:
                 self.kube.delete("Pod", name, grace_seconds=grace,
                                  uid=(pod.get("metadata") or {}).get("uid"))
         except KubeError as exc:
-            with self._lock:
-                first = self._delete_errors.get(name) != str(exc)
-                self._delete_errors[name] = str(exc)
-            if first:
-                log.warning("deleting Pod %s: %s", name, exc)
+            self._delete_failed((name,), exc)
         else:
-            with self._lock:
-                self._delete_errors.pop(name, None)
+            self._delete_failed((name,), None)
 
     def signal_stop(self, ref: WorkerRef) -> None:
         """Delete the Pod with its grace period (the kubelet sends SIGTERM, then SIGKILL)."""
@@ -1099,7 +1197,7 @@ class KubernetesRuntime:
             follower = self._followers.pop(name, None)
             for d in (self._created, self._policies, self._drain_since, self._events, self._gone,
                       self._delete_sent, self._delete_errors, self._log_errors, self._adopted,
-                      self._owners):
+                      self._owners, self._ranks, self._stops_asked):
                 d.pop(name, None)
             self._heads.discard(name)
             self._deleting.discard(name)

@@ -316,6 +316,9 @@ class LocalRuntime:
     name = "local"
     #: a Job's secrets are RLark's only (no secret store of its own)
     own_secrets = False
+    #: one launch at a time: each forks a process group of this server, and the reservations
+    #: of addresses and ports are taken in launch order
+    launch_concurrency = 1
 
     def __init__(self, reservations: Reservations | None = None,
                  worker_env: Iterable[str] | None = None,
