@@ -6,6 +6,7 @@ admin. Waits poll a condition with a deadline, or use a bounded watch."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 
@@ -22,6 +23,7 @@ from tests.k8s_testbed import (
     RESERVED_TAINT,
     RESTRICTED_CONTAINER_SECURITY,
     RESTRICTED_POD_SECURITY,
+    SCRIPT,
     setup_timeout,
 )
 
@@ -319,3 +321,15 @@ def test_api_server_restart_keeps_the_data(api, k8s_testbed):
             delete_pod(api, pod_name)
     finally:
         admin.delete_namespaced_config_map(cm_name, NS)
+
+
+@pytest.mark.parametrize("value", ["0", "fast", "-5"])
+def test_a_scheduler_qps_that_is_not_a_whole_number_above_0_is_refused_before_anything_starts(value, tmp_path):
+    """``up --scheduler-qps`` (the scheduler's client limit, for bench/k8s_scale.py) refuses a
+    value it cannot pass to ``--kube-api-qps`` before it starts a component (the directory stays
+    empty)."""
+    out = subprocess.run(["bash", str(SCRIPT), "up", "--dir", str(tmp_path / "tb"), "--scheduler-qps", value],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "--scheduler-qps must be a whole number above 0" in out.stderr + out.stdout
+    assert not (tmp_path / "tb").exists() or not any((tmp_path / "tb").iterdir())
