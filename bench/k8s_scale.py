@@ -40,8 +40,9 @@ followed); seconds from the stop until no Pod, Service, ConfigMap (but
 kube-root-ca.crt), Secret or NetworkPolicy is left in the namespace.
 
 With ``--probe``, RLark's rounds at the largest size also submit a Job of one Worker before the
-large one (``alone``: seconds from its submit until its Pod runs) and another once a tenth of the
-large Job's Pods run (``during``: the same, while the launch is under way), issue 23 item 3; both
+large one (``alone``: seconds from its submit until its Pod is created, by RLark, bound, by the
+scheduler, and runs) and another once a tenth of the large Job's Pods run (``during``: the same,
+while the launch is under way), issue 23 item 3; both
 stay until the stop, so that round's requests and "gone" include their few objects.
 
 kwok follows each served log with an inotify instance of its own (fsnotify), so more streams
@@ -265,12 +266,16 @@ def wait_pods(pw: PodWatch, n: int, t0: float, what: str, prefix: str = "") -> t
     return of(pw.bound)[n - 1] - t0, of(pw.running)[n - 1] - t0
 
 
-def probe(srv: "RlarkServer", pw: PodWatch, name: str) -> float:
-    """Submit a Job of one Worker named ``name``: seconds until its Pod runs (issue 23 item 3:
-    the same Job alone and while a large launch is under way)."""
+def probe(srv: "RlarkServer", pw: PodWatch, name: str, probes: dict[str, float]) -> float:
+    """Submit a Job of one Worker named ``name`` (issue 23 item 3: the same Job alone and while a
+    large launch is under way); into ``probes``, seconds from the submit until its Pod was
+    created (``NAME_created_s``: RLark's part), bound (``NAME_bound_s``: then the scheduler's
+    queue) and Running (``NAME_s``). Returns the submit's monotonic time."""
     t = time.monotonic()
     srv.submit(yaml.safe_dump(job_doc(name, 1), sort_keys=False))
-    return wait_pods(pw, 1, t, f"Job {name}", prefix=f"{name}-")[1]
+    probes[f"{name}_bound_s"], probes[f"{name}_s"] = wait_pods(pw, 1, t, f"Job {name}", prefix=f"{name}-")
+    probes[f"{name}_created_s"] = min(c for pod, c in pw.created.items() if pod.startswith(f"{name}-")) - t
+    return t
 
 
 def wait_gone(tb: K8sTestbed, namespace: str, t_stop: float, what: str) -> float:
@@ -396,7 +401,7 @@ def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path, with_probe:
         assert srv.proc is not None
         probes: dict[str, float] = {}
         if with_probe:
-            probes["alone_s"] = probe(srv, pw, "alone")
+            probe(srv, pw, "alone", probes)
         meter = ProcessMeter(srv.proc.pid)
         poller = ApiPoller(srv)
         off = audit.offset()
@@ -405,8 +410,7 @@ def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path, with_probe:
         if with_probe:
             # submitted once a tenth of the big Job's Pods run: its launch is under way
             wait_pods(pw, max(1, n // 10), t0, f"RLark's Job ({n} Workers)", prefix="scale-")
-            probes["during_s"] = probe(srv, pw, "during")
-            probes["during_submitted_at_s"] = round(time.monotonic() - t0 - probes["during_s"], 3)
+            probes["during_submitted_at_s"] = round(probe(srv, pw, "during", probes) - t0, 3)
         bound, running = wait_pods(pw, n, t0, f"RLark's Job ({n} Workers)", prefix="scale-")
         threads = meter.threads()  # every Pod Running, every log followed
         api = poller.stop()
@@ -679,8 +683,11 @@ def main() -> int:
                     extra = (f"  GET /api/v1/jobs p95 {row['api_jobs_latency'].get('p95_ms', 0):.0f} ms"
                              f", {row['threads']} threads once all Running" if side == "rlark" else "")
                     if "probe" in row:
-                        extra += (f"; a 1-Worker Job's Pod Running {row['probe']['alone_s']:.2f}s alone, "
-                                  f"{row['probe']['during_s']:.2f}s during the launch")
+                        p = row["probe"]
+                        extra += (f"; a 1-Worker Job's Pod created / bound / Running "
+                                  f"{p['alone_created_s']:.2f} / {p['alone_bound_s']:.2f} / {p['alone_s']:.2f}s alone, "
+                                  f"{p['during_created_s']:.2f} / {p['during_bound_s']:.2f} / {p['during_s']:.2f}s "
+                                  f"during the launch")
                     print(f"n={n} round {i + 1} {side:7s}: bound {row['bound_s']:.2f}s running "
                           f"{row['running_s']:.2f}s gone {row['gone_s']:.2f}s requests {row['requests']} "
                           f"({row['requests_per_pod']:.2f}/Pod) cpu {row['cpu_s']:.1f}s "

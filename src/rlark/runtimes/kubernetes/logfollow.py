@@ -22,7 +22,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from rlark.runtimes.kubernetes.client import AsyncLogReader, KubeError
+from rlark.runtimes.kubernetes.client import KubeError
+from rlark.runtimes.kubernetes.logreader import AsyncLogReader
 from rlark.runtimes.kubernetes.logcursor import LogCursor, restore
 from rlark.runtimes.kubernetes.logplan import Do, FollowPolicy, backoff, next_action, stream_ended
 
@@ -208,7 +209,7 @@ class LogFollowers:
     (started on the first :meth:`follow`).
 
     Args:
-        reader: makes the :class:`.client.AsyncLogReader` (called in the loop's thread).
+        reader: makes the :class:`.logreader.AsyncLogReader` (called in the loop's thread).
         container: the container whose log is read.
         state: the container's state from the watch cache: ``waiting``, ``running``,
             ``terminated`` or ``gone``.
