@@ -226,6 +226,24 @@ def test_pod_status_names_the_image_digest_pod_ip_and_node(k8s_real_node, real_n
     assert facts["podIP"] != node_ip
 
 
+def test_a_pods_cpu_limit_sets_no_quota_and_its_request_sets_its_share(k8s_real_node, real_ns):
+    """The real node's kubelet runs with ``cpuCFSQuota: false`` (docs/kubernetes.md, "CPU:
+    requests, not quotas"): a container limited to 500m has no CFS quota in its cgroup
+    (``cpu.cfs_quota_us`` -1), and its request of 250m still sets its ``cpu.shares`` (250 x
+    1024 / 1000 = 256, the kubelet's MilliCPUToShares)."""
+    tb = k8s_real_node
+    probe = ("print('CPU', open('/sys/fs/cgroup/cpu/cpu.cfs_quota_us').read().strip(),"
+             " open('/sys/fs/cgroup/cpu/cpu.shares').read().strip())")
+    body = worker_pod(tb, "cpu", ["python", "-c", probe])
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "250m", "memory": "64Mi"},
+                                                  "limits": {"cpu": "500m", "memory": "256Mi"}}
+    tb.core_v1().create_namespaced_pod(real_ns, body)
+    ended = wait_phase(tb, real_ns, "cpu", ("Succeeded", "Failed"))
+    assert ended == "Succeeded", describe(tb, real_ns, "cpu")
+    log = tb.core_v1().read_namespaced_pod_log("cpu", real_ns, container="worker")
+    assert [line.split()[1:] for line in log.splitlines() if line.startswith("CPU ")] == [["-1", "256"]], log
+
+
 def test_container_killed_from_outside_ends_with_a_non_zero_exit_code(k8s_real_node, real_ns):
     """SIGKILL to the container's process on the node (not through the API): the kubelet reports
     the container terminated with exit code 137 (128 + 9) and the Pod Failed; RLark's

@@ -8,10 +8,11 @@
   so the session starts each test bed once, not once per worker. It runs beside the ``ray`` group (on the other worker): the two are
   the longest groups, and kept together on one worker they were the whole suite's critical path
   (about 25 minutes against 15 for the rest). The real node's modules start Ray nodes too (in
-  Pods), so they are also marked ``ray``; they still go here: their Pods are held to the CPU
-  their Jobs ask (a cgroup limit of 1.5 of the machine's 2 CPUs at most), so they load the
-  machine no more than the rest of the suite does beside the ``ray`` group, and in the ``ray``
-  group their 16 minutes made it the critical path (53 of the suite's 55 minutes, 2026-12-02);
+  Pods), so they are also marked ``ray``; they still go here: in the ``ray`` group their
+  16 minutes made it the critical path (53 of the suite's 55 minutes, 2026-12-02). Their Pods
+  share the cores by their requests (``cpu.shares``; the real node sets no CFS quota,
+  docs/kubernetes.md "CPU: requests, not quotas"), so they take what the ``ray`` group's
+  worker leaves idle rather than waiting on a throttle;
 * ``ray``: every other module with a test marked ``@pytest.mark.ray`` (it starts real Workers,
   i.e. Ray nodes, usually through a real ``rlark server``), one test at a time on one worker:
   their deadlines assume no other test's local Ray nodes start beside theirs. **A new module

@@ -236,6 +236,9 @@ failCgroupV1: false
 cgroupDriver: cgroupfs
 cgroupRoot: /$CGROUP_ROOT
 cgroupsPerQOS: true
+# limits set no CFS quota on this 2-core machine: requests still set cpu.shares, and a Pod held
+# to 500m waits on the throttle while a core idles (docs/kubernetes.md, "CPU: requests, not quotas")
+cpuCFSQuota: false
 containerRuntimeEndpoint: unix://$n/containerd/containerd.sock
 address: $NODE_IP
 port: $KUBELET_PORT
