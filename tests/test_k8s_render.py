@@ -262,6 +262,36 @@ def test_the_bootstrap_names_a_working_dir_missing_in_the_image(capsys, tmp_path
     assert failed["reason"] == "BadConfig" and "not-in-this-image" in failed["message"]
 
 
+def test_a_pool_worker_waits_for_the_heads_name_before_ray_start(capsys):
+    """A Worker other than the head starts ``ray start`` only once the head's name resolves (on
+    Kubernetes the headless Service's DNS record lags the head Pod: a ``ray start`` that found
+    no address gave up after 60 s, never reaching the GCS that was up 2 s later). A name that
+    never resolves ends the Worker HeadUnreachable at its join deadline, saying so, with no
+    ``ray start`` run."""
+    import json as _json
+    import time as _time
+
+    from rlark.bootstrap.config import EXIT_HEAD_UNREACHABLE
+    from rlark.bootstrap.worker import Bootstrap
+
+    j = job(3)
+    env = render.worker_env(j, plan_workers(j)[1], "r1", render.RenderOptions())
+    env["RLARK_HEAD_ADDRESS"] = "demo-head.rl.svc.invalid:6379"  # RFC 6761: .invalid never resolves
+    env["RLARK_JOIN_TIMEOUT_SECONDS"] = "1"
+    cfg = BootstrapConfig.from_env(env)
+    assert not cfg.is_head and cfg.head_host == "demo-head.rl.svc.invalid"
+    t0 = _time.monotonic()
+    code = Bootstrap(cfg, env).run()
+    assert code == EXIT_HEAD_UNREACHABLE and _time.monotonic() - t0 < 60
+    events = [_json.loads(line.split(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()
+              if line.startswith("RLARK_EVENT ")]
+    phases = [e["phase"] for e in events if e["event"] == "phase"]
+    assert "WaitingForHead" in phases and "StartingRay" not in phases, phases
+    failed = next(e for e in events if e["event"] == "failed")
+    assert failed["reason"] == "HeadUnreachable"
+    assert "'demo-head.rl.svc.invalid' never resolved" in failed["message"], failed["message"]
+
+
 def test_render_benchmark_runs(tmp_path):
     """bench/render.py (the 1,000-Worker figure is in its output); here a small run that checks
     what it reports and that its exit status follows its own verdict, not how fast this machine

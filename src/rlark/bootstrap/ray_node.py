@@ -154,6 +154,16 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def name_resolves(host: str, port: int) -> bool:
+    """Whether ``host`` resolves to an address (``getaddrinfo``: an IP literal at once, a name
+    through the resolver, which bounds its own wait: resolv.conf(5) ``timeout``/``attempts``)."""
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        return True
+    except (OSError, UnicodeError):
+        return False
+
+
 class RayNode:
     """The processes of one Worker and its Ray node: every child it starts (:meth:`spawn`) is
     stopped with it (:meth:`shutdown`, :meth:`on_stop_signal`); ``ray start`` is :attr:`ray`."""

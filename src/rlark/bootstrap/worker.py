@@ -45,7 +45,7 @@ from rlark.bootstrap.config import (EXIT_BAD_CONFIG, EXIT_HEAD_UNREACHABLE, EXIT
                                     BootstrapError)
 from rlark.bootstrap.facts import FactsInBackground, collect_facts
 from rlark.bootstrap.facts_config import find_hydra_outputs, hydra_output_facts
-from rlark.bootstrap.ray_node import RayNode, port_open
+from rlark.bootstrap.ray_node import RayNode, name_resolves, port_open
 from rlark.bootstrap.report import emit
 from rlark.bootstrap.scripts import run_prepare
 
@@ -128,13 +128,28 @@ class Bootstrap(RayNode):
         except Exception as exc:  # noqa: BLE001 - a missing fact never fails the Run
             emit("facts", hydra_output={"absent": f"{type(exc).__name__}: {exc}"})
 
-    def _head_unreachable(self, budget: float) -> BootstrapError:
+    def _head_unreachable(self, budget: float, resolved: bool = True) -> BootstrapError:
+        why = "" if resolved else f" (its name {self.cfg.head_host!r} never resolved)"
         return BootstrapError(
             "HeadUnreachable",
             f"could not join the head {self.cfg.head_address} within {budget:g} s of this "
-            "Worker's start",
+            f"Worker's start{why}",
             EXIT_HEAD_UNREACHABLE,
         )
+
+    def _wait_head_resolves(self, deadline: float) -> bool:
+        """Wait until the head's host resolves (at once for an IP; on Kubernetes, once the
+        headless Service's DNS record has the head Pod's IP, which lags the Pod by a moment and
+        comes before its GCS is up). Why: `ray start --address NAME` that finds no address gave
+        up after 60 s without ever reaching the head's GCS, up 2 s later (measured on the test
+        bed's real node, 2026-12-07); one that finds the address but no GCS yet retries until
+        it answers. False at ``deadline``."""
+        while not name_resolves(self.cfg.head_host, self.cfg.head_port):
+            self.check_stopped()
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(HEAD_POLL_SECONDS)
+        return True
 
     def run_worker(self) -> int:
         """A Worker other than the head: wait for the head, start this node's Ray
@@ -149,6 +164,8 @@ class Bootstrap(RayNode):
         budget = cfg.join_timeout + JOIN_SLACK_SECONDS  # from this Worker's start, prepare included
         deadline = self.join_deadline
         emit("phase", phase="WaitingForHead", head=cfg.head_address)
+        if not self._wait_head_resolves(deadline):
+            raise self._head_unreachable(budget, resolved=False)
         attempts = 0
         while True:
             # `ray start --address` retries the head itself, so starting at once overlaps its own
