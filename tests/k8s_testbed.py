@@ -704,6 +704,8 @@ def _acquire(up_args: tuple[str, ...], base_dir: Path) -> K8sTestbed:
 
 def _release(up_args: tuple[str, ...]) -> None:
     with _shared_lock:
+        if up_args in _released_early:
+            return  # stopped after its last user (_stop_after_last_user)
         tb, refs = _shared[up_args]
         if refs > 1:
             _shared[up_args] = (tb, refs - 1)
@@ -730,6 +732,73 @@ def make_k8s_testbed_fixture(*up_args: str):
             _release(key)
 
     return _k8s_testbed
+
+
+# -- each test bed stopped after the last module that uses it ----------------------------------
+
+#: fixture name -> the ``up`` arguments of its test bed
+FIXTURE_UP_ARGS = {"k8s_testbed": DEFAULT_UP_ARGS, "k8s_real_node": REAL_NODE_UP_ARGS,
+                   "k8s_kueue_testbed": KUEUE_UP_ARGS}
+#: node id -> the test-bed fixtures to stop once that test is torn down (release_points)
+_release_after: dict[str, set[str]] = {}
+#: the ``up`` arguments of test beds stopped before the session's end
+_released_early: set[tuple[str, ...]] = set()
+
+
+def release_points(items: list[pytest.Item]) -> dict[str, set[str]]:
+    """For each test-bed fixture, the last test of the last module (in run order) that uses it:
+    ``node id -> {fixture names}``. After that test's teardown (its module's fixtures, which may
+    still use the test bed, torn down with it) nothing of this process needs the test bed:
+    every user is in the ``k8s`` group, run in this order on one worker, its modules ordered by
+    test bed (tests/xdist_groups.py, ``testbed_order``). Pure."""
+    last_module: dict[str, str] = {}
+    last_item_of_module: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        last_item_of_module[module] = item.nodeid
+        for name in FIXTURE_UP_ARGS.keys() & set(getattr(item, "fixturenames", ())):
+            last_module[name] = module
+    points: dict[str, set[str]] = {}
+    for name, module in last_module.items():
+        points.setdefault(last_item_of_module[module], set()).add(name)
+    return points
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _release_after.clear()
+    _released_early.clear()
+    _release_after.update(release_points(session.items))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    yield
+    for name in sorted(_release_after.get(item.nodeid, ())):
+        _stop_after_last_user(FIXTURE_UP_ARGS[name])
+
+
+def _stop_after_last_user(up_args: tuple[str, ...]) -> None:
+    """``down`` the shared test bed of ``up_args`` now (unless RLARK_TESTBED_KEEP=1): an idle
+    one costs 8-9 % of a core (its API server, etcd, controllers, kwok, a kubelet), measured."""
+    with _shared_lock:
+        entry = _shared.pop(up_args, None)
+        if entry is None:
+            return
+        _released_early.add(up_args)
+    tb = entry[0]
+    if isinstance(tb, K8sTestbed) and os.environ.get("RLARK_TESTBED_KEEP") != "1":
+        tb.down()
+
+
+@pytest.fixture(autouse=True)
+def _no_testbed_after_its_last_user(request):
+    """Fail, naming the cause, a test that asks for a test bed already stopped after its last
+    user (the run order was not the one tests/xdist_groups.py makes)."""
+    for name in FIXTURE_UP_ARGS.keys() & set(request.fixturenames):
+        if FIXTURE_UP_ARGS[name] in _released_early:
+            pytest.fail(f"{request.node.nodeid} uses {name}, whose test bed was stopped after what "
+                        "was to be its last user: run the tests in tests/xdist_groups.py's order",
+                        pytrace=False)
 
 
 #: The default test bed: see DEFAULT_UP_ARGS for its Nodes.

@@ -1,0 +1,54 @@
+"""The ``k8s`` group's order and the test beds stopped after their last user (tests/xdist_groups.py
+``testbed_order``, tests/k8s_testbed.py ``release_points``), on items pytest really collects
+(``pytester``) from modules whose tests ask for fixtures of the test beds' names."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.k8s_testbed import release_points
+from tests.xdist_groups import group_items, item_group
+
+CONFTEST = '''
+import pytest
+
+@pytest.fixture(scope="session")
+def k8s_testbed():
+    return "kwok"
+
+@pytest.fixture(scope="session")
+def k8s_real_node():
+    return "real"
+
+@pytest.fixture(scope="session")
+def k8s_kueue_testbed():
+    return "kueue"
+'''
+
+
+def test_each_test_beds_modules_run_together_and_it_stops_after_the_last(pytester: pytest.Pytester):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(
+        test_a_queue="def test_one(k8s_kueue_testbed, k8s_testbed): pass\n"
+                     "def test_two(k8s_kueue_testbed): pass\n",
+        test_b_real="def test_pods(k8s_real_node): pass\n"
+                    "def test_after_without_it(): pass\n",
+        test_c_kwok="def test_one(k8s_testbed): pass\n",
+        test_d_kueue="def test_one(k8s_kueue_testbed): pass\n",
+        test_e_plain="def test_one(): pass\n",
+    )
+    items = pytester.getitems(pytester.path)
+    group_items(items)
+    order = [item.nodeid for item in items]
+    # the kwok test bed's modules, then the one using it and Kueue's, then Kueue's alone, then
+    # the real node's; the test with no test bed last
+    assert order == ["test_c_kwok.py::test_one",
+                     "test_a_queue.py::test_one", "test_a_queue.py::test_two",
+                     "test_d_kueue.py::test_one",
+                     "test_b_real.py::test_pods", "test_b_real.py::test_after_without_it",
+                     "test_e_plain.py::test_one"]
+    assert [item_group(item) for item in items] == ["k8s"] * 6 + [None]
+    # each stops after its last user's module: its module-scoped fixtures may still use it
+    assert release_points(items) == {"test_a_queue.py::test_two": {"k8s_testbed"},
+                                     "test_d_kueue.py::test_one": {"k8s_kueue_testbed"},
+                                     "test_b_real.py::test_after_without_it": {"k8s_real_node"}}
