@@ -749,8 +749,8 @@ def release_points(items: list[pytest.Item]) -> dict[str, set[str]]:
     """For each test-bed fixture, the last test of the last module (in run order) that uses it:
     ``node id -> {fixture names}``. After that test's teardown (its module's fixtures, which may
     still use the test bed, torn down with it) nothing of this process needs the test bed:
-    every user is in the ``k8s`` group, run in this order on one worker, its modules ordered by
-    test bed (tests/xdist_groups.py, ``testbed_order``). Pure."""
+    every user is in the ``k8s`` group, run in this order on one worker (tests/xdist_groups.py).
+    Pure."""
     last_module: dict[str, str] = {}
     last_item_of_module: dict[str, str] = {}
     for item in items:

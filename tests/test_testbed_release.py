@@ -1,6 +1,6 @@
-"""The ``k8s`` group's order and the test beds stopped after their last user (tests/xdist_groups.py
-``testbed_order``, tests/k8s_testbed.py ``release_points``), on items pytest really collects
-(``pytester``) from modules whose tests ask for fixtures of the test beds' names."""
+"""The test beds stopped after their last user (tests/k8s_testbed.py ``release_points``) in the
+``k8s`` group's order (tests/xdist_groups.py), on items pytest really collects (``pytester``) from
+modules whose tests ask for fixtures of the test beds' names."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def k8s_kueue_testbed():
 '''
 
 
-def test_each_test_beds_modules_run_together_and_it_stops_after_the_last(pytester: pytest.Pytester):
+def test_each_test_bed_stops_after_the_last_module_that_uses_it(pytester: pytest.Pytester):
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(
         test_a_queue="def test_one(k8s_kueue_testbed, k8s_testbed): pass\n"
@@ -40,15 +40,13 @@ def test_each_test_beds_modules_run_together_and_it_stops_after_the_last(pyteste
     items = pytester.getitems(pytester.path)
     group_items(items)
     order = [item.nodeid for item in items]
-    # the kwok test bed's modules, then the one using it and Kueue's, then Kueue's alone, then
-    # the real node's; the test with no test bed last
-    assert order == ["test_c_kwok.py::test_one",
-                     "test_a_queue.py::test_one", "test_a_queue.py::test_two",
-                     "test_d_kueue.py::test_one",
+    # the test-bed modules in the order of their names, the test with no test bed last
+    assert order == ["test_a_queue.py::test_one", "test_a_queue.py::test_two",
                      "test_b_real.py::test_pods", "test_b_real.py::test_after_without_it",
+                     "test_c_kwok.py::test_one", "test_d_kueue.py::test_one",
                      "test_e_plain.py::test_one"]
     assert [item_group(item) for item in items] == ["k8s"] * 6 + [None]
-    # each stops after its last user's module: its module-scoped fixtures may still use it
-    assert release_points(items) == {"test_a_queue.py::test_two": {"k8s_testbed"},
-                                     "test_d_kueue.py::test_one": {"k8s_kueue_testbed"},
-                                     "test_b_real.py::test_after_without_it": {"k8s_real_node"}}
+    # each stops after its last user's module (whose module-scoped fixtures may still use it)
+    assert release_points(items) == {"test_b_real.py::test_after_without_it": {"k8s_real_node"},
+                                     "test_c_kwok.py::test_one": {"k8s_testbed"},
+                                     "test_d_kueue.py::test_one": {"k8s_kueue_testbed"}}

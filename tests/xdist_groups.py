@@ -5,8 +5,12 @@
 
 * ``k8s``: every module that uses a Kubernetes test bed (``k8s_testbed``; ``k8s_real_node``,
   whose Pods really run; ``k8s_kueue_testbed``, with Kueue), one test at a time on one worker,
-  so the session starts each test bed once, not once per worker; the modules of one test bed
-  one after the other (:func:`testbed_order`), and each test bed stopped after its last. It runs beside the ``ray`` group (on the other worker): the two are
+  so the session starts each test bed once, not once per worker, and stops it after the last
+  module that uses it (tests/k8s_testbed.py, ``release_points``). The modules stay in the
+  order of their names: ordered by test bed (the kwok test bed's modules first, then Kueue's,
+  then the real node's) tests/test_lifecycle_trust.py failed every time after the kwok
+  modules, the kwok Nodes left with no ``status.addresses`` ("no preferred addresses found"
+  for every Pod log): not found which module leaves them so; It runs beside the ``ray`` group (on the other worker): the two are
   the longest groups, and kept together on one worker they were the whole suite's critical path
   (about 25 minutes against 15 for the rest). The real node's modules start Ray nodes too (in
   Pods), so they are also marked ``ray``; they still go here: in the ``ray`` group their
@@ -48,19 +52,8 @@ import pytest
 #: groups shared by several modules, in the order they are handed out (first: the longest)
 SERIAL_GROUPS = ("ray", "k8s", "rlinf-corpus")
 ENV = "RLARK_XDIST_GROUPS"
-#: the fixtures that start a Kubernetes test bed (tests/k8s_testbed.py), in the order the ``k8s``
-#: group's modules use them (:func:`testbed_order`)
-TESTBED_ORDER = ("k8s_testbed", "k8s_kueue_testbed", "k8s_real_node")
-TESTBED_FIXTURES = frozenset(TESTBED_ORDER)
-
-
-def testbed_order(items: list[pytest.Item]) -> tuple[int, int]:
-    """Where one module of the ``k8s`` group goes in it: by the first and the last test bed of
-    :data:`TESTBED_ORDER` its tests use, so every test bed's users come one after the other and
-    a test bed can be stopped after its last one (tests/k8s_testbed.py, ``release_points``)
-    instead of idling to the session's end (8-9 % of a core each, measured)."""
-    used = [TESTBED_ORDER.index(f) for item in items for f in TESTBED_FIXTURES & set(item.fixturenames)]
-    return (min(used), max(used)) if used else (len(TESTBED_ORDER), len(TESTBED_ORDER))
+#: the fixtures that start a Kubernetes test bed (tests/k8s_testbed.py)
+TESTBED_FIXTURES = frozenset({"k8s_testbed", "k8s_real_node", "k8s_kueue_testbed"})
 
 
 def module_group(items: list[pytest.Item]) -> str | None:
@@ -90,15 +83,14 @@ def group_items(items: list[pytest.Item]) -> None:
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    rank: dict[str, tuple[int, tuple[int, int]]] = {}
+    rank: dict[str, int] = {}
     for module_items in by_module.values():
         group = module_group(module_items)
-        within = testbed_order(module_items) if group == "k8s" else (0, 0)
         for item in module_items:
             if group:
                 item.add_marker(pytest.mark.xdist_group(group))
-            rank[item.nodeid] = ((SERIAL_GROUPS.index(group) if group in SERIAL_GROUPS
-                                  else len(SERIAL_GROUPS) + (group is None)), within)
+            rank[item.nodeid] = (SERIAL_GROUPS.index(group) if group in SERIAL_GROUPS
+                                 else len(SERIAL_GROUPS) + (group is None))
     items.sort(key=lambda item: rank[item.nodeid])
 
 
