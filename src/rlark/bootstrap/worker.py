@@ -36,6 +36,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from rlark.bootstrap import report
 from rlark.bootstrap.barrier import JoinBarrier
@@ -137,14 +138,10 @@ class Bootstrap(RayNode):
             EXIT_HEAD_UNREACHABLE,
         )
 
-    def _wait_head_resolves(self, deadline: float) -> bool:
-        """Wait until the head's host resolves (at once for an IP; on Kubernetes, once the
-        headless Service's DNS record has the head Pod's IP, which lags the Pod by a moment and
-        comes before its GCS is up). Why: `ray start --address NAME` that finds no address gave
-        up after 60 s without ever reaching the head's GCS, up 2 s later (measured on the test
-        bed's real node, 2026-12-07); one that finds the address but no GCS yet retries until
-        it answers. False at ``deadline``."""
-        while not name_resolves(self.cfg.head_host, self.cfg.head_port):
+    def _wait_head(self, ready: Callable[[str, int], bool], deadline: float) -> bool:
+        """Poll ``ready(head host, head port)`` every HEAD_POLL_SECONDS until it holds (True) or
+        ``deadline`` passes (False); a stop ends the wait (``check_stopped``)."""
+        while not ready(self.cfg.head_host, self.cfg.head_port):
             self.check_stopped()
             if time.monotonic() > deadline:
                 return False
@@ -164,7 +161,12 @@ class Bootstrap(RayNode):
         budget = cfg.join_timeout + JOIN_SLACK_SECONDS  # from this Worker's start, prepare included
         deadline = self.join_deadline
         emit("phase", phase="WaitingForHead", head=cfg.head_address)
-        if not self._wait_head_resolves(deadline):
+        # the head's name first (at once for an IP; on Kubernetes the headless Service's DNS
+        # record has the head Pod's IP a moment after the Pod, before its GCS is up): a `ray
+        # start --address NAME` that found no address gave up after 60 s, never reaching the
+        # GCS up 2 s later (test bed's real node, 2026-12-07); one that finds the address
+        # retries a GCS that is not up yet until it answers
+        if not self._wait_head(name_resolves, deadline):
             raise self._head_unreachable(budget, resolved=False)
         attempts = 0
         while True:
@@ -198,11 +200,8 @@ class Bootstrap(RayNode):
                     continue
                 raise self.ray_exited("start")
             emit("phase", phase="WaitingForHead", head=cfg.head_address, retry=True)
-            while not port_open(cfg.head_host, cfg.head_port):
-                self.check_stopped()
-                if time.monotonic() > deadline:
-                    raise self._head_unreachable(budget)
-                time.sleep(HEAD_POLL_SECONDS)
+            if not self._wait_head(port_open, deadline):
+                raise self._head_unreachable(budget)
 
     def _start_again(self, code: int | None, attempts: int, deadline: float) -> bool:
         """After this Worker's ``ray start`` ended with ``code`` (its ``attempts``-th): whether
