@@ -711,6 +711,11 @@ def _release(up_args: tuple[str, ...]) -> None:
             _shared[up_args] = (tb, refs - 1)
             return
         del _shared[up_args]
+    _stop(tb)
+
+
+def _stop(tb: K8sTestbed | TestbedUnavailable) -> None:
+    """``down`` a test bed no test needs any more, or, with RLARK_TESTBED_KEEP=1, say how to."""
     if isinstance(tb, K8sTestbed):
         if os.environ.get("RLARK_TESTBED_KEEP") == "1":
             print(f"\nk8s-testbed kept running: stop it with scripts/k8s-testbed down --dir {tb.dir}\n"
@@ -778,16 +783,14 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
 
 
 def _stop_after_last_user(up_args: tuple[str, ...]) -> None:
-    """``down`` the shared test bed of ``up_args`` now (unless RLARK_TESTBED_KEEP=1): an idle
+    """:func:`_stop` the shared test bed of ``up_args`` now, whatever its references: an idle
     one costs 8-9 % of a core (its API server, etcd, controllers, kwok, a kubelet), measured."""
     with _shared_lock:
         entry = _shared.pop(up_args, None)
         if entry is None:
             return
         _released_early.add(up_args)
-    tb = entry[0]
-    if isinstance(tb, K8sTestbed) and os.environ.get("RLARK_TESTBED_KEEP") != "1":
-        tb.down()
+    _stop(entry[0])
 
 
 @pytest.fixture(autouse=True)

@@ -52,13 +52,15 @@ import pytest
 #: groups shared by several modules, in the order they are handed out (first: the longest)
 SERIAL_GROUPS = ("ray", "k8s", "rlinf-corpus")
 ENV = "RLARK_XDIST_GROUPS"
-#: the fixtures that start a Kubernetes test bed (tests/k8s_testbed.py)
-TESTBED_FIXTURES = frozenset({"k8s_testbed", "k8s_real_node", "k8s_kueue_testbed"})
 
 
 def module_group(items: list[pytest.Item]) -> str | None:
     """The xdist group of one module's tests (module docstring)."""
-    if any(TESTBED_FIXTURES & set(item.fixturenames) for item in items):
+    # imported here: tests.k8s_testbed is a plugin (tests/conftest.py), imported by pytest after
+    # this module, so that its asserts are rewritten
+    from tests.k8s_testbed import FIXTURE_UP_ARGS
+
+    if any(FIXTURE_UP_ARGS.keys() & set(item.fixturenames) for item in items):
         return "k8s"
     if any(item.get_closest_marker("ray") for item in items):
         return "ray"
