@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 
 import psutil
 from sqlalchemy import select
 
 from rlark.controller.loop import Controller, changed_runs
+from rlark.controller.spacing import MAX_SPACING_SECONDS, SPACING_RATIO, PassSpacing, not_before
 from rlark.runtimes.local.runtime import LocalRuntime
 from rlark.services.jobs import JobService
 from rlark.status import Phase
@@ -98,3 +100,70 @@ def test_changed_runs_names_the_runs_whose_workers_changed():
     assert changed_runs(before, {1: ((11, True),), 2: ((5, True), (7, True))}) == {1}
     assert changed_runs(before, {1: ((10, True),), 2: ((5, True), (7, False))}) == {2}
     assert changed_runs(before, {2: ((5, True), (7, True)), 3: ((0, True),)}) == {1, 3}
+
+
+def test_a_runs_next_pass_for_its_workers_changes_waits_as_long_as_its_last_pass_took():
+    """The spacing's arithmetic (:mod:`rlark.controller.spacing`): capped, a Run never passed
+    over is due, Runs no longer watched are forgotten."""
+    assert not_before(10.0, 0.2) == 10.0 + 0.2 * SPACING_RATIO
+    assert not_before(10.0, 30.0) == 10.0 + MAX_SPACING_SECONDS  # a launch of 30 s: capped
+    assert not_before(10.0, -1.0) == 10.0  # a clock step back never delays it
+    spacing = PassSpacing(ratio=1.0, most=1.0)
+    spacing.ended(1, began=100.0, ended=100.3)
+    spacing.ended(2, began=100.0, ended=100.01)
+    assert spacing.due({1, 2, 3}, now=100.1) == {2, 3}
+    assert spacing.due({1, 2, 3}, now=100.6) == {1, 2, 3}
+    spacing.keep_only({2})
+    assert spacing.due({1}, now=100.0) == {1}
+
+
+class SlowController(CountingController):
+    """Each pass over Run :attr:`slow` takes :attr:`SLOW_PASS` seconds more (a stand-in for the
+    load and commit of 1,000 Workers), and each turn's start and end are kept."""
+
+    SLOW_PASS = 0.3
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.slow: int | None = None
+        self.spans: list[tuple[float, float]] = []
+
+    def _reconcile_run(self, s, run, decisions=None):
+        began = time.monotonic()
+        super()._reconcile_run(s, run, decisions)
+        if run.id == self.slow:
+            time.sleep(self.SLOW_PASS)  # the pass's own work, not a wait for anything
+            self.spans.append((began, time.monotonic()))
+
+
+def test_a_run_whose_workers_keep_changing_is_not_passed_over_back_to_back(store, tmp_path):
+    """A Run whose Worker writes without pause (as 1,000 Pods starting do) gets a pass no sooner
+    after its last one than that pass took (issue 23 item 3): before, each pass followed the last
+    at once, one lane busy throughout. Its passes go on all the while."""
+    proc = subprocess.Popen(["sleep", "600"])
+    log = tmp_path / "busy.log"
+    log.write_text("")
+    ctl = SlowController(store, LocalRuntime(), idle_resync_seconds=600)
+    stop = threading.Event()
+
+    def write() -> None:
+        while not stop.wait(0.02):
+            with log.open("a") as f:
+                f.write("a line of the workload's output\n")
+
+    writer = threading.Thread(target=write, daemon=True)
+    try:
+        ctl.slow = running_with_a_live_worker(store, "busy", log, proc)
+        ctl.start()
+        wait_for("the first pass", lambda: ctl.spans, 60)
+        writer.start()
+        wait_for("six passes over the busy Run", lambda: len(ctl.spans) >= 6, 60)
+    finally:
+        stop.set()
+        ctl.stop_loop()
+        proc.kill()
+        proc.wait()
+    spans = ctl.spans[:6]
+    gaps = [nxt[0] - end for (_, end), nxt in zip(spans, spans[1:])]
+    took = [end - began for began, end in spans]
+    assert all(g >= t for g, t in zip(gaps, took)), (gaps, took)

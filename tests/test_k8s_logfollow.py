@@ -1,6 +1,7 @@
 """Pod logs followed at scale on the test bed (tests/k8s_testbed.py): one thread for every Pod's
 log, streams that end early reopened with backoff (not at once), and every line still reaching
-the Worker's log file once and in order (rlark.runtimes.kubernetes.logfollow).
+the Worker's log file once and in order (rlark.runtimes.kubernetes.logfollow), each write said
+to the controller (``take_changes``).
 
 kwok serves a Pod's log from a file only when a ``Logs`` object names it; without one, every
 log stream of the Pod ends at once: the case that made 100 Workers cost 7-10 log requests per
@@ -111,9 +112,13 @@ def test_a_log_whose_stream_keeps_ending_gets_every_line_once_in_order_and_its_l
         kwok_log.write("one", "two", at=t)
         wait_for("the first lines", lambda: lines() == ["one", "two"])
         kwok_log.write("three", at=t)  # the same timestamp: counted, not repeated
+        handle = f"{k8s_namespace}/{head.name}"
         for i in range(4, 9):
+            rt.take_changes()  # what came before this line
             kwok_log.write(str(i))
             wait_for(f"line {i}", lambda i=i: str(i) in lines())
+            # the controller learns of the line from the runtime, not by a stat of the file
+            wait_for(f"the runtime to say line {i} came", lambda: handle in rt.take_changes())
         kwok_log.write("last words")
         k8s_testbed.terminate(k8s_namespace, head.name, 3)
         ref = WorkerRef(name=head.name, handle=f"{k8s_namespace}/{head.name}", run_uid=RUN)

@@ -55,6 +55,46 @@ def test_a_spare_token_is_taken_only_when_free_and_never_ahead_of_requests_in_de
     assert limit.reserve() == pytest.approx(0.1)
 
 
+def test_a_spare_token_can_be_asked_to_leave_some_in_the_bucket():
+    """Log streams leave tokens for the Pods of a launch, which take spare ones too."""
+    clock = Clock()
+    limit = RateLimit(qps=10, burst=4, now=clock)
+    assert limit.take_spare(keep=3.0) == 0.0  # 4 there: one taken, 3 left
+    assert limit.take_spare(keep=3.0) == pytest.approx(0.1)  # 3 there: one more needed
+    assert limit.take_spare() == 0.0  # a batch's takes it
+
+
+def test_a_request_waits_behind_at_most_one_token_however_many_batch_requests_wait():
+    """The Pods of a large launch (16 at once) take only spare tokens, one waiter at a time
+    (``wait_batch``): the bucket never goes into debt for them, so another Run's request
+    reserves a token at most one token's time away. With them queued in debt as any request
+    (``wait``) it waited behind all 16 (0.16 s at 100 a second, per request of its launch)."""
+    import threading
+    import time
+
+    limit = RateLimit(qps=50, burst=1)
+    stop = threading.Event()
+
+    def batch() -> None:
+        while not stop.is_set():
+            limit.wait_batch()
+
+    threads = [threading.Thread(target=batch, daemon=True) for _ in range(16)]
+    for t in threads:
+        t.start()
+    try:
+        # while the batch takes every token as it comes, other requests reserve theirs
+        delays = []
+        while len(delays) < 20:
+            delays.append(limit.reserve())
+            time.sleep(delays[-1])  # sent when its token comes, as KubeClient does
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+    assert max(delays) <= 2 / 50, delays  # at most this request's own token and one before it
+
+
 @pytest.mark.parametrize("qps, burst", [(0, 1), (-1, 5), (10, 0)])
 def test_a_limit_out_of_range_is_refused(qps, burst):
     with pytest.raises(ValueError, match="qps > 0 and burst >= 1"):

@@ -392,13 +392,18 @@ class Launching(ControllerState):
         # A block's size follows its role (ray.workerPorts, CPUs): read from the Run's spec.
         with self._session() as r:  # a read of its own: no transaction open while place() runs
             live = r.execute(
-                select(WorkerRow.node_ip, WorkerRow.port_base, WorkerRow.role, RunRow.spec,
+                select(WorkerRow.node_ip, WorkerRow.port_base, WorkerRow.role, WorkerRow.run_id,
                        RunRow.worker_uid)
                 .join(RunRow, WorkerRow.run_id == RunRow.id)
                 .where(WorkerRow.released.is_(False), PLANNED)
             ).all()
+            # each Run's spec once, not once per Worker (1,000 parses beside a Run of 1,000)
+            with_ports = {run_id for _, b, _, run_id, _ in live if b is not None}
+            run_specs: dict[int, dict] = dict(r.execute(select(RunRow.id, RunRow.spec).where(
+                RunRow.id.in_(with_ports))).all()) if with_ports else {}
         taken = Taken(ips=frozenset(ip for ip, *_ in live if ip),
-                      port_ranges=taken_port_ranges((b, spec, role) for _, b, role, spec, _ in live),
+                      port_ranges=taken_port_ranges((b, run_specs[run_id], role)
+                                                    for _, b, role, run_id, _ in live if b is not None),
                       uids=frozenset(u for *_, u in live if u is not None))
         placement = self.runtime.place(job, run.uid, list(planned.values()), taken,
                                        namespace=run.namespace)

@@ -12,7 +12,9 @@ meanwhile makes the pass write nothing; the next one decides again). A launch ap
 before it starts anything, and each Worker's handle as soon as it exists. Services wake the loop
 (:meth:`Controller.wake`) so a submit is acted on at once. Between full passes (a wake, the idle
 resync), a Worker whose log grew or which ended brings a pass over its own Run only
-(:meth:`Controller.reconcile_runs`), so one busy Run does not make the loop pass over every other.
+(:meth:`Controller.reconcile_runs`), so one busy Run does not make the loop pass over every other,
+and no sooner after the Run's last pass than that pass took (:mod:`.spacing`), so a Run of 1,000
+Workers starting does not keep a lane busy throughout.
 
 This module is the loop and a Run's turn in it (:meth:`Controller._reconcile_run`); the passes it
 runs are modules of their own: :mod:`.launch` (admission and launch), :mod:`.observe`,
@@ -30,7 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from sqlalchemy import or_, select
-from sqlalchemy.orm import Session, joinedload, load_only
+from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
 from rlark.controller import admission
@@ -40,10 +42,12 @@ from rlark.controller.launch import Launching
 from rlark.controller.observe import Observing, set_observed_conditions
 from rlark.controller.phases import (ACTIVE, TERMINAL, ConditionUpdate, decide,
                                      observed_conditions)
-from rlark.controller.rows import LAUNCHED, RUN_GRAPH, end_read, ref, set_conditions, utcnow
+from rlark.controller.rows import (LAUNCHED, REF_COLUMNS, RUN_GRAPH, end_read, set_conditions,
+                                  utcnow)
+from rlark.controller.spacing import PassSpacing
 from rlark.controller.teardown import TearingDown
 from rlark.controller.transitions import Transitions
-from rlark.runtimes.base import Runtime, WorkerRef
+from rlark.runtimes.base import ReportsChanges, Runtime, WorkerRef
 from rlark.runtimes.capacity import Amounts
 from rlark.status import ConditionType, EventType, Phase, Reason, conditions_of
 from rlark.store import ControllerStateRow, RunRow, Store, WorkerRow
@@ -65,12 +69,6 @@ LANES = 8
 #: seconds between two heartbeats of the controller in the store (ControllerStateRow): the
 #: precision of the window a restarted server gives for a Worker that ended while it was down
 HEARTBEAT_SECONDS = 2.0
-
-
-#: what :meth:`Controller._fingerprint` reads of each live Worker (its log and its handle, as
-#: :func:`~rlark.controller.rows.ref` makes it): never its facts or lifecycle
-WATCHED = (WorkerRow.run_id, WorkerRow.name, WorkerRow.pid, WorkerRow.pid_started, WorkerRow.handle,
-           WorkerRow.node_ip, WorkerRow.port_base, WorkerRow.log_path)
 
 
 def changed_runs(before: dict[int, tuple], now: dict[int, tuple]) -> set[int]:
@@ -122,6 +120,8 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         self.idle_resync = idle_resync_seconds
         #: (run id, log path, WorkerRef) of every live Worker, for _fingerprint
         self._watched: list[tuple[int, str | None, WorkerRef]] | None = None
+        #: a watched Worker's handle -> its Run's id (for runtimes that say what changed)
+        self._run_of_handle: dict[str, int] = {}
         self._runtime_facts: dict[int, dict] = {}
         #: this controller's term in the store (claimed by its first pass, or take_over());
         #: another controller that claims a later one fences it off (rlark.controller.fencing)
@@ -147,6 +147,9 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         #: since (the loop passes them next)
         self._asked_again: set[int] = set()
         self._requeued: set[int] = set()
+        #: each Run's earliest next pass for its Workers' changes (a pass over 1,000 Workers
+        #: takes a fifth of a second: back to back, they kept a lane busy throughout)
+        self._spacing = PassSpacing()
 
     # --- thread ---------------------------------------------------------------------------------
 
@@ -174,36 +177,48 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         over only the Runs whose own Workers did something (:meth:`reconcile_runs`): one Run's
         log lines never make the controller pass over every other Run."""
         full, changed = True, set[int]()
+        #: Runs whose Workers did something, waiting for their spacing (:mod:`.spacing`)
+        waiting = set[int]()
         next_full = 0.0
         while not self._stop.is_set():
             try:
                 began = time.monotonic()
-                if full or began >= next_full:
+                ran_full = full or began >= next_full
+                if ran_full:
                     asked, self._asked_at = self._asked_at, None
                     if asked is not None:
                         self._timing("lag", began - asked)
                     self.reconcile_once(wait=False)
                     next_full = began + self.idle_resync
+                    waiting.clear()  # passed over now (or requeued, if their lane is at work)
                 else:
                     self.reconcile_runs(changed, wait=False)
                 self._timing("pass", time.monotonic() - began)
-                seen = self._fingerprint(refresh=True)
+                # the Workers to watch change with a launch, a release or an adoption, which
+                # only a full pass does (or is followed by one: the lane that did it wakes it)
+                seen = self._fingerprint(refresh=ran_full)
+                if ran_full:
+                    self._spacing.keep_only({run_id for run_id, _, _ in self._watched or ()})
             except Exception as exc:  # keep the loop alive; the next pass retries
                 self._log_failure("reconcile pass failed", exc)
                 seen = None
             # the next pass comes when something happened: a wake (an API write, a lane that
             # moved its Run: a full pass), a Worker's log grew (lifecycle lines) or a Worker
-            # ended (a pass over its Run), or at the idle resync (a full pass)
+            # ended (a pass over its Run, once its spacing allows), or at the idle resync (a
+            # full pass)
             full, changed = True, set()
             while not self._stop.is_set() and time.monotonic() < next_full:
                 if self._wake.wait(self.tick):
                     break
                 with self._lanes_lock:  # Runs asked for while their lane was at work
-                    changed, self._requeued = self._requeued, set()
+                    waiting |= self._requeued
+                    self._requeued = set()
                 try:
                     if seen is not None:
-                        changed |= changed_runs(seen, self._fingerprint())
+                        waiting |= self._changed_since(seen)
+                    changed = self._spacing.due(waiting, time.monotonic())
                     if changed:
+                        waiting -= changed
                         full = False
                         break
                 except Exception as exc:  # e.g. the database is gone for a moment
@@ -214,14 +229,19 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
     def _fingerprint(self, refresh: bool = False) -> dict[int, tuple]:
         """What changes when a Worker does something, per Run id: the size of each of its live
         Workers' logs and whether the runtime sees it alive (cheap: a stat and a process or
-        cache lookup each). ``refresh``: read the Workers to watch from the store again (after
-        a pass; their handles only, never their facts or lifecycle)."""
+        cache lookup each); nothing where the runtime says what changed itself
+        (:class:`ReportsChanges`: :meth:`_changed_since` asks it). ``refresh``: read the Workers
+        to watch from the store again (their handles only, never their facts or lifecycle; as
+        plain rows: ORM objects for 1,000 Workers cost about a tenth of a second, issue 23)."""
         if refresh or self._watched is None:
             with self._session() as s:
-                rows = s.scalars(select(WorkerRow).where(WorkerRow.released.is_(False), LAUNCHED)
-                                 .options(load_only(*WATCHED), joinedload(WorkerRow.run).load_only(
-                                     RunRow.uid, RunRow.worker_uid))).all()
-                self._watched = [(w.run_id, w.log_path, ref(w)) for w in rows]
+                rows = s.execute(select(WorkerRow.run_id, WorkerRow.log_path, *REF_COLUMNS)
+                                 .join(RunRow, RunRow.id == WorkerRow.run_id)
+                                 .where(WorkerRow.released.is_(False), LAUNCHED)).all()
+            self._watched = [(run_id, path, WorkerRef(*handle)) for run_id, path, *handle in rows]
+            self._run_of_handle = {r.handle: run_id for run_id, _, r in self._watched if r.handle}
+        if isinstance(self.runtime, ReportsChanges):
+            return {}
         out: dict[int, list] = {}
         for run_id, path, r in self._watched:
             try:
@@ -230,6 +250,15 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
                 size = -1
             out.setdefault(run_id, []).append((size, self.runtime.observe(r).alive))
         return {run_id: tuple(seen) for run_id, seen in out.items()}
+
+    def _changed_since(self, seen: dict[int, tuple]) -> set[int]:
+        """The Runs whose Workers did something since ``seen`` (:meth:`_fingerprint`) was
+        taken: as the runtime says (:class:`ReportsChanges`, a Worker not watched yet is left
+        to the next full pass, which passes over every Run), else by a new fingerprint."""
+        if isinstance(self.runtime, ReportsChanges):
+            return {self._run_of_handle[h] for h in self.runtime.take_changes()
+                    if h in self._run_of_handle}
+        return changed_runs(seen, self._fingerprint())
 
     def _log_failure(self, what: str, exc: Exception) -> None:
         """A traceback the first time, then one line a minute for the same failure (a damaged
@@ -419,7 +448,9 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
                 if run_id in self._asked_again:
                     self._asked_again.discard(run_id)
                     self._requeued.add(run_id)
-            self._timing("lane", time.monotonic() - began)
+            ended = time.monotonic()
+            self._spacing.ended(run_id, began, ended)
+            self._timing("lane", ended - began)
             if moved:
                 self._wake.set()
 

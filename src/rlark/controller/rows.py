@@ -173,6 +173,12 @@ def ref(w: WorkerRow) -> WorkerRef:
                      run_uid=w.run.uid,
                      node_ip=w.node_ip, port_base=w.port_base, uid=w.run.worker_uid)
 
+#: the columns :func:`ref` reads, in the order of :class:`WorkerRef`'s fields, for a select of
+#: plain rows (``WorkerRef(*row)``; joined with the Worker's RunRow) where many Workers are read
+#: at once: ORM objects cost about a tenth of a second per 1,000 Workers
+REF_COLUMNS = (WorkerRow.name, WorkerRow.pid, WorkerRow.pid_started, WorkerRow.handle, RunRow.uid,
+               WorkerRow.node_ip, WorkerRow.port_base, RunRow.worker_uid)
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 

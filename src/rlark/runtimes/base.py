@@ -488,6 +488,21 @@ class Runtime(Protocol):
 
 
 @runtime_checkable
+class ReportsChanges(Protocol):
+    """A runtime that says which Workers did something since it was last asked (their log
+    grew, or it saw them change), so that the controller's watch between passes costs what
+    changes, not what exists (issue 23 item 3): Kubernetes, where RLark's own followers write
+    the Pods' logs and a watch brings each Pod's changes. Other runtimes are polled: a stat of
+    each live Worker's log and an :meth:`Runtime.observe`, ten times a second."""
+
+    def take_changes(self) -> set[str]:
+        """The handles (:attr:`WorkerRef.handle`) of the Workers that changed since the last
+        call, each said once. What changes with time alone (a deadline) is not in it: the
+        controller's idle resync passes over every Run for that."""
+        ...
+
+
+@runtime_checkable
 class HasCapacity(Protocol):
     """A runtime whose Pending Runs the controller admits by free capacity
     (:mod:`rlark.controller.admission`, in the amounts of :mod:`rlark.runtimes.capacity`): the

@@ -121,6 +121,8 @@ class Follow:
             with open(tmp, "w") as f:
                 json.dump(cursor.state(), f)
             os.replace(tmp, cursor_path(self.path))  # a reader sees the old state or the new one
+        if self.owner.on_change is not None:
+            self.owner.on_change(self.pod)
 
     async def _wait_change(self, timeout: float) -> None:
         """Until the Pod changes (:meth:`LogFollowers.changed`) or ``timeout`` seconds."""
@@ -218,13 +220,17 @@ class LogFollowers:
         note_denied: told when a log read was refused (401/403) and when one worked again (None).
         policy: stream limit and backoff (:class:`.logplan.FollowPolicy`).
         rand: a number in [0, 1) for the jitter.
+        on_change: told a Pod's name when bytes of its log were written to its file, and when
+            its follower ended (what the controller watches between passes).
     """
 
     def __init__(self, reader: Callable[[], AsyncLogReader], container: str,
                  state: Callable[[str], str], held_by_another: Callable[[str], bool],
                  note_denied: Callable[[str, KubeError | None], None],
-                 policy: FollowPolicy = FollowPolicy(), rand: Callable[[], float] = random.random):
+                 policy: FollowPolicy = FollowPolicy(), rand: Callable[[], float] = random.random,
+                 on_change: Callable[[str], None] | None = None):
         self._make_reader = reader
+        self.on_change = on_change
         self.container = container
         self.state = state
         self.held_by_another = held_by_another
@@ -296,6 +302,8 @@ class LogFollowers:
         self._live.discard(f)
         with self._lock:
             self._all.discard(f)
+        if self.on_change is not None:
+            self.on_change(f.pod)
 
     def changed(self, pods: set[str] | None = None) -> None:
         """The watch cache changed for ``pods`` (None: any): their followers look again."""

@@ -23,6 +23,9 @@ KEEP_ALIVE = 256
 #: seconds a log stream waits for a spare token (:meth:`RateLimit.take_spare`) before it queues
 #: like any other request: long launches hold the bucket, but never keep a log unread for good
 SPARE_WAIT_MAX = 30.0
+#: tokens a log stream leaves in the bucket when it takes a spare one: the Pods of a launch,
+#: which take spare tokens too (:meth:`RateLimit.wait_batch`), go first
+STREAM_KEEP = 10.0
 
 #: log streams one httpx client (one connection pool) of :class:`AsyncLogReader` carries at most:
 #: httpcore looks at every connection of a pool to place each request (a socket check each), so
@@ -69,7 +72,7 @@ class AsyncLogReader:
             return
         async with self._pacing:
             deadline = time.monotonic() + SPARE_WAIT_MAX
-            while (delay := self.limit.take_spare()) > 0:
+            while (delay := self.limit.take_spare(keep=STREAM_KEEP)) > 0:
                 if time.monotonic() + delay > deadline:
                     if (delay := self.limit.reserve()) > 0:
                         await asyncio.sleep(delay)

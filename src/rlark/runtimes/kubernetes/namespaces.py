@@ -138,6 +138,13 @@ class ProjectNamespaces:
     def observe(self, ref: WorkerRef) -> Observed:
         return self._owner(ref).observe(ref)
 
+    def take_changes(self) -> set[str]:
+        """The Workers of every namespace that changed since the last call
+        (:meth:`KubernetesRuntime.take_changes`)."""
+        with self._lock:
+            runtimes = list(self._by_ns.values())
+        return set().union(*(rt.take_changes() for rt in runtimes))
+
     def signal_stop(self, ref: WorkerRef) -> None:
         self._owner(ref).signal_stop(ref)
 

@@ -238,7 +238,11 @@ class KubernetesRuntime:
         self._followers: dict[str, Follow] = {}
         #: every Pod log followed from one thread (:mod:`.logfollow`)
         self.logs = LogFollowers(self.kube.log_reader, render.CONTAINER, self.container_state,
-                                 self.held_by_another, self.note_log_denied, log_policy)
+                                 self.held_by_another, self.note_log_denied, log_policy,
+                                 on_change=self._note_change)
+        #: Pods whose log grew or which changed since :meth:`take_changes` was last called
+        self._changes: set[str] = set()
+        self._changes_lock = threading.Lock()
         #: Pods taken over from an earlier server process: when (time.time())
         self._adopted: dict[str, float] = {}
         self._drain_since: dict[str, float] = {}
@@ -415,9 +419,11 @@ class KubernetesRuntime:
                 for name, old in list(self._pods.items()):
                     if name not in seen:
                         self._gone[name] = old
+                        self._note_change(name)
                 self._pods = {n: o for n, o in seen.items() if n}
                 for n in self._pods:
                     self._gone.pop(n, None)
+                    self._note_change(n)  # a list after a lost watch: any of them may have changed
                 self.logs.changed()
             else:
                 self._events = {}
@@ -453,6 +459,7 @@ class KubernetesRuntime:
                     self._pods[name] = obj
                     self._gone.pop(name, None)
                 self.logs.changed({name})
+                self._note_change(name)
             else:
                 self._apply_event(typ, obj)
             self._changed.notify_all()
@@ -471,6 +478,18 @@ class KubernetesRuntime:
         bucket[uid] = obj
         if len(bucket) > MAX_EVENTS_PER_POD:
             bucket.pop(next(iter(bucket)))
+
+    def _note_change(self, pod: str) -> None:
+        with self._changes_lock:
+            self._changes.add(pod)
+
+    def take_changes(self) -> set[str]:
+        """The handles (``<namespace>/<pod>``) of the Pods whose log grew (a follower wrote to
+        its file, or ended) or which the watch saw change since the last call
+        (:class:`~rlark.runtimes.base.ReportsChanges`)."""
+        with self._changes_lock:
+            pods, self._changes = self._changes, set()
+        return {f"{self.namespace}/{pod}" for pod in pods}
 
     def wait_for_change(self, timeout: float) -> None:
         """Block until a watch delivers something (or ``timeout`` seconds)."""
@@ -601,18 +620,19 @@ class KubernetesRuntime:
                     "rename the Job or the role")
         return f"{where}: run {labels.get(render.LABEL_RUN)} of this Job still holds it"
 
-    def _create(self, obj: dict, job: str, run_uid: str) -> dict:
+    def _create(self, obj: dict, job: str, run_uid: str, batch: bool = False) -> dict:
         """Create ``obj``; when its name is taken, return the object if it is already this
         Run's (a launch tried again), else fail naming the holder (never delete or adopt it).
         A Run's launch is tried again when the server stopped mid-launch (the Run was still
         Pending in the store): its ConfigMap, PVCs and some Pods exist already and are kept.
+        ``batch``: :meth:`KubeClient.create`'s.
 
         Raises:
             KubeError: the name is taken (409), or another API error.
         """
         kind, name = obj["kind"], obj["metadata"]["name"]
         try:
-            return self.kube.create(obj)
+            return self.kube.create(obj, batch=batch)
         except KubeError as exc:
             if exc.status != 409:
                 raise
@@ -714,7 +734,9 @@ class KubernetesRuntime:
         self.track_pod(name, head=spec.worker.is_head,
                        join_timeout=spec.job.spec.failure_policy.join_timeout_seconds,
                        run_uid=spec.run_uid, rank=spec.worker.node_rank)
-        created = self._create(pod, spec.job.name, spec.run_uid)
+        # the head is the launch's first Pod, made alone (rlark.controller.fanout); the others
+        # are a batch, paced behind every other request (RateLimit.wait_batch)
+        created = self._create(pod, spec.job.name, spec.run_uid, batch=not spec.worker.is_head)
         if opts.queue and not kueue.gated(created) and not (created.get("spec") or {}).get("nodeName"):
             # Kueue's webhook did not hold it back: this namespace is not under Kueue's Pod
             # integration, and the Pod would start now, alone: fail closed
