@@ -1033,9 +1033,9 @@ class RlarkOnK8s:
         kube = self.rt.kube
         send = kube.create
 
-        def create(obj: dict) -> dict:
+        def create(obj: dict, batch: bool = False) -> dict:
             created.append((obj["kind"], obj["metadata"]["name"]))
-            return send(obj)
+            return send(obj, batch=batch)
 
         kube.create = create
         return created
