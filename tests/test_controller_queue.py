@@ -18,7 +18,8 @@ import psutil
 from sqlalchemy import select
 
 from rlark.controller.loop import Controller, changed_runs
-from rlark.controller.spacing import MAX_SPACING_SECONDS, SPACING_RATIO, PassSpacing, not_before
+from rlark.controller.spacing import (MAX_RESYNC_SECONDS, MAX_SPACING_SECONDS, RESYNC_WORKERS,
+                                     SPACING_RATIO, PassSpacing, not_before, resync_interval)
 from rlark.runtimes.local.runtime import LocalRuntime
 from rlark.services.jobs import JobService
 from rlark.status import Phase
@@ -167,3 +168,89 @@ def test_a_run_whose_workers_keep_changing_is_not_passed_over_back_to_back(store
     gaps = [nxt[0] - end for (_, end), nxt in zip(spans, spans[1:])]
     took = [end - began for began, end in spans]
     assert all(g >= t for g, t in zip(gaps, took)), (gaps, took)
+
+
+def test_an_idle_resync_passes_over_a_large_run_less_often():
+    """The resync's arithmetic: every second up to RESYNC_WORKERS live Workers, a second more
+    per RESYNC_WORKERS beyond, at most MAX_RESYNC_SECONDS; a lane that began a moment after the
+    pass that handed it out still counts as a whole resync ago."""
+    assert resync_interval(0, 1.0) == resync_interval(RESYNC_WORKERS, 1.0) == 1.0
+    assert resync_interval(5 * RESYNC_WORKERS, 1.0) == 5.0
+    assert resync_interval(10**6, 1.0) == MAX_RESYNC_SECONDS
+    spacing = PassSpacing()
+    spacing.ended(1, began=100.02, ended=100.3)  # 1,000 Workers: every 5 s
+    spacing.ended(2, began=100.01, ended=100.02)  # 3 Workers: every resync
+    workers = {1: 5 * RESYNC_WORKERS, 2: 3}
+    assert spacing.resync_due({1, 2, 3}, workers, now=101.0, idle_resync=1.0) == {2, 3}
+    assert spacing.resync_due({1, 2}, workers, now=104.6, idle_resync=1.0) == {1, 2}
+
+
+class TurnsOnly(Controller):
+    """Counts each Run's turns and does nothing in them: what is tested is which Runs a pass
+    hands out, not what a turn does with them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.turns: dict[int, int] = {}
+
+    def _reconcile_run(self, s, run, decisions=None):
+        self.turns[run.id] = self.turns.get(run.id, 0) + 1
+
+
+def test_an_idle_resync_leaves_out_a_large_run_whose_turn_has_not_come(store, tmp_path, monkeypatch):
+    """A Run of 600 live Workers is passed over at a wake's pass and then, when nothing wakes
+    the controller, every 3 s, not every second (issue 23 item 3: a Run of 1,000 idle Workers
+    cost a sixth of a core in passes that found nothing); a Run of one Worker at every one."""
+    monkeypatch.setenv("RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT", "1000")
+    jobs = JobService(store, runtime="kubernetes")  # (600 Workers are more than this machine takes)
+    ids = {}
+    for name, pool in (("small", 0), ("large", 3 * RESYNC_WORKERS - 1)):
+        jobs.create(job_yaml(name, pool_workers=pool))
+        with store.session() as s:
+            run = s.scalars(select(JobRow).where(JobRow.name == name)).one().runs[0]
+            run.phase = Phase.Running
+            for w in run.workers:  # launched, as far as the store says
+                w.handle, w.log_path = f"rl/{w.name}", str(tmp_path / f"{w.name}.log")
+            ids[name] = run.id
+    ctl = TurnsOnly(store, LocalRuntime())
+    now = [1000.0]
+    ctl.clock = lambda: now[0]
+    try:
+        ctl.reconcile_once()  # the first pass (a wake's): every Run
+        ctl._fingerprint(refresh=True)
+        assert ctl.turns == {ids["small"]: 1, ids["large"]: 1}
+        now[0] += 1.0  # the next idle resync: nothing woke the controller
+        ctl.reconcile_once(idle=True)
+        assert ctl.turns == {ids["small"]: 2, ids["large"]: 1}
+        now[0] += 1.0
+        ctl.reconcile_once()  # an API write woke it: every Run
+        assert ctl.turns == {ids["small"]: 3, ids["large"]: 2}
+        for _ in range(3):  # idle resyncs: the large Run's comes 3 s after its last pass
+            now[0] += 1.0
+            ctl.reconcile_once(idle=True)
+        assert ctl.turns == {ids["small"]: 6, ids["large"]: 3}
+    finally:
+        ctl.stop_loop()
+
+
+def test_a_run_a_wake_asked_for_while_its_lane_was_at_work_is_passed_at_once_not_spaced(store, tmp_path):
+    """A full pass (a wake's: a stop, say) finds the Run's lane at work: once that lane ends the
+    Run is passed again at the next tick, not after its spacing; one asked for by its Workers'
+    changes waits for its spacing (reviewed: a stop of a large Run waited up to a second more)."""
+    JobService(store).create(job_yaml("busy", pool_workers=0))
+    with store.session() as s:
+        run_id = s.scalars(select(JobRow).where(JobRow.name == "busy")).one().runs[0].id
+    ctl = TurnsOnly(store, LocalRuntime())
+    try:
+        for full, queue in ((True, "_requeued_now"), (False, "_requeued")):
+            ctl._busy.add(run_id)  # its lane is at work
+            turns = ctl.turns.get(run_id, 0)
+            ctl._hand_out([run_id], {}, wait=True, full=full)
+            assert ctl.turns.get(run_id, 0) == turns  # not handed out twice at once
+            ctl._busy.discard(run_id)
+            ctl._lane(run_id, {})  # that lane's turn, ending
+            assert getattr(ctl, queue) == {run_id}, (full, ctl._requeued_now, ctl._requeued)
+            ctl._requeued_now.clear()
+            ctl._requeued.clear()
+    finally:
+        ctl.stop_loop()

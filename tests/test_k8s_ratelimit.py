@@ -62,6 +62,11 @@ def test_a_spare_token_can_be_asked_to_leave_some_in_the_bucket():
     assert limit.take_spare(keep=3.0) == 0.0  # 4 there: one taken, 3 left
     assert limit.take_spare(keep=3.0) == pytest.approx(0.1)  # 3 there: one more needed
     assert limit.take_spare() == 0.0  # a batch's takes it
+    # a bucket smaller than what a stream leaves (`--k8s-burst 5`): it leaves all but one, not
+    # more than the bucket can hold (no stream would ever get a spare token)
+    small = RateLimit(qps=10, burst=5, now=clock)
+    assert small.take_spare(keep=10.0) == 0.0
+    assert small.take_spare(keep=10.0) == pytest.approx(0.1)
 
 
 def test_a_request_waits_behind_at_most_one_token_however_many_batch_requests_wait():

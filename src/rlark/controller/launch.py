@@ -402,8 +402,10 @@ class Launching(ControllerState):
             run_specs: dict[int, dict] = dict(r.execute(select(RunRow.id, RunRow.spec).where(
                 RunRow.id.in_(with_ports))).all()) if with_ports else {}
         taken = Taken(ips=frozenset(ip for ip, *_ in live if ip),
+                      # (a Run deleted between the two reads holds nothing any more)
                       port_ranges=taken_port_ranges((b, run_specs[run_id], role)
-                                                    for _, b, role, run_id, _ in live if b is not None),
+                                                    for _, b, role, run_id, _ in live
+                                                    if b is not None and run_id in run_specs),
                       uids=frozenset(u for *_, u in live if u is not None))
         placement = self.runtime.place(job, run.uid, list(planned.values()), taken,
                                        namespace=run.namespace)

@@ -13,8 +13,9 @@ before it starts anything, and each Worker's handle as soon as it exists. Servic
 (:meth:`Controller.wake`) so a submit is acted on at once. Between full passes (a wake, the idle
 resync), a Worker whose log grew or which ended brings a pass over its own Run only
 (:meth:`Controller.reconcile_runs`), so one busy Run does not make the loop pass over every other,
-and no sooner after the Run's last pass than that pass took (:mod:`.spacing`), so a Run of 1,000
-Workers starting does not keep a lane busy throughout.
+and no sooner after the Run's last pass than three times that pass took (:mod:`.spacing`), so a
+Run of 1,000 Workers starting does not keep a lane busy throughout; an idle resync passes over a
+Run of more than 200 live Workers less often than every second (its deadlines within 10 s).
 
 This module is the loop and a Run's turn in it (:meth:`Controller._reconcile_run`); the passes it
 runs are modules of their own: :mod:`.launch` (admission and launch), :mod:`.observe`,
@@ -144,12 +145,17 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         self._busy: set[int] = set()
         self._launching: set[int] = set()
         #: Runs a pass asked for while their lane was at work, and those whose lane has ended
-        #: since (the loop passes them next)
+        #: since (the loop passes them next: at once when a full pass asked, a wake's, else
+        #: when their spacing allows)
         self._asked_again: set[int] = set()
         self._requeued: set[int] = set()
+        self._asked_again_now: set[int] = set()
+        self._requeued_now: set[int] = set()
         #: each Run's earliest next pass for its Workers' changes (a pass over 1,000 Workers
         #: takes a fifth of a second: back to back, they kept a lane busy throughout)
         self._spacing = PassSpacing()
+        #: the clock of the spacing (monotonic seconds; a test's own steps it)
+        self.clock: Callable[[], float] = time.monotonic
 
     # --- thread ---------------------------------------------------------------------------------
 
@@ -173,10 +179,11 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
     def _loop(self) -> None:
         """Passes until :meth:`stop_loop`: a full pass (:meth:`reconcile_once`: every Run,
         admission, deletes, heartbeat) at once after a wake and at least every
-        :attr:`idle_resync` seconds (deadlines: join timeout, stop grace), and in between a pass
+        :attr:`idle_resync` seconds (deadlines: join timeout, stop grace; a large Run less
+        often, :mod:`.spacing`), and in between a pass
         over only the Runs whose own Workers did something (:meth:`reconcile_runs`): one Run's
         log lines never make the controller pass over every other Run."""
-        full, changed = True, set[int]()
+        full, changed, woken = True, set[int](), True
         #: Runs whose Workers did something, waiting for their spacing (:mod:`.spacing`)
         waiting = set[int]()
         next_full = 0.0
@@ -185,12 +192,19 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
                 began = time.monotonic()
                 ran_full = full or began >= next_full
                 if ran_full:
+                    # cleared before the pass, never after: a wake that comes meanwhile (an API
+                    # write) brings another full pass
+                    self._wake.clear()
                     asked, self._asked_at = self._asked_at, None
                     if asked is not None:
                         self._timing("lag", began - asked)
-                    self.reconcile_once(wait=False)
+                    # an idle resync passes over a large Run less often; a wake, every Run
+                    self.reconcile_once(wait=False, idle=not woken)
                     next_full = began + self.idle_resync
-                    waiting.clear()  # passed over now (or requeued, if their lane is at work)
+                    if woken:
+                        waiting.clear()  # passed over now (or requeued, if their lane is at work)
+                    else:  # an idle resync may have left them out: their spacing says when
+                        waiting |= changed
                 else:
                     self.reconcile_runs(changed, wait=False)
                 self._timing("pass", time.monotonic() - began)
@@ -202,21 +216,25 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
             except Exception as exc:  # keep the loop alive; the next pass retries
                 self._log_failure("reconcile pass failed", exc)
                 seen = None
+                # (e.g. the database is down) not at once: at the idle resync, or a wake
+                next_full = max(next_full, began + self.idle_resync)
             # the next pass comes when something happened: a wake (an API write, a lane that
             # moved its Run: a full pass), a Worker's log grew (lifecycle lines) or a Worker
             # ended (a pass over its Run, once its spacing allows), or at the idle resync (a
             # full pass)
-            full, changed = True, set()
+            full, changed, woken = True, set(), False
             while not self._stop.is_set() and time.monotonic() < next_full:
                 if self._wake.wait(self.tick):
+                    woken = True
                     break
                 with self._lanes_lock:  # Runs asked for while their lane was at work
                     waiting |= self._requeued
                     self._requeued = set()
+                    now_due, self._requeued_now = self._requeued_now, set()
                 try:
                     if seen is not None:
                         waiting |= self._changed_since(seen)
-                    changed = self._spacing.due(waiting, time.monotonic())
+                    changed = self._spacing.due(waiting, self.clock()) | now_due
                     if changed:
                         waiting -= changed
                         full = False
@@ -224,7 +242,6 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
                 except Exception as exc:  # e.g. the database is gone for a moment
                     self._log_failure("watching Workers failed", exc)
                     break
-            self._wake.clear()
 
     def _fingerprint(self, refresh: bool = False) -> dict[int, tuple]:
         """What changes when a Worker does something, per Run id: the size of each of its live
@@ -328,12 +345,14 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
 
     # --- one pass ---------------------------------------------------------------------------------
 
-    def reconcile_once(self, wait: bool = True) -> None:
+    def reconcile_once(self, wait: bool = True, idle: bool = False) -> None:
         """One pass over every Run that needs attention: each Run in its own lane (a thread of
         a pool of :data:`LANES`), so one Run's slow runtime call never delays another's
         transitions. ``wait``: return when every lane of this pass is done (tests step the
-        controller this way); the loop thread does not wait for a lane still at work. Nothing
-        at all while :attr:`may_act` says no."""
+        controller this way); the loop thread does not wait for a lane still at work. ``idle``:
+        an idle resync (nothing woke the loop), which leaves out the large Runs whose turn has
+        not come (:meth:`~.spacing.PassSpacing.resync_due`). Nothing at all while
+        :attr:`may_act` says no."""
         if not self._acting():
             return
         try:
@@ -358,6 +377,12 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
                 )
                 .order_by(RunRow.id)
             ).all()
+        if idle:
+            workers: dict[int, int] = {}
+            for run_id, _, _ in self._watched or ():
+                workers[run_id] = workers.get(run_id, 0) + 1
+            due = self._spacing.resync_due(ids, workers, self.clock(), self.idle_resync)
+            ids = [run_id for run_id in ids if run_id in due]
         with self._lanes_lock:
             launching = bool(self._launching)
         try:
@@ -367,7 +392,7 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         except Exception as exc:  # e.g. a bad RLARK_MAX_STARTING_NODES: nothing is admitted
             decisions = {}
             self._log_failure("admitting Pending Runs failed", exc)
-        self._hand_out(ids, decisions, wait)
+        self._hand_out(ids, decisions, wait, full=True)
         if not self._acting():
             return
         try:
@@ -389,10 +414,11 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         self._hand_out(sorted(run_ids), {}, wait)
 
     def _hand_out(self, run_ids: Sequence[int], decisions: dict[int, admission.Decision],
-                  wait: bool) -> None:
+                  wait: bool, full: bool = False) -> None:
         """Each of ``run_ids`` to a lane of its own (:meth:`_lane`, with this pass's admission
         ``decisions``), in order, until :attr:`may_act` says no. A Run whose lane is still at work
-        (a slow runtime call) is not waited for: the loop passes it again once that lane is done.
+        (a slow runtime call) is not waited for: the loop passes it again once that lane is done
+        (at once for a ``full`` pass, e.g. a wake's for a stop; else when its spacing allows).
         ``wait``: return when the lanes handed out are done."""
         futures = []
         for run_id in run_ids:
@@ -400,7 +426,7 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
                 break
             with self._lanes_lock:
                 if run_id in self._busy:
-                    self._asked_again.add(run_id)
+                    (self._asked_again_now if full else self._asked_again).add(run_id)
                     continue
                 self._busy.add(run_id)
             futures.append(self._pool.submit(self._lane, run_id, decisions))
@@ -412,7 +438,7 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         """Reconcile one Run in its own session, on a thread of the lane pool; wake the loop
         when the Run changed phase or freed Workers (that may let another Run move on)."""
         moved = False
-        began = time.monotonic()
+        began, on_clock = time.monotonic(), self.clock()
         try:
             if not self._acting():
                 return
@@ -445,12 +471,15 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
             with self._lanes_lock:
                 self._busy.discard(run_id)
                 self._launching.discard(run_id)
-                if run_id in self._asked_again:
+                if run_id in self._asked_again_now:
+                    self._asked_again_now.discard(run_id)
+                    self._asked_again.discard(run_id)
+                    self._requeued_now.add(run_id)
+                elif run_id in self._asked_again:
                     self._asked_again.discard(run_id)
                     self._requeued.add(run_id)
-            ended = time.monotonic()
-            self._spacing.ended(run_id, began, ended)
-            self._timing("lane", ended - began)
+            self._spacing.ended(run_id, on_clock, on_clock + time.monotonic() - began)
+            self._timing("lane", time.monotonic() - began)
             if moved:
                 self._wake.set()
 

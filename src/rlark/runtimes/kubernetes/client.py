@@ -109,11 +109,13 @@ class RateLimit:
             return delay
 
     def take_spare(self, keep: float = 0.0) -> float:
-        """Take a token only if one is free now with ``keep`` more left over, never going into
-        debt: 0.0 when taken, else the seconds until one would be (nothing taken). For requests
+        """Take a token only if one is free now with ``keep`` more left over (at most ``burst - 1``:
+        all a bucket can hold), never going into debt: 0.0 when taken, else the seconds until
+        one would be (nothing taken). For requests
         that can wait behind the others: a log stream opened a few seconds later loses nothing
         (it resumes from its cursor), a Pod created later delays the whole launch; at 1,000 Pods
         the log streams of the first Pods took half of the bucket while the rest were created."""
+        keep = min(keep, self.burst - 1.0)  # a small bucket never holds 1 + keep
         with self._lock:
             t = self.now()
             self._tokens = min(float(self.burst), self._tokens + (t - self._at) * self.qps)
