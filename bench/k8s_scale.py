@@ -55,6 +55,7 @@ the Pods, as the API server sees them, which is what both systems are asked to p
 
 Usage: .venv/bin/python bench/k8s_scale.py [--sizes 10,100,1000] [--rounds 3] [--json FILE]
        [--plot FILE.png] [--kuberay-qps 100] [--kuberay-burst 200] [--kuberay-concurrency 1]
+       [--probe] [--many 100x10] [--idle 30]
        [--sides rlark,kuberay]   (one side alone: no ratio, e.g. to profile RLark's server)
 (``scripts/k8s-testbed build --kuberay`` done; RLARK_TESTBED_ATTACH=DIR uses a test bed already
 up in DIR with the arguments above instead of starting one; the plot, Pods Running over time at the largest
@@ -435,6 +436,43 @@ def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path, with_probe:
     return out
 
 
+def idle_round(tb: K8sTestbed, n: int, work: Path, seconds: float) -> dict:
+    """The RLark server's CPU while it holds a Job of ``n`` Workers whose Pods all run and do
+    nothing (kwok: no log lines, no status changes): what the Job costs the server for existing
+    (issue 23 item 3). Measured over ``seconds`` from 10 s after the last Pod ran; the Job is
+    stopped after. Percent of one core."""
+    ns = tb.project_namespace()
+    tb.grant_leader_election(ns)
+    pns = tb.project_namespace(f"{ns}-default")
+    logs = serve_running_logs(tb, pns, work)
+    home = work / f"rlark-{ns}"
+    home.mkdir()
+    env = {"RLARK_RUNTIME": "kubernetes", "RLARK_NAMESPACE": ns, "KUBECONFIG": str(tb.rlark_kubeconfig),
+           "RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT": str(max(256, n + 2)), "RLARK_K8S_PENDING_TIMEOUT": "600"}
+    srv = RlarkServer(home, env).start()
+    pw = PodWatch(tb, pns).start()
+    try:
+        assert srv.proc is not None
+        t0 = time.monotonic()
+        srv.submit(yaml.safe_dump(job_doc("idle", n), sort_keys=False))
+        wait_pods(pw, n, t0, f"RLark's Job ({n} Workers)", prefix="idle-")
+        time.sleep(10)  # the launch's last passes and log streams settle: not measured
+        meter = ProcessMeter(srv.proc.pid)
+        time.sleep(seconds)  # the measuring window (nothing is waited for)
+        out = {"workers": n, "seconds": seconds, "cpu_s": meter.cpu_seconds(),
+               "cpu_pct": 100 * meter.cpu_seconds() / seconds}
+        r = srv.http.post("/api/v1/jobs/idle/stop")
+        assert r.status_code == 200, r.text
+        wait_gone(tb, pns, time.monotonic(), "RLark's idle Job")
+    finally:
+        pw.stop()
+        srv.stop()
+        for name in (pns, ns):
+            tb.delete_namespace(name)
+        drop_running_logs(tb, logs)
+    return out
+
+
 def many_round(tb: K8sTestbed, audit: AuditLog, jobs: int, workers: int, work: Path) -> dict:
     """``jobs`` Jobs of ``workers`` Workers each, submitted at once (from ``jobs`` threads):
     seconds until every Pod runs, and the controller's lag per Job (from its submit until its
@@ -642,6 +680,9 @@ def main() -> int:
     ap.add_argument("--many", default="",
                     help="JOBSxWORKERS, e.g. 100x10: also submit that many Jobs of that many "
                          "Workers at once to RLark (all Running, time, the controller's lag)")
+    ap.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
+                    help="also measure RLark's server over this many seconds while it holds a "
+                         "Job of the largest size whose Pods all run and do nothing")
     ap.add_argument("--sides", default="rlark,kuberay",
                     help="which systems to run (rlark, kuberay or both, comma-separated); the "
                          "ratio needs both")
@@ -668,6 +709,7 @@ def main() -> int:
     audit = AuditLog(tb)
     results = []
     many_row: dict | None = None
+    idle_row: dict | None = None
     try:
         kubeconfig = kuberay_setup(tb, kr, work) if "kuberay" in sides else None
         for n in sizes:
@@ -701,6 +743,10 @@ def main() -> int:
                             "requests_ratio": (med["rlark"]["requests_per_pod"]
                                                / med["kuberay"]["requests_per_pod"]) if both else None,
                             "rounds": per})
+        if args.idle > 0:
+            idle_row = idle_round(tb, max(sizes), work, args.idle)
+            print(f"a Job of {idle_row['workers']} idle Workers: the server {idle_row['cpu_s']:.2f} CPU s "
+                  f"in {args.idle:.0f} s, {idle_row['cpu_pct']:.1f} % of a core", flush=True)
         if many is not None:
             many_row = many_round(tb, audit, many[0], many[1], work)
             print(f"{many[0]} Jobs of {many[1]} Workers at once: bound {many_row['bound_s']:.2f}s "
@@ -733,7 +779,8 @@ def main() -> int:
             "testbed": {"up": list(UP_ARGS), "pod_resources": {"cpu": CPU, "memory": MEMORY}},
             "kuberay": {"version": kr.name, "qps": args.kuberay_qps, "burst": args.kuberay_burst,
                         "reconcile_concurrency": args.kuberay_concurrency},
-            "sizes": results, **({"many": many_row} if many_row else {})}, indent=2))
+            "sizes": results, **({"many": many_row} if many_row else {}),
+            **({"idle": idle_row} if idle_row else {})}, indent=2))
     return 0
 
 

@@ -392,7 +392,7 @@ class Controller(Launching, Observing, Adopting, Transitions, TearingDown):
         except Exception as exc:  # e.g. a bad RLARK_MAX_STARTING_NODES: nothing is admitted
             decisions = {}
             self._log_failure("admitting Pending Runs failed", exc)
-        self._hand_out(ids, decisions, wait, full=True)
+        self._hand_out(ids, decisions, wait, full=not idle)
         if not self._acting():
             return
         try:
