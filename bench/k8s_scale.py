@@ -65,6 +65,7 @@ size for both systems, is drawn with Pillow, matplotlib not being installed here
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -78,6 +79,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -388,7 +390,12 @@ def drop_running_logs(tb: K8sTestbed, name: str) -> None:
     tb.custom().delete_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", name)
 
 
-def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path, with_probe: bool = False) -> dict:
+@contextlib.contextmanager
+def rlark_server(tb: K8sTestbed, n: int, work: Path) -> Iterator[tuple[RlarkServer, PodWatch, str]]:
+    """A fresh ``rlark server --runtime kubernetes`` in namespaces of its own (its project's
+    quota raised for ``n`` Workers; kwok serving that namespace's Pods logs that stay open) and
+    a watch of the project namespace's Pods: ``(server, watch, project namespace)``. Everything
+    is stopped and deleted on the way out."""
     ns = tb.project_namespace()
     tb.grant_leader_election(ns)
     pns = tb.project_namespace(f"{ns}-default")
@@ -400,6 +407,18 @@ def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path, with_probe:
     srv = RlarkServer(home, env).start()
     pw = PodWatch(tb, pns).start()
     try:
+        assert srv.proc is not None
+        yield srv, pw, pns
+    finally:
+        pw.stop()
+        srv.stop()
+        for name in (pns, ns):
+            tb.delete_namespace(name)
+        drop_running_logs(tb, logs)
+
+
+def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path, with_probe: bool = False) -> dict:
+    with rlark_server(tb, n, work) as (srv, pw, pns):
         assert srv.proc is not None
         probes: dict[str, float] = {}
         if with_probe:
@@ -427,12 +446,6 @@ def rlark_round(tb: K8sTestbed, audit: AuditLog, n: int, work: Path, with_probe:
                "api_jobs_latency": api, "curve": curve(pw, t0, prefix="scale-"),
                **({"probe": probes} if probes else {}),
                **requests_summary(audit.requests(RLARK_SA, off), n)}
-    finally:
-        pw.stop()
-        srv.stop()
-        for name in (pns, ns):
-            tb.delete_namespace(name)
-        drop_running_logs(tb, logs)
     return out
 
 
@@ -441,17 +454,7 @@ def idle_round(tb: K8sTestbed, n: int, work: Path, seconds: float) -> dict:
     nothing (kwok: no log lines, no status changes): what the Job costs the server for existing
     (issue 23 item 3). Measured over ``seconds`` from 10 s after the last Pod ran; the Job is
     stopped after. Percent of one core."""
-    ns = tb.project_namespace()
-    tb.grant_leader_election(ns)
-    pns = tb.project_namespace(f"{ns}-default")
-    logs = serve_running_logs(tb, pns, work)
-    home = work / f"rlark-{ns}"
-    home.mkdir()
-    env = {"RLARK_RUNTIME": "kubernetes", "RLARK_NAMESPACE": ns, "KUBECONFIG": str(tb.rlark_kubeconfig),
-           "RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT": str(max(256, n + 2)), "RLARK_K8S_PENDING_TIMEOUT": "600"}
-    srv = RlarkServer(home, env).start()
-    pw = PodWatch(tb, pns).start()
-    try:
+    with rlark_server(tb, n, work) as (srv, pw, pns):
         assert srv.proc is not None
         t0 = time.monotonic()
         srv.submit(yaml.safe_dump(job_doc("idle", n), sort_keys=False))
@@ -464,12 +467,6 @@ def idle_round(tb: K8sTestbed, n: int, work: Path, seconds: float) -> dict:
         r = srv.http.post("/api/v1/jobs/idle/stop")
         assert r.status_code == 200, r.text
         wait_gone(tb, pns, time.monotonic(), "RLark's idle Job")
-    finally:
-        pw.stop()
-        srv.stop()
-        for name in (pns, ns):
-            tb.delete_namespace(name)
-        drop_running_logs(tb, logs)
     return out
 
 
@@ -477,20 +474,9 @@ def many_round(tb: K8sTestbed, audit: AuditLog, jobs: int, workers: int, work: P
     """``jobs`` Jobs of ``workers`` Workers each, submitted at once (from ``jobs`` threads):
     seconds until every Pod runs, and the controller's lag per Job (from its submit until its
     first Pod exists: how long it waited behind the others), median and max."""
-    ns = tb.project_namespace()
-    tb.grant_leader_election(ns)
-    pns = tb.project_namespace(f"{ns}-default")
-    logs = serve_running_logs(tb, pns, work)
-    home = work / f"rlark-{ns}"
-    home.mkdir()
-    env = {"RLARK_RUNTIME": "kubernetes", "RLARK_NAMESPACE": ns, "KUBECONFIG": str(tb.rlark_kubeconfig),
-           "RLARK_MAX_ACTIVE_WORKERS_PER_PROJECT": str(max(256, jobs * workers)),
-           "RLARK_K8S_PENDING_TIMEOUT": "600"}
-    srv = RlarkServer(home, env).start()
-    pw = PodWatch(tb, pns).start()
     names = [f"j{i:03d}" for i in range(jobs)]
     submitted: dict[str, float] = {}
-    try:
+    with rlark_server(tb, jobs * workers, work) as (srv, pw, pns):
         assert srv.proc is not None
         meter = ProcessMeter(srv.proc.pid)
         poller = ApiPoller(srv)
@@ -524,12 +510,6 @@ def many_round(tb: K8sTestbed, audit: AuditLog, jobs: int, workers: int, work: P
                "gone_s": gone, "lag_median_s": statistics.median(lags), "lag_max_s": lags[-1],
                "cpu_s": meter.cpu_seconds(), "peak_rss_mib": meter.peak_rss_mib(),
                "api_jobs_latency": api, **requests_summary(audit.requests(RLARK_SA, off), jobs * workers)}
-    finally:
-        pw.stop()
-        srv.stop()
-        for name in (pns, ns):
-            tb.delete_namespace(name)
-        drop_running_logs(tb, logs)
     return out
 
 
