@@ -156,6 +156,12 @@ def _tail(text: str, lines: int = 40) -> str:
 
 
 def _ports_free(base: int) -> bool:
+    """Whether the block of ports from ``base`` is free, and no network interface of a real
+    node on that base (``rlk<base>``, scripts/k8s-testbed.d/node-run.sh ``node_network``) is
+    left on the host: `up --real-node` refuses such a base (a test bed killed before its `down`,
+    e.g. by an earlier run's time limit, leaves its bridge; CI met one, 2026-12-07)."""
+    if Path(f"/sys/class/net/rlk{base}").exists():
+        return False
     for port in range(base, base + PORTS_PER_TESTBED):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
@@ -1070,9 +1076,21 @@ class RlarkOnK8s:
         return self.jobs.get(name)
 
     def wait_phase(self, name: str, *phases: str, timeout: float = K8S_WAIT_SECONDS) -> dict:
-        """The Job once its phase is one of ``phases`` (fails naming the last state seen)."""
-        return wait_for(f"Job {name} to be {' or '.join(phases)}",
-                        lambda: (j := self.job(name))["phase"] in phases and j, timeout)
+        """The Job once its phase is one of ``phases`` (fails naming the last phase, reason and
+        message seen, and the Job's last events)."""
+        last: dict = {}
+
+        def reached():
+            last.update(job := self.job(name))
+            return job["phase"] in phases and job
+
+        try:
+            return wait_for(f"Job {name} to be {' or '.join(phases)}", reached, timeout)
+        except pytest.fail.Exception as e:
+            events = [f"{ev.get('reason')}: {ev.get('message')}" for ev in self.jobs.events(name)[-8:]]
+            pytest.fail(f"{e}; last seen: phase {last.get('phase')!r}, reason {last.get('reason')!r}, "
+                        f"message {last.get('message')!r}; last events:\n  " + "\n  ".join(events),
+                        pytrace=False)
 
     def wait_ended(self, name: str, timeout: float = K8S_WAIT_SECONDS) -> dict:
         """The Job once its Run is over and every Worker is released (its record is written)."""

@@ -480,6 +480,7 @@ def test_submit_resolves_relative_paths_and_keeps_warnings(server, files, tmp_pa
 @pytest.mark.parametrize("kind", ["bad", "broken", "binary"])
 def test_submit_invalid_file_prints_findings_and_submits_nothing(server, files, kind):
     server.cli("submit", str(files["good"]))
+    server.waiting("demo")  # the controller's first pass over it done: it writes nothing more
     before = stored(server.store)
     proc = server.cli("submit", str(files[kind]))
     assert proc.returncode == 1
@@ -491,6 +492,7 @@ def test_submit_invalid_file_prints_findings_and_submits_nothing(server, files, 
 
 def test_submit_duplicate_is_refused(server, files):
     assert server.cli("submit", str(files["good"])).returncode == 0
+    server.waiting("demo")  # the controller's first pass over it done: it writes nothing more
     before = stored(server.store)
     proc = server.cli("submit", str(files["good"]))
     assert proc.returncode == 1
