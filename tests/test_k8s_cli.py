@@ -135,7 +135,10 @@ def kwok_node(spec: dict) -> dict:
                          "annotations": {"kwok.x-k8s.io/node": "fake"}},
             "spec": {**spec["spec"], "providerID": f"kwok://{spec['metadata']['name']}"},
             "status": {"allocatable": status["allocatable"], "capacity": status["allocatable"],
-                       "phase": "Running"}}
+                       "phase": "Running",
+                       # both, as scripts/k8s-testbed's Nodes: kwok empties a list of one
+                       "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                                     {"type": "Hostname", "address": spec["metadata"]["name"]}]}}
 
 
 @pytest.fixture

@@ -42,6 +42,15 @@ def pod_deletes(tb) -> Counter:
     return seen
 
 
+def no_namespace_terminating(tb) -> None:
+    """Until no namespace is being deleted: the namespace controller empties one with collection
+    deletes of its Pods, which :func:`pod_deletes` would count (an earlier test's namespace,
+    deleted at its teardown, made a count of 2 here)."""
+    wait_for("earlier tests' namespaces to be deleted", lambda: not [
+        n.metadata.name for n in tb.admin().list_namespace().items if n.status.phase == "Terminating"],
+        timeout=120)
+
+
 def deleting(tb, namespace: str, name: str) -> bool:
     """Whether Pod ``name`` is gone or being deleted."""
     pods = {p.metadata.name: p for p in tb.admin().list_namespaced_pod(namespace).items}
@@ -59,6 +68,7 @@ def test_a_runs_pods_stopped_together_go_in_one_collection_delete_that_spares_th
         wait_for(f"the {PODS} Pods to run", running(tb, k8s_namespace, [w.name for w in workers]))
         refs = {w.name: WorkerRef(name=w.name, handle=f"{k8s_namespace}/{w.name}", run_uid=RUN)
                 for w in workers}
+        no_namespace_terminating(tb)
         before = pod_deletes(tb)
         for w in pool:  # the head (its run script finished, say) is left to end on its own
             rt.signal_stop(refs[w.name])

@@ -133,6 +133,28 @@ def test_nodes_have_the_configured_capacity(api):
     assert reserved.status.capacity["nvidia.com/gpu"] == "1"
 
 
+def test_a_kwok_node_that_was_not_ready_keeps_its_addresses(k8s_testbed):
+    """kwok's node-initialize Stage runs again for a Node whose Ready is not True (after an API
+    server restart that outlasted its heartbeats, say): the test bed's Nodes must come out of
+    it with their InternalIP, or the API server can serve no Pod log from them ("no preferred
+    addresses found"), and every later test that reads one fails (scripts/k8s-testbed,
+    add_node)."""
+    admin, node = k8s_testbed.admin(), GPU_NODES[1]
+
+    def addresses() -> list[tuple[str, str]]:
+        return [(a.type, a.address) for a in admin.read_node(node).status.addresses or []]
+
+    def ready() -> str:
+        return next(c.status for c in admin.read_node(node).status.conditions if c.type == "Ready")
+
+    before = addresses()
+    assert ("InternalIP", "127.0.0.1") in before and ("Hostname", node) in before, before
+    admin.patch_node_status(node, {"status": {"conditions": [
+        {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "message": "a test"}]}})
+    waits.wait_until(f"kwok to make {node} Ready again", lambda: ready() == "True", timeout=60)
+    assert addresses() == before
+
+
 def test_pod_on_a_kwok_node_becomes_running(api):
     pod_name = name("smoke-run")
     created = api.create_namespaced_pod(NS, pod_body(pod_name, node_selector={"kubernetes.io/hostname": GPU_NODES[1]}, gpus=2))

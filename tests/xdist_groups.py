@@ -7,10 +7,13 @@
   whose Pods really run; ``k8s_kueue_testbed``, with Kueue), one test at a time on one worker,
   so the session starts each test bed once, not once per worker, and stops it after the last
   module that uses it (tests/k8s_testbed.py, ``release_points``). The modules stay in the
-  order of their names: ordered by test bed (the kwok test bed's modules first, then Kueue's,
-  then the real node's) tests/test_lifecycle_trust.py failed every time after the kwok
-  modules, the kwok Nodes left with no ``status.addresses`` ("no preferred addresses found"
-  for every Pod log): not found which module leaves them so; It runs beside the ``ray`` group (on the other worker): the two are
+  order of their names. (Ordered by test bed, tests/test_lifecycle_trust.py failed every time
+  after the kwok modules, the kwok Nodes left with no ``status.addresses``, "no preferred
+  addresses found" for every Pod log; so did CI on 2026-12-07 when the real node's modules
+  failed at once. The cause was the test bed's: kwok's node-initialize Stage, run again for a
+  Node that had been NotReady, e.g. through tests/test_k8s_testbed_smoke.py's API server
+  restarts, emptied the address list of a Node that had an InternalIP and no Hostname; the
+  Nodes now have both, scripts/k8s-testbed ``add_node``.) It runs beside the ``ray`` group (on the other worker): the two are
   the longest groups, and kept together on one worker they were the whole suite's critical path
   (about 25 minutes against 15 for the rest). The real node's modules start Ray nodes too (in
   Pods), so they are also marked ``ray``; they still go here: in the ``ray`` group their
