@@ -119,6 +119,10 @@ def restricted(pod: dict) -> dict:
         c["securityContext"] = dict(RESTRICTED_CONTAINER_SECURITY)
     return pod
 
+#: the address of every kwok Node (scripts/k8s-testbed KWOK_NODE_IP: kwok's nodeIP, where it serves
+#: their kubelet API)
+KWOK_NODE_IP = "127.0.0.1"
+
 PORT_RANGE = (16000, 19990)  # below 32768; PostgreSQL's tests use 15432-15999, RLark's API 8470
 #: six for the control plane, four more for a real node, four for Kueue (--port-base); one test
 #: bed's block starts every PORT_STEP ports
@@ -155,7 +159,7 @@ def _tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def _ports_free(base: int) -> bool:
+def _base_free(base: int) -> bool:
     """Whether the block of ports from ``base`` is free, and no network interface of a real
     node on that base (``rlk<base>``, scripts/k8s-testbed.d/node-run.sh ``node_network``) is
     left on the host: `up --real-node` refuses such a base (a test bed killed before its `down`,
@@ -274,7 +278,7 @@ class K8sTestbed:
             parent = None if parent is None or len(str(parent)) > 30 else parent
         last_error = ""
         for _attempt in range(3):
-            bases = [b for b in range(PORT_RANGE[0], PORT_RANGE[1], PORT_STEP) if _ports_free(b)]
+            bases = [b for b in range(PORT_RANGE[0], PORT_RANGE[1], PORT_STEP) if _base_free(b)]
             if not bases:
                 raise TestbedUnavailable(f"no {PORTS_PER_TESTBED} free loopback ports in {PORT_RANGE}")
             base = random.choice(bases)
@@ -1078,15 +1082,16 @@ class RlarkOnK8s:
     def wait_phase(self, name: str, *phases: str, timeout: float = K8S_WAIT_SECONDS) -> dict:
         """The Job once its phase is one of ``phases`` (fails naming the last phase, reason and
         message seen, and the Job's last events)."""
-        last: dict = {}
+        seen: dict = {}  # the last Job read
 
         def reached():
-            last.update(job := self.job(name))
+            seen["job"] = job = self.job(name)
             return job["phase"] in phases and job
 
         try:
             return wait_for(f"Job {name} to be {' or '.join(phases)}", reached, timeout)
         except pytest.fail.Exception as e:
+            last = seen.get("job", {})
             events = [f"{ev.get('reason')}: {ev.get('message')}" for ev in self.jobs.events(name)[-8:]]
             pytest.fail(f"{e}; last seen: phase {last.get('phase')!r}, reason {last.get('reason')!r}, "
                         f"message {last.get('message')!r}; last events:\n  " + "\n  ".join(events),

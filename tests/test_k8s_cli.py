@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
-from tests.k8s_testbed import RlarkOnK8s, wait_for
+from tests.k8s_testbed import KWOK_NODE_IP, RlarkOnK8s, wait_for
 from tests.server import free_port
 from tests.test_cli import cli_env, error_line, rlark
 from tests.test_k8s_capacity import AKS, DGX, K8S_NODE1
@@ -137,7 +137,7 @@ def kwok_node(spec: dict) -> dict:
             "status": {"allocatable": status["allocatable"], "capacity": status["allocatable"],
                        "phase": "Running",
                        # both, as scripts/k8s-testbed's Nodes: kwok empties a list of one
-                       "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                       "addresses": [{"type": "InternalIP", "address": KWOK_NODE_IP},
                                      {"type": "Hostname", "address": spec["metadata"]["name"]}]}}
 
 

@@ -18,6 +18,7 @@ from tests.k8s_testbed import (
     GPU_NODE_DEVICES,
     GPU_NODE_GPUS,
     GPU_NODES,
+    KWOK_NODE_IP,
     RESERVED_LABEL,
     RESERVED_NODE,
     RESERVED_TAINT,
@@ -148,7 +149,7 @@ def test_a_kwok_node_that_was_not_ready_keeps_its_addresses(k8s_testbed):
         return next(c.status for c in admin.read_node(node).status.conditions if c.type == "Ready")
 
     before = addresses()
-    assert ("InternalIP", "127.0.0.1") in before and ("Hostname", node) in before, before
+    assert ("InternalIP", KWOK_NODE_IP) in before and ("Hostname", node) in before, before
     admin.patch_node_status(node, {"status": {"conditions": [
         {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "message": "a test"}]}})
     waits.wait_until(f"kwok to make {node} Ready again", lambda: ready() == "True", timeout=60)
